@@ -1,0 +1,248 @@
+//! Loading checks everything before anything is returned, so a bad file
+//! never leaves a half-loaded run: header size, JSON, format tag, the
+//! experiment, every tensor's presence, dtype and shape, the digest, and
+//! finiteness.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use safetensors::{Dtype, SafeTensors};
+
+use super::{digest, FORMAT_TAG, MAX_HEADER_BYTES};
+use crate::data::DataPosition;
+use crate::engine::TrainState;
+use crate::error::{Error, Result};
+use crate::experiment::Experiment;
+use crate::model::Layout;
+use crate::optim::OptimizerState;
+
+fn bad<T>(msg: String) -> Result<T> {
+    Err(Error::Checkpoint(msg))
+}
+
+/// Checks the 8-byte length prefix against the file before handing the
+/// bytes to the safetensors parser, so that truncation and oversized
+/// headers get messages of their own.
+fn parse(bytes: &[u8]) -> Result<SafeTensors<'_>> {
+    if bytes.len() < 8 {
+        return bad(format!(
+            "truncated or not a safetensors file: {} bytes, fewer than the 8-byte header length",
+            bytes.len()
+        ));
+    }
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+    if header_len > MAX_HEADER_BYTES {
+        return bad(format!(
+            "header claims {header_len} bytes, more than the {MAX_HEADER_BYTES}-byte limit (not a checkpoint, or corrupt)"
+        ));
+    }
+    if 8 + header_len > bytes.len() as u64 {
+        return bad(format!(
+            "truncated: the header claims {header_len} bytes but the file has only {} after the length",
+            bytes.len() - 8
+        ));
+    }
+    if bytes.get(8) != Some(&b'{') {
+        return bad("not a safetensors file: the header is not a JSON object".into());
+    }
+    SafeTensors::deserialize(bytes).map_err(|e| {
+        let why = match e {
+            safetensors::SafeTensorError::MetadataIncompleteBuffer => {
+                "truncated or padded: the tensor data does not match the sizes the header declares"
+                    .to_string()
+            }
+            other => format!("malformed safetensors: {other}"),
+        };
+        Error::Checkpoint(why)
+    })
+}
+
+/// Reads one tensor by name with dtype and shape checks.
+fn read_tensor(file: &SafeTensors<'_>, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    let view = file
+        .tensor(name)
+        .map_err(|_| Error::Checkpoint(format!("missing tensor `{name}`")))?;
+    if view.dtype() != Dtype::F32 {
+        return bad(format!(
+            "tensor `{name}` has dtype {:?}, expected F32",
+            view.dtype()
+        ));
+    }
+    if view.shape() != shape {
+        return bad(format!(
+            "tensor `{name}` has shape {:?} but the experiment's model needs {shape:?}",
+            view.shape()
+        ));
+    }
+    let values: Vec<f32> = view
+        .data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        return bad(format!(
+            "tensor `{name}` holds a non-finite value ({}) at index {i}",
+            values[i]
+        ));
+    }
+    Ok(values)
+}
+
+/// Fails on any tensor in the file that is not in `expected`.
+fn no_extra(file: &SafeTensors<'_>, expected: &BTreeSet<String>) -> Result<()> {
+    let mut names = file.names();
+    names.sort_unstable();
+    match names.into_iter().find(|n| !expected.contains(*n)) {
+        Some(extra) => bad(format!(
+            "unexpected tensor `{extra}` (not part of this model)"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A full Stepscope checkpoint: parameters, optimizer state, data position
+/// and RNG, and the experiment they belong to.
+pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
+    let file = parse(bytes)?;
+    let meta = metadata(bytes)?;
+    let get = |key: &str| {
+        meta.get(key)
+            .ok_or_else(|| Error::Checkpoint(format!("metadata has no `{key}`: not a Stepscope checkpoint (a plain weights file can be given as initial weights instead)")))
+    };
+    let format = get("format")?;
+    if format != FORMAT_TAG {
+        return bad(format!(
+            "format `{format}` is not supported (this build reads `{FORMAT_TAG}`)"
+        ));
+    }
+    let experiment = Experiment::from_json(get("experiment")?)
+        .map_err(|e| Error::Checkpoint(format!("the stored experiment is invalid: {e}")))?;
+    let step: u64 = get("step")?
+        .parse()
+        .map_err(|_| Error::Checkpoint("metadata `step` is not a whole number".into()))?;
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Position {
+        rows_consumed: u64,
+        epoch: u64,
+    }
+    let position: Position = serde_json::from_str(get("data_position")?)
+        .map_err(|e| Error::Checkpoint(format!("metadata `data_position`: {e}")))?;
+    let epoch_rng = parse_rng(get("rng_state")?)?;
+
+    let layout = Layout::new(&experiment);
+    let mut optimizer = OptimizerState::new(&experiment.optimizer, layout.parameter_count);
+    optimizer.step = step;
+    let suffixes: Vec<&'static str> = optimizer.buffers().iter().map(|(s, _)| *s).collect();
+    let mut expected = BTreeSet::new();
+    let mut params = vec![0.0f32; layout.parameter_count];
+    let mut digest_parts = Vec::new();
+    for t in layout.tensors() {
+        let values = read_tensor(&file, &t.name, &t.shape)?;
+        params[t.offset..t.offset + t.len].copy_from_slice(&values);
+        expected.insert(t.name.clone());
+        for suffix in &suffixes {
+            let name = format!("optimizer.{}.{suffix}", t.name);
+            let values = read_tensor(&file, &name, &t.shape)?;
+            let buffer = optimizer.buffer_mut(suffix).expect("suffix from buffers()");
+            buffer[t.offset..t.offset + t.len].copy_from_slice(&values);
+            expected.insert(name);
+        }
+    }
+    no_extra(&file, &expected)?;
+    for name in &expected {
+        let view = file.tensor(name).expect("checked above");
+        digest_parts.push((name.as_str(), view.shape().to_vec(), view.data()));
+    }
+    let actual = digest(digest_parts.iter().map(|(n, s, d)| (*n, s.as_slice(), *d)));
+    let stored = get("digest")?;
+    if *stored != actual {
+        return bad(format!(
+            "digest mismatch: the tensors were changed or corrupted (stored {stored}, computed {actual})"
+        ));
+    }
+    Ok(TrainState {
+        experiment,
+        params,
+        optimizer,
+        data_position: DataPosition {
+            rows_consumed: position.rows_consumed,
+            epoch: position.epoch,
+            epoch_rng,
+        },
+    })
+}
+
+/// The `__metadata__` map (empty when absent). Call after `parse`.
+fn metadata(bytes: &[u8]) -> Result<std::collections::HashMap<String, String>> {
+    let (_, header) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| Error::Checkpoint(format!("malformed safetensors: {e}")))?;
+    Ok(header.metadata().clone().unwrap_or_default())
+}
+
+fn parse_rng(text: &str) -> Result<[u64; 4]> {
+    let words: Vec<u64> = text
+        .split(':')
+        .map(|w| u64::from_str_radix(w, 16))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| {
+            Error::Checkpoint(format!(
+                "metadata `rng_state` `{text}` is not four hex words"
+            ))
+        })?;
+    words.try_into().map_err(|_| {
+        Error::Checkpoint(format!(
+            "metadata `rng_state` `{text}` is not four hex words"
+        ))
+    })
+}
+
+/// Initial weights for `experiment` from a plain safetensors file (e.g.
+/// `safetensors.torch.save_file(model.state_dict(), …)`) holding exactly
+/// `layers.{i}.weight` and `layers.{i}.bias` in F32. A full Stepscope
+/// checkpoint is accepted too; only its weights are taken.
+pub fn load_weights(bytes: &[u8], experiment: &Experiment) -> Result<Vec<f32>> {
+    let file = parse(bytes)?;
+    let layout = Layout::new(experiment);
+    let mut params = vec![0.0f32; layout.parameter_count];
+    let mut expected = BTreeSet::new();
+    for t in layout.tensors() {
+        let values = read_tensor(&file, &t.name, &t.shape)?;
+        params[t.offset..t.offset + t.len].copy_from_slice(&values);
+        expected.insert(t.name);
+    }
+    let is_checkpoint = file.names().iter().any(|n| n.starts_with("optimizer."));
+    if !is_checkpoint {
+        no_extra(&file, &expected)?;
+    }
+    Ok(params)
+}
+
+/// What `stepscope inspect` prints: metadata and every tensor's dtype and
+/// shape, without interpreting them.
+#[derive(Debug, Clone)]
+pub struct FileInfo {
+    pub metadata: BTreeMap<String, String>,
+    pub tensors: Vec<(String, String, Vec<usize>)>,
+}
+
+pub fn read_file_info(bytes: &[u8]) -> Result<FileInfo> {
+    let file = parse(bytes)?;
+    let metadata = metadata(bytes)?.into_iter().collect();
+    let mut tensors: Vec<_> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, format!("{:?}", view.dtype()), view.shape().to_vec()))
+        .collect();
+    tensors.sort_by(|a, b| natural_key(&a.0).cmp(&natural_key(&b.0)));
+    Ok(FileInfo { metadata, tensors })
+}
+
+/// Sorts `layers.10` after `layers.9`.
+fn natural_key(name: &str) -> Vec<(String, u64)> {
+    name.split('.')
+        .map(|part| match part.parse::<u64>() {
+            Ok(n) => (String::new(), n),
+            Err(_) => (part.to_string(), 0),
+        })
+        .collect()
+}

@@ -1,0 +1,127 @@
+//! Checkpoints in safetensors format, F32 little-endian, with tensor names
+//! as PyTorch would give a `ModuleList` called `layers`:
+//!
+//! - `layers.{i}.weight` (O, I) and `layers.{i}.bias` (O);
+//! - `optimizer.layers.{i}.{weight,bias}.{exp_avg,exp_avg_sq,momentum_buffer}`
+//!   for the buffers the optimizer keeps;
+//! - `__metadata__`: `format` (tag and version), `experiment` (JSON),
+//!   `step`, `data_position` (JSON), `rng_state` (hex), and `digest`
+//!   (SHA-256 of the tensors, see `digest`).
+//!
+//! Loading (`load.rs`) checks all of it before returning anything.
+
+mod load;
+
+pub use load::{load_checkpoint, load_weights, read_file_info, FileInfo};
+
+use std::collections::HashMap;
+
+use safetensors::{tensor::TensorView, Dtype};
+use sha2::{Digest, Sha256};
+
+use crate::engine::TrainState;
+use crate::error::{Error, Result};
+use crate::model::Layout;
+
+pub const FORMAT_TAG: &str = "stepscope-checkpoint/1";
+/// Largest header accepted: far above any real model's (a 16-layer model's
+/// header is a few KiB), far below what would exhaust memory.
+pub const MAX_HEADER_BYTES: u64 = 16 << 20;
+
+/// Every tensor of `state` by name, as f32 slices.
+pub(crate) fn named_tensors<'a>(
+    state: &'a TrainState,
+    layout: &Layout,
+) -> Vec<(String, Vec<usize>, &'a [f32])> {
+    let mut out = Vec::new();
+    for t in layout.tensors() {
+        out.push((
+            t.name.clone(),
+            t.shape.clone(),
+            &state.params[t.offset..t.offset + t.len],
+        ));
+        for (suffix, buffer) in state.optimizer.buffers() {
+            out.push((
+                format!("optimizer.{}.{suffix}", t.name),
+                t.shape.clone(),
+                &buffer[t.offset..t.offset + t.len],
+            ));
+        }
+    }
+    out
+}
+
+/// SHA-256 over the tensors in name order: each contributes its name, a 0
+/// byte, its shape as u64 little-endian, and its data bytes.
+pub(crate) fn digest<'a>(
+    tensors: impl IntoIterator<Item = (&'a str, &'a [usize], &'a [u8])>,
+) -> String {
+    let mut sorted: Vec<_> = tensors.into_iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let mut hasher = Sha256::new();
+    for (name, shape, data) in sorted {
+        hasher.update(name.as_bytes());
+        hasher.update([0u8]);
+        for &d in shape {
+            hasher.update((d as u64).to_le_bytes());
+        }
+        hasher.update(data);
+    }
+    let bytes = hasher.finalize();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+pub(crate) fn to_le_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+pub(crate) fn rng_hex(state: [u64; 4]) -> String {
+    state
+        .iter()
+        .map(|w| format!("{w:016x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Serialises `state` to the bytes of a `.safetensors` file.
+pub fn save_checkpoint(state: &TrainState) -> Result<Vec<u8>> {
+    let layout = Layout::new(&state.experiment);
+    let named = named_tensors(state, &layout);
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = named
+        .into_iter()
+        .map(|(name, shape, values)| (name, shape, to_le_bytes(values)))
+        .collect();
+    let digest = digest(
+        bytes
+            .iter()
+            .map(|(n, s, d)| (n.as_str(), s.as_slice(), d.as_slice())),
+    );
+    let position = &state.data_position;
+    let metadata = HashMap::from([
+        ("format".to_string(), FORMAT_TAG.to_string()),
+        ("experiment".to_string(), state.experiment.to_json()),
+        ("step".to_string(), state.step().to_string()),
+        (
+            "data_position".to_string(),
+            format!(
+                "{{\"rows_consumed\":{},\"epoch\":{}}}",
+                position.rows_consumed, position.epoch
+            ),
+        ),
+        ("rng_state".to_string(), rng_hex(position.epoch_rng)),
+        ("digest".to_string(), digest),
+    ]);
+    let views = bytes
+        .iter()
+        .map(|(name, shape, data)| {
+            TensorView::new(Dtype::F32, shape.clone(), data)
+                .map(|view| (name.clone(), view))
+                .map_err(|e| Error::Checkpoint(format!("tensor {name}: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    safetensors::serialize(views, Some(metadata)).map_err(|e| Error::Checkpoint(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests;

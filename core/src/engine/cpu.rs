@@ -1,0 +1,344 @@
+//! The CPU reference engine: plain loops in f32, deterministic, the ground
+//! truth for every GPU kernel and every view.
+
+use web_time::Instant;
+
+use super::{forward_pass, Activations, Evaluation, Phase, PhaseTimes, StepMetrics, TrainState};
+use crate::data::{Batcher, DataPosition, Dataset, Table};
+use crate::error::{Error, Result};
+use crate::experiment::{Experiment, Loss};
+use crate::model::{
+    activation_backward, dense_backward, init_parameters, loss_backward, loss_forward,
+    regularization_backward, Layout, TensorInfo,
+};
+use crate::optim::{
+    clip_grad_norm, global_grad_norm, learning_rate, optimizer_step, OptimizerState,
+};
+
+pub struct CpuEngine {
+    experiment: Experiment,
+    layout: Layout,
+    tensors: Vec<TensorInfo>,
+    data: Dataset,
+    batcher: Batcher,
+    params: Vec<f32>, // (P)
+    grads: Vec<f32>,  // (P)
+    optimizer: OptimizerState,
+    inputs: Vec<f32>,        // (B, I)
+    targets: Vec<f32>,       // (B, T)
+    acts: Activations,       // z, a: (B, O_l) per layer
+    grad_out: Vec<Vec<f32>>, // ∂L/∂a per layer, (B, O_l)
+    grad_pre: Vec<f32>,      // ∂L/∂z of the current layer, (B, max O)
+    /// When false, gradients are not zeroed between steps (a common bug,
+    /// shown on purpose by the page's lessons).
+    pub zero_grad: bool,
+}
+
+impl CpuEngine {
+    /// A fresh run: parameters initialised from the seed.
+    pub fn new(experiment: &Experiment, data: Dataset) -> Result<CpuEngine> {
+        let layout = Layout::new(experiment);
+        let state = TrainState {
+            experiment: experiment.clone(),
+            params: init_parameters(&layout, experiment.seed),
+            optimizer: OptimizerState::new(&experiment.optimizer, layout.parameter_count),
+            data_position: DataPosition::start(experiment.seed),
+        };
+        CpuEngine::from_state(state, data)
+    }
+
+    /// Continues the run `state` (e.g. from a checkpoint).
+    pub fn from_state(state: TrainState, data: Dataset) -> Result<CpuEngine> {
+        let experiment = state.experiment;
+        experiment.validate()?;
+        let layout = Layout::new(&experiment);
+        if state.params.len() != layout.parameter_count {
+            return Err(Error::Experiment(format!(
+                "the state holds {} parameters but the model needs {}",
+                state.params.len(),
+                layout.parameter_count
+            )));
+        }
+        if data.train.rows() == 0 {
+            return Err(Error::Experiment("the training data has no rows".into()));
+        }
+        let batch = experiment.batch_size;
+        let batcher = Batcher::new(
+            data.train.rows(),
+            experiment.data.shuffle,
+            state.data_position,
+        );
+        let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(0);
+        Ok(CpuEngine {
+            tensors: layout.tensors(),
+            acts: Activations::new(&layout, batch),
+            grad_out: layout
+                .layers
+                .iter()
+                .map(|l| vec![0.0; batch * l.units])
+                .collect(),
+            grad_pre: vec![0.0; batch * max_units],
+            grads: vec![0.0; layout.parameter_count],
+            inputs: Vec::with_capacity(batch * experiment.model.inputs),
+            targets: Vec::new(),
+            params: state.params,
+            optimizer: state.optimizer,
+            batcher,
+            data,
+            layout,
+            experiment,
+            zero_grad: true,
+        })
+    }
+
+    pub fn experiment(&self) -> &Experiment {
+        &self.experiment
+    }
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+    pub fn data(&self) -> &Dataset {
+        &self.data
+    }
+    pub fn params(&self) -> &[f32] {
+        &self.params
+    }
+    pub fn grads(&self) -> &[f32] {
+        &self.grads
+    }
+    pub fn activations(&self) -> &Activations {
+        &self.acts
+    }
+    pub fn step_count(&self) -> u64 {
+        self.optimizer.step
+    }
+
+    /// A snapshot of the run, for checkpoints.
+    pub fn state(&self) -> TrainState {
+        TrainState {
+            experiment: self.experiment.clone(),
+            params: self.params.clone(),
+            optimizer: self.optimizer.clone(),
+            data_position: self.batcher.position().clone(),
+        }
+    }
+
+    /// One optimizer step: `grad_accumulation` micro-batches of forward and
+    /// backward, regularization, clipping, then the update. On a NaN or Inf
+    /// the step stops before the update and names the layer and phase;
+    /// parameters and optimizer state are left as they were.
+    pub fn step(&mut self) -> Result<StepMetrics> {
+        let e = self.experiment.clone();
+        let e = &e;
+        let (batch, k) = (e.batch_size, e.grad_accumulation);
+        let mut phases = PhaseTimes::default();
+        if self.zero_grad {
+            self.grads.fill(0.0);
+        }
+        let mut loss_sum = 0.0f32;
+        for _ in 0..k {
+            let t0 = Instant::now();
+            self.batcher
+                .next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
+            let t1 = Instant::now();
+            if let Some(layer) =
+                forward_pass(&mut self.acts, &self.params, &self.inputs, &self.layout, e)
+            {
+                return Err(non_finite(Phase::Forward, layer));
+            }
+            let outputs = e.outputs();
+            let loss = loss_forward(self.acts.output(), &self.targets, e.loss, batch, outputs);
+            if !loss.is_finite() {
+                return Err(non_finite(Phase::Loss, self.layout.layers.len() - 1));
+            }
+            loss_sum += loss;
+            let t2 = Instant::now();
+            self.backward(1.0 / k as f32)?;
+            let t3 = Instant::now();
+            phases.data_ms += ms(t0, t1);
+            phases.forward_ms += ms(t1, t2);
+            phases.backward_ms += ms(t2, t3);
+        }
+        let t3 = Instant::now();
+        if let Some(reg) = &e.regularization {
+            regularization_backward(&mut self.grads, &self.params, &self.tensors, reg);
+        }
+        phases.backward_ms += ms(t3, Instant::now());
+
+        let t4 = Instant::now();
+        let grad_norm = global_grad_norm(&self.grads, &self.tensors);
+        let clipped = match e.clip_grad_norm {
+            Some(max_norm) => clip_grad_norm(&mut self.grads, grad_norm, max_norm),
+            None => false,
+        };
+        let step = self.optimizer.step;
+        let lr = learning_rate(&e.schedule, e.optimizer.lr(), step);
+        optimizer_step(
+            &mut self.params,
+            &mut self.optimizer,
+            &self.grads,
+            &e.optimizer,
+            lr,
+            &self.tensors,
+        );
+        phases.optimizer_ms = ms(t4, Instant::now());
+        if let Some(layer) = self.first_non_finite_layer(&self.params) {
+            return Err(non_finite(Phase::Optimizer, layer));
+        }
+        Ok(StepMetrics {
+            step,
+            loss: loss_sum / k as f32,
+            grad_norm,
+            lr,
+            clipped,
+            phases,
+        })
+    }
+
+    /// Backward through the loss and every layer for the current batch;
+    /// accumulates into `grads`. `scale` is 1/k under accumulation.
+    fn backward(&mut self, scale: f32) -> Result<()> {
+        let e = &self.experiment;
+        let batch = e.batch_size;
+        let last = self.layout.layers.len() - 1;
+        loss_backward(
+            &mut self.grad_out[last],
+            self.acts.output(),
+            &self.targets,
+            e.loss,
+            batch,
+            e.outputs(),
+            scale,
+        );
+        for l in (0..=last).rev() {
+            let shape = self.layout.layers[l];
+            let n = batch * shape.units;
+            let dz = &mut self.grad_pre[..n];
+            activation_backward(
+                dz,
+                &self.grad_out[l],
+                &self.acts.z[l],
+                &self.acts.a[l],
+                e.model.layers[l].activation,
+            );
+            let (dweight, rest) =
+                self.grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
+            let dbias = &mut rest[..shape.units];
+            let weight = &self.params[shape.weight_offset..shape.bias_offset];
+            let (x, dx) = if l == 0 {
+                (self.inputs.as_slice(), None)
+            } else {
+                let (below, _) = self.grad_out.split_at_mut(l);
+                (
+                    self.acts.a[l - 1].as_slice(),
+                    Some(below[l - 1].as_mut_slice()),
+                )
+            };
+            dense_backward(
+                dx,
+                dweight,
+                dbias,
+                dz,
+                x,
+                weight,
+                batch,
+                shape.inputs,
+                shape.units,
+            );
+            let end = shape.bias_offset + shape.units;
+            if self.grads[shape.weight_offset..end]
+                .iter()
+                .any(|g| !g.is_finite())
+            {
+                return Err(non_finite(Phase::Backward, l));
+            }
+        }
+        Ok(())
+    }
+
+    fn first_non_finite_layer(&self, values: &[f32]) -> Option<usize> {
+        self.layout.layers.iter().position(|l| {
+            values[l.weight_offset..l.bias_offset + l.units]
+                .iter()
+                .any(|v| !v.is_finite())
+        })
+    }
+
+    /// Mean loss (and accuracy for classification) over `table`, in one
+    /// pass, without touching the training state.
+    pub fn evaluate(&self, table: &Table) -> Option<Evaluation> {
+        let rows = table.rows();
+        if rows == 0 {
+            return None;
+        }
+        let e = &self.experiment;
+        let mut acts = Activations::new(&self.layout, rows);
+        forward_pass(&mut acts, &self.params, &table.inputs, &self.layout, e);
+        let outputs = e.outputs();
+        let y = acts.output();
+        let loss = loss_forward(y, &table.targets, e.loss, rows, outputs);
+        let accuracy = accuracy(y, &table.targets, e, rows);
+        Some(Evaluation { loss, accuracy })
+    }
+
+    /// Network outputs for `inputs` (rows, I): (rows, O).
+    pub fn predict(&self, inputs: &[f32]) -> Vec<f32> {
+        let rows = inputs.len() / self.experiment.model.inputs.max(1);
+        let mut acts = Activations::new(&self.layout, rows);
+        forward_pass(
+            &mut acts,
+            &self.params,
+            inputs,
+            &self.layout,
+            &self.experiment,
+        );
+        acts.output().to_vec()
+    }
+}
+
+/// Fraction of rows classified right: argmax for cross_entropy, logit > 0
+/// for bce, sign for mse on ±1 classes. None for regression.
+fn accuracy(y: &[f32], targets: &[f32], e: &Experiment, rows: usize) -> Option<f32> {
+    if e.data.source.is_regression()
+        || (e.data.source == crate::experiment::DataSource::Csv && e.loss == Loss::Mse)
+    {
+        return None;
+    }
+    let outputs = e.outputs();
+    let correct = (0..rows)
+        .filter(|&b| {
+            let row = &y[b * outputs..(b + 1) * outputs];
+            let t = &targets[b * targets.len() / rows..];
+            match e.loss {
+                Loss::CrossEntropy => {
+                    let best = row
+                        .iter()
+                        .enumerate()
+                        .fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
+                    best == t[0] as usize
+                }
+                Loss::BceWithLogits => row.iter().zip(t).all(|(&v, &t)| (v > 0.0) == (t > 0.5)),
+                Loss::Mse => (row[0] > 0.0) == (t[0] > 0.0),
+            }
+        })
+        .count();
+    Some(correct as f32 / rows as f32)
+}
+
+fn ms(a: Instant, b: Instant) -> f64 {
+    (b - a).as_secs_f64() * 1e3
+}
+
+fn non_finite(phase: Phase, layer: usize) -> Error {
+    let kept = if phase == Phase::Optimizer {
+        "the update already applied: restore the last good checkpoint"
+    } else {
+        "parameters and optimizer state kept from before this step"
+    };
+    Error::NonFinite(format!(
+        "first NaN/Inf in layer {layer} during {phase}; {kept}"
+    ))
+}

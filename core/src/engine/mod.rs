@@ -1,0 +1,89 @@
+//! Training engines. The CPU engine is the reference every other backend
+//! is checked against; all share `TrainState` (what a checkpoint holds)
+//! and `StepMetrics` (what one optimizer step reports).
+
+mod cpu;
+mod forward;
+
+pub use cpu::CpuEngine;
+pub use forward::{forward_pass, Activations};
+
+use serde::{Deserialize, Serialize};
+
+use crate::data::DataPosition;
+use crate::experiment::Experiment;
+use crate::optim::OptimizerState;
+
+/// Everything a run is: restoring it into any engine continues the run
+/// exactly where it was.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainState {
+    pub experiment: Experiment,
+    pub params: Vec<f32>, // (P)
+    pub optimizer: OptimizerState,
+    pub data_position: DataPosition,
+}
+
+impl TrainState {
+    /// Optimizer steps taken.
+    pub fn step(&self) -> u64 {
+        self.optimizer.step
+    }
+}
+
+/// Milliseconds spent in each phase of one optimizer step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTimes {
+    pub data_ms: f64,
+    pub forward_ms: f64,
+    pub backward_ms: f64,
+    pub optimizer_ms: f64,
+    pub checkpoint_ms: f64,
+    pub logging_ms: f64,
+}
+
+/// What one optimizer step reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepMetrics {
+    /// 0-based index of this optimizer step.
+    pub step: u64,
+    /// Data loss, mean over this step's micro-batches, before the update.
+    pub loss: f32,
+    /// Global gradient L2 norm before clipping.
+    pub grad_norm: f32,
+    /// Learning rate this step used.
+    pub lr: f64,
+    /// Whether clipping scaled the gradients down.
+    pub clipped: bool,
+    #[serde(flatten)]
+    pub phases: PhaseTimes,
+}
+
+/// Where training phases are, for reporting the first non-finite value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Forward,
+    Loss,
+    Backward,
+    Optimizer,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            Phase::Forward => "forward",
+            Phase::Loss => "loss",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+        };
+        f.write_str(name)
+    }
+}
+
+/// Mean loss and, for classification, accuracy over a table.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub loss: f32,
+    pub accuracy: Option<f32>,
+}

@@ -1,0 +1,34 @@
+//! The one error type of the core. Every message names what is wrong, so a
+//! user can fix a config, CSV or checkpoint without reading the code.
+
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum Error {
+    /// The experiment JSON could not be parsed, or a field has a bad value.
+    #[error("experiment: {0}")]
+    Experiment(String),
+    /// A CSV file is malformed; the message names the line and column.
+    #[error("csv: {0}")]
+    Csv(String),
+    /// A checkpoint or weights file was refused; nothing was loaded.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+    /// Training produced a NaN or Inf.
+    #[error("non-finite value: {0}")]
+    NonFinite(String),
+    /// A GPU (wgpu) error: validation, out of memory, device loss.
+    #[error("gpu: {0}")]
+    Gpu(String),
+    /// An I/O error while reading or writing a file.
+    #[error("io: {0}")]
+    Io(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<std::io::Error> for Error {
+    fn from(err: std::io::Error) -> Self {
+        Error::Io(err.to_string())
+    }
+}

@@ -1,0 +1,329 @@
+//! The experiment: one JSON object that the page builds, shares in its URL,
+//! stores in every checkpoint, and the CLI reads. Documented field by field
+//! in `docs/experiment.md`.
+//!
+//! Parsing is strict: an unknown field or value is an error that names it,
+//! so a typo never silently trains something else. `validate` then checks
+//! every value against its range and against the other fields.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Largest width of any layer (inputs included): keeps a typo such as
+/// `"units": 1600000` from allocating gigabytes in the browser.
+pub const MAX_UNITS: usize = 4096;
+pub const MAX_LAYERS: usize = 16;
+pub const MAX_BATCH: usize = 65_536;
+pub const MAX_SAMPLES: usize = 100_000;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    #[serde(default)]
+    pub seed: u64,
+    pub model: ModelSpec,
+    pub loss: Loss,
+    pub optimizer: OptimizerSpec,
+    #[serde(default)]
+    pub schedule: Schedule,
+    pub batch_size: usize,
+    #[serde(default = "one")]
+    pub grad_accumulation: usize,
+    #[serde(default)]
+    pub clip_grad_norm: Option<f64>,
+    #[serde(default)]
+    pub regularization: Option<Regularization>,
+    pub data: DataSpec,
+}
+
+fn one() -> usize {
+    1
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    pub inputs: usize,
+    pub layers: Vec<LayerSpec>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerSpec {
+    pub units: usize,
+    pub activation: Activation,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    Linear,
+    Relu,
+    LeakyRelu,
+    Tanh,
+    Sigmoid,
+    GeluTanh,
+    Silu,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Loss {
+    Mse,
+    BceWithLogits,
+    CrossEntropy,
+}
+
+/// Optimizers as in `torch.optim` (LAMB as `optax.lamb`). Left-out
+/// hyperparameters take the library's defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OptimizerSpec {
+    Sgd {
+        #[serde(default = "lr_default")]
+        lr: f64,
+        #[serde(default)]
+        momentum: f64,
+        #[serde(default)]
+        dampening: f64,
+        #[serde(default)]
+        nesterov: bool,
+        #[serde(default)]
+        weight_decay: f64,
+    },
+    Adam {
+        #[serde(default = "lr_default")]
+        lr: f64,
+        #[serde(default = "betas_default")]
+        betas: [f64; 2],
+        #[serde(default = "eps_adam")]
+        eps: f64,
+        #[serde(default)]
+        weight_decay: f64,
+    },
+    Adamw {
+        #[serde(default = "lr_default")]
+        lr: f64,
+        #[serde(default = "betas_default")]
+        betas: [f64; 2],
+        #[serde(default = "eps_adam")]
+        eps: f64,
+        #[serde(default = "wd_adamw")]
+        weight_decay: f64,
+    },
+    Lamb {
+        #[serde(default = "lr_default")]
+        lr: f64,
+        #[serde(default = "betas_default")]
+        betas: [f64; 2],
+        #[serde(default = "eps_lamb")]
+        eps: f64,
+        #[serde(default)]
+        weight_decay: f64,
+    },
+}
+
+fn lr_default() -> f64 {
+    1e-3
+}
+fn betas_default() -> [f64; 2] {
+    [0.9, 0.999]
+}
+fn eps_adam() -> f64 {
+    1e-8
+}
+fn eps_lamb() -> f64 {
+    1e-6
+}
+fn wd_adamw() -> f64 {
+    1e-2
+}
+
+impl OptimizerSpec {
+    pub fn lr(&self) -> f64 {
+        match *self {
+            OptimizerSpec::Sgd { lr, .. }
+            | OptimizerSpec::Adam { lr, .. }
+            | OptimizerSpec::Adamw { lr, .. }
+            | OptimizerSpec::Lamb { lr, .. } => lr,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            OptimizerSpec::Sgd { .. } => "sgd",
+            OptimizerSpec::Adam { .. } => "adam",
+            OptimizerSpec::Adamw { .. } => "adamw",
+            OptimizerSpec::Lamb { .. } => "lamb",
+        }
+    }
+
+    /// How many parameter-sized state buffers the optimizer keeps:
+    /// SGD with momentum one, Adam/AdamW/LAMB two (`exp_avg`, `exp_avg_sq`).
+    pub fn state_copies(&self) -> usize {
+        match *self {
+            OptimizerSpec::Sgd { momentum, .. } => usize::from(momentum != 0.0),
+            _ => 2,
+        }
+    }
+}
+
+/// Learning-rate schedules; `t` is the 0-based optimizer step.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Schedule {
+    #[default]
+    Constant,
+    WarmupCosine {
+        #[serde(default)]
+        warmup_steps: u64,
+        total_steps: u64,
+        #[serde(default)]
+        min_lr: f64,
+    },
+    WarmupLinear {
+        #[serde(default)]
+        warmup_steps: u64,
+        total_steps: u64,
+        #[serde(default)]
+        min_lr: f64,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Regularization {
+    pub kind: RegularizationKind,
+    pub rate: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegularizationKind {
+    L1,
+    L2,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSpec {
+    pub source: DataSource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_fraction: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<Vec<Feature>>,
+    #[serde(default = "yes")]
+    pub shuffle: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+pub const DEFAULT_SAMPLES: usize = 500;
+pub const DEFAULT_NOISE: f64 = 0.0;
+pub const DEFAULT_TRAIN_FRACTION: f64 = 0.5;
+pub const DEFAULT_FEATURES: [Feature; 2] = [Feature::X1, Feature::X2];
+
+impl DataSpec {
+    pub fn samples(&self) -> usize {
+        self.samples.unwrap_or(DEFAULT_SAMPLES)
+    }
+    pub fn noise(&self) -> f64 {
+        self.noise.unwrap_or(DEFAULT_NOISE)
+    }
+    pub fn train_fraction(&self) -> f64 {
+        self.train_fraction.unwrap_or(DEFAULT_TRAIN_FRACTION)
+    }
+    pub fn features(&self) -> Vec<Feature> {
+        self.features
+            .clone()
+            .unwrap_or_else(|| DEFAULT_FEATURES.to_vec())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataSource {
+    Circle,
+    Xor,
+    Gauss,
+    Spiral,
+    RegPlane,
+    RegGauss,
+    Csv,
+}
+
+impl DataSource {
+    pub fn is_regression(self) -> bool {
+        matches!(self, DataSource::RegPlane | DataSource::RegGauss)
+    }
+}
+
+/// Input features of the built-in 2-D datasets, as TensorFlow Playground's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Feature {
+    #[serde(rename = "x1")]
+    X1,
+    #[serde(rename = "x2")]
+    X2,
+    #[serde(rename = "x1_sq")]
+    X1Squared,
+    #[serde(rename = "x2_sq")]
+    X2Squared,
+    #[serde(rename = "x1_x2")]
+    X1TimesX2,
+    #[serde(rename = "sin_x1")]
+    SinX1,
+    #[serde(rename = "sin_x2")]
+    SinX2,
+}
+
+impl Feature {
+    pub fn eval(self, x1: f64, x2: f64) -> f64 {
+        match self {
+            Feature::X1 => x1,
+            Feature::X2 => x2,
+            Feature::X1Squared => x1 * x1,
+            Feature::X2Squared => x2 * x2,
+            Feature::X1TimesX2 => x1 * x2,
+            Feature::SinX1 => x1.sin(),
+            Feature::SinX2 => x2.sin(),
+        }
+    }
+}
+
+impl Experiment {
+    /// Parses and validates; the error names the field and its position.
+    pub fn from_json(text: &str) -> Result<Experiment> {
+        let experiment: Experiment =
+            serde_json::from_str(text).map_err(|e| Error::Experiment(e.to_string()))?;
+        experiment.validate()?;
+        Ok(experiment)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("an experiment always serialises")
+    }
+
+    /// Units of the output layer.
+    pub fn outputs(&self) -> usize {
+        self.model.layers.last().map_or(0, |l| l.units)
+    }
+
+    /// Widths of every layer boundary: inputs, then each layer's units.
+    pub fn widths(&self) -> Vec<usize> {
+        std::iter::once(self.model.inputs)
+            .chain(self.model.layers.iter().map(|l| l.units))
+            .collect()
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        crate::validate::experiment(self)
+    }
+}

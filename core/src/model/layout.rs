@@ -1,0 +1,104 @@
+//! Flat parameter memory (STYLE rule 6): all weights and biases live in one
+//! `Vec<f32>` of P elements; gradients and optimizer moments use the same
+//! layout, so the optimizer is one loop and zeroing the gradients a fill.
+//!
+//! Layer l with I inputs and O units owns `weight` (O, I) row-major at
+//! `weight_offset` followed directly by `bias` (O).
+
+use crate::experiment::Experiment;
+use crate::rng::{stream, Rng};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerShape {
+    pub inputs: usize,
+    pub units: usize,
+    pub weight_offset: usize,
+    pub bias_offset: usize,
+}
+
+/// One named tensor in the flat buffer, named as PyTorch would name a
+/// `ModuleList` called `layers`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub offset: usize,
+    pub len: usize,
+    /// Weights get L1/L2 regularization; biases do not.
+    pub is_weight: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub layers: Vec<LayerShape>,
+    pub parameter_count: usize, // P
+}
+
+impl Layout {
+    pub fn new(experiment: &Experiment) -> Layout {
+        let widths = experiment.widths();
+        let mut offset = 0;
+        let layers = widths
+            .windows(2)
+            .map(|w| {
+                let (inputs, units) = (w[0], w[1]);
+                let shape = LayerShape {
+                    inputs,
+                    units,
+                    weight_offset: offset,
+                    bias_offset: offset + units * inputs,
+                };
+                offset += units * inputs + units;
+                shape
+            })
+            .collect();
+        Layout {
+            layers,
+            parameter_count: offset,
+        }
+    }
+
+    /// Every tensor in buffer order: `layers.{i}.weight`, `layers.{i}.bias`.
+    pub fn tensors(&self) -> Vec<TensorInfo> {
+        self.layers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| {
+                [
+                    TensorInfo {
+                        name: format!("layers.{i}.weight"),
+                        shape: vec![l.units, l.inputs],
+                        offset: l.weight_offset,
+                        len: l.units * l.inputs,
+                        is_weight: true,
+                    },
+                    TensorInfo {
+                        name: format!("layers.{i}.bias"),
+                        shape: vec![l.units],
+                        offset: l.bias_offset,
+                        len: l.units,
+                        is_weight: false,
+                    },
+                ]
+            })
+            .collect()
+    }
+}
+
+/// PyTorch `nn.Linear` default initialisation: `kaiming_uniform_(a=√5)`
+/// for the weight gives bound gain·√(3/fan_in) with gain = √(2/(1+5)),
+/// i.e. 1/√I; the bias is uniform in ±1/√I too
+/// (<https://pytorch.org/docs/stable/generated/torch.nn.Linear.html>).
+/// Drawn layer by layer, weight then bias, from the seed's init stream.
+pub fn init_parameters(layout: &Layout, seed: u64) -> Vec<f32> {
+    let mut rng = Rng::new(seed, stream::INIT);
+    let mut params = vec![0.0f32; layout.parameter_count];
+    for layer in &layout.layers {
+        let bound = 1.0 / (layer.inputs as f64).sqrt();
+        let end = layer.bias_offset + layer.units;
+        for p in &mut params[layer.weight_offset..end] {
+            *p = rng.uniform(-bound, bound) as f32;
+        }
+    }
+    params
+}

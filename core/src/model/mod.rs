@@ -1,0 +1,14 @@
+//! The network: dense layers with an activation each, the losses, and
+//! regularization. Each op is a `_forward` / `_backward` pair in one file.
+
+mod activation;
+mod dense;
+mod layout;
+mod loss;
+mod regularization;
+
+pub use activation::{activation_backward, activation_forward};
+pub use dense::{dense_backward, dense_forward};
+pub use layout::{init_parameters, LayerShape, Layout, TensorInfo};
+pub use loss::{loss_backward, loss_forward};
+pub use regularization::{regularization_backward, regularization_forward};

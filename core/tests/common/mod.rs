@@ -1,0 +1,45 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use stepscope_core::data::Dataset;
+use stepscope_core::{CpuEngine, Experiment};
+
+/// A small experiment; `patch` is merged over the defaults (JSON object).
+pub fn experiment(patch: serde_json::Value) -> Experiment {
+    let mut base = serde_json::json!({
+        "seed": 7,
+        "model": {"inputs": 2, "layers": [
+            {"units": 8, "activation": "tanh"},
+            {"units": 1, "activation": "linear"}]},
+        "loss": "bce_with_logits",
+        "optimizer": {"kind": "adamw", "lr": 0.01},
+        "batch_size": 16,
+        "data": {"source": "spiral", "samples": 200, "noise": 0.1, "train_fraction": 0.8}
+    });
+    merge(&mut base, patch);
+    Experiment::from_json(&base.to_string()).expect("test experiment is valid")
+}
+
+fn merge(base: &mut serde_json::Value, patch: serde_json::Value) {
+    match (base, patch) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_object()
+                    && b.get(k.as_str()).is_some_and(|x| x.is_object())
+                    && k != "optimizer"
+                    && k != "schedule"
+                {
+                    merge(b.get_mut(k.as_str()).unwrap(), v);
+                } else {
+                    b.insert(k, v);
+                }
+            }
+        }
+        (b, p) => *b = p,
+    }
+}
+
+pub fn engine(e: &Experiment) -> CpuEngine {
+    let data = Dataset::load(e, None).unwrap();
+    CpuEngine::new(e, data).unwrap()
+}
