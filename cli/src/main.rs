@@ -1,1 +1,82 @@
-fn main() {}
+//! `stepscope`: runs Stepscope experiments natively.
+//!
+//! Every failure is one line on stderr, `stepscope: error: …`, with exit
+//! status 2 for bad arguments or files and 1 for a run that failed while
+//! training (a NaN/Inf). No partial output file is left behind.
+
+mod args;
+mod files;
+mod inspect;
+mod train;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage:
+  stepscope train --config FILE [--init FILE] [--data FILE] [--steps N] [--backend cpu]
+                  [--out FILE] [--metrics FILE] [--checkpoint-every N]
+  stepscope inspect FILE";
+
+/// Prints a line to stdout; a closed pipe (`stepscope inspect F | head`)
+/// is not an error worth a panic.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// A failure and its exit status.
+pub struct Failure {
+    pub message: String,
+    pub status: u8,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            status: 2,
+        }
+    }
+}
+
+impl From<stepscope_core::Error> for Failure {
+    fn from(err: stepscope_core::Error) -> Failure {
+        let status = if matches!(err, stepscope_core::Error::NonFinite(_)) {
+            1
+        } else {
+            2
+        };
+        Failure {
+            message: err.to_string(),
+            status,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let result = match argv.first().map(String::as_str) {
+        Some("train") => args::TrainArgs::parse(&argv[1..]).and_then(|a| train::run(&a)),
+        Some("inspect") => match &argv[1..] {
+            [file] => inspect::run(file),
+            _ => Err(Failure::usage("inspect takes exactly one FILE")),
+        },
+        Some("-h" | "--help" | "help") => {
+            say!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(Failure::usage(format!(
+            "unknown command `{other}` (try `stepscope --help`)"
+        ))),
+        None => Err(Failure::usage("no command given (try `stepscope --help`)")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("stepscope: error: {}", failure.message.replace('\n', " "));
+            ExitCode::from(failure.status)
+        }
+    }
+}

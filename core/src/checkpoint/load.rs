@@ -233,7 +233,7 @@ pub fn read_file_info(bytes: &[u8]) -> Result<FileInfo> {
         .into_iter()
         .map(|(name, view)| (name, format!("{:?}", view.dtype()), view.shape().to_vec()))
         .collect();
-    tensors.sort_by(|a, b| natural_key(&a.0).cmp(&natural_key(&b.0)));
+    tensors.sort_by_key(|t| natural_key(&t.0));
     Ok(FileInfo { metadata, tensors })
 }
 

@@ -28,11 +28,7 @@ pub struct Table {
 
 impl Table {
     pub fn rows(&self) -> usize {
-        if self.input_width == 0 {
-            0
-        } else {
-            self.inputs.len() / self.input_width
-        }
+        self.inputs.len().checked_div(self.input_width).unwrap_or(0)
     }
 
     /// Appends row `row` of `self` to `inputs` and `targets`.

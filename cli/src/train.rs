@@ -1,0 +1,188 @@
+//! `stepscope train`: everything is read and checked before any output
+//! file is created; outputs are renamed into place only when complete.
+
+use web_time::Instant;
+
+use stepscope_core::checkpoint::{load_checkpoint, load_weights, read_file_info, save_checkpoint};
+use stepscope_core::data::{DataPosition, Dataset};
+use stepscope_core::experiment::{DataSource, Schedule};
+use stepscope_core::model::{init_parameters, Layout};
+use stepscope_core::optim::OptimizerState;
+use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics, TrainState};
+
+use crate::args::{TrainArgs, DEFAULT_STEPS};
+use crate::files::{self, PendingFile};
+use crate::{say, Failure};
+
+fn read_experiment(path: &str) -> Result<Experiment, Failure> {
+    let text = files::read_text(path, "config")?;
+    Experiment::from_json(&text).map_err(|e| Failure::usage(format!("config `{path}`: {e}")))
+}
+
+/// The run to start from: a fresh one, a fresh one with given initial
+/// weights, or a full checkpoint to resume.
+fn initial_state(args: &TrainArgs) -> Result<TrainState, Failure> {
+    let config = args.config.as_deref().map(read_experiment).transpose()?;
+    let Some(init_path) = args.init.as_deref() else {
+        let experiment = config.expect("parse() requires --config or --init");
+        return Ok(fresh(experiment, None));
+    };
+    let bytes = files::read(init_path, "--init file")?;
+    let context = |e: Error| Failure::usage(format!("--init `{init_path}`: {e}"));
+    let is_checkpoint = read_file_info(&bytes)
+        .map_err(context)?
+        .metadata
+        .contains_key("format");
+    match (config, is_checkpoint) {
+        (config, true) => {
+            let state = load_checkpoint(&bytes).map_err(context)?;
+            if let Some(config) = config {
+                if config != state.experiment {
+                    return Err(Failure::usage(format!(
+                        "--config differs from the experiment stored in checkpoint `{init_path}`; leave out --config to resume it"
+                    )));
+                }
+            }
+            Ok(state)
+        }
+        (Some(experiment), false) => {
+            let params = load_weights(&bytes, &experiment).map_err(context)?;
+            Ok(fresh(experiment, Some(params)))
+        }
+        (None, false) => Err(Failure::usage(format!(
+            "--init `{init_path}` holds weights only, not a Stepscope checkpoint: give --config too"
+        ))),
+    }
+}
+
+fn fresh(experiment: Experiment, params: Option<Vec<f32>>) -> TrainState {
+    let layout = Layout::new(&experiment);
+    TrainState {
+        params: params.unwrap_or_else(|| init_parameters(&layout, experiment.seed)),
+        optimizer: OptimizerState::new(&experiment.optimizer, layout.parameter_count),
+        data_position: DataPosition::start(experiment.seed),
+        experiment,
+    }
+}
+
+fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dataset, Failure> {
+    let csv = match (&args.data, experiment.data.source) {
+        (Some(path), DataSource::Csv) => Some(files::read_text(path, "--data file")?),
+        (None, DataSource::Csv) => {
+            return Err(Failure::usage("the experiment's data.source is \"csv\": give the file with --data FILE"))
+        }
+        (Some(_), source) => {
+            return Err(Failure::usage(format!(
+                "--data is for \"source\": \"csv\", but the experiment uses the built-in {source:?} dataset"
+            )))
+        }
+        (None, _) => None,
+    };
+    let context = |e: Error| match &args.data {
+        Some(path) => Failure::usage(format!("--data `{path}`: {e}")),
+        None => Failure::from(e),
+    };
+    Dataset::load(experiment, csv.as_deref()).map_err(context)
+}
+
+/// Steps to run now: `--steps`, else what the schedule has left, else 100.
+fn steps_to_run(args: &TrainArgs, state: &TrainState) -> u64 {
+    if let Some(steps) = args.steps {
+        return steps;
+    }
+    match state.experiment.schedule {
+        Schedule::WarmupCosine { total_steps, .. } | Schedule::WarmupLinear { total_steps, .. } => {
+            total_steps.saturating_sub(state.step()).max(1)
+        }
+        Schedule::Constant => DEFAULT_STEPS,
+    }
+}
+
+fn metrics_line(m: &StepMetrics) -> String {
+    serde_json::to_string(m).expect("metrics always serialise")
+}
+
+pub fn run(args: &TrainArgs) -> Result<(), Failure> {
+    let state = initial_state(args)?;
+    let data = load_data(args, &state.experiment)?;
+    let mut engine = CpuEngine::from_state(state, data)?;
+    let steps = steps_to_run(args, &engine.state());
+    let mut metrics_file = args
+        .metrics
+        .as_deref()
+        .map(PendingFile::create)
+        .transpose()?;
+
+    let e = engine.experiment().clone();
+    say!(
+        "training {} on {:?} ({} train / {} test rows), {} parameters, {} steps from step {}, backend cpu",
+        e.widths().iter().map(usize::to_string).collect::<Vec<_>>().join("-"),
+        e.data.source,
+        engine.data().train.rows(),
+        engine.data().test.rows(),
+        engine.layout().parameter_count,
+        steps,
+        engine.step_count()
+    );
+    let report_every = (steps / 10).max(1);
+    for i in 0..steps {
+        let mut metrics = match engine.step() {
+            Ok(m) => m,
+            Err(err) => {
+                // The metrics up to the failure are real data: keep them.
+                if let Some(file) = metrics_file.take() {
+                    file.commit()?;
+                }
+                return Err(err.into());
+            }
+        };
+        if let (Some(every), Some(out)) = (args.checkpoint_every, &args.out) {
+            if (metrics.step + 1) % every == 0 {
+                let t = Instant::now();
+                files::write_atomic(out, &save_checkpoint(&engine.state())?)?;
+                metrics.phases.checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
+            }
+        }
+        // Logging: progress report and the metrics record. Its own time is
+        // measured up to the buffered write of the record.
+        let t = Instant::now();
+        if (i + 1) % report_every == 0 || i + 1 == steps {
+            let test = engine
+                .evaluate(&engine.data().test)
+                .map(|ev| format!("  test_loss {:.5}", ev.loss))
+                .unwrap_or_default();
+            say!(
+                "step {:>6}  loss {:.5}  grad_norm {:.4}  lr {:.3e}{test}",
+                metrics.step,
+                metrics.loss,
+                metrics.grad_norm,
+                metrics.lr
+            );
+        }
+        if let Some(file) = metrics_file.as_mut() {
+            metrics.phases.logging_ms = t.elapsed().as_secs_f64() * 1e3;
+            let line = metrics_line(&metrics);
+            file.write_line(&line)?;
+        }
+    }
+    if let Some(out) = &args.out {
+        files::write_atomic(out, &save_checkpoint(&engine.state())?)?;
+        say!("checkpoint written to {out} (step {})", engine.step_count());
+    }
+    if let Some(file) = metrics_file {
+        file.commit()?;
+    }
+    for (name, table) in [
+        ("train", &engine.data().train),
+        ("test", &engine.data().test),
+    ] {
+        if let Some(ev) = engine.evaluate(table) {
+            let accuracy = ev
+                .accuracy
+                .map(|a| format!("  accuracy {:.1}%", a * 100.0))
+                .unwrap_or_default();
+            say!("{name}: loss {:.5}{accuracy}", ev.loss);
+        }
+    }
+    Ok(())
+}
