@@ -40,7 +40,8 @@ impl Activations {
 }
 
 /// Runs every layer on `inputs` (rows, I). Returns the index of the first
-/// layer whose output holds a NaN or Inf, if any.
+/// layer whose pre-activation or output holds a NaN or Inf, if any (a
+/// saturating activation would hide an overflowed pre-activation).
 pub fn forward_pass(
     acts: &mut Activations,
     params: &[f32],
@@ -69,7 +70,9 @@ pub fn forward_pass(
             &acts.z[l],
             experiment.model.layers[l].activation,
         );
-        if first_non_finite.is_none() && after[0].iter().any(|v| !v.is_finite()) {
+        if first_non_finite.is_none()
+            && (acts.z[l].iter().any(|v| !v.is_finite()) || after[0].iter().any(|v| !v.is_finite()))
+        {
             first_non_finite = Some(l);
         }
     }

@@ -1,0 +1,17 @@
+//! The GPU engine: WGSL kernels (`shaders/`, one per file, named as their
+//! CPU twins) run through wgpu: WebGPU in the browser, Vulkan/Metal/DX12
+//! natively.
+//!
+//! Set up once per (model, batch size): buffers, pipelines and bind groups.
+//! A training step is one submit (or K steps per submit); only small
+//! statistics are read back, asynchronously.
+
+mod context;
+pub mod harness;
+mod kernels;
+pub mod params;
+mod readback;
+
+pub use context::GpuContext;
+pub use kernels::Kernel;
+pub use readback::read_buffer;
