@@ -8,20 +8,73 @@ use crate::error::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
     DenseForward,
+    LossForward,
+    LossBackward,
+    ActivationBackward,
+    DenseBackwardInput,
+    DenseBackwardWeight,
+    BiasBackward,
+    GatherRows,
+    Advance,
+    RegularizationBackward,
+    GradNorm,
+    ClipGradNorm,
+    SgdStep,
+    AdamStep,
+    LambMoments,
+    LambStep,
+    TensorStats,
+    FmaPeak,
 }
 
 impl Kernel {
-    pub const ALL: &'static [Kernel] = &[Kernel::DenseForward];
+    pub const ALL: &'static [Kernel] = &[
+        Kernel::DenseForward, Kernel::LossForward, Kernel::LossBackward, Kernel::ActivationBackward, Kernel::DenseBackwardInput, Kernel::DenseBackwardWeight, Kernel::BiasBackward, Kernel::GatherRows, Kernel::Advance, Kernel::RegularizationBackward, Kernel::GradNorm, Kernel::ClipGradNorm, Kernel::SgdStep, Kernel::AdamStep, Kernel::LambMoments, Kernel::LambStep, Kernel::TensorStats, Kernel::FmaPeak,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Kernel::DenseForward => "dense_forward",
+            Kernel::LossForward => "loss_forward",
+            Kernel::LossBackward => "loss_backward",
+            Kernel::ActivationBackward => "activation_backward",
+            Kernel::DenseBackwardInput => "dense_backward_input",
+            Kernel::DenseBackwardWeight => "dense_backward_weight",
+            Kernel::BiasBackward => "bias_backward",
+            Kernel::GatherRows => "gather_rows",
+            Kernel::Advance => "advance",
+            Kernel::RegularizationBackward => "regularization_backward",
+            Kernel::GradNorm => "grad_norm",
+            Kernel::ClipGradNorm => "clip_grad_norm",
+            Kernel::SgdStep => "sgd_step",
+            Kernel::AdamStep => "adam_step",
+            Kernel::LambMoments => "lamb_moments",
+            Kernel::LambStep => "lamb_step",
+            Kernel::TensorStats => "tensor_stats",
+            Kernel::FmaPeak => "fma_peak",
         }
     }
 
     pub fn source(self) -> &'static str {
         match self {
             Kernel::DenseForward => include_str!("../../../shaders/dense_forward.wgsl"),
+            Kernel::LossForward => include_str!("../../../shaders/loss_forward.wgsl"),
+            Kernel::LossBackward => include_str!("../../../shaders/loss_backward.wgsl"),
+            Kernel::ActivationBackward => include_str!("../../../shaders/activation_backward.wgsl"),
+            Kernel::DenseBackwardInput => include_str!("../../../shaders/dense_backward_input.wgsl"),
+            Kernel::DenseBackwardWeight => include_str!("../../../shaders/dense_backward_weight.wgsl"),
+            Kernel::BiasBackward => include_str!("../../../shaders/bias_backward.wgsl"),
+            Kernel::GatherRows => include_str!("../../../shaders/gather_rows.wgsl"),
+            Kernel::Advance => include_str!("../../../shaders/advance.wgsl"),
+            Kernel::RegularizationBackward => include_str!("../../../shaders/regularization_backward.wgsl"),
+            Kernel::GradNorm => include_str!("../../../shaders/grad_norm.wgsl"),
+            Kernel::ClipGradNorm => include_str!("../../../shaders/clip_grad_norm.wgsl"),
+            Kernel::SgdStep => include_str!("../../../shaders/sgd_step.wgsl"),
+            Kernel::AdamStep => include_str!("../../../shaders/adam_step.wgsl"),
+            Kernel::LambMoments => include_str!("../../../shaders/lamb_moments.wgsl"),
+            Kernel::LambStep => include_str!("../../../shaders/lamb_step.wgsl"),
+            Kernel::TensorStats => include_str!("../../../shaders/tensor_stats.wgsl"),
+            Kernel::FmaPeak => include_str!("../../../shaders/fma_peak.wgsl"),
         }
     }
 }

@@ -48,3 +48,212 @@ pub const PHASE_FORWARD: u32 = 1;
 pub const PHASE_LOSS: u32 = 2;
 pub const PHASE_BACKWARD: u32 = 3;
 pub const PHASE_OPTIMIZER: u32 = 4;
+
+/// Rows of the per-step statistics buffer `stats`: 4 f32 per step of a
+/// submit: [loss sum over micro-batches, grad_norm, clipped (1/0), unused].
+pub const STEP_STATS_STRIDE: usize = 4;
+
+/// A tensor's range in the flat buffer (`array<TensorRange>` in WGSL).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct TensorRange {
+    pub offset: u32,
+    pub len: u32,
+}
+
+/// End (exclusive) of each layer's parameters in the flat buffer, as
+/// WGSL `array<vec4<u32>, 4>`: element l sits at `[l / 4][l % 4]`. Lets an
+/// elementwise optimizer name the layer of a non-finite parameter.
+pub type LayerEnds = [[u32; 4]; 4];
+
+/// `shaders/loss_forward.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct LossForwardParams {
+    pub batch: u32,
+    pub outputs: u32,
+    pub loss: u32,
+    pub target_width: u32,
+    pub layer: u32,
+    pub _pad: [u32; 3],
+}
+
+/// `shaders/loss_backward.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct LossBackwardParams {
+    pub batch: u32,
+    pub outputs: u32,
+    pub loss: u32,
+    pub target_width: u32,
+    pub scale: f32,
+    pub _pad: [u32; 3],
+}
+
+/// `shaders/activation_backward.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct ActivationBackwardParams {
+    pub count: u32,
+    pub activation: u32,
+    pub _pad: [u32; 2],
+}
+
+/// `shaders/dense_backward_input.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct DenseBackwardInputParams {
+    pub batch: u32,
+    pub inputs: u32,
+    pub units: u32,
+    pub weight_offset: u32,
+}
+
+/// `shaders/dense_backward_weight.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct DenseBackwardWeightParams {
+    pub batch: u32,
+    pub inputs: u32,
+    pub units: u32,
+    pub weight_offset: u32,
+    pub layer: u32,
+    pub _pad: [u32; 3],
+}
+
+/// `shaders/bias_backward.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct BiasBackwardParams {
+    pub batch: u32,
+    pub units: u32,
+    pub bias_offset: u32,
+    pub layer: u32,
+}
+
+/// `shaders/gather_rows.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct GatherRowsParams {
+    pub batch: u32,
+    pub inputs: u32,
+    pub target_width: u32,
+    pub _pad: u32,
+}
+
+/// `shaders/advance.wgsl`: which counter of `flags` to increment.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct AdvanceParams {
+    /// 1: the step counter flags[1] (and reset flags[2] is not done: micro
+    /// counts across the submit); 2: the micro-batch counter flags[2].
+    pub counter: u32,
+    pub _pad: [u32; 3],
+}
+
+/// `shaders/regularization_backward.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct RegularizationBackwardParams {
+    pub offset: u32,
+    pub len: u32,
+    /// 0 l1, 1 l2
+    pub kind: u32,
+    pub rate: f32,
+}
+
+/// `shaders/grad_norm.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct GradNormParams {
+    pub n_tensors: u32,
+    pub _pad: [u32; 3],
+}
+
+/// `shaders/clip_grad_norm.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct ClipGradNormParams {
+    pub count: u32,
+    pub n_tensors: u32,
+    pub max_norm: f32,
+    /// 0: only record the norm; 1: also clip.
+    pub clip_enabled: u32,
+}
+
+/// `shaders/sgd_step.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct SgdStepParams {
+    pub count: u32,
+    pub momentum: f32,
+    pub one_minus_dampening: f32,
+    pub nesterov: u32,
+    pub weight_decay: f32,
+    pub use_momentum: u32,
+    pub n_layers: u32,
+    pub _pad: u32,
+    pub layer_ends: LayerEnds,
+}
+
+/// `shaders/adam_step.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct AdamStepParams {
+    pub count: u32,
+    pub one_minus_beta1: f32,
+    pub beta2: f32,
+    pub one_minus_beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    /// 1 for AdamW's decoupled decay, 0 for Adam's.
+    pub decoupled: u32,
+    pub n_layers: u32,
+    pub layer_ends: LayerEnds,
+}
+
+/// `shaders/lamb_moments.wgsl` and `shaders/lamb_step.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct LambParams {
+    pub n_tensors: u32,
+    pub beta1: f32,
+    pub one_minus_beta1: f32,
+    pub beta2: f32,
+    pub one_minus_beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    pub _pad: u32,
+}
+
+/// `shaders/tensor_stats.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct TensorStatsParams {
+    pub offset: u32,
+    pub len: u32,
+    pub out_offset: u32,
+    pub _pad: u32,
+}
+
+/// Floats per region written by `tensor_stats`: mean, std, min, max,
+/// non-finite count, 3 unused, then `HISTOGRAM_BINS` counts.
+pub const HISTOGRAM_BINS: usize = 32;
+pub const TENSOR_STATS_STRIDE: usize = 8 + HISTOGRAM_BINS;
+
+/// `shaders/fma_peak.wgsl`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct FmaPeakParams {
+    pub iterations: u32,
+    pub _pad: [u32; 3],
+}
+
+/// Workgroups for an elementwise kernel over `count` items with 256
+/// invocations each, as a 2-D grid so that counts past 65535·256 fit:
+/// the kernel's index is `(wid.y · num_workgroups.x + wid.x) · 256 + lid.x`.
+pub fn elementwise_grid(count: usize) -> [u32; 3] {
+    let groups = count.div_ceil(256).max(1);
+    let x = groups.min(65_535);
+    [x as u32, groups.div_ceil(x) as u32, 1]
+}

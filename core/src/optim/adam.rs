@@ -2,6 +2,8 @@
 //! (<https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html>),
 //! following the single-tensor code path operation by operation.
 
+use super::StepScalars;
+
 /// torch's `lerp`: a + w·(b − a) for w < 0.5, else b − (b − a)·(1 − w).
 fn lerp(a: f32, b: f32, w: f32) -> f32 {
     if w < 0.5 {
@@ -11,7 +13,7 @@ fn lerp(a: f32, b: f32, w: f32) -> f32 {
     }
 }
 
-/// One step; `step` is 1-based (after the increment). `decoupled` selects
+/// One step. `decoupled` selects
 /// AdamW's decay p ← p·(1 − lr·λ) instead of Adam's g ← g + λ·p.
 #[allow(clippy::too_many_arguments)]
 pub fn adam_step(
@@ -19,20 +21,17 @@ pub fn adam_step(
     exp_avg: &mut [f32],
     exp_avg_sq: &mut [f32],
     grads: &[f32],
-    lr: f64,
+    scalars: &StepScalars,
     betas: [f64; 2],
     eps: f64,
     weight_decay: f64,
     decoupled: bool,
-    step: u64,
 ) {
     let [beta1, beta2] = betas;
-    // Bias corrections in f64, as torch computes them from Python floats.
-    let bias_correction1 = 1.0 - beta1.powi(step as i32);
-    let bias_correction2 = 1.0 - beta2.powi(step as i32);
-    let neg_step_size = (-(lr / bias_correction1)) as f32;
-    let bias_correction2_sqrt = bias_correction2.sqrt() as f32;
-    let decay = (1.0 - lr * weight_decay) as f32;
+    // Bias corrections come in f64-computed, as torch's Python floats.
+    let neg_step_size = scalars.neg_step_size;
+    let bias_correction2_sqrt = scalars.bias_correction2_sqrt;
+    let decay = scalars.decay;
     let (wd, eps) = (weight_decay as f32, eps as f32);
     let (one_minus_beta1, beta2_f, one_minus_beta2) =
         ((1.0 - beta1) as f32, beta2 as f32, (1.0 - beta2) as f32);

@@ -2,24 +2,24 @@
 //! `optax.lamb` = scale_by_adam → add_decayed_weights → scale_by_trust_ratio
 //! → scale by −lr (<https://optax.readthedocs.io/en/latest/api/optimizers.html#optax.lamb>).
 
-/// One step over one tensor (the trust ratio is per tensor); `step` 1-based.
+use super::StepScalars;
+
+/// One step over one tensor (the trust ratio is per tensor).
 #[allow(clippy::too_many_arguments)]
 pub fn lamb_step(
     params: &mut [f32],
     exp_avg: &mut [f32],
     exp_avg_sq: &mut [f32],
     grads: &[f32],
-    lr: f64,
+    scalars: &StepScalars,
     betas: [f64; 2],
     eps: f64,
     weight_decay: f64,
-    step: u64,
 ) {
     let [beta1, beta2] = betas;
     let (b1, b2) = (beta1 as f32, beta2 as f32);
     let (one_minus_b1, one_minus_b2) = ((1.0 - beta1) as f32, (1.0 - beta2) as f32);
-    let bias_correction1 = (1.0 - beta1.powi(step as i32)) as f32;
-    let bias_correction2 = (1.0 - beta2.powi(step as i32)) as f32;
+    let (bias_correction1, bias_correction2) = (scalars.bias_correction1, scalars.bias_correction2);
     let (eps, wd) = (eps as f32, weight_decay as f32);
     // Pass 1: moments, the update direction r = m̂/(√v̂ + ε) + λ·p, and the
     // squared norms of p and r. r is kept in `grads`' place by recomputing
@@ -46,7 +46,7 @@ pub fn lamb_step(
     } else {
         param_norm / update_norm
     };
-    let neg_lr = (-lr) as f32;
+    let neg_lr = scalars.neg_lr;
     for i in 0..params.len() {
         let r = direction(exp_avg[i], exp_avg_sq[i], params[i]);
         params[i] += neg_lr * (r * ratio);

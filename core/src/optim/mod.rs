@@ -16,6 +16,8 @@ pub use lamb::lamb_step;
 pub use schedule::learning_rate;
 pub use sgd::sgd_step;
 
+use bytemuck::{Pod, Zeroable};
+
 use crate::experiment::OptimizerSpec;
 use crate::model::TensorInfo;
 
@@ -73,6 +75,56 @@ impl OptimizerState {
     }
 }
 
+/// The per-step scalars of an update, computed in f64 from the learning
+/// rate and the 1-based step and rounded to f32 once: the CPU and GPU
+/// optimizers both read them, so they apply identical values. Laid out as
+/// the WGSL `StepScalars` struct.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
+pub struct StepScalars {
+    /// −lr (SGD, LAMB)
+    pub neg_lr: f32,
+    /// −lr / (1 − β1ᵗ) (Adam, AdamW)
+    pub neg_step_size: f32,
+    /// √(1 − β2ᵗ) (Adam, AdamW)
+    pub bias_correction2_sqrt: f32,
+    /// 1 − lr·λ (AdamW's decoupled decay)
+    pub decay: f32,
+    /// 1 − β1ᵗ (LAMB)
+    pub bias_correction1: f32,
+    /// 1 − β2ᵗ (LAMB)
+    pub bias_correction2: f32,
+    /// 1 on the run's first optimizer step (SGD's momentum buffer starts as
+    /// the gradient), else 0.
+    pub first_step: u32,
+    pub _pad: u32,
+}
+
+impl StepScalars {
+    /// `step` is 1-based (torch's `state['step']` after its increment).
+    pub fn new(spec: &OptimizerSpec, lr: f64, step: u64) -> StepScalars {
+        let (beta1, beta2, weight_decay) = match *spec {
+            OptimizerSpec::Sgd { weight_decay, .. } => (0.0, 0.0, weight_decay),
+            OptimizerSpec::Adam { betas, weight_decay, .. }
+            | OptimizerSpec::Adamw { betas, weight_decay, .. }
+            | OptimizerSpec::Lamb { betas, weight_decay, .. } => (betas[0], betas[1], weight_decay),
+        };
+        let t = step.min(i32::MAX as u64) as i32;
+        let bias_correction1 = 1.0 - f64::powi(beta1, t);
+        let bias_correction2 = 1.0 - f64::powi(beta2, t);
+        StepScalars {
+            neg_lr: (-lr) as f32,
+            neg_step_size: (-(lr / bias_correction1)) as f32,
+            bias_correction2_sqrt: bias_correction2.sqrt() as f32,
+            decay: (1.0 - lr * weight_decay) as f32,
+            bias_correction1: bias_correction1 as f32,
+            bias_correction2: bias_correction2 as f32,
+            first_step: u32::from(step == 1),
+            _pad: 0,
+        }
+    }
+}
+
 /// One optimizer step at learning rate `lr`: updates `params` and `state`
 /// from `grads` (already accumulated, regularized and clipped).
 pub fn optimizer_step(
@@ -84,6 +136,8 @@ pub fn optimizer_step(
     tensors: &[TensorInfo],
 ) {
     state.step += 1;
+    let scalars = StepScalars::new(spec, lr, state.step);
+    let s = &scalars;
     match *spec {
         OptimizerSpec::Sgd {
             momentum,
@@ -95,12 +149,11 @@ pub fn optimizer_step(
             params,
             &mut state.momentum_buffer,
             grads,
-            lr,
+            s,
             momentum,
             dampening,
             nesterov,
             weight_decay,
-            state.step,
         ),
         OptimizerSpec::Adam {
             betas,
@@ -112,12 +165,11 @@ pub fn optimizer_step(
             &mut state.exp_avg,
             &mut state.exp_avg_sq,
             grads,
-            lr,
+            s,
             betas,
             eps,
             weight_decay,
             false,
-            state.step,
         ),
         OptimizerSpec::Adamw {
             betas,
@@ -129,12 +181,11 @@ pub fn optimizer_step(
             &mut state.exp_avg,
             &mut state.exp_avg_sq,
             grads,
-            lr,
+            s,
             betas,
             eps,
             weight_decay,
             true,
-            state.step,
         ),
         OptimizerSpec::Lamb {
             betas,
@@ -149,11 +200,10 @@ pub fn optimizer_step(
                     &mut state.exp_avg[range.clone()],
                     &mut state.exp_avg_sq[range.clone()],
                     &grads[range],
-                    lr,
+                    s,
                     betas,
                     eps,
                     weight_decay,
-                    state.step,
                 );
             }
         }

@@ -1,22 +1,23 @@
 //! SGD as `torch.optim.SGD`
 //! (<https://pytorch.org/docs/stable/generated/torch.optim.SGD.html>).
 
-/// `step` is 1-based: on step 1 the momentum buffer starts as the gradient.
+use super::StepScalars;
+
+/// On the first step the momentum buffer starts as the gradient.
 #[allow(clippy::too_many_arguments)]
 pub fn sgd_step(
     params: &mut [f32],
     momentum_buffer: &mut [f32],
     grads: &[f32],
-    lr: f64,
+    scalars: &StepScalars,
     momentum: f64,
     dampening: f64,
     nesterov: bool,
     weight_decay: f64,
-    step: u64,
 ) {
     let (wd, mu) = (weight_decay as f32, momentum as f32);
     let one_minus_dampening = (1.0 - dampening) as f32;
-    let neg_lr = (-lr) as f32;
+    let neg_lr = scalars.neg_lr;
     for i in 0..params.len() {
         let p = params[i];
         // g ← g + λ·p
@@ -26,7 +27,7 @@ pub fn sgd_step(
         }
         if momentum != 0.0 {
             // b ← g on the first step, else b ← μ·b + (1 − τ)·g
-            let b = if step == 1 {
+            let b = if scalars.first_step == 1 {
                 g
             } else {
                 momentum_buffer[i] * mu + one_minus_dampening * g

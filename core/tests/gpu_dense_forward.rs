@@ -1,32 +1,14 @@
 //! Every WGSL kernel against its CPU twin, over awkward sizes. Runs on
 //! whatever adapter wgpu finds (lavapipe in CI); a missing adapter fails.
 
-use std::sync::OnceLock;
+mod gpu_common;
 
+use gpu_common::{ctx, flags, random, BATCHES, SIZES};
 use stepscope_core::experiment::Activation;
 use stepscope_core::gpu::harness::{f32_bytes, run_kernel, to_f32, to_u32, Arg};
 use stepscope_core::gpu::params::*;
-use stepscope_core::gpu::{GpuContext, Kernel};
+use stepscope_core::gpu::Kernel;
 use stepscope_core::model::{activation_forward, dense_forward};
-use stepscope_core::rng::Rng;
-
-fn ctx() -> &'static GpuContext {
-    static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| GpuContext::new_blocking().expect("GPU tests need an adapter (CI installs lavapipe)"))
-}
-
-fn random(n: usize, seed: u64, scale: f64) -> Vec<f32> {
-    let mut rng = Rng::new(seed, 99);
-    (0..n).map(|_| rng.uniform(-scale, scale) as f32).collect()
-}
-
-const SIZES: [usize; 6] = [1, 7, 63, 64, 65, 257];
-/// A batch not divisible by the 64-row tile.
-const BATCHES: [usize; 3] = [1, 33, 100];
-
-fn flags() -> Vec<u8> {
-    bytemuck::cast_slice(&FLAGS_INIT).to_vec()
-}
 
 /// dense_forward against dense_forward + activation_forward. The two sum
 /// the I products in different orders (and the GPU fuses multiply-adds),
