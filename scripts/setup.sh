@@ -15,3 +15,10 @@ fi
 if ! python3 -c 'import numpy, safetensors' >/dev/null 2>&1; then
   python3 -m pip install --quiet numpy safetensors
 fi
+
+# A Vulkan driver for the GPU tests. CI machines have no GPU: Mesa's
+# lavapipe runs Vulkan on the CPU, and the GPU tests run there.
+if ! dpkg -s mesa-vulkan-drivers libvulkan1 >/dev/null 2>&1; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+fi

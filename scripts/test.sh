@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
+# GPU tests use Vulkan (lavapipe on machines without a GPU); naming the
+# backend skips wgpu's GL probing. A GPU test without an adapter fails.
+export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+
 echo "== formatting"
 cargo fmt --all -- --check
 

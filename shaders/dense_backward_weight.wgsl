@@ -1,4 +1,100 @@
-// STUB: dense_backward_weight is not written yet.
-@group(0) @binding(0) var<storage, read_write> out: array<f32>;
-@compute @workgroup_size(1)
-fn main() { out[0] = out[0]; }
+// dense_backward_weight: dweight += dzᵀ·x, accumulated (CPU twin: the dweight part of
+// model::dense_backward): grads[weight_offset + o*I + i] += Σ_b dz[b, o]·x[b, i].
+// Records the first non-finite resulting gradient in `flags`.
+//
+// Bindings (group 0):
+//   0 grads (P)     read_write   flat gradients; dW (O, I) row-major at weight_offset
+//   1 flags (4)     read_write   [0] first non-finite code, [1] step, [2] micro-batch
+//   2 dz    (B, O)  read         gradient with respect to the pre-activations
+//   3 x     (B, I)  read         the layer's inputs (the batch, or the previous layer's a)
+//   4 p     Params  uniform
+// Dispatch: (ceil(I / 64), ceil(O / 64), 1); workgroup 16×16; each invocation computes a
+// 4×4 block of gradients (units lid.y*4.., inputs lid.x*4..). The reduction over the batch
+// runs in K-tiles of 16 rows: 16 rows × 64 units of dz and 16 rows × 64 inputs of x are
+// staged in workgroup memory (coalesced loads), so every loaded value is used 64 times.
+
+struct Params {
+    batch: u32,
+    inputs: u32,
+    units: u32,
+    weight_offset: u32,
+    layer: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> grads: array<f32>;
+@group(0) @binding(1) var<storage, read_write> flags: array<atomic<u32>, 4>;
+@group(0) @binding(2) var<storage, read> dz: array<f32>;
+@group(0) @binding(3) var<storage, read> x: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+
+const TILE: u32 = 64u;
+const KTILE: u32 = 16u;
+const PHASE_BACKWARD: u32 = 3u;
+
+var<workgroup> tile_dz: array<f32, 1024>; // [KTILE][TILE]: tile_dz[k * 64 + unit]
+var<workgroup> tile_x: array<f32, 1024>;  // [KTILE][TILE]: tile_x[k * 64 + input]
+
+fn is_finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+@compute @workgroup_size(16, 16)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let unit0 = wid.y * TILE;
+    let col0 = wid.x * TILE;
+    let tid = lid.y * 16u + lid.x;
+    var acc: array<f32, 16>; // acc[i * 4 + j]: unit unit0 + lid.y*4 + i, input col0 + lid.x*4 + j
+    for (var k0 = 0u; k0 < p.batch; k0 += KTILE) {
+        // 16 rows × 64 columns of each, 4 per invocation; consecutive invocations read
+        // consecutive columns of one row.
+        for (var e = 0u; e < 4u; e++) {
+            let idx = tid + e * 256u;
+            let c = idx % TILE;
+            let k = idx / TILE;
+            let row = k0 + k;
+            var dv = 0.0;
+            if (row < p.batch && unit0 + c < p.units) {
+                dv = dz[row * p.units + unit0 + c];
+            }
+            tile_dz[k * TILE + c] = dv;
+            var xv = 0.0;
+            if (row < p.batch && col0 + c < p.inputs) {
+                xv = x[row * p.inputs + col0 + c];
+            }
+            tile_x[k * TILE + c] = xv;
+        }
+        workgroupBarrier();
+        for (var k = 0u; k < KTILE; k++) {
+            var ds: array<f32, 4>;
+            var xs: array<f32, 4>;
+            for (var i = 0u; i < 4u; i++) {
+                ds[i] = tile_dz[k * TILE + lid.y * 4u + i];
+                xs[i] = tile_x[k * TILE + lid.x * 4u + i];
+            }
+            for (var i = 0u; i < 4u; i++) {
+                for (var j = 0u; j < 4u; j++) {
+                    acc[i * 4u + j] = fma(ds[i], xs[j], acc[i * 4u + j]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let unit = unit0 + lid.y * 4u + i;
+        for (var j = 0u; j < 4u; j++) {
+            let col = col0 + lid.x * 4u + j;
+            if (unit < p.units && col < p.inputs) {
+                let g = p.weight_offset + unit * p.inputs + col;
+                let v = grads[g] + acc[i * 4u + j];
+                grads[g] = v;
+                if (!is_finite(v)) {
+                    let step = atomicLoad(&flags[1]);
+                    atomicMin(&flags[0], (step << 16u) | (PHASE_BACKWARD << 8u) | (15u - p.layer));
+                }
+            }
+        }
+    }
+}

@@ -1,4 +1,109 @@
-// STUB: sgd_step is not written yet.
-@group(0) @binding(0) var<storage, read_write> out: array<f32>;
-@compute @workgroup_size(1)
-fn main() { out[0] = out[0]; }
+// sgd_step: one torch.optim.SGD step over the flat parameters (CPU twin:
+// optim::sgd_step, operation by operation, so results are bit-identical where
+// the driver does not fuse a multiply-add):
+//   g ← g + λ·p                                    (if λ ≠ 0)
+//   b ← g on the first step, else b ← μ·b + (1 − τ)·g   (if momentum)
+//   g ← g + μ·b (nesterov) or g ← b                (if momentum)
+//   p ← p + (−lr)·g;  updates ← p_new − p_old
+// (statistics only: a compiler may fold (p + x) − p into x, the step before p_new's
+// rounding, which is within an ulp of p_new of the difference)
+// The per-step scalars are read at scalars[step], step = flags[1]. A non-finite
+// new parameter records (step << 16) | (4 << 8) | layer in flags[0] (atomicMin),
+// layer = the first l with index < layer_ends[l].
+//
+// Bindings (group 0):
+//   0 params          (P)      read_write
+//   1 momentum_buffer (P)      read_write   used only if use_momentum == 1
+//   2 updates         (P)      read_write   p_new − p_old
+//   3 flags           (4)      read_write   [0] first non-finite code, [1] step
+//   4 grads           (P)      read
+//   5 scalars         (steps)  read         StepScalars of each step of the submit
+//   6 p               Params   uniform
+// Dispatch: elementwise_grid(count); workgroup 256, one parameter per invocation.
+
+struct StepScalars {
+    neg_lr: f32,
+    neg_step_size: f32,
+    bias_correction2_sqrt: f32,
+    decay: f32,
+    bias_correction1: f32,
+    bias_correction2: f32,
+    first_step: u32,
+    _pad: u32,
+}
+
+struct Params {
+    count: u32,
+    momentum: f32,
+    one_minus_dampening: f32,
+    nesterov: u32,
+    weight_decay: f32,
+    use_momentum: u32,
+    n_layers: u32,
+    _pad: u32,
+    layer_ends: array<vec4<u32>, 4>, // layer l ends (exclusive) at [l / 4][l % 4]
+}
+
+@group(0) @binding(0) var<storage, read_write> params: array<f32>;
+@group(0) @binding(1) var<storage, read_write> momentum_buffer: array<f32>;
+@group(0) @binding(2) var<storage, read_write> updates: array<f32>;
+@group(0) @binding(3) var<storage, read_write> flags: array<atomic<u32>, 4>;
+@group(0) @binding(4) var<storage, read> grads: array<f32>;
+@group(0) @binding(5) var<storage, read> scalars: array<StepScalars>;
+@group(0) @binding(6) var<uniform> p: Params;
+
+const PHASE_OPTIMIZER: u32 = 4u;
+
+fn is_finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+fn layer_of(i: u32) -> u32 {
+    for (var l = 0u; l < p.n_layers; l++) {
+        if (i < p.layer_ends[l / 4u][l % 4u]) {
+            return l;
+        }
+    }
+    return max(p.n_layers, 1u) - 1u;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid.x;
+    if (i >= p.count) {
+        return;
+    }
+    // After a NaN/Inf earlier in this submit (flags[0] set by forward or
+    // backward), leave parameters and optimizer state at the last good step.
+    if (atomicLoad(&flags[0]) != 0xFFFFFFFFu) {
+        return;
+    }
+    let step = atomicLoad(&flags[1]);
+    let s = scalars[step];
+    let p_old = params[i];
+    var g = grads[i];
+    if (p.weight_decay != 0.0) {
+        g += p.weight_decay * p_old;
+    }
+    if (p.use_momentum == 1u) {
+        var b: f32;
+        if (s.first_step == 1u) {
+            b = g;
+        } else {
+            b = momentum_buffer[i] * p.momentum + p.one_minus_dampening * g;
+        }
+        momentum_buffer[i] = b;
+        if (p.nesterov == 1u) {
+            g = g + p.momentum * b;
+        } else {
+            g = b;
+        }
+    }
+    let p_new = p_old + s.neg_lr * g;
+    params[i] = p_new;
+    updates[i] = p_new - p_old;
+    if (!is_finite(p_new)) {
+        atomicMin(&flags[0], (step << 16u) | (PHASE_OPTIMIZER << 8u) | layer_of(i));
+    }
+}

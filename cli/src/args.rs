@@ -18,6 +18,7 @@ pub struct TrainArgs {
 pub enum Backend {
     #[default]
     Cpu,
+    Gpu,
 }
 
 /// Default number of steps when neither `--steps` nor a schedule's
@@ -27,9 +28,7 @@ pub const DEFAULT_STEPS: u64 = 100;
 fn positive(flag: &str, value: &str) -> Result<u64, Failure> {
     match value.parse::<u64>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(Failure::usage(format!(
-            "{flag} needs a whole number > 0, got `{value}`"
-        ))),
+        _ => Err(Failure::usage(format!("{flag} needs a whole number > 0, got `{value}`"))),
     }
 }
 
@@ -38,11 +37,7 @@ impl TrainArgs {
         let mut args = TrainArgs::default();
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
-            let mut value = || {
-                it.next()
-                    .cloned()
-                    .ok_or_else(|| Failure::usage(format!("{flag} needs a value")))
-            };
+            let mut value = || it.next().cloned().ok_or_else(|| Failure::usage(format!("{flag} needs a value")));
             match flag.as_str() {
                 "--config" => args.config = Some(value()?),
                 "--init" => args.init = Some(value()?),
@@ -51,32 +46,21 @@ impl TrainArgs {
                 "--backend" => {
                     args.backend = match value()?.as_str() {
                         "cpu" => Backend::Cpu,
-                        other => {
-                            return Err(Failure::usage(format!(
-                                "--backend `{other}` is not one of: cpu"
-                            )))
-                        }
+                        "gpu" => Backend::Gpu,
+                        other => return Err(Failure::usage(format!("--backend `{other}` is not one of: cpu, gpu"))),
                     }
                 }
                 "--out" => args.out = Some(value()?),
                 "--metrics" => args.metrics = Some(value()?),
                 "--checkpoint-every" => args.checkpoint_every = Some(positive(flag, &value()?)?),
-                other => {
-                    return Err(Failure::usage(format!(
-                        "unknown argument `{other}` (try `stepscope --help`)"
-                    )))
-                }
+                other => return Err(Failure::usage(format!("unknown argument `{other}` (try `stepscope --help`)"))),
             }
         }
         if args.config.is_none() && args.init.is_none() {
-            return Err(Failure::usage(
-                "train needs --config FILE (or --init CHECKPOINT to resume)",
-            ));
+            return Err(Failure::usage("train needs --config FILE (or --init CHECKPOINT to resume)"));
         }
         if args.checkpoint_every.is_some() && args.out.is_none() {
-            return Err(Failure::usage(
-                "--checkpoint-every needs --out FILE to write the checkpoints to",
-            ));
+            return Err(Failure::usage("--checkpoint-every needs --out FILE to write the checkpoints to"));
         }
         Ok(args)
     }

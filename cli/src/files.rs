@@ -12,16 +12,12 @@ pub fn read(path: &str, what: &str) -> Result<Vec<u8>, Failure> {
 }
 
 pub fn read_text(path: &str, what: &str) -> Result<String, Failure> {
-    String::from_utf8(read(path, what)?)
-        .map_err(|_| Failure::usage(format!("{what} `{path}` is not UTF-8 text")))
+    String::from_utf8(read(path, what)?).map_err(|_| Failure::usage(format!("{what} `{path}` is not UTF-8 text")))
 }
 
 fn temp_path(path: &str) -> PathBuf {
     let p = Path::new(path);
-    let name = p
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     p.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
@@ -46,19 +42,13 @@ pub struct PendingFile {
 impl PendingFile {
     pub fn create(path: &str) -> Result<PendingFile, Failure> {
         let temp = temp_path(path);
-        let file = fs::File::create(&temp)
-            .map_err(|e| Failure::usage(format!("cannot write `{path}`: {e}")))?;
-        Ok(PendingFile {
-            target: path.to_string(),
-            temp,
-            file: Some(std::io::BufWriter::new(file)),
-        })
+        let file = fs::File::create(&temp).map_err(|e| Failure::usage(format!("cannot write `{path}`: {e}")))?;
+        Ok(PendingFile { target: path.to_string(), temp, file: Some(std::io::BufWriter::new(file)) })
     }
 
     pub fn write_line(&mut self, line: &str) -> Result<(), Failure> {
         let file = self.file.as_mut().expect("not committed yet");
-        writeln!(file, "{line}")
-            .map_err(|e| Failure::usage(format!("cannot write `{}`: {e}", self.target)))
+        writeln!(file, "{line}").map_err(|e| Failure::usage(format!("cannot write `{}`: {e}", self.target)))
     }
 
     pub fn commit(mut self) -> Result<(), Failure> {

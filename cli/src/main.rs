@@ -5,6 +5,7 @@
 //! training (a NaN/Inf). No partial output file is left behind.
 
 mod args;
+mod bench;
 mod files;
 mod inspect;
 mod train;
@@ -12,9 +13,10 @@ mod train;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage:
-  stepscope train --config FILE [--init FILE] [--data FILE] [--steps N] [--backend cpu]
+  stepscope train --config FILE [--init FILE] [--data FILE] [--steps N] [--backend cpu|gpu]
                   [--out FILE] [--metrics FILE] [--checkpoint-every N]
-  stepscope inspect FILE";
+  stepscope inspect FILE
+  stepscope bench [--out FILE]";
 
 /// Prints a line to stdout; a closed pipe (`stepscope inspect F | head`)
 /// is not an error worth a panic.
@@ -34,24 +36,14 @@ pub struct Failure {
 
 impl Failure {
     pub fn usage(message: impl Into<String>) -> Failure {
-        Failure {
-            message: message.into(),
-            status: 2,
-        }
+        Failure { message: message.into(), status: 2 }
     }
 }
 
 impl From<stepscope_core::Error> for Failure {
     fn from(err: stepscope_core::Error) -> Failure {
-        let status = if matches!(err, stepscope_core::Error::NonFinite(_)) {
-            1
-        } else {
-            2
-        };
-        Failure {
-            message: err.to_string(),
-            status,
-        }
+        let status = if matches!(err, stepscope_core::Error::NonFinite(_)) { 1 } else { 2 };
+        Failure { message: err.to_string(), status }
     }
 }
 
@@ -59,6 +51,7 @@ fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let result = match argv.first().map(String::as_str) {
         Some("train") => args::TrainArgs::parse(&argv[1..]).and_then(|a| train::run(&a)),
+        Some("bench") => bench::run(&argv[1..]),
         Some("inspect") => match &argv[1..] {
             [file] => inspect::run(file),
             _ => Err(Failure::usage("inspect takes exactly one FILE")),
@@ -67,9 +60,7 @@ fn main() -> ExitCode {
             say!("{USAGE}");
             Ok(())
         }
-        Some(other) => Err(Failure::usage(format!(
-            "unknown command `{other}` (try `stepscope --help`)"
-        ))),
+        Some(other) => Err(Failure::usage(format!("unknown command `{other}` (try `stepscope --help`)"))),
         None => Err(Failure::usage("no command given (try `stepscope --help`)")),
     };
     match result {

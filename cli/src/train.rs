@@ -5,12 +5,14 @@ use web_time::Instant;
 
 use stepscope_core::checkpoint::{load_checkpoint, load_weights, read_file_info, save_checkpoint};
 use stepscope_core::data::{DataPosition, Dataset};
+use stepscope_core::engine::Engine;
 use stepscope_core::experiment::{DataSource, Schedule};
+use stepscope_core::gpu::GpuContext;
 use stepscope_core::model::{init_parameters, Layout};
 use stepscope_core::optim::OptimizerState;
-use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics, TrainState};
+use stepscope_core::{Error, Experiment, StepMetrics, TrainState};
 
-use crate::args::{TrainArgs, DEFAULT_STEPS};
+use crate::args::{Backend, TrainArgs, DEFAULT_STEPS};
 use crate::files::{self, PendingFile};
 use crate::{say, Failure};
 
@@ -29,10 +31,7 @@ fn initial_state(args: &TrainArgs) -> Result<TrainState, Failure> {
     };
     let bytes = files::read(init_path, "--init file")?;
     let context = |e: Error| Failure::usage(format!("--init `{init_path}`: {e}"));
-    let is_checkpoint = read_file_info(&bytes)
-        .map_err(context)?
-        .metadata
-        .contains_key("format");
+    let is_checkpoint = read_file_info(&bytes).map_err(context)?.metadata.contains_key("format");
     match (config, is_checkpoint) {
         (config, true) => {
             let state = load_checkpoint(&bytes).map_err(context)?;
@@ -105,24 +104,34 @@ fn metrics_line(m: &StepMetrics) -> String {
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let state = initial_state(args)?;
     let data = load_data(args, &state.experiment)?;
-    let mut engine = CpuEngine::from_state(state, data)?;
-    let steps = steps_to_run(args, &engine.state());
-    let mut metrics_file = args
-        .metrics
-        .as_deref()
-        .map(PendingFile::create)
-        .transpose()?;
+    let steps = steps_to_run(args, &state);
+    let gpu = match args.backend {
+        Backend::Cpu => None,
+        Backend::Gpu => Some(std::sync::Arc::new(GpuContext::new_blocking()?)),
+    };
+    let backend_name = match &gpu {
+        Some(ctx) => format!(
+            "gpu: {}{}",
+            ctx.describe(),
+            if ctx.timestamps { "" } else { " (no timestamp queries: coarse phase timing)" }
+        ),
+        None => "cpu".to_string(),
+    };
+    let mut engine = Engine::from_state(state, data, gpu)?;
+    let (train_table, test_table) = (engine.data().train.clone(), engine.data().test.clone());
+    let mut metrics_file = args.metrics.as_deref().map(PendingFile::create).transpose()?;
 
     let e = engine.experiment().clone();
     say!(
-        "training {} on {:?} ({} train / {} test rows), {} parameters, {} steps from step {}, backend cpu",
+        "training {} on {:?} ({} train / {} test rows), {} parameters, {} steps from step {}, backend {}",
         e.widths().iter().map(usize::to_string).collect::<Vec<_>>().join("-"),
         e.data.source,
         engine.data().train.rows(),
         engine.data().test.rows(),
         engine.layout().parameter_count,
         steps,
-        engine.step_count()
+        engine.step_count(),
+        backend_name
     );
     let report_every = (steps / 10).max(1);
     for i in 0..steps {
@@ -139,7 +148,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         if let (Some(every), Some(out)) = (args.checkpoint_every, &args.out) {
             if (metrics.step + 1) % every == 0 {
                 let t = Instant::now();
-                files::write_atomic(out, &save_checkpoint(&engine.state())?)?;
+                files::write_atomic(out, &save_checkpoint(&engine.state()?)?)?;
                 metrics.phases.checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
             }
         }
@@ -147,10 +156,8 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         // measured up to the buffered write of the record.
         let t = Instant::now();
         if (i + 1) % report_every == 0 || i + 1 == steps {
-            let test = engine
-                .evaluate(&engine.data().test)
-                .map(|ev| format!("  test_loss {:.5}", ev.loss))
-                .unwrap_or_default();
+            let test =
+                engine.evaluate(&test_table)?.map(|ev| format!("  test_loss {:.5}", ev.loss)).unwrap_or_default();
             say!(
                 "step {:>6}  loss {:.5}  grad_norm {:.4}  lr {:.3e}{test}",
                 metrics.step,
@@ -166,21 +173,15 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         }
     }
     if let Some(out) = &args.out {
-        files::write_atomic(out, &save_checkpoint(&engine.state())?)?;
+        files::write_atomic(out, &save_checkpoint(&engine.state()?)?)?;
         say!("checkpoint written to {out} (step {})", engine.step_count());
     }
     if let Some(file) = metrics_file {
         file.commit()?;
     }
-    for (name, table) in [
-        ("train", &engine.data().train),
-        ("test", &engine.data().test),
-    ] {
-        if let Some(ev) = engine.evaluate(table) {
-            let accuracy = ev
-                .accuracy
-                .map(|a| format!("  accuracy {:.1}%", a * 100.0))
-                .unwrap_or_default();
+    for (name, table) in [("train", &train_table), ("test", &test_table)] {
+        if let Some(ev) = engine.evaluate(table)? {
+            let accuracy = ev.accuracy.map(|a| format!("  accuracy {:.1}%", a * 100.0)).unwrap_or_default();
             say!("{name}: loss {:.5}{accuracy}", ev.loss);
         }
     }

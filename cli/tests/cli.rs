@@ -14,11 +14,7 @@ const CONFIG: &str = r#"{"seed": 11,
   "data": {"source": "circle", "samples": 120, "noise": 0.05, "train_fraction": 0.75}}"#;
 
 fn stepscope(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stepscope"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("binary runs")
+    Command::new(env!("CARGO_BIN_EXE_stepscope")).args(args).current_dir(dir).output().expect("binary runs")
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -30,10 +26,8 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn files_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     names
 }
@@ -43,23 +37,9 @@ fn train_writes_metrics_and_a_checkpoint_that_resumes_exactly() {
     let dir = temp_dir("resume");
     let out = stepscope(
         &dir,
-        &[
-            "train",
-            "--config",
-            "config.json",
-            "--steps",
-            "30",
-            "--out",
-            "straight.safetensors",
-            "--metrics",
-            "m.jsonl",
-        ],
+        &["train", "--config", "config.json", "--steps", "30", "--out", "straight.safetensors", "--metrics", "m.jsonl"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("m.jsonl"))
         .unwrap()
         .lines()
@@ -79,31 +59,15 @@ fn train_writes_metrics_and_a_checkpoint_that_resumes_exactly() {
             "checkpoint_ms",
             "logging_ms",
         ] {
-            assert!(
-                line[key].as_f64().is_some_and(f64::is_finite),
-                "step {i} {key}"
-            );
+            assert!(line[key].as_f64().is_some_and(f64::is_finite), "step {i} {key}");
         }
     }
-    assert!(
-        (lines[0]["lr"].as_f64().unwrap() - 0.02 / 3.0).abs() < 1e-12,
-        "warmup lr"
-    );
+    assert!((lines[0]["lr"].as_f64().unwrap() - 0.02 / 3.0).abs() < 1e-12, "warmup lr");
 
     // 12 steps, then resume for 18 more, with periodic checkpoints.
     let out = stepscope(
         &dir,
-        &[
-            "train",
-            "--config",
-            "config.json",
-            "--steps",
-            "12",
-            "--out",
-            "first.safetensors",
-            "--checkpoint-every",
-            "5",
-        ],
+        &["train", "--config", "config.json", "--steps", "12", "--out", "first.safetensors", "--checkpoint-every", "5"],
     );
     assert!(out.status.success());
     let out = stepscope(
@@ -120,11 +84,7 @@ fn train_writes_metrics_and_a_checkpoint_that_resumes_exactly() {
             "r.jsonl",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let read = |name: &str| load_checkpoint(&std::fs::read(dir.join(name)).unwrap()).unwrap();
     assert_eq!(read("resumed.safetensors"), read("straight.safetensors"));
     let resumed: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("r.jsonl"))
@@ -141,11 +101,7 @@ fn train_writes_metrics_and_a_checkpoint_that_resumes_exactly() {
 fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
     let dir = temp_dir("errors");
     std::fs::write(dir.join("typo.json"), CONFIG.replace("\"seed\"", "\"sed\"")).unwrap();
-    std::fs::write(
-        dir.join("garbage.safetensors"),
-        b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":",
-    )
-    .unwrap();
+    std::fs::write(dir.join("garbage.safetensors"), b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":").unwrap();
     std::fs::write(
         dir.join("csv.json"),
         CONFIG.replace(
@@ -159,82 +115,19 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
     let cases: &[(&[&str], &str)] = &[
         (&["train"], "needs --config"),
         (&["train", "--config"], "--config needs a value"),
+        (&["train", "--config", "missing.json", "--out", "o.safetensors"], "cannot read config `missing.json`"),
+        (&["train", "--config", "typo.json", "--out", "o.safetensors", "--metrics", "m.jsonl"], "unknown field `sed`"),
+        (&["train", "--config", "config.json", "--steps", "0"], "--steps needs a whole number > 0"),
+        (&["train", "--config", "config.json", "--backend", "tpu"], "--backend `tpu`"),
+        (&["train", "--config", "config.json", "--frobnicate"], "unknown argument `--frobnicate`"),
+        (&["train", "--config", "config.json", "--checkpoint-every", "5"], "needs --out"),
         (
-            &[
-                "train",
-                "--config",
-                "missing.json",
-                "--out",
-                "o.safetensors",
-            ],
-            "cannot read config `missing.json`",
-        ),
-        (
-            &[
-                "train",
-                "--config",
-                "typo.json",
-                "--out",
-                "o.safetensors",
-                "--metrics",
-                "m.jsonl",
-            ],
-            "unknown field `sed`",
-        ),
-        (
-            &["train", "--config", "config.json", "--steps", "0"],
-            "--steps needs a whole number > 0",
-        ),
-        (
-            &["train", "--config", "config.json", "--backend", "tpu"],
-            "--backend `tpu`",
-        ),
-        (
-            &["train", "--config", "config.json", "--frobnicate"],
-            "unknown argument `--frobnicate`",
-        ),
-        (
-            &[
-                "train",
-                "--config",
-                "config.json",
-                "--checkpoint-every",
-                "5",
-            ],
-            "needs --out",
-        ),
-        (
-            &[
-                "train",
-                "--config",
-                "config.json",
-                "--init",
-                "garbage.safetensors",
-                "--out",
-                "o.safetensors",
-            ],
+            &["train", "--config", "config.json", "--init", "garbage.safetensors", "--out", "o.safetensors"],
             "--init `garbage.safetensors`",
         ),
-        (
-            &["train", "--config", "csv.json", "--out", "o.safetensors"],
-            "give the file with --data",
-        ),
-        (
-            &[
-                "train",
-                "--config",
-                "csv.json",
-                "--data",
-                "bad.csv",
-                "--metrics",
-                "m.jsonl",
-            ],
-            "line 3, column 2",
-        ),
-        (
-            &["train", "--config", "config.json", "--data", "bad.csv"],
-            "--data is for",
-        ),
+        (&["train", "--config", "csv.json", "--out", "o.safetensors"], "give the file with --data"),
+        (&["train", "--config", "csv.json", "--data", "bad.csv", "--metrics", "m.jsonl"], "line 3, column 2"),
+        (&["train", "--config", "config.json", "--data", "bad.csv"], "--data is for"),
         (&["inspect", "garbage.safetensors"], "truncated"),
         (&["inspect"], "exactly one FILE"),
         (&["fly"], "unknown command `fly`"),
@@ -243,15 +136,8 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
         let out = stepscope(&dir, args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert_eq!(
-            stderr.lines().count(),
-            1,
-            "{args:?}: one line, got {stderr}"
-        );
-        assert!(
-            stderr.starts_with("stepscope: error: ") && stderr.contains(want),
-            "{args:?}: {stderr}"
-        );
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line, got {stderr}");
+        assert!(stderr.starts_with("stepscope: error: ") && stderr.contains(want), "{args:?}: {stderr}");
         assert_eq!(files_in(&dir), before, "{args:?} left files behind");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -274,17 +160,8 @@ fn csv_data_trains() {
         csv += &format!("{a},{b},{}\n", u8::from(a * b > 0.0));
     }
     std::fs::write(dir.join("d.csv"), csv).unwrap();
-    let out = stepscope(
-        &dir,
-        &[
-            "train", "--config", "csv.json", "--data", "d.csv", "--steps", "5",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = stepscope(&dir, &["train", "--config", "csv.json", "--data", "d.csv", "--steps", "5"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("64 train / 0 test rows"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -241,9 +241,7 @@ impl DataSpec {
         self.train_fraction.unwrap_or(DEFAULT_TRAIN_FRACTION)
     }
     pub fn features(&self) -> Vec<Feature> {
-        self.features
-            .clone()
-            .unwrap_or_else(|| DEFAULT_FEATURES.to_vec())
+        self.features.clone().unwrap_or_else(|| DEFAULT_FEATURES.to_vec())
     }
 }
 
@@ -301,8 +299,7 @@ impl Feature {
 impl Experiment {
     /// Parses and validates; the error names the field and its position.
     pub fn from_json(text: &str) -> Result<Experiment> {
-        let experiment: Experiment =
-            serde_json::from_str(text).map_err(|e| Error::Experiment(e.to_string()))?;
+        let experiment: Experiment = serde_json::from_str(text).map_err(|e| Error::Experiment(e.to_string()))?;
         experiment.validate()?;
         Ok(experiment)
     }
@@ -318,9 +315,7 @@ impl Experiment {
 
     /// Widths of every layer boundary: inputs, then each layer's units.
     pub fn widths(&self) -> Vec<usize> {
-        std::iter::once(self.model.inputs)
-            .chain(self.model.layers.iter().map(|l| l.units))
-            .collect()
+        std::iter::once(self.model.inputs).chain(self.model.layers.iter().map(|l| l.units)).collect()
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -361,89 +356,30 @@ mod tests {
         assert_eq!(e.schedule, Schedule::Constant);
         assert_eq!((e.clip_grad_norm, e.regularization.clone()), (None, None));
         assert!(e.data.shuffle);
-        assert_eq!(
-            e.optimizer,
-            OptimizerSpec::Adamw {
-                lr: 1e-3,
-                betas: [0.9, 0.999],
-                eps: 1e-8,
-                weight_decay: 1e-2
-            }
-        );
+        assert_eq!(e.optimizer, OptimizerSpec::Adamw { lr: 1e-3, betas: [0.9, 0.999], eps: 1e-8, weight_decay: 1e-2 });
     }
 
     #[test]
     fn typos_and_bad_values_are_named() {
         let cases = [
-            (
-                EXAMPLE.replace("\"seed\"", "\"sead\""),
-                "unknown field `sead`",
-            ),
-            (
-                EXAMPLE.replace("\"lr\": 0.01", "\"lrr\": 0.01"),
-                "unknown field `lrr`",
-            ),
-            (
-                EXAMPLE.replace("\"adamw\"", "\"adamx\""),
-                "unknown variant `adamx`",
-            ),
-            (
-                EXAMPLE.replace("\"tanh\"", "\"tahn\""),
-                "unknown variant `tahn`",
-            ),
-            (
-                EXAMPLE.replace("\"min_lr\"", "\"min_learning_rate\""),
-                "unknown field `min_learning_rate`",
-            ),
-            (
-                EXAMPLE.replace("\"x2\"]", "\"x3\"]"),
-                "unknown variant `x3`",
-            ),
-            (
-                EXAMPLE.replace("\"batch_size\": 32", "\"batch_size\": 0"),
-                "batch_size must be in",
-            ),
-            (
-                EXAMPLE.replace("\"lr\": 0.01", "\"lr\": -1"),
-                "optimizer.lr must be",
-            ),
+            (EXAMPLE.replace("\"seed\"", "\"sead\""), "unknown field `sead`"),
+            (EXAMPLE.replace("\"lr\": 0.01", "\"lrr\": 0.01"), "unknown field `lrr`"),
+            (EXAMPLE.replace("\"adamw\"", "\"adamx\""), "unknown variant `adamx`"),
+            (EXAMPLE.replace("\"tanh\"", "\"tahn\""), "unknown variant `tahn`"),
+            (EXAMPLE.replace("\"min_lr\"", "\"min_learning_rate\""), "unknown field `min_learning_rate`"),
+            (EXAMPLE.replace("\"x2\"]", "\"x3\"]"), "unknown variant `x3`"),
+            (EXAMPLE.replace("\"batch_size\": 32", "\"batch_size\": 0"), "batch_size must be in"),
+            (EXAMPLE.replace("\"lr\": 0.01", "\"lr\": -1"), "optimizer.lr must be"),
             (EXAMPLE.replace("0.999]", "1.5]"), "optimizer.betas[1]"),
-            (
-                EXAMPLE.replace("\"clip_grad_norm\": 1.0", "\"clip_grad_norm\": 0"),
-                "clip_grad_norm",
-            ),
-            (
-                EXAMPLE.replace("\"warmup_steps\": 10", "\"warmup_steps\": 5000"),
-                "must not exceed",
-            ),
-            (
-                EXAMPLE.replace("\"units\": 16", "\"units\": 100000"),
-                "model.layers[0].units",
-            ),
-            (
-                EXAMPLE.replace("\"inputs\": 2", "\"inputs\": 3"),
-                "data.features has 2",
-            ),
-            (
-                EXAMPLE.replace("\"spiral\"", "\"reg_plane\""),
-                "needs loss \"mse\"",
-            ),
-            (
-                EXAMPLE.replace("\"bce_with_logits\"", "\"cross_entropy\""),
-                "at least 2 units",
-            ),
-            (
-                EXAMPLE.replace("\"noise\": 0.1", "\"noise\": 3"),
-                "data.noise",
-            ),
-            (
-                EXAMPLE.replace("\"source\": \"spiral\"", "\"source\": \"csv\""),
-                "does not apply",
-            ),
-            (
-                EXAMPLE.replace("[\"x1\",\"x2\"]", "[\"x1\",\"x1\"]"),
-                "twice",
-            ),
+            (EXAMPLE.replace("\"clip_grad_norm\": 1.0", "\"clip_grad_norm\": 0"), "clip_grad_norm"),
+            (EXAMPLE.replace("\"warmup_steps\": 10", "\"warmup_steps\": 5000"), "must not exceed"),
+            (EXAMPLE.replace("\"units\": 16", "\"units\": 100000"), "model.layers[0].units"),
+            (EXAMPLE.replace("\"inputs\": 2", "\"inputs\": 3"), "data.features has 2"),
+            (EXAMPLE.replace("\"spiral\"", "\"reg_plane\""), "needs loss \"mse\""),
+            (EXAMPLE.replace("\"bce_with_logits\"", "\"cross_entropy\""), "at least 2 units"),
+            (EXAMPLE.replace("\"noise\": 0.1", "\"noise\": 3"), "data.noise"),
+            (EXAMPLE.replace("\"source\": \"spiral\"", "\"source\": \"csv\""), "does not apply"),
+            (EXAMPLE.replace("[\"x1\",\"x2\"]", "[\"x1\",\"x1\"]"), "twice"),
             ("{".to_string(), "EOF"),
         ];
         for (text, want) in cases {

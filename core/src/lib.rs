@@ -21,6 +21,7 @@ pub mod gpu;
 pub mod model;
 pub mod optim;
 pub mod rng;
+pub mod stats;
 mod validate;
 
 pub use engine::{CpuEngine, Evaluation, PhaseTimes, StepMetrics, TrainState};

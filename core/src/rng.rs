@@ -27,9 +27,7 @@ impl Rng {
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^ (z >> 31)
         };
-        Rng {
-            state: [next(), next(), next(), next()],
-        }
+        Rng { state: [next(), next(), next(), next()] }
     }
 
     pub fn from_state(state: [u64; 4]) -> Self {

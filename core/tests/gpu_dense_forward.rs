@@ -18,8 +18,13 @@ use stepscope_core::model::{activation_forward, dense_forward};
 #[test]
 fn dense_forward_matches_cpu() {
     let activations = [
-        Activation::Linear, Activation::Relu, Activation::LeakyRelu, Activation::Tanh,
-        Activation::Sigmoid, Activation::GeluTanh, Activation::Silu,
+        Activation::Linear,
+        Activation::Relu,
+        Activation::LeakyRelu,
+        Activation::Tanh,
+        Activation::Sigmoid,
+        Activation::GeluTanh,
+        Activation::Silu,
     ];
     let mut case = 0;
     for &inputs in &SIZES {
@@ -32,7 +37,8 @@ fn dense_forward_matches_cpu() {
                 let act = activations[case % activations.len()];
                 let offset = 5; // parameters need not start at 0
                 let x = random(batch * inputs, case as u64, 1.0);
-                let mut params = random(offset + units * inputs + units, case as u64 + 1000, 1.0 / (inputs as f64).sqrt());
+                let mut params =
+                    random(offset + units * inputs + units, case as u64 + 1000, 1.0 / (inputs as f64).sqrt());
                 params[..offset].fill(f32::NAN); // must not be read
                 let (w, b) = params[offset..].split_at(units * inputs);
                 let mut z_cpu = vec![0.0; batch * units];
@@ -40,25 +46,49 @@ fn dense_forward_matches_cpu() {
                 let mut a_cpu = vec![0.0; batch * units];
                 activation_forward(&mut a_cpu, &z_cpu, act);
                 let p = DenseForwardParams {
-                    batch: batch as u32, inputs: inputs as u32, units: units as u32,
-                    weight_offset: offset as u32, bias_offset: (offset + units * inputs) as u32,
-                    activation: activation_code(act), layer: 3, _pad: 0,
+                    batch: batch as u32,
+                    inputs: inputs as u32,
+                    units: units as u32,
+                    weight_offset: offset as u32,
+                    bias_offset: (offset + units * inputs) as u32,
+                    activation: activation_code(act),
+                    layer: 3,
+                    _pad: 0,
                 };
                 let zeros = vec![0u8; 4 * batch * units];
                 let out = pollster::block_on(run_kernel(
-                    ctx(), Kernel::DenseForward,
-                    &[Arg::Out(&zeros), Arg::Out(&zeros), Arg::In(&f32_bytes(&x)), Arg::In(&f32_bytes(&params)),
-                      Arg::Out(&flags()), Arg::Uniform(bytemuck::bytes_of(&p))],
+                    ctx(),
+                    Kernel::DenseForward,
+                    &[
+                        Arg::Out(&zeros),
+                        Arg::Out(&zeros),
+                        Arg::In(&f32_bytes(&x)),
+                        Arg::In(&f32_bytes(&params)),
+                        Arg::Out(&flags()),
+                        Arg::Uniform(bytemuck::bytes_of(&p)),
+                    ],
                     [units.div_ceil(64) as u32, batch.div_ceil(64) as u32, 1],
-                )).unwrap();
+                ))
+                .unwrap();
                 let (z_gpu, a_gpu) = (to_f32(&out[0]), to_f32(&out[1]));
                 for r in 0..batch {
                     for o in 0..units {
-                        let mag: f32 = b[o].abs() + (0..inputs).map(|i| (x[r * inputs + i] * w[o * inputs + i]).abs()).sum::<f32>();
+                        let mag: f32 = b[o].abs()
+                            + (0..inputs).map(|i| (x[r * inputs + i] * w[o * inputs + i]).abs()).sum::<f32>();
                         let tol = 2.0 * inputs as f32 * f32::EPSILON / 2.0 * mag + 1e-6;
                         let k = r * units + o;
-                        assert!((z_gpu[k] - z_cpu[k]).abs() <= tol, "{act:?} I={inputs} O={units} B={batch} z[{r},{o}] {} vs {}", z_gpu[k], z_cpu[k]);
-                        assert!((a_gpu[k] - a_cpu[k]).abs() <= 1.2 * tol + 1e-6, "{act:?} I={inputs} O={units} B={batch} a[{r},{o}] {} vs {}", a_gpu[k], a_cpu[k]);
+                        assert!(
+                            (z_gpu[k] - z_cpu[k]).abs() <= tol,
+                            "{act:?} I={inputs} O={units} B={batch} z[{r},{o}] {} vs {}",
+                            z_gpu[k],
+                            z_cpu[k]
+                        );
+                        assert!(
+                            (a_gpu[k] - a_cpu[k]).abs() <= 1.2 * tol + 1e-6,
+                            "{act:?} I={inputs} O={units} B={batch} a[{r},{o}] {} vs {}",
+                            a_gpu[k],
+                            a_cpu[k]
+                        );
                     }
                 }
                 assert_eq!(to_u32(&out[2])[0], u32::MAX, "no non-finite value");
@@ -73,15 +103,32 @@ fn dense_forward_flags_first_non_finite_layer() {
     let mut x = random(batch * inputs, 1, 1.0);
     x[6] = f32::INFINITY;
     let params = random(units * inputs + units, 2, 0.5);
-    let p = DenseForwardParams { batch: 3, inputs: 4, units: 5, weight_offset: 0, bias_offset: 20, activation: 3, layer: 2, _pad: 0 };
+    let p = DenseForwardParams {
+        batch: 3,
+        inputs: 4,
+        units: 5,
+        weight_offset: 0,
+        bias_offset: 20,
+        activation: 3,
+        layer: 2,
+        _pad: 0,
+    };
     let zeros = vec![0u8; 4 * batch * units];
     let mut flags_in = FLAGS_INIT;
     flags_in[1] = 7; // step 7 of this submit
     let out = pollster::block_on(run_kernel(
-        ctx(), Kernel::DenseForward,
-        &[Arg::Out(&zeros), Arg::Out(&zeros), Arg::In(&f32_bytes(&x)), Arg::In(&f32_bytes(&params)),
-          Arg::Out(bytemuck::cast_slice(&flags_in)), Arg::Uniform(bytemuck::bytes_of(&p))],
+        ctx(),
+        Kernel::DenseForward,
+        &[
+            Arg::Out(&zeros),
+            Arg::Out(&zeros),
+            Arg::In(&f32_bytes(&x)),
+            Arg::In(&f32_bytes(&params)),
+            Arg::Out(bytemuck::cast_slice(&flags_in)),
+            Arg::Uniform(bytemuck::bytes_of(&p)),
+        ],
         [1, 1, 1],
-    )).unwrap();
+    ))
+    .unwrap();
     assert_eq!(to_u32(&out[2])[0], (7 << 16) | (PHASE_FORWARD << 8) | 2);
 }

@@ -38,11 +38,7 @@ fn whole_network_gradient_matches_finite_differences() {
         ("bce_with_logits", 1, "sigmoid", "gelu_tanh", "spiral"),
     ];
     for (i, (loss, outputs, act1, act2, source)) in cases.into_iter().enumerate() {
-        let reg = if i % 2 == 0 {
-            json!({"kind": "l2", "rate": 0.01})
-        } else {
-            json!({"kind": "l1", "rate": 0.003})
-        };
+        let reg = if i % 2 == 0 { json!({"kind": "l2", "rate": 0.01}) } else { json!({"kind": "l1", "rate": 0.003}) };
         let e = common::experiment(json!({
             "model": {"inputs": 3, "layers": [
                 {"units": 5, "activation": act1},
@@ -61,10 +57,8 @@ fn whole_network_gradient_matches_finite_differences() {
         let params = engine.params().to_vec();
         let analytic = engine.grads().to_vec();
         let h = 1e-3f32;
-        let l1 = e
-            .regularization
-            .as_ref()
-            .is_some_and(|r| r.kind == stepscope_core::experiment::RegularizationKind::L1);
+        let l1 =
+            e.regularization.as_ref().is_some_and(|r| r.kind == stepscope_core::experiment::RegularizationKind::L1);
         for p in 0..params.len() {
             if l1 && params[p].abs() < h {
                 continue;
@@ -72,8 +66,7 @@ fn whole_network_gradient_matches_finite_differences() {
             let (mut plus, mut minus) = (params.clone(), params.clone());
             plus[p] += h;
             minus[p] -= h;
-            let numeric =
-                (objective(&engine, &plus) - objective(&engine, &minus)) / (2.0 * h as f64);
+            let numeric = (objective(&engine, &plus) - objective(&engine, &minus)) / (2.0 * h as f64);
             let diff = (analytic[p] as f64 - numeric).abs();
             assert!(
                 diff <= 1e-3 + 0.02 * numeric.abs(),

@@ -50,13 +50,7 @@ fn optimizers_match_reference() {
             .iter()
             .enumerate()
             .map(|(i, &len)| {
-                let t = TensorInfo {
-                    name: format!("t{i}"),
-                    shape: vec![len],
-                    offset,
-                    len,
-                    is_weight: i == 0,
-                };
+                let t = TensorInfo { name: format!("t{i}"), shape: vec![len], offset, len, is_weight: i == 0 };
                 offset += len;
                 t
             })
@@ -65,42 +59,20 @@ fn optimizers_match_reference() {
         let mut state = OptimizerState::new(&case.optimizer, params.len());
         let exact = !matches!(case.optimizer, OptimizerSpec::Lamb { .. });
         for (t, (grads, want)) in case.grads.iter().zip(&case.params).enumerate() {
-            optimizer_step(
-                &mut params,
-                &mut state,
-                grads,
-                &case.optimizer,
-                case.lrs[t],
-                &tensors,
-            );
-            compare(
-                &case.name,
-                &format!("params after step {}", t + 1),
-                &params,
-                want,
-                exact,
-            );
+            optimizer_step(&mut params, &mut state, grads, &case.optimizer, case.lrs[t], &tensors);
+            compare(&case.name, &format!("params after step {}", t + 1), &params, want, exact);
         }
         for (key, want) in &case.state {
             let got = state.buffer_mut(key).unwrap().clone();
             compare(&case.name, key, &got, want, exact);
         }
-        assert_eq!(
-            state.buffers().len(),
-            case.state.len(),
-            "{}: state buffers",
-            case.name
-        );
+        assert_eq!(state.buffers().len(), case.state.len(), "{}: state buffers", case.name);
     }
 }
 
 fn compare(case: &str, what: &str, got: &[f32], want: &[f32], exact: bool) {
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = if exact {
-            g.to_bits() == w.to_bits()
-        } else {
-            (g - w).abs() <= 5e-7 * w.abs().max(1e-3)
-        };
+        let ok = if exact { g.to_bits() == w.to_bits() } else { (g - w).abs() <= 5e-7 * w.abs().max(1e-3) };
         assert!(ok, "{case} {what}[{i}]: got {g:e}, want {w:e}");
     }
 }
@@ -111,11 +83,7 @@ fn schedules_match_reference() {
     for case in fixture().schedules {
         for (t, &want) in case.lrs.iter().enumerate() {
             let got = learning_rate(&case.schedule, case.base_lr, t as u64);
-            assert!(
-                (got - want).abs() <= 1e-15 * want.abs().max(1e-12),
-                "{} t={t}: {got} vs {want}",
-                case.name
-            );
+            assert!((got - want).abs() <= 1e-15 * want.abs().max(1e-12), "{} t={t}: {got} vs {want}", case.name);
         }
     }
 }

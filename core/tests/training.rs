@@ -25,17 +25,8 @@ fn circle_run_learns() {
     let before = engine.evaluate(&engine.data().test.clone()).unwrap();
     let metrics = run(&mut engine, 400);
     let after = engine.evaluate(&engine.data().test.clone()).unwrap();
-    assert!(
-        after.loss < 0.5 * before.loss,
-        "test loss {} -> {}",
-        before.loss,
-        after.loss
-    );
-    assert!(
-        after.accuracy.unwrap() > 0.9,
-        "accuracy {:?}",
-        after.accuracy
-    );
+    assert!(after.loss < 0.5 * before.loss, "test loss {} -> {}", before.loss, after.loss);
+    assert!(after.accuracy.unwrap() > 0.9, "accuracy {:?}", after.accuracy);
     let first: f32 = metrics[..20].iter().map(|m| m.loss).sum();
     let last: f32 = metrics[380..].iter().map(|m| m.loss).sum();
     assert!(last < 0.5 * first);
@@ -46,15 +37,10 @@ fn same_seed_same_run_bit_for_bit_and_other_seed_differs() {
     let e = common::experiment(json!({"clip_grad_norm": 0.5, "grad_accumulation": 2}));
     let (mut a, mut b) = (common::engine(&e), common::engine(&e));
     let (ma, mb) = (run(&mut a, 30), run(&mut b, 30));
-    let bits = |m: &[StepMetrics]| {
-        m.iter()
-            .map(|m| (m.loss.to_bits(), m.grad_norm.to_bits()))
-            .collect::<Vec<_>>()
-    };
+    let bits = |m: &[StepMetrics]| m.iter().map(|m| (m.loss.to_bits(), m.grad_norm.to_bits())).collect::<Vec<_>>();
     assert_eq!(bits(&ma), bits(&mb));
     assert_eq!(a.state(), b.state());
-    let mut other =
-        common::experiment(json!({"seed": 8, "clip_grad_norm": 0.5, "grad_accumulation": 2}));
+    let mut other = common::experiment(json!({"seed": 8, "clip_grad_norm": 0.5, "grad_accumulation": 2}));
     other.seed = 8;
     let mut c = common::engine(&other);
     assert_ne!(bits(&run(&mut c, 30)), bits(&ma));
@@ -91,17 +77,11 @@ fn checkpoint_resume_is_exact() {
             resumed_metrics,
             straight_metrics[n..]
                 .iter()
-                .map(|m| StepMetrics {
-                    phases: Default::default(),
-                    ..m.clone()
-                })
+                .map(|m| StepMetrics { phases: Default::default(), ..m.clone() })
                 .collect::<Vec<_>>()
                 .iter()
                 .zip(&resumed_metrics)
-                .map(|(s, r)| StepMetrics {
-                    phases: r.phases,
-                    ..s.clone()
-                })
+                .map(|(s, r)| StepMetrics { phases: r.phases, ..s.clone() })
                 .collect::<Vec<_>>(),
             "{optimizer}"
         );
@@ -115,21 +95,15 @@ fn checkpoint_resume_is_exact() {
 /// rounding: 1e-5 relative on the gradient norm and 1e-5 on parameters.
 #[test]
 fn accumulation_equals_one_large_batch() {
-    let big = common::experiment(
-        json!({"batch_size": 32, "data": {"source": "spiral", "samples": 200, "shuffle": false}}),
-    );
+    let big =
+        common::experiment(json!({"batch_size": 32, "data": {"source": "spiral", "samples": 200, "shuffle": false}}));
     let small = common::experiment(
         json!({"batch_size": 8, "grad_accumulation": 4, "data": {"source": "spiral", "samples": 200, "shuffle": false}}),
     );
     let (mut a, mut b) = (common::engine(&big), common::engine(&small));
     for _ in 0..10 {
         let (ma, mb) = (a.step().unwrap(), b.step().unwrap());
-        assert!(
-            (ma.grad_norm - mb.grad_norm).abs() <= 1e-5 * ma.grad_norm,
-            "{} vs {}",
-            ma.grad_norm,
-            mb.grad_norm
-        );
+        assert!((ma.grad_norm - mb.grad_norm).abs() <= 1e-5 * ma.grad_norm, "{} vs {}", ma.grad_norm, mb.grad_norm);
         assert!((ma.loss - mb.loss).abs() <= 1e-5 * ma.loss);
     }
     for (x, y) in a.params().iter().zip(b.params()) {
@@ -149,8 +123,5 @@ fn non_finite_is_reported_with_layer_and_phase() {
         }
     }
     let error = error.expect("lr 1e30 must blow up");
-    assert!(
-        error.contains("layer") && error.contains("NaN/Inf"),
-        "{error}"
-    );
+    assert!(error.contains("layer") && error.contains("NaN/Inf"), "{error}");
 }

@@ -47,8 +47,7 @@ fn parse(bytes: &[u8]) -> Result<SafeTensors<'_>> {
     SafeTensors::deserialize(bytes).map_err(|e| {
         let why = match e {
             safetensors::SafeTensorError::MetadataIncompleteBuffer => {
-                "truncated or padded: the tensor data does not match the sizes the header declares"
-                    .to_string()
+                "truncated or padded: the tensor data does not match the sizes the header declares".to_string()
             }
             other => format!("malformed safetensors: {other}"),
         };
@@ -58,31 +57,17 @@ fn parse(bytes: &[u8]) -> Result<SafeTensors<'_>> {
 
 /// Reads one tensor by name with dtype and shape checks.
 fn read_tensor(file: &SafeTensors<'_>, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-    let view = file
-        .tensor(name)
-        .map_err(|_| Error::Checkpoint(format!("missing tensor `{name}`")))?;
+    let view = file.tensor(name).map_err(|_| Error::Checkpoint(format!("missing tensor `{name}`")))?;
     if view.dtype() != Dtype::F32 {
-        return bad(format!(
-            "tensor `{name}` has dtype {:?}, expected F32",
-            view.dtype()
-        ));
+        return bad(format!("tensor `{name}` has dtype {:?}, expected F32", view.dtype()));
     }
     if view.shape() != shape {
-        return bad(format!(
-            "tensor `{name}` has shape {:?} but the experiment's model needs {shape:?}",
-            view.shape()
-        ));
+        return bad(format!("tensor `{name}` has shape {:?} but the experiment's model needs {shape:?}", view.shape()));
     }
-    let values: Vec<f32> = view
-        .data()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-        .collect();
+    let values: Vec<f32> =
+        view.data().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
     if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-        return bad(format!(
-            "tensor `{name}` holds a non-finite value ({}) at index {i}",
-            values[i]
-        ));
+        return bad(format!("tensor `{name}` holds a non-finite value ({}) at index {i}", values[i]));
     }
     Ok(values)
 }
@@ -92,9 +77,7 @@ fn no_extra(file: &SafeTensors<'_>, expected: &BTreeSet<String>) -> Result<()> {
     let mut names = file.names();
     names.sort_unstable();
     match names.into_iter().find(|n| !expected.contains(*n)) {
-        Some(extra) => bad(format!(
-            "unexpected tensor `{extra}` (not part of this model)"
-        )),
+        Some(extra) => bad(format!("unexpected tensor `{extra}` (not part of this model)")),
         None => Ok(()),
     }
 }
@@ -110,15 +93,12 @@ pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
     };
     let format = get("format")?;
     if format != FORMAT_TAG {
-        return bad(format!(
-            "format `{format}` is not supported (this build reads `{FORMAT_TAG}`)"
-        ));
+        return bad(format!("format `{format}` is not supported (this build reads `{FORMAT_TAG}`)"));
     }
     let experiment = Experiment::from_json(get("experiment")?)
         .map_err(|e| Error::Checkpoint(format!("the stored experiment is invalid: {e}")))?;
-    let step: u64 = get("step")?
-        .parse()
-        .map_err(|_| Error::Checkpoint("metadata `step` is not a whole number".into()))?;
+    let step: u64 =
+        get("step")?.parse().map_err(|_| Error::Checkpoint("metadata `step` is not a whole number".into()))?;
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Position {
@@ -164,18 +144,14 @@ pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
         experiment,
         params,
         optimizer,
-        data_position: DataPosition {
-            rows_consumed: position.rows_consumed,
-            epoch: position.epoch,
-            epoch_rng,
-        },
+        data_position: DataPosition { rows_consumed: position.rows_consumed, epoch: position.epoch, epoch_rng },
     })
 }
 
 /// The `__metadata__` map (empty when absent). Call after `parse`.
 fn metadata(bytes: &[u8]) -> Result<std::collections::HashMap<String, String>> {
-    let (_, header) = SafeTensors::read_metadata(bytes)
-        .map_err(|e| Error::Checkpoint(format!("malformed safetensors: {e}")))?;
+    let (_, header) =
+        SafeTensors::read_metadata(bytes).map_err(|e| Error::Checkpoint(format!("malformed safetensors: {e}")))?;
     Ok(header.metadata().clone().unwrap_or_default())
 }
 
@@ -184,16 +160,8 @@ fn parse_rng(text: &str) -> Result<[u64; 4]> {
         .split(':')
         .map(|w| u64::from_str_radix(w, 16))
         .collect::<std::result::Result<_, _>>()
-        .map_err(|_| {
-            Error::Checkpoint(format!(
-                "metadata `rng_state` `{text}` is not four hex words"
-            ))
-        })?;
-    words.try_into().map_err(|_| {
-        Error::Checkpoint(format!(
-            "metadata `rng_state` `{text}` is not four hex words"
-        ))
-    })
+        .map_err(|_| Error::Checkpoint(format!("metadata `rng_state` `{text}` is not four hex words")))?;
+    words.try_into().map_err(|_| Error::Checkpoint(format!("metadata `rng_state` `{text}` is not four hex words")))
 }
 
 /// Initial weights for `experiment` from a plain safetensors file (e.g.

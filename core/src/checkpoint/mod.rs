@@ -29,23 +29,12 @@ pub const FORMAT_TAG: &str = "stepscope-checkpoint/1";
 pub const MAX_HEADER_BYTES: u64 = 16 << 20;
 
 /// Every tensor of `state` by name, as f32 slices.
-pub(crate) fn named_tensors<'a>(
-    state: &'a TrainState,
-    layout: &Layout,
-) -> Vec<(String, Vec<usize>, &'a [f32])> {
+pub(crate) fn named_tensors<'a>(state: &'a TrainState, layout: &Layout) -> Vec<(String, Vec<usize>, &'a [f32])> {
     let mut out = Vec::new();
     for t in layout.tensors() {
-        out.push((
-            t.name.clone(),
-            t.shape.clone(),
-            &state.params[t.offset..t.offset + t.len],
-        ));
+        out.push((t.name.clone(), t.shape.clone(), &state.params[t.offset..t.offset + t.len]));
         for (suffix, buffer) in state.optimizer.buffers() {
-            out.push((
-                format!("optimizer.{}.{suffix}", t.name),
-                t.shape.clone(),
-                &buffer[t.offset..t.offset + t.len],
-            ));
+            out.push((format!("optimizer.{}.{suffix}", t.name), t.shape.clone(), &buffer[t.offset..t.offset + t.len]));
         }
     }
     out
@@ -53,9 +42,7 @@ pub(crate) fn named_tensors<'a>(
 
 /// SHA-256 over the tensors in name order: each contributes its name, a 0
 /// byte, its shape as u64 little-endian, and its data bytes.
-pub(crate) fn digest<'a>(
-    tensors: impl IntoIterator<Item = (&'a str, &'a [usize], &'a [u8])>,
-) -> String {
+pub(crate) fn digest<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a [usize], &'a [u8])>) -> String {
     let mut sorted: Vec<_> = tensors.into_iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
     let mut hasher = Sha256::new();
@@ -77,26 +64,16 @@ pub(crate) fn to_le_bytes(values: &[f32]) -> Vec<u8> {
 }
 
 pub(crate) fn rng_hex(state: [u64; 4]) -> String {
-    state
-        .iter()
-        .map(|w| format!("{w:016x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    state.iter().map(|w| format!("{w:016x}")).collect::<Vec<_>>().join(":")
 }
 
 /// Serialises `state` to the bytes of a `.safetensors` file.
 pub fn save_checkpoint(state: &TrainState) -> Result<Vec<u8>> {
     let layout = Layout::new(&state.experiment);
     let named = named_tensors(state, &layout);
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = named
-        .into_iter()
-        .map(|(name, shape, values)| (name, shape, to_le_bytes(values)))
-        .collect();
-    let digest = digest(
-        bytes
-            .iter()
-            .map(|(n, s, d)| (n.as_str(), s.as_slice(), d.as_slice())),
-    );
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =
+        named.into_iter().map(|(name, shape, values)| (name, shape, to_le_bytes(values))).collect();
+    let digest = digest(bytes.iter().map(|(n, s, d)| (n.as_str(), s.as_slice(), d.as_slice())));
     let position = &state.data_position;
     let metadata = HashMap::from([
         ("format".to_string(), FORMAT_TAG.to_string()),
@@ -104,10 +81,7 @@ pub fn save_checkpoint(state: &TrainState) -> Result<Vec<u8>> {
         ("step".to_string(), state.step().to_string()),
         (
             "data_position".to_string(),
-            format!(
-                "{{\"rows_consumed\":{},\"epoch\":{}}}",
-                position.rows_consumed, position.epoch
-            ),
+            format!("{{\"rows_consumed\":{},\"epoch\":{}}}", position.rows_consumed, position.epoch),
         ),
         ("rng_state".to_string(), rng_hex(position.epoch_rng)),
         ("digest".to_string(), digest),

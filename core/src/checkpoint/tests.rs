@@ -40,16 +40,11 @@ fn rebuild(
     let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
     let (_, header) = safetensors::SafeTensors::read_metadata(bytes).unwrap();
     let mut meta = header.metadata().clone().unwrap();
-    let mut tensors: Vec<_> = file
-        .tensors()
-        .into_iter()
-        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
-        .collect();
+    let mut tensors: Vec<_> =
+        file.tensors().into_iter().map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec())).collect();
     edit(&mut tensors, &mut meta);
-    let views: Vec<_> = tensors
-        .iter()
-        .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
-        .collect();
+    let views: Vec<_> =
+        tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
     safetensors::serialize(views, Some(meta)).unwrap()
 }
 
@@ -89,35 +84,18 @@ fn every_kind_of_corruption_is_refused_with_its_own_message() {
         (bytes[..5].to_vec(), "fewer than the 8-byte header length"),
         (bytes[..bytes.len() - 7].to_vec(), "truncated or padded"),
         (bytes[..100].to_vec(), "truncated: the header claims"),
-        (
-            [&(1u64 << 40).to_le_bytes()[..], &bytes[8..]].concat(),
-            "more than the 16777216-byte limit",
-        ),
-        (
-            b"PK\x03\x04 this is a zip file, not a checkpoint".to_vec(),
-            "more than the",
-        ),
-        (
-            [&8u64.to_le_bytes()[..], b"not json"].concat(),
-            "not a JSON object",
-        ),
-        (
-            [&8u64.to_le_bytes()[..], b"{broken "].concat(),
-            "malformed safetensors",
-        ),
+        ([&(1u64 << 40).to_le_bytes()[..], &bytes[8..]].concat(), "more than the 16777216-byte limit"),
+        (b"PK\x03\x04 this is a zip file, not a checkpoint".to_vec(), "more than the"),
+        ([&8u64.to_le_bytes()[..], b"not json"].concat(), "not a JSON object"),
+        ([&8u64.to_le_bytes()[..], b"{broken "].concat(), "malformed safetensors"),
     ];
     let mut flipped = bytes.clone();
     let last = flipped.len() - 1;
     flipped[last] ^= 0x01;
     cases.push((flipped, "digest mismatch"));
+    cases.push((rebuild(&bytes, |t, _| t.retain(|x| x.0 != "layers.1.bias")), "missing tensor `layers.1.bias`"));
     cases.push((
-        rebuild(&bytes, |t, _| t.retain(|x| x.0 != "layers.1.bias")),
-        "missing tensor `layers.1.bias`",
-    ));
-    cases.push((
-        rebuild(&bytes, |t, _| {
-            t.push(("extra.weight".into(), Dtype::F32, vec![1], vec![0; 4]))
-        }),
+        rebuild(&bytes, |t, _| t.push(("extra.weight".into(), Dtype::F32, vec![1], vec![0; 4]))),
         "unexpected tensor `extra.weight`",
     ));
     cases.push((
@@ -186,23 +164,10 @@ fn plain_weights_file_is_accepted_as_initial_weights() {
     let data: Vec<(String, Vec<usize>, Vec<u8>)> = layout
         .tensors()
         .into_iter()
-        .map(|t| {
-            (
-                t.name,
-                t.shape,
-                to_le_bytes(&state.params[t.offset..t.offset + t.len]),
-            )
-        })
+        .map(|t| (t.name, t.shape, to_le_bytes(&state.params[t.offset..t.offset + t.len])))
         .collect();
-    let views: Vec<_> = data
-        .iter()
-        .map(|(n, s, b)| {
-            (
-                n.clone(),
-                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
-            )
-        })
-        .collect();
+    let views: Vec<_> =
+        data.iter().map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), b).unwrap())).collect();
     let plain = safetensors::serialize(views, None).unwrap();
     assert_eq!(load_weights(&plain, &e).unwrap(), state.params);
     assert!(error_of(&plain).contains("not a Stepscope checkpoint"));

@@ -24,11 +24,7 @@ pub struct DataPosition {
 
 impl DataPosition {
     pub fn start(seed: u64) -> Self {
-        DataPosition {
-            rows_consumed: 0,
-            epoch: 0,
-            epoch_rng: Rng::new(seed, stream::SHUFFLE).state(),
-        }
+        DataPosition { rows_consumed: 0, epoch: 0, epoch_rng: Rng::new(seed, stream::SHUFFLE).state() }
     }
 }
 
@@ -44,18 +40,8 @@ pub struct Batcher {
 impl Batcher {
     pub fn new(rows: usize, shuffle: bool, position: DataPosition) -> Batcher {
         let mut rng = Rng::from_state(position.epoch_rng);
-        let permutation = if shuffle {
-            rng.permutation(rows)
-        } else {
-            Vec::new()
-        };
-        Batcher {
-            rows,
-            shuffle,
-            position,
-            rng,
-            permutation,
-        }
+        let permutation = if shuffle { rng.permutation(rows) } else { Vec::new() };
+        Batcher { rows, shuffle, position, rng, permutation }
     }
 
     pub fn position(&self) -> &DataPosition {
@@ -79,13 +65,7 @@ impl Batcher {
     }
 
     /// Fills `inputs` (B, I) and `targets` (B, T) with the next `batch` rows.
-    pub fn next_batch(
-        &mut self,
-        inputs: &mut Vec<f32>,
-        targets: &mut Vec<f32>,
-        table: &Table,
-        batch: usize,
-    ) {
+    pub fn next_batch(&mut self, inputs: &mut Vec<f32>, targets: &mut Vec<f32>, table: &Table, batch: usize) {
         inputs.clear();
         targets.clear();
         for _ in 0..batch {

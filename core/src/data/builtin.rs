@@ -8,12 +8,7 @@ use super::Point;
 use crate::experiment::DataSource;
 use crate::rng::Rng;
 
-pub fn generate_points(
-    source: DataSource,
-    samples: usize,
-    noise: f64,
-    rng: &mut Rng,
-) -> Vec<Point> {
+pub fn generate_points(source: DataSource, samples: usize, noise: f64, rng: &mut Rng) -> Vec<Point> {
     match source {
         DataSource::Circle => circle(samples, noise, rng),
         DataSource::Xor => xor(samples, noise, rng),
@@ -38,10 +33,7 @@ fn circle(n: usize, noise: f64, rng: &mut Rng) -> Vec<Point> {
     let mut points = Vec::with_capacity(n);
     // Inside the circle: class 1; the ring outside: class 0. The label is
     // taken at the noisy position, so noise flips points near the edge.
-    for (count, (r_lo, r_hi)) in [
-        (n / 2, (0.0, radius * 0.5)),
-        (n - n / 2, (radius * 0.7, radius)),
-    ] {
+    for (count, (r_lo, r_hi)) in [(n / 2, (0.0, radius * 0.5)), (n - n / 2, (radius * 0.7, radius))] {
         for _ in 0..count {
             let r = rng.uniform(r_lo, r_hi);
             let angle = rng.uniform(0.0, 2.0 * PI);
@@ -50,11 +42,7 @@ fn circle(n: usize, noise: f64, rng: &mut Rng) -> Vec<Point> {
             let nx = rng.uniform(-radius, radius) * noise;
             let ny = rng.uniform(-radius, radius) * noise;
             let inside = ((x1 + nx).powi(2) + (x2 + ny).powi(2)).sqrt() < radius * 0.5;
-            points.push(Point {
-                x1,
-                x2,
-                label: class(inside),
-            });
+            points.push(Point { x1, x2, label: class(inside) });
         }
     }
     points
@@ -70,11 +58,7 @@ fn xor(n: usize, noise: f64, rng: &mut Rng) -> Vec<Point> {
             x2 += if x2 > 0.0 { padding } else { -padding };
             let nx = rng.uniform(-5.0, 5.0) * noise;
             let ny = rng.uniform(-5.0, 5.0) * noise;
-            Point {
-                x1,
-                x2,
-                label: class((x1 + nx) * (x2 + ny) >= 0.0),
-            }
+            Point { x1, x2, label: class((x1 + nx) * (x2 + ny) >= 0.0) }
         })
         .collect()
 }
@@ -123,14 +107,8 @@ fn reg_plane(n: usize, noise: f64, rng: &mut Rng) -> Vec<Point> {
 }
 
 fn reg_gauss(n: usize, noise: f64, rng: &mut Rng) -> Vec<Point> {
-    let gaussians = [
-        (-4.0, 2.5, 1.0),
-        (0.0, 2.5, -1.0),
-        (4.0, 2.5, 1.0),
-        (-4.0, -2.5, -1.0),
-        (0.0, -2.5, 1.0),
-        (4.0, -2.5, -1.0),
-    ];
+    let gaussians =
+        [(-4.0, 2.5, 1.0), (0.0, 2.5, -1.0), (4.0, 2.5, 1.0), (-4.0, -2.5, -1.0), (0.0, -2.5, 1.0), (4.0, -2.5, -1.0)];
     let label_at = |x1: f64, x2: f64| {
         let mut label: f64 = 0.0;
         for (cx, cy, sign) in gaussians {
@@ -150,11 +128,7 @@ fn reg_gauss(n: usize, noise: f64, rng: &mut Rng) -> Vec<Point> {
             let x2 = rng.uniform(-radius, radius);
             let nx = rng.uniform(-radius, radius) * noise;
             let ny = rng.uniform(-radius, radius) * noise;
-            Point {
-                x1,
-                x2,
-                label: label_at(x1 + nx, x2 + ny),
-            }
+            Point { x1, x2, label: label_at(x1 + nx, x2 + ny) }
         })
         .collect()
 }

@@ -17,10 +17,7 @@ enum Column {
 
 pub fn parse_csv(text: &str, experiment: &Experiment) -> Result<Table> {
     let err = |msg: String| Err(Error::Csv(msg));
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let Some((_, header)) = lines.next() else {
         return err("the file is empty: expected a header row such as `x1,x2,y`".into());
     };
@@ -39,10 +36,7 @@ pub fn parse_csv(text: &str, experiment: &Experiment) -> Result<Table> {
         };
         columns.push(column);
     }
-    let input_width = columns
-        .iter()
-        .filter(|c| matches!(c, Column::Input))
-        .count();
+    let input_width = columns.iter().filter(|c| matches!(c, Column::Input)).count();
     let target_width = columns.len() - input_width;
     let outputs = experiment.outputs();
     if input_width != experiment.model.inputs {
@@ -61,11 +55,7 @@ pub fn parse_csv(text: &str, experiment: &Experiment) -> Result<Table> {
             experiment.loss
         ));
     }
-    let mut table = Table {
-        input_width,
-        target_width,
-        ..Table::default()
-    };
+    let mut table = Table { input_width, target_width, ..Table::default() };
     for (index, line) in lines {
         let line_no = index + 1;
         if table.rows() >= MAX_CSV_ROWS {
@@ -84,19 +74,13 @@ pub fn parse_csv(text: &str, experiment: &Experiment) -> Result<Table> {
             let field = field.trim();
             let value: f32 = match field.parse() {
                 Ok(v) if f32::is_finite(v) => v,
-                _ => {
-                    return err(format!(
-                        "line {line_no}, column {}: `{field}` is not a finite number",
-                        c + 1
-                    ))
-                }
+                _ => return err(format!("line {line_no}, column {}: `{field}` is not a finite number", c + 1)),
             };
             match column {
                 Column::Input => table.inputs.push(value),
                 Column::Target => {
-                    check_target(experiment.loss, outputs, value).map_err(|why| {
-                        Error::Csv(format!("line {line_no}, column {}: {why}", c + 1))
-                    })?;
+                    check_target(experiment.loss, outputs, value)
+                        .map_err(|why| Error::Csv(format!("line {line_no}, column {}: {why}", c + 1)))?;
                     table.targets.push(value);
                 }
             }
@@ -113,17 +97,11 @@ fn check_target(loss: Loss, outputs: usize, value: f32) -> std::result::Result<(
     match loss {
         Loss::Mse => Ok(()),
         Loss::BceWithLogits if (0.0..=1.0).contains(&value) => Ok(()),
-        Loss::BceWithLogits => Err(format!(
-            "target {value} is outside [0, 1], as bce_with_logits needs"
-        )),
-        Loss::CrossEntropy
-            if value.fract() == 0.0 && value >= 0.0 && (value as usize) < outputs =>
-        {
-            Ok(())
+        Loss::BceWithLogits => Err(format!("target {value} is outside [0, 1], as bce_with_logits needs")),
+        Loss::CrossEntropy if value.fract() == 0.0 && value >= 0.0 && (value as usize) < outputs => Ok(()),
+        Loss::CrossEntropy => {
+            Err(format!("class `{value}` must be an integer in 0..{outputs} (the output layer's units)"))
         }
-        Loss::CrossEntropy => Err(format!(
-            "class `{value}` must be an integer in 0..{outputs} (the output layer's units)"
-        )),
     }
 }
 

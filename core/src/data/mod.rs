@@ -65,14 +65,10 @@ impl Dataset {
     pub fn load(experiment: &Experiment, csv_text: Option<&str>) -> Result<Dataset> {
         let spec = &experiment.data;
         if spec.source == DataSource::Csv {
-            let text = csv_text.ok_or_else(|| {
-                crate::Error::Experiment("data.source is \"csv\" but no CSV file was given".into())
-            })?;
+            let text = csv_text
+                .ok_or_else(|| crate::Error::Experiment("data.source is \"csv\" but no CSV file was given".into()))?;
             let train = parse_csv(text, experiment)?;
-            return Ok(Dataset {
-                train,
-                ..Dataset::default()
-            });
+            return Ok(Dataset { train, ..Dataset::default() });
         }
         let mut rng = Rng::new(experiment.seed, stream::DATA);
         let mut points = generate_points(spec.source, spec.samples(), spec.noise(), &mut rng);
@@ -96,15 +92,9 @@ impl Dataset {
 fn points_table(points: &[Point], experiment: &Experiment) -> Table {
     let features = experiment.data.features();
     let regression = experiment.data.source.is_regression();
-    let mut table = Table {
-        input_width: features.len(),
-        target_width: 1,
-        ..Table::default()
-    };
+    let mut table = Table { input_width: features.len(), target_width: 1, ..Table::default() };
     for p in points {
-        table
-            .inputs
-            .extend(features.iter().map(|f| f.eval(p.x1, p.x2) as f32));
+        table.inputs.extend(features.iter().map(|f| f.eval(p.x1, p.x2) as f32));
         let target = match (regression, experiment.loss) {
             (false, Loss::Mse) => 2.0 * p.label - 1.0,
             _ => p.label,

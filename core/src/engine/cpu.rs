@@ -3,17 +3,15 @@
 
 use web_time::Instant;
 
-use super::{forward_pass, Activations, Evaluation, Phase, PhaseTimes, StepMetrics, TrainState};
+use super::{evaluate, forward_pass, Activations, Evaluation, Phase, PhaseTimes, StepMetrics, Timing, TrainState};
 use crate::data::{Batcher, DataPosition, Dataset, Table};
 use crate::error::{Error, Result};
-use crate::experiment::{Experiment, Loss};
+use crate::experiment::Experiment;
 use crate::model::{
-    activation_backward, dense_backward, init_parameters, loss_backward, loss_forward,
-    regularization_backward, Layout, TensorInfo,
+    activation_backward, dense_backward, init_parameters, loss_backward, loss_forward, regularization_backward, Layout,
+    TensorInfo,
 };
-use crate::optim::{
-    clip_grad_norm, global_grad_norm, learning_rate, optimizer_step, OptimizerState,
-};
+use crate::optim::{clip_grad_norm, global_grad_norm, learning_rate, optimizer_step, OptimizerState};
 
 pub struct CpuEngine {
     experiment: Experiment,
@@ -63,20 +61,12 @@ impl CpuEngine {
             return Err(Error::Experiment("the training data has no rows".into()));
         }
         let batch = experiment.batch_size;
-        let batcher = Batcher::new(
-            data.train.rows(),
-            experiment.data.shuffle,
-            state.data_position,
-        );
+        let batcher = Batcher::new(data.train.rows(), experiment.data.shuffle, state.data_position);
         let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(0);
         Ok(CpuEngine {
             tensors: layout.tensors(),
             acts: Activations::new(&layout, batch),
-            grad_out: layout
-                .layers
-                .iter()
-                .map(|l| vec![0.0; batch * l.units])
-                .collect(),
+            grad_out: layout.layers.iter().map(|l| vec![0.0; batch * l.units]).collect(),
             grad_pre: vec![0.0; batch * max_units],
             grads: vec![0.0; layout.parameter_count],
             inputs: Vec::with_capacity(batch * experiment.model.inputs),
@@ -141,12 +131,9 @@ impl CpuEngine {
         let mut loss_sum = 0.0f32;
         for _ in 0..k {
             let t0 = Instant::now();
-            self.batcher
-                .next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
+            self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
             let t1 = Instant::now();
-            if let Some(layer) =
-                forward_pass(&mut self.acts, &self.params, &self.inputs, &self.layout, e)
-            {
+            if let Some(layer) = forward_pass(&mut self.acts, &self.params, &self.inputs, &self.layout, e) {
                 return Err(non_finite(Phase::Forward, layer));
             }
             let outputs = e.outputs();
@@ -176,14 +163,7 @@ impl CpuEngine {
         };
         let step = self.optimizer.step;
         let lr = learning_rate(&e.schedule, e.optimizer.lr(), step);
-        optimizer_step(
-            &mut self.params,
-            &mut self.optimizer,
-            &self.grads,
-            &e.optimizer,
-            lr,
-            &self.tensors,
-        );
+        optimizer_step(&mut self.params, &mut self.optimizer, &self.grads, &e.optimizer, lr, &self.tensors);
         phases.optimizer_ms = ms(t4, Instant::now());
         if let Some(layer) = self.first_non_finite_layer(&self.params) {
             return Err(non_finite(Phase::Optimizer, layer));
@@ -195,6 +175,8 @@ impl CpuEngine {
             lr,
             clipped,
             phases,
+            timing: Timing::Cpu,
+            gpu_ms: None,
         })
     }
 
@@ -204,55 +186,24 @@ impl CpuEngine {
         let e = &self.experiment;
         let batch = e.batch_size;
         let last = self.layout.layers.len() - 1;
-        loss_backward(
-            &mut self.grad_out[last],
-            self.acts.output(),
-            &self.targets,
-            e.loss,
-            batch,
-            e.outputs(),
-            scale,
-        );
+        loss_backward(&mut self.grad_out[last], self.acts.output(), &self.targets, e.loss, batch, e.outputs(), scale);
         for l in (0..=last).rev() {
             let shape = self.layout.layers[l];
             let n = batch * shape.units;
             let dz = &mut self.grad_pre[..n];
-            activation_backward(
-                dz,
-                &self.grad_out[l],
-                &self.acts.z[l],
-                &self.acts.a[l],
-                e.model.layers[l].activation,
-            );
-            let (dweight, rest) =
-                self.grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
+            activation_backward(dz, &self.grad_out[l], &self.acts.z[l], &self.acts.a[l], e.model.layers[l].activation);
+            let (dweight, rest) = self.grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
             let dbias = &mut rest[..shape.units];
             let weight = &self.params[shape.weight_offset..shape.bias_offset];
             let (x, dx) = if l == 0 {
                 (self.inputs.as_slice(), None)
             } else {
                 let (below, _) = self.grad_out.split_at_mut(l);
-                (
-                    self.acts.a[l - 1].as_slice(),
-                    Some(below[l - 1].as_mut_slice()),
-                )
+                (self.acts.a[l - 1].as_slice(), Some(below[l - 1].as_mut_slice()))
             };
-            dense_backward(
-                dx,
-                dweight,
-                dbias,
-                dz,
-                x,
-                weight,
-                batch,
-                shape.inputs,
-                shape.units,
-            );
+            dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
             let end = shape.bias_offset + shape.units;
-            if self.grads[shape.weight_offset..end]
-                .iter()
-                .any(|g| !g.is_finite())
-            {
+            if self.grads[shape.weight_offset..end].iter().any(|g| !g.is_finite()) {
                 return Err(non_finite(Phase::Backward, l));
             }
         }
@@ -260,72 +211,25 @@ impl CpuEngine {
     }
 
     fn first_non_finite_layer(&self, values: &[f32]) -> Option<usize> {
-        self.layout.layers.iter().position(|l| {
-            values[l.weight_offset..l.bias_offset + l.units]
-                .iter()
-                .any(|v| !v.is_finite())
-        })
+        self.layout
+            .layers
+            .iter()
+            .position(|l| values[l.weight_offset..l.bias_offset + l.units].iter().any(|v| !v.is_finite()))
     }
 
     /// Mean loss (and accuracy for classification) over `table`, in one
     /// pass, without touching the training state.
     pub fn evaluate(&self, table: &Table) -> Option<Evaluation> {
-        let rows = table.rows();
-        if rows == 0 {
-            return None;
-        }
-        let e = &self.experiment;
-        let mut acts = Activations::new(&self.layout, rows);
-        forward_pass(&mut acts, &self.params, &table.inputs, &self.layout, e);
-        let outputs = e.outputs();
-        let y = acts.output();
-        let loss = loss_forward(y, &table.targets, e.loss, rows, outputs);
-        let accuracy = accuracy(y, &table.targets, e, rows);
-        Some(Evaluation { loss, accuracy })
+        evaluate(&self.params, &self.layout, &self.experiment, table)
     }
 
     /// Network outputs for `inputs` (rows, I): (rows, O).
     pub fn predict(&self, inputs: &[f32]) -> Vec<f32> {
         let rows = inputs.len() / self.experiment.model.inputs.max(1);
         let mut acts = Activations::new(&self.layout, rows);
-        forward_pass(
-            &mut acts,
-            &self.params,
-            inputs,
-            &self.layout,
-            &self.experiment,
-        );
+        forward_pass(&mut acts, &self.params, inputs, &self.layout, &self.experiment);
         acts.output().to_vec()
     }
-}
-
-/// Fraction of rows classified right: argmax for cross_entropy, logit > 0
-/// for bce, sign for mse on ±1 classes. None for regression.
-fn accuracy(y: &[f32], targets: &[f32], e: &Experiment, rows: usize) -> Option<f32> {
-    if e.data.source.is_regression()
-        || (e.data.source == crate::experiment::DataSource::Csv && e.loss == Loss::Mse)
-    {
-        return None;
-    }
-    let outputs = e.outputs();
-    let correct = (0..rows)
-        .filter(|&b| {
-            let row = &y[b * outputs..(b + 1) * outputs];
-            let t = &targets[b * targets.len() / rows..];
-            match e.loss {
-                Loss::CrossEntropy => {
-                    let best = row
-                        .iter()
-                        .enumerate()
-                        .fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
-                    best == t[0] as usize
-                }
-                Loss::BceWithLogits => row.iter().zip(t).all(|(&v, &t)| (v > 0.0) == (t > 0.5)),
-                Loss::Mse => (row[0] > 0.0) == (t[0] > 0.0),
-            }
-        })
-        .count();
-    Some(correct as f32 / rows as f32)
 }
 
 fn ms(a: Instant, b: Instant) -> f64 {
@@ -338,7 +242,5 @@ fn non_finite(phase: Phase, layer: usize) -> Error {
     } else {
         "parameters and optimizer state kept from before this step"
     };
-    Error::NonFinite(format!(
-        "first NaN/Inf in layer {layer} during {phase}; {kept}"
-    ))
+    Error::NonFinite(format!("first NaN/Inf in layer {layer} during {phase}; {kept}"))
 }

@@ -1,8 +1,10 @@
 //! The forward pass over the whole network, shared by training and
 //! evaluation.
 
-use crate::experiment::Experiment;
-use crate::model::{activation_forward, dense_forward, Layout};
+use super::Evaluation;
+use crate::data::Table;
+use crate::experiment::{DataSource, Experiment, Loss};
+use crate::model::{activation_forward, dense_forward, loss_forward, Layout};
 
 /// What the forward pass stores for backward, per layer l:
 /// `z[l]` pre-activations and `a[l]` outputs, each (B, O_l).
@@ -16,11 +18,7 @@ pub struct Activations {
 impl Activations {
     pub fn new(layout: &Layout, rows: usize) -> Activations {
         let sizes = || layout.layers.iter().map(|l| vec![0.0; rows * l.units]);
-        Activations {
-            z: sizes().collect(),
-            a: sizes().collect(),
-            rows,
-        }
+        Activations { z: sizes().collect(), a: sizes().collect(), rows }
     }
 
     /// Resizes for `rows` rows, reusing the allocations.
@@ -56,20 +54,8 @@ pub fn forward_pass(
         let x = if l == 0 { inputs } else { &before[l - 1] };
         let weight = &params[shape.weight_offset..shape.bias_offset];
         let bias = &params[shape.bias_offset..shape.bias_offset + shape.units];
-        dense_forward(
-            &mut acts.z[l],
-            x,
-            weight,
-            bias,
-            rows,
-            shape.inputs,
-            shape.units,
-        );
-        activation_forward(
-            &mut after[0],
-            &acts.z[l],
-            experiment.model.layers[l].activation,
-        );
+        dense_forward(&mut acts.z[l], x, weight, bias, rows, shape.inputs, shape.units);
+        activation_forward(&mut after[0], &acts.z[l], experiment.model.layers[l].activation);
         if first_non_finite.is_none()
             && (acts.z[l].iter().any(|v| !v.is_finite()) || after[0].iter().any(|v| !v.is_finite()))
         {
@@ -77,4 +63,45 @@ pub fn forward_pass(
         }
     }
     first_non_finite
+}
+
+/// Mean loss (and accuracy for classification) of `params` over `table`.
+pub fn evaluate(params: &[f32], layout: &Layout, experiment: &Experiment, table: &Table) -> Option<Evaluation> {
+    let rows = table.rows();
+    if rows == 0 {
+        return None;
+    }
+    let mut acts = Activations::new(layout, rows);
+    forward_pass(&mut acts, params, &table.inputs, layout, experiment);
+    let outputs = experiment.outputs();
+    let y = acts.output();
+    let loss = loss_forward(y, &table.targets, experiment.loss, rows, outputs);
+    let accuracy = accuracy(y, &table.targets, experiment, rows);
+    Some(Evaluation { loss, accuracy })
+}
+
+/// Fraction of rows classified right: argmax for cross_entropy, logit > 0
+/// for bce, sign for mse on ±1 classes. None for regression.
+fn accuracy(y: &[f32], targets: &[f32], e: &Experiment, rows: usize) -> Option<f32> {
+    let regression = e.data.source.is_regression() || (e.data.source == DataSource::Csv && e.loss == Loss::Mse);
+    if regression {
+        return None;
+    }
+    let outputs = e.outputs();
+    let width = targets.len() / rows;
+    let correct = (0..rows)
+        .filter(|&b| {
+            let row = &y[b * outputs..(b + 1) * outputs];
+            let t = &targets[b * width..(b + 1) * width];
+            match e.loss {
+                Loss::CrossEntropy => {
+                    let best = row.iter().enumerate().fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
+                    best == t[0] as usize
+                }
+                Loss::BceWithLogits => row.iter().zip(t).all(|(&v, &t)| (v > 0.0) == (t > 0.5)),
+                Loss::Mse => (row[0] > 0.0) == (t[0] > 0.0),
+            }
+        })
+        .count();
+    Some(correct as f32 / rows as f32)
 }

@@ -2,11 +2,13 @@
 //! is checked against; all share `TrainState` (what a checkpoint holds)
 //! and `StepMetrics` (what one optimizer step reports).
 
+mod backend;
 mod cpu;
 mod forward;
 
+pub use backend::{Backend, Engine};
 pub use cpu::CpuEngine;
-pub use forward::{forward_pass, Activations};
+pub use forward::{evaluate, forward_pass, Activations};
 
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +59,27 @@ pub struct StepMetrics {
     pub clipped: bool,
     #[serde(flatten)]
     pub phases: PhaseTimes,
+    /// Where the phase times come from.
+    pub timing: Timing,
+    /// GPU time of the step's passes from timestamp queries (GPU engine
+    /// with timestamps only): the GPU's share of the phase times.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub gpu_ms: Option<f64>,
+}
+
+/// The source of a step's phase times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Timing {
+    /// CPU engine: each phase timed by the clock.
+    Cpu,
+    /// GPU engine: forward, backward and optimizer from GPU timestamp
+    /// queries; data adds the CPU's row and scalar preparation.
+    GpuTimestamps,
+    /// GPU engine on an adapter without timestamp queries: the GPU's work
+    /// cannot be split by phase, so `forward_ms` holds the whole submit's
+    /// wall time per step and backward/optimizer read 0.
+    GpuCoarse,
 }
 
 /// Where training phases are, for reporting the first non-finite value.

@@ -35,11 +35,7 @@ impl GpuContext {
             .map_err(|e| Error::Gpu(format!("no GPU adapter: {e}")))?;
         let adapter_info = adapter.get_info();
         let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
-        let required_features = if timestamps {
-            wgpu::Features::TIMESTAMP_QUERY
-        } else {
-            wgpu::Features::empty()
-        };
+        let required_features = if timestamps { wgpu::Features::TIMESTAMP_QUERY } else { wgpu::Features::empty() };
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("stepscope device"),
@@ -69,15 +65,7 @@ impl GpuContext {
             });
         }
         let pipelines = Pipelines::new(&device).await?;
-        Ok(GpuContext {
-            device,
-            queue,
-            adapter_info,
-            timestamps,
-            pipelines,
-            first_error,
-            lost,
-        })
+        Ok(GpuContext { device, queue, adapter_info, timestamps, pipelines, first_error, lost })
     }
 
     /// Blocks until the context exists (native only).

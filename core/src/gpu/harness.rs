@@ -18,7 +18,12 @@ pub enum Arg<'a> {
 
 /// Dispatches `kernel` once over `workgroups` and returns the contents of
 /// every `Out` argument after it ran, in order.
-pub async fn run_kernel(ctx: &GpuContext, kernel: Kernel, args: &[Arg<'_>], workgroups: [u32; 3]) -> Result<Vec<Vec<u8>>> {
+pub async fn run_kernel(
+    ctx: &GpuContext,
+    kernel: Kernel,
+    args: &[Arg<'_>],
+    workgroups: [u32; 3],
+) -> Result<Vec<Vec<u8>>> {
     let device = &ctx.device;
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let buffers: Vec<wgpu::Buffer> = args
@@ -49,24 +54,17 @@ pub async fn run_kernel(ctx: &GpuContext, kernel: Kernel, args: &[Arg<'_>], work
     let entries: Vec<wgpu::BindGroupEntry> = buffers
         .iter()
         .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry {
-            binding: i as u32,
-            resource: b.as_entire_binding(),
-        })
+        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
         .collect();
     let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some(kernel.name()),
         layout: &pipeline.get_bind_group_layout(0),
         entries: &entries,
     });
-    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-        label: Some(kernel.name()),
-    });
+    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(kernel.name()) });
     {
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(kernel.name()),
-            timestamp_writes: None,
-        });
+        let mut pass = encoder
+            .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(kernel.name()), timestamp_writes: None });
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind_group, &[]);
         pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);

@@ -29,7 +29,24 @@ pub enum Kernel {
 
 impl Kernel {
     pub const ALL: &'static [Kernel] = &[
-        Kernel::DenseForward, Kernel::LossForward, Kernel::LossBackward, Kernel::ActivationBackward, Kernel::DenseBackwardInput, Kernel::DenseBackwardWeight, Kernel::BiasBackward, Kernel::GatherRows, Kernel::Advance, Kernel::RegularizationBackward, Kernel::GradNorm, Kernel::ClipGradNorm, Kernel::SgdStep, Kernel::AdamStep, Kernel::LambMoments, Kernel::LambStep, Kernel::TensorStats, Kernel::FmaPeak,
+        Kernel::DenseForward,
+        Kernel::LossForward,
+        Kernel::LossBackward,
+        Kernel::ActivationBackward,
+        Kernel::DenseBackwardInput,
+        Kernel::DenseBackwardWeight,
+        Kernel::BiasBackward,
+        Kernel::GatherRows,
+        Kernel::Advance,
+        Kernel::RegularizationBackward,
+        Kernel::GradNorm,
+        Kernel::ClipGradNorm,
+        Kernel::SgdStep,
+        Kernel::AdamStep,
+        Kernel::LambMoments,
+        Kernel::LambStep,
+        Kernel::TensorStats,
+        Kernel::FmaPeak,
     ];
 
     pub fn name(self) -> &'static str {

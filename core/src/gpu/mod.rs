@@ -6,11 +6,17 @@
 //! A training step is one submit (or K steps per submit); only small
 //! statistics are read back, asynchronously.
 
+mod buffers;
 mod context;
+mod engine;
 pub mod harness;
 mod kernels;
 pub mod params;
+mod plan;
 mod readback;
+
+pub use buffers::{MemoryBytes, MAX_STEPS_PER_SUBMIT};
+pub use engine::GpuEngine;
 
 pub use context::GpuContext;
 pub use kernels::Kernel;

@@ -48,9 +48,7 @@ pub fn map_read(buffer: &wgpu::Buffer) -> MapFuture {
 /// Copies a mapped buffer's bytes out and unmaps it.
 pub fn take_mapped(buffer: &wgpu::Buffer) -> Result<Vec<u8>> {
     let bytes = {
-        let view = buffer
-            .get_mapped_range(..)
-            .map_err(|e| Error::Gpu(format!("reading back {:?}: {e}", buffer)))?;
+        let view = buffer.get_mapped_range(..).map_err(|e| Error::Gpu(format!("reading back {:?}: {e}", buffer)))?;
         view.to_vec()
     };
     buffer.unmap();
@@ -66,15 +64,11 @@ pub async fn read_buffer(ctx: &super::GpuContext, source: &wgpu::Buffer) -> Resu
         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
-    let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-        label: Some("readback"),
-    });
+    let mut encoder = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
     encoder.copy_buffer_to_buffer(source, 0, &staging, 0, source.size());
     ctx.queue.submit([encoder.finish()]);
     let mapped = map_read(&staging);
     ctx.wait_idle()?;
-    mapped
-        .await
-        .map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
+    mapped.await.map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
     take_mapped(&staging)
 }

@@ -104,11 +104,7 @@ mod tests {
                 activation_forward(&mut plus, &[z + h], act);
                 activation_forward(&mut minus, &[z - h], act);
                 let numeric = (plus[0] as f64 - minus[0] as f64) / (2.0 * h as f64);
-                assert!(
-                    (numeric - dz[i] as f64).abs() < 2e-3,
-                    "{act:?} at {z}: analytic {} numeric {numeric}",
-                    dz[i]
-                );
+                assert!((numeric - dz[i] as f64).abs() < 2e-3, "{act:?} at {z}: analytic {} numeric {numeric}", dz[i]);
             }
         }
     }

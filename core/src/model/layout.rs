@@ -42,20 +42,12 @@ impl Layout {
             .windows(2)
             .map(|w| {
                 let (inputs, units) = (w[0], w[1]);
-                let shape = LayerShape {
-                    inputs,
-                    units,
-                    weight_offset: offset,
-                    bias_offset: offset + units * inputs,
-                };
+                let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset: offset + units * inputs };
                 offset += units * inputs + units;
                 shape
             })
             .collect();
-        Layout {
-            layers,
-            parameter_count: offset,
-        }
+        Layout { layers, parameter_count: offset }
     }
 
     /// Every tensor in buffer order: `layers.{i}.weight`, `layers.{i}.bias`.

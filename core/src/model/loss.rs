@@ -16,11 +16,7 @@ pub fn loss_forward(y: &[f32], targets: &[f32], loss: Loss, batch: usize, output
         // Stable form: max(y, 0) − y·t + log(1 + e^(−|y|)), mean over elements
         // (<https://pytorch.org/docs/stable/generated/torch.nn.BCEWithLogitsLoss.html>).
         Loss::BceWithLogits => {
-            let sum: f32 = y
-                .iter()
-                .zip(targets)
-                .map(|(&y, &t)| y.max(0.0) - y * t + (-y.abs()).exp().ln_1p())
-                .sum();
+            let sum: f32 = y.iter().zip(targets).map(|(&y, &t)| y.max(0.0) - y * t + (-y.abs()).exp().ln_1p()).sum();
             sum / (batch * outputs) as f32
         }
         // Per row: logsumexp(y) − y[class], mean over rows.
@@ -46,15 +42,7 @@ fn log_sum_exp(row: &[f32]) -> f32 {
 ///   mse:           2 (y − t) / (B·O)
 ///   bce:           (σ(y) − t) / (B·O)
 ///   cross_entropy: (softmax(y) − onehot(t)) / B
-pub fn loss_backward(
-    dy: &mut [f32],
-    y: &[f32],
-    targets: &[f32],
-    loss: Loss,
-    batch: usize,
-    outputs: usize,
-    scale: f32,
-) {
+pub fn loss_backward(dy: &mut [f32], y: &[f32], targets: &[f32], loss: Loss, batch: usize, outputs: usize, scale: f32) {
     match loss {
         Loss::Mse => {
             let k = 2.0 * scale / (batch * outputs) as f32;
@@ -111,11 +99,7 @@ mod tests {
                 let numeric = (loss_forward(&plus, &targets, loss, batch, outputs) as f64
                     - loss_forward(&minus, &targets, loss, batch, outputs) as f64)
                     / (2.0 * h as f64);
-                assert!(
-                    (numeric - dy[i] as f64).abs() < 5e-4,
-                    "{loss:?} [{i}]: {} vs {numeric}",
-                    dy[i]
-                );
+                assert!((numeric - dy[i] as f64).abs() < 5e-4, "{loss:?} [{i}]: {} vs {numeric}", dy[i]);
             }
         }
     }

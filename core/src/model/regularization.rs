@@ -22,12 +22,7 @@ pub fn regularization_forward(params: &[f32], tensors: &[TensorInfo], reg: &Regu
 }
 
 /// grads += ∂(regularization)/∂params.
-pub fn regularization_backward(
-    grads: &mut [f32],
-    params: &[f32],
-    tensors: &[TensorInfo],
-    reg: &Regularization,
-) {
+pub fn regularization_backward(grads: &mut [f32], params: &[f32], tensors: &[TensorInfo], reg: &Regularization) {
     let rate = reg.rate as f32;
     for t in tensors.iter().filter(|t| t.is_weight) {
         let range = t.offset..t.offset + t.len;
@@ -56,20 +51,8 @@ mod tests {
 
     fn tensors() -> Vec<TensorInfo> {
         vec![
-            TensorInfo {
-                name: "w".into(),
-                shape: vec![3],
-                offset: 0,
-                len: 3,
-                is_weight: true,
-            },
-            TensorInfo {
-                name: "b".into(),
-                shape: vec![1],
-                offset: 3,
-                len: 1,
-                is_weight: false,
-            },
+            TensorInfo { name: "w".into(), shape: vec![3], offset: 0, len: 3, is_weight: true },
+            TensorInfo { name: "b".into(), shape: vec![1], offset: 3, len: 1, is_weight: false },
         ]
     }
 
@@ -79,10 +62,7 @@ mod tests {
     #[test]
     fn values_and_finite_difference_check() {
         let params = [0.5f32, -2.0, 0.0, 7.0];
-        for (kind, value) in [
-            (RegularizationKind::L1, 0.25),
-            (RegularizationKind::L2, 0.2125),
-        ] {
+        for (kind, value) in [(RegularizationKind::L1, 0.25), (RegularizationKind::L2, 0.2125)] {
             let reg = Regularization { kind, rate: 0.1 };
             assert!((regularization_forward(&params, &tensors(), &reg) - value).abs() < 1e-6);
             let mut grads = [0.0f32; 4];

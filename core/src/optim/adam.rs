@@ -33,8 +33,7 @@ pub fn adam_step(
     let bias_correction2_sqrt = scalars.bias_correction2_sqrt;
     let decay = scalars.decay;
     let (wd, eps) = (weight_decay as f32, eps as f32);
-    let (one_minus_beta1, beta2_f, one_minus_beta2) =
-        ((1.0 - beta1) as f32, beta2 as f32, (1.0 - beta2) as f32);
+    let (one_minus_beta1, beta2_f, one_minus_beta2) = ((1.0 - beta1) as f32, beta2 as f32, (1.0 - beta2) as f32);
     for i in 0..params.len() {
         let mut p = params[i];
         let mut g = grads[i];

@@ -10,10 +10,7 @@ use crate::model::TensorInfo;
 pub fn global_grad_norm(grads: &[f32], tensors: &[TensorInfo]) -> f32 {
     let mut total_sq = 0.0f32;
     for t in tensors {
-        let sq: f64 = grads[t.offset..t.offset + t.len]
-            .iter()
-            .map(|&g| g as f64 * g as f64)
-            .sum();
+        let sq: f64 = grads[t.offset..t.offset + t.len].iter().map(|&g| g as f64 * g as f64).sum();
         let norm = sq.sqrt() as f32;
         total_sq += norm * norm;
     }
@@ -39,20 +36,8 @@ mod tests {
 
     fn tensors() -> Vec<TensorInfo> {
         vec![
-            TensorInfo {
-                name: "a".into(),
-                shape: vec![2],
-                offset: 0,
-                len: 2,
-                is_weight: true,
-            },
-            TensorInfo {
-                name: "b".into(),
-                shape: vec![1],
-                offset: 2,
-                len: 1,
-                is_weight: false,
-            },
+            TensorInfo { name: "a".into(), shape: vec![2], offset: 0, len: 2, is_weight: true },
+            TensorInfo { name: "b".into(), shape: vec![1], offset: 2, len: 1, is_weight: false },
         ]
     }
 

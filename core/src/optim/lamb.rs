@@ -41,11 +41,7 @@ pub fn lamb_step(
     }
     // Trust ratio ‖p‖/‖r‖, 1 where either norm is 0.
     let (param_norm, update_norm) = (param_sq.sqrt(), update_sq.sqrt());
-    let ratio = if param_norm == 0.0 || update_norm == 0.0 {
-        1.0
-    } else {
-        param_norm / update_norm
-    };
+    let ratio = if param_norm == 0.0 || update_norm == 0.0 { 1.0 } else { param_norm / update_norm };
     let neg_lr = scalars.neg_lr;
     for i in 0..params.len() {
         let r = direction(exp_avg[i], exp_avg_sq[i], params[i]);

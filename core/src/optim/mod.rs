@@ -51,14 +51,10 @@ impl OptimizerState {
 
     /// The state's buffers by checkpoint suffix, in a fixed order.
     pub fn buffers(&self) -> Vec<(&'static str, &Vec<f32>)> {
-        [
-            ("exp_avg", &self.exp_avg),
-            ("exp_avg_sq", &self.exp_avg_sq),
-            ("momentum_buffer", &self.momentum_buffer),
-        ]
-        .into_iter()
-        .filter(|(_, b)| !b.is_empty())
-        .collect()
+        [("exp_avg", &self.exp_avg), ("exp_avg_sq", &self.exp_avg_sq), ("momentum_buffer", &self.momentum_buffer)]
+            .into_iter()
+            .filter(|(_, b)| !b.is_empty())
+            .collect()
     }
 
     pub fn buffer_mut(&mut self, suffix: &str) -> Option<&mut Vec<f32>> {
@@ -139,60 +135,16 @@ pub fn optimizer_step(
     let scalars = StepScalars::new(spec, lr, state.step);
     let s = &scalars;
     match *spec {
-        OptimizerSpec::Sgd {
-            momentum,
-            dampening,
-            nesterov,
-            weight_decay,
-            ..
-        } => sgd_step(
-            params,
-            &mut state.momentum_buffer,
-            grads,
-            s,
-            momentum,
-            dampening,
-            nesterov,
-            weight_decay,
-        ),
-        OptimizerSpec::Adam {
-            betas,
-            eps,
-            weight_decay,
-            ..
-        } => adam_step(
-            params,
-            &mut state.exp_avg,
-            &mut state.exp_avg_sq,
-            grads,
-            s,
-            betas,
-            eps,
-            weight_decay,
-            false,
-        ),
-        OptimizerSpec::Adamw {
-            betas,
-            eps,
-            weight_decay,
-            ..
-        } => adam_step(
-            params,
-            &mut state.exp_avg,
-            &mut state.exp_avg_sq,
-            grads,
-            s,
-            betas,
-            eps,
-            weight_decay,
-            true,
-        ),
-        OptimizerSpec::Lamb {
-            betas,
-            eps,
-            weight_decay,
-            ..
-        } => {
+        OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } => {
+            sgd_step(params, &mut state.momentum_buffer, grads, s, momentum, dampening, nesterov, weight_decay)
+        }
+        OptimizerSpec::Adam { betas, eps, weight_decay, .. } => {
+            adam_step(params, &mut state.exp_avg, &mut state.exp_avg_sq, grads, s, betas, eps, weight_decay, false)
+        }
+        OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => {
+            adam_step(params, &mut state.exp_avg, &mut state.exp_avg_sq, grads, s, betas, eps, weight_decay, true)
+        }
+        OptimizerSpec::Lamb { betas, eps, weight_decay, .. } => {
             for t in tensors {
                 let range = t.offset..t.offset + t.len;
                 lamb_step(

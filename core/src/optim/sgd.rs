@@ -27,11 +27,7 @@ pub fn sgd_step(
         }
         if momentum != 0.0 {
             // b ← g on the first step, else b ← μ·b + (1 − τ)·g
-            let b = if scalars.first_step == 1 {
-                g
-            } else {
-                momentum_buffer[i] * mu + one_minus_dampening * g
-            };
+            let b = if scalars.first_step == 1 { g } else { momentum_buffer[i] * mu + one_minus_dampening * g };
             momentum_buffer[i] = b;
             // nesterov: g ← g + μ·b, else g ← b
             g = if nesterov { g + mu * b } else { b };

@@ -1,0 +1,330 @@
+//! `stepscope bench`: what the GPU buys, measured side by side in one run
+//! and reported as ratios (these machines are shared and noisy; ratios of
+//! measurements taken together are what holds up). Prints a Markdown
+//! report naming the machine and adapter; `--out FILE` also writes it.
+//!
+//! 1. The forward kernel's matmul GFLOP/s against a WGSL fused-multiply-add
+//!    peak probe on the same adapter, at 256², 1024², 2048².
+//! 2. Steps per second, GPU engine against the CPU engine.
+//! 3. K = 1 step per submit with a readback every step, against K = 64.
+//! 4. Overhead share: (wall time per step − GPU timestamp time per step) / wall.
+
+use std::sync::Arc;
+
+use web_time::Instant;
+use wgpu::util::DeviceExt;
+
+use stepscope_core::data::{Dataset, Table};
+use stepscope_core::gpu::params::{DenseForwardParams, FmaPeakParams, FLAGS_INIT};
+use stepscope_core::gpu::{GpuContext, GpuEngine, Kernel};
+use stepscope_core::model::{init_parameters, Layout};
+use stepscope_core::rng::Rng;
+use stepscope_core::{CpuEngine, Experiment, TrainState};
+
+use crate::{files, say, Failure};
+
+/// Seconds each measurement aims for (repetitions double until reached).
+const TARGET_S: f64 = 0.3;
+
+fn gpu_err(e: stepscope_core::Error) -> Failure {
+    Failure { message: e.to_string(), status: 1 }
+}
+
+pub fn run(argv: &[String]) -> Result<(), Failure> {
+    let out = match argv {
+        [] => None,
+        [flag, path] if flag == "--out" => Some(path.clone()),
+        _ => return Err(Failure::usage("bench takes only [--out FILE]")),
+    };
+    let ctx = Arc::new(GpuContext::new_blocking().map_err(gpu_err)?);
+    let mut report = String::new();
+    let mut line = |s: String| {
+        say!("{s}");
+        report.push_str(&s);
+        report.push('\n');
+    };
+    line("# Stepscope benchmark".into());
+    line(String::new());
+    line(format!(
+        "- adapter: {} (driver: {} {})",
+        ctx.describe(),
+        ctx.adapter_info.driver,
+        ctx.adapter_info.driver_info
+    ));
+    line(format!(
+        "- CPU: {} ({} threads available; the CPU engine uses one)",
+        cpu_name(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    ));
+    line(format!(
+        "- GPU timing: {}",
+        if ctx.timestamps { "timestamp queries" } else { "wall clock (no timestamp queries on this adapter)" }
+    ));
+    line(format!("- build: {}", if cfg!(debug_assertions) { "debug (numbers not meaningful)" } else { "release" }));
+    line(String::new());
+
+    let peak = fma_peak_gflops(&ctx).map_err(gpu_err)?;
+    line("## Forward matmul against the FMA peak probe".into());
+    line(String::new());
+    line(format!("FMA probe peak: {peak:.1} GFLOP/s"));
+    line(String::new());
+    line("| size (B = I = O) | GFLOP/s | share of probe peak |".into());
+    line("|---|---|---|".into());
+    for n in [256usize, 1024, 2048] {
+        let gflops = matmul_gflops(&ctx, n).map_err(gpu_err)?;
+        line(format!("| {n}² | {gflops:.1} | {:.1} % |", 100.0 * gflops / peak));
+    }
+    line(String::new());
+
+    line("## Steps per second, GPU engine against CPU engine".into());
+    line(String::new());
+    line("| model | batch | CPU steps/s | GPU steps/s, K = 1 | GPU steps/s, K = 64 | GPU/CPU (K = 64) | K = 64 / K = 1 | overhead share K = 1 | overhead share K = 64 |".into());
+    line("|---|---|---|---|---|---|---|---|---|".into());
+    for (widths, batch) in
+        [(&[2usize, 16, 16, 1][..], 32usize), (&[64, 256, 256, 10], 256), (&[784, 512, 512, 10], 1024)]
+    {
+        let (experiment, data) = synthetic(widths, batch);
+        let cpu = cpu_steps_per_second(&experiment, &data)?;
+        let k1 = gpu_steps(&ctx, &experiment, &data, 1)?;
+        let k64 = gpu_steps(&ctx, &experiment, &data, 64)?;
+        let name = widths.iter().map(usize::to_string).collect::<Vec<_>>().join("-");
+        line(format!(
+            "| {name} | {batch} | {cpu:.1} | {:.1} | {:.1} | {:.1}× | {:.1}× | {} | {} |",
+            k1.steps_per_second,
+            k64.steps_per_second,
+            k64.steps_per_second / cpu,
+            k64.steps_per_second / k1.steps_per_second,
+            k1.overhead_share.map_or("n/a".into(), |s| format!("{:.0} %", 100.0 * s)),
+            k64.overhead_share.map_or("n/a".into(), |s| format!("{:.0} %", 100.0 * s)),
+        ));
+    }
+    line(String::new());
+    line("Overhead share = (wall time per step − GPU timestamp time per step) / wall time per step; n/a without timestamp queries.".into());
+    if let Some(path) = out {
+        files::write_atomic(&path, report.as_bytes())?;
+    }
+    Ok(())
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// A classification problem of the given widths on random data (the
+/// speed of a step does not depend on what the data mean).
+fn synthetic(widths: &[usize], batch: usize) -> (Experiment, Dataset) {
+    let (inputs, outputs) = (widths[0], *widths.last().expect("widths"));
+    let hidden: Vec<String> =
+        widths[1..widths.len() - 1].iter().map(|u| format!("{{\"units\": {u}, \"activation\": \"relu\"}}")).collect();
+    let (loss, out_units) = if outputs == 1 { ("bce_with_logits", 1) } else { ("cross_entropy", outputs) };
+    let json = format!(
+        r#"{{"seed": 1, "model": {{"inputs": {inputs}, "layers": [{}, {{"units": {out_units}, "activation": "linear"}}]}},
+            "loss": "{loss}", "optimizer": {{"kind": "adamw", "lr": 0.001}}, "batch_size": {batch},
+            "clip_grad_norm": 1.0, "data": {{"source": "csv"}}}}"#,
+        hidden.join(",")
+    );
+    let experiment = Experiment::from_json(&json).expect("benchmark experiment is valid");
+    let rows = 4 * batch;
+    let mut rng = Rng::new(1, 42);
+    let table = Table {
+        inputs: (0..rows * inputs).map(|_| rng.uniform(-1.0, 1.0) as f32).collect(),
+        targets: (0..rows)
+            .map(|_| if outputs == 1 { rng.below(2) as f32 } else { rng.below(outputs as u64) as f32 })
+            .collect(),
+        input_width: inputs,
+        target_width: 1,
+    };
+    (experiment, Dataset { train: table, ..Dataset::default() })
+}
+
+fn fresh_state(e: &Experiment) -> TrainState {
+    let layout = Layout::new(e);
+    TrainState {
+        experiment: e.clone(),
+        params: init_parameters(&layout, e.seed),
+        optimizer: stepscope_core::optim::OptimizerState::new(&e.optimizer, layout.parameter_count),
+        data_position: stepscope_core::data::DataPosition::start(e.seed),
+    }
+}
+
+fn cpu_steps_per_second(e: &Experiment, data: &Dataset) -> Result<f64, Failure> {
+    let mut engine = CpuEngine::from_state(fresh_state(e), data.clone())?;
+    engine.step()?; // warm-up
+    let start = Instant::now();
+    let mut steps = 0;
+    while steps < 2 || start.elapsed().as_secs_f64() < TARGET_S {
+        engine.step()?;
+        steps += 1;
+    }
+    Ok(steps as f64 / start.elapsed().as_secs_f64())
+}
+
+struct GpuSpeed {
+    steps_per_second: f64,
+    overhead_share: Option<f64>,
+}
+
+fn gpu_steps(ctx: &Arc<GpuContext>, e: &Experiment, data: &Dataset, per_submit: usize) -> Result<GpuSpeed, Failure> {
+    let mut engine = GpuEngine::from_state(ctx.clone(), fresh_state(e), data.clone())?;
+    engine.run(per_submit, per_submit)?; // warm-up: pipelines, first submits
+    let start = Instant::now();
+    let mut metrics = Vec::new();
+    while metrics.len() < 2 * per_submit || start.elapsed().as_secs_f64() < TARGET_S {
+        metrics.extend(engine.run(per_submit, per_submit)?);
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    let steps = metrics.len() as f64;
+    let overhead_share = engine.has_timestamps().then(|| {
+        let gpu_ms: f64 = metrics.iter().filter_map(|m| m.gpu_ms).sum();
+        let wall_ms = wall_s * 1e3;
+        ((wall_ms - gpu_ms) / wall_ms).max(0.0)
+    });
+    Ok(GpuSpeed { steps_per_second: steps / wall_s, overhead_share })
+}
+
+/// Times `repeat` dispatches of one kernel in one pass: by timestamps when
+/// the adapter has them, else by the wall clock around submit and wait.
+fn time_dispatches(
+    ctx: &GpuContext,
+    kernel: Kernel,
+    bind_group: &wgpu::BindGroup,
+    grid: [u32; 3],
+    repeat: u32,
+) -> stepscope_core::Result<f64> {
+    let device = &ctx.device;
+    let timestamps = ctx.timestamps.then(|| {
+        let set = device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("bench"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
+        let resolve = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("bench resolve"),
+            size: 16,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        (set, resolve)
+    });
+    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
+    {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("bench"),
+            timestamp_writes: timestamps.as_ref().map(|(set, _)| wgpu::ComputePassTimestampWrites {
+                query_set: set,
+                beginning_of_pass_write_index: Some(0),
+                end_of_pass_write_index: Some(1),
+            }),
+        });
+        pass.set_pipeline(ctx.pipelines.get(kernel));
+        pass.set_bind_group(0, bind_group, &[]);
+        for _ in 0..repeat {
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+    }
+    if let Some((set, resolve)) = &timestamps {
+        encoder.resolve_query_set(set, 0..2, resolve, 0);
+    }
+    let start = Instant::now();
+    ctx.queue.submit([encoder.finish()]);
+    ctx.wait_idle()?;
+    let wall = start.elapsed().as_secs_f64();
+    ctx.check()?;
+    match &timestamps {
+        Some((_, resolve)) => {
+            let bytes = pollster::block_on(stepscope_core::gpu::read_buffer(ctx, resolve))?;
+            let ticks: &[u64] = bytemuck::cast_slice(&bytes);
+            Ok(ticks[1].saturating_sub(ticks[0]) as f64 * ctx.queue.get_timestamp_period() as f64 * 1e-9)
+        }
+        None => Ok(wall),
+    }
+}
+
+/// Doubles the repetitions until a measurement takes `TARGET_S`; returns
+/// seconds per dispatch.
+fn seconds_per_dispatch(
+    ctx: &GpuContext,
+    kernel: Kernel,
+    bind_group: &wgpu::BindGroup,
+    grid: [u32; 3],
+) -> stepscope_core::Result<f64> {
+    time_dispatches(ctx, kernel, bind_group, grid, 1)?; // warm-up
+    let mut repeat = 1;
+    loop {
+        let t = time_dispatches(ctx, kernel, bind_group, grid, repeat)?;
+        if t >= TARGET_S || repeat >= 1 << 14 {
+            return Ok(t / repeat as f64);
+        }
+        repeat *= 2;
+    }
+}
+
+fn storage(ctx: &GpuContext, label: &str, contents: &[u8], usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents, usage })
+}
+
+fn bind(ctx: &GpuContext, kernel: Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+    let entries: Vec<wgpu::BindGroupEntry> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+        .collect();
+    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(kernel.name()),
+        layout: &ctx.pipelines.get(kernel).get_bind_group_layout(0),
+        entries: &entries,
+    })
+}
+
+fn fma_peak_gflops(ctx: &GpuContext) -> stepscope_core::Result<f64> {
+    let workgroups = 4096u32;
+    let iterations = 1024u32;
+    let s = wgpu::BufferUsages::STORAGE;
+    let out = storage(ctx, "fma out", &vec![0u8; 4 * 256 * workgroups as usize], s);
+    let params = storage(
+        ctx,
+        "fma params",
+        bytemuck::bytes_of(&FmaPeakParams { iterations, _pad: [0; 3] }),
+        wgpu::BufferUsages::UNIFORM,
+    );
+    let group = bind(ctx, Kernel::FmaPeak, &[&out, &params]);
+    let t = seconds_per_dispatch(ctx, Kernel::FmaPeak, &group, [workgroups, 1, 1])?;
+    let flops = 256.0 * workgroups as f64 * iterations as f64 * 8.0 * 2.0;
+    Ok(flops / t / 1e9)
+}
+
+fn matmul_gflops(ctx: &GpuContext, n: usize) -> stepscope_core::Result<f64> {
+    let mut rng = Rng::new(n as u64, 7);
+    let mut values = |count: usize| -> Vec<u8> {
+        let v: Vec<f32> = (0..count).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        bytemuck::cast_slice(&v).to_vec()
+    };
+    let s = wgpu::BufferUsages::STORAGE;
+    let z = storage(ctx, "z", &vec![0u8; 4 * n * n], s);
+    let a = storage(ctx, "a", &vec![0u8; 4 * n * n], s);
+    let x = storage(ctx, "x", &values(n * n), s);
+    let params = storage(ctx, "params", &values(n * n + n), s);
+    let flags = storage(ctx, "flags", bytemuck::cast_slice(&FLAGS_INIT), s);
+    let p = DenseForwardParams {
+        batch: n as u32,
+        inputs: n as u32,
+        units: n as u32,
+        weight_offset: 0,
+        bias_offset: (n * n) as u32,
+        activation: 0,
+        layer: 0,
+        _pad: 0,
+    };
+    let uniform = storage(ctx, "dense params", bytemuck::bytes_of(&p), wgpu::BufferUsages::UNIFORM);
+    let group = bind(ctx, Kernel::DenseForward, &[&z, &a, &x, &params, &flags, &uniform]);
+    let grid = [n.div_ceil(64) as u32, n.div_ceil(64) as u32, 1];
+    let t = seconds_per_dispatch(ctx, Kernel::DenseForward, &group, grid)?;
+    Ok(2.0 * (n * n * n) as f64 / t / 1e9)
+}

@@ -1,0 +1,131 @@
+//! Every buffer of the GPU engine, allocated once per (model, batch size).
+//! Flat parameter memory as on the CPU: parameters, gradients, updates and
+//! each optimizer moment are one buffer each, in `Layout`'s order.
+
+use wgpu::util::DeviceExt;
+
+use super::params::{TensorRange, FLAGS_INIT, STEP_STATS_STRIDE, TENSOR_STATS_STRIDE};
+use crate::engine::TrainState;
+use crate::model::{Layout, TensorInfo};
+
+/// Most optimizer steps recorded into one submit.
+pub const MAX_STEPS_PER_SUBMIT: usize = 64;
+
+pub struct Buffers {
+    pub params: wgpu::Buffer,          // (P)
+    pub grads: wgpu::Buffer,           // (P)
+    pub updates: wgpu::Buffer,         // (P) last step's p_new − p_old
+    pub exp_avg: wgpu::Buffer,         // (P) or 16 bytes when unused
+    pub exp_avg_sq: wgpu::Buffer,      // (P) or 16 bytes when unused
+    pub momentum_buffer: wgpu::Buffer, // (P) or 16 bytes when unused
+    pub batch_inputs: wgpu::Buffer,    // (B, I)
+    pub batch_targets: wgpu::Buffer,   // (B, T)
+    pub z: Vec<wgpu::Buffer>,          // (B, O_l) per layer
+    pub a: Vec<wgpu::Buffer>,          // (B, O_l) per layer
+    pub grad_out: Vec<wgpu::Buffer>,   // (B, O_l) ∂L/∂a per layer
+    pub grad_pre: wgpu::Buffer,        // (B, max O) ∂L/∂z of the current layer
+    pub table_inputs: wgpu::Buffer,    // (N, I) the training table, uploaded once
+    pub table_targets: wgpu::Buffer,   // (N, T)
+    pub rows: wgpu::Buffer,            // (steps · k · B) row indices of a submit
+    pub flags: wgpu::Buffer,           // (4) non-finite code, step, micro-batch
+    pub stats: wgpu::Buffer,           // (steps · 4) loss sum, grad norm, clipped
+    pub scalars: wgpu::Buffer,         // (steps) StepScalars
+    pub tensor_table: wgpu::Buffer,    // (tensors) TensorRange
+    pub tensor_norms: wgpu::Buffer,    // (tensors) per-tensor gradient norms
+    pub lamb_norms: wgpu::Buffer,      // (2 · tensors) ‖p‖, ‖r‖
+    pub layer_stats: wgpu::Buffer,     // (4 · layers · TENSOR_STATS_STRIDE)
+    /// Bytes of each kind, for the memory view.
+    pub bytes: MemoryBytes,
+}
+
+/// What the engine's buffers hold, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryBytes {
+    pub params: u64,
+    pub grads: u64,
+    pub optimizer: u64,
+    pub activations: u64,
+}
+
+fn storage(device: &wgpu::Device, label: &str, bytes: u64) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        // Zero-sized bindings are invalid; unused buffers get 16 bytes.
+        size: bytes.max(16).next_multiple_of(4),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}
+
+fn storage_init(device: &wgpu::Device, label: &str, contents: &[u8]) -> wgpu::Buffer {
+    if contents.is_empty() {
+        return storage(device, label, 16);
+    }
+    device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some(label),
+        contents,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+    })
+}
+
+impl Buffers {
+    pub fn new(
+        device: &wgpu::Device,
+        state: &TrainState,
+        layout: &Layout,
+        tensors: &[TensorInfo],
+        table: &crate::data::Table,
+        max_rows_per_submit: usize,
+    ) -> Buffers {
+        let e = &state.experiment;
+        let batch = e.batch_size as u64;
+        let p_bytes = 4 * layout.parameter_count as u64;
+        let f32s = |v: &[f32]| bytemuck::cast_slice::<f32, u8>(v).to_vec();
+        let moment = |label: &str, values: &Vec<f32>| storage_init(device, label, &f32s(values));
+        let per_layer = |label: &str| -> Vec<wgpu::Buffer> {
+            layout
+                .layers
+                .iter()
+                .enumerate()
+                .map(|(l, shape)| storage(device, &format!("{label} layer {l}"), 4 * batch * shape.units as u64))
+                .collect()
+        };
+        let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(1) as u64;
+        let table_rows: Vec<TensorRange> =
+            tensors.iter().map(|t| TensorRange { offset: t.offset as u32, len: t.len as u32 }).collect();
+        let activation_bytes: u64 = layout.layers.iter().map(|l| 2 * 4 * batch * l.units as u64).sum();
+        Buffers {
+            params: storage_init(device, "params", &f32s(&state.params)),
+            grads: storage(device, "grads", p_bytes),
+            updates: storage(device, "updates", p_bytes),
+            exp_avg: moment("exp_avg", &state.optimizer.exp_avg),
+            exp_avg_sq: moment("exp_avg_sq", &state.optimizer.exp_avg_sq),
+            momentum_buffer: moment("momentum_buffer", &state.optimizer.momentum_buffer),
+            batch_inputs: storage(device, "batch inputs", 4 * batch * e.model.inputs as u64),
+            batch_targets: storage(device, "batch targets", 4 * batch * table.target_width as u64),
+            z: per_layer("z"),
+            a: per_layer("a"),
+            grad_out: per_layer("grad_out"),
+            grad_pre: storage(device, "grad_pre", 4 * batch * max_units),
+            table_inputs: storage_init(device, "table inputs", &f32s(&table.inputs)),
+            table_targets: storage_init(device, "table targets", &f32s(&table.targets)),
+            rows: storage(device, "rows", 4 * max_rows_per_submit as u64),
+            flags: storage_init(device, "flags", bytemuck::cast_slice(&FLAGS_INIT)),
+            stats: storage(device, "step stats", 4 * (STEP_STATS_STRIDE * MAX_STEPS_PER_SUBMIT) as u64),
+            scalars: storage(device, "step scalars", 32 * MAX_STEPS_PER_SUBMIT as u64),
+            tensor_table: storage_init(device, "tensor table", bytemuck::cast_slice(&table_rows)),
+            tensor_norms: storage(device, "tensor norms", 4 * tensors.len() as u64),
+            lamb_norms: storage(device, "lamb norms", 8 * tensors.len() as u64),
+            layer_stats: storage(device, "layer stats", 4 * (4 * layout.layers.len() * TENSOR_STATS_STRIDE) as u64),
+            bytes: MemoryBytes {
+                params: p_bytes,
+                grads: p_bytes,
+                optimizer: 4
+                    * (state.optimizer.exp_avg.len()
+                        + state.optimizer.exp_avg_sq.len()
+                        + state.optimizer.momentum_buffer.len()) as u64,
+                activations: activation_bytes,
+            },
+        }
+    }
+}

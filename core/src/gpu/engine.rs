@@ -1,0 +1,533 @@
+//! The GPU trainer: the same run as `CpuEngine`, on wgpu.
+//!
+//! A submit records K optimizer steps (K = 1 for `step`) with no readback
+//! in between: per step, per micro-batch, a data pass (gather rows), a
+//! forward pass and a backward pass, then an optimizer pass. The CPU only
+//! computes the row indices and per-step scalars (learning rate, bias
+//! corrections) up front. After the submit, the per-step statistics, the
+//! non-finite flag and the timestamps are copied into a staging buffer of a
+//! small ring and mapped asynchronously: nothing blocks on the GPU in the
+//! step path, so the same code runs on the web.
+
+use std::sync::Arc;
+
+use web_time::Instant;
+
+use super::buffers::{Buffers, MemoryBytes, MAX_STEPS_PER_SUBMIT};
+use super::params::*;
+use super::plan::{Dispatch, Plan};
+use super::readback::{map_read, take_mapped, MapFuture};
+use super::{read_buffer, GpuContext};
+use crate::data::{Batcher, Dataset};
+use crate::engine::{PhaseTimes, StepMetrics, Timing, TrainState};
+use crate::error::{Error, Result};
+use crate::experiment::Experiment;
+use crate::model::{Layout, TensorInfo};
+use crate::optim::{learning_rate, OptimizerState, StepScalars};
+use crate::stats::{from_gpu, TensorStats};
+
+/// The phases a timestamp pair can cover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PassKind {
+    Data,
+    Forward,
+    Backward,
+    Optimizer,
+}
+
+/// A submitted batch of steps whose results are not read yet.
+struct InFlight {
+    staging: wgpu::Buffer,
+    map: MapFuture,
+    first_step: u64,
+    lrs: Vec<f64>,
+    /// (step in submit, pass) of each timestamp pair, in query order.
+    passes: Vec<(usize, PassKind)>,
+    cpu_data_ms: f64,
+    started: Instant,
+}
+
+pub struct GpuEngine {
+    ctx: Arc<GpuContext>,
+    experiment: Experiment,
+    layout: Layout,
+    tensors: Vec<TensorInfo>,
+    data: Dataset,
+    batcher: Batcher,
+    /// Optimizer steps whose results are applied (read back).
+    step: u64,
+    /// Optimizer steps submitted (≥ `step` while a submit is in flight).
+    submitted_step: u64,
+    buffers: Buffers,
+    plan: Plan,
+    max_steps_per_submit: usize,
+    timestamps: Option<(wgpu::QuerySet, wgpu::Buffer)>,
+    in_flight: Vec<InFlight>,
+    spare_staging: Vec<wgpu::Buffer>,
+    /// When false, gradients are not zeroed between steps (a lesson).
+    pub zero_grad: bool,
+}
+
+/// Timestamp queries available per submit (wgpu's query set limit).
+const MAX_QUERIES: usize = 4096;
+/// Staging buffers in flight at once; a further submit waits for one.
+const RING: usize = 3;
+/// Row indices uploaded per submit at most (16 MiB).
+const MAX_ROWS_PER_SUBMIT: usize = 1 << 22;
+
+impl GpuEngine {
+    /// Continues `state` on the GPU of `ctx`. All buffers, pipelines and
+    /// bind groups are made here, once.
+    pub fn from_state(ctx: Arc<GpuContext>, state: TrainState, data: Dataset) -> Result<GpuEngine> {
+        let experiment = state.experiment.clone();
+        experiment.validate()?;
+        let layout = Layout::new(&experiment);
+        if state.params.len() != layout.parameter_count {
+            return Err(Error::Experiment(format!(
+                "the state holds {} parameters but the model needs {}",
+                state.params.len(),
+                layout.parameter_count
+            )));
+        }
+        if data.train.rows() == 0 {
+            return Err(Error::Experiment("the training data has no rows".into()));
+        }
+        ctx.check()?;
+        let tensors = layout.tensors();
+        let rows_per_step = experiment.batch_size * experiment.grad_accumulation;
+        let max_steps_per_submit = (MAX_ROWS_PER_SUBMIT / rows_per_step).clamp(1, MAX_STEPS_PER_SUBMIT);
+        let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let buffers =
+            Buffers::new(&ctx.device, &state, &layout, &tensors, &data.train, max_steps_per_submit * rows_per_step);
+        let plan = Plan::new(&ctx, &buffers, &experiment, &layout, &tensors, data.train.target_width);
+        let timestamps = ctx.timestamps.then(|| {
+            let query_set = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("phase timestamps"),
+                ty: wgpu::QueryType::Timestamp,
+                count: MAX_QUERIES as u32,
+            });
+            let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("timestamp resolve"),
+                size: 8 * MAX_QUERIES as u64,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            (query_set, resolve)
+        });
+        if let Some(err) = pollster_free_pop(scope) {
+            return Err(err);
+        }
+        let batcher = Batcher::new(data.train.rows(), experiment.data.shuffle, state.data_position.clone());
+        Ok(GpuEngine {
+            step: state.step(),
+            submitted_step: state.step(),
+            ctx,
+            experiment,
+            layout,
+            tensors,
+            data,
+            batcher,
+            buffers,
+            plan,
+            max_steps_per_submit,
+            timestamps,
+            in_flight: Vec::new(),
+            spare_staging: Vec::new(),
+            zero_grad: true,
+        })
+    }
+
+    pub fn experiment(&self) -> &Experiment {
+        &self.experiment
+    }
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    pub fn data(&self) -> &Dataset {
+        &self.data
+    }
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+    pub fn step_count(&self) -> u64 {
+        self.step
+    }
+    pub fn memory(&self) -> MemoryBytes {
+        self.buffers.bytes
+    }
+    pub fn max_steps_per_submit(&self) -> usize {
+        self.max_steps_per_submit
+    }
+    /// Whether per-phase times come from GPU timestamp queries.
+    pub fn has_timestamps(&self) -> bool {
+        self.timestamps.is_some()
+    }
+
+    /// Records and submits `steps` optimizer steps in one submit and starts
+    /// reading their statistics back. Returns at once; `try_collect` (web)
+    /// or `collect` (native) gives the metrics.
+    pub fn submit(&mut self, steps: usize) -> Result<()> {
+        self.ctx.check()?;
+        let steps = steps.clamp(1, self.max_steps_per_submit);
+        if self.in_flight.len() >= RING {
+            return Err(Error::Gpu(format!("{RING} submits are already in flight; collect their results first")));
+        }
+        let started = Instant::now();
+        let e = &self.experiment;
+        let (batch, k) = (e.batch_size, e.grad_accumulation);
+
+        // Data (CPU side): the rows of every micro-batch, and the scalars.
+        let mut rows = Vec::with_capacity(steps * k * batch);
+        let mut scalars = Vec::with_capacity(steps);
+        let mut lrs = Vec::with_capacity(steps);
+        for s in 0..steps {
+            let t = self.submitted_step + s as u64;
+            let lr = learning_rate(&e.schedule, e.optimizer.lr(), t);
+            lrs.push(lr);
+            scalars.push(StepScalars::new(&e.optimizer, lr, t + 1));
+            for _ in 0..k * batch {
+                rows.push(self.batcher.next_row() as u32);
+            }
+        }
+        let queue = &self.ctx.queue;
+        queue.write_buffer(&self.buffers.rows, 0, bytemuck::cast_slice(&rows));
+        queue.write_buffer(&self.buffers.scalars, 0, bytemuck::cast_slice(&scalars));
+        queue.write_buffer(&self.buffers.flags, 0, bytemuck::cast_slice(&FLAGS_INIT));
+        let cpu_data_ms = started.elapsed().as_secs_f64() * 1e3;
+
+        let passes_per_step = 3 * k + 1;
+        let use_timestamps = self.timestamps.is_some() && 2 * steps * passes_per_step <= MAX_QUERIES;
+        let mut passes = Vec::new();
+        let device = &self.ctx.device;
+        let timestamps = if use_timestamps { self.timestamps.as_ref() } else { None };
+        let mut encoder =
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("training steps") });
+        encoder.clear_buffer(&self.buffers.stats, 0, None);
+        for s in 0..steps {
+            if self.zero_grad {
+                encoder.clear_buffer(&self.buffers.grads, 0, None);
+            }
+            for m in 0..k {
+                let mut backward: Vec<&Dispatch> = self.plan.backward.iter().collect();
+                if m == k - 1 {
+                    backward.extend(self.plan.regularize.iter());
+                }
+                let phases: [(PassKind, Vec<&Dispatch>); 3] = [
+                    (PassKind::Data, self.plan.data.iter().collect()),
+                    (PassKind::Forward, self.plan.forward.iter().collect()),
+                    (PassKind::Backward, backward),
+                ];
+                for (kind, dispatches) in phases {
+                    record_pass(&mut encoder, &self.ctx, timestamps, &mut passes, s, kind, &dispatches);
+                }
+            }
+            let optimizer: Vec<&Dispatch> = self.plan.optimizer.iter().collect();
+            record_pass(&mut encoder, &self.ctx, timestamps, &mut passes, s, PassKind::Optimizer, &optimizer);
+        }
+
+        // Readback: stats (4 f32 per step), flags (4 u32), timestamps (u64s).
+        let stats_bytes = (16 * steps) as u64;
+        let ts_bytes = if use_timestamps { 16 * passes.len() as u64 } else { 0 };
+        let size = stats_bytes + 16 + ts_bytes;
+        let staging = self.staging_buffer(size);
+        encoder.copy_buffer_to_buffer(&self.buffers.stats, 0, &staging, 0, stats_bytes);
+        encoder.copy_buffer_to_buffer(&self.buffers.flags, 0, &staging, stats_bytes, 16);
+        if let (true, Some((query_set, resolve))) = (use_timestamps, &self.timestamps) {
+            let queries = 2 * passes.len() as u32;
+            encoder.resolve_query_set(query_set, 0..queries, resolve, 0);
+            encoder.copy_buffer_to_buffer(resolve, 0, &staging, stats_bytes + 16, ts_bytes);
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        let map = map_read(&staging);
+        self.in_flight.push(InFlight {
+            staging,
+            map,
+            first_step: self.submitted_step,
+            lrs,
+            passes: if use_timestamps { passes } else { Vec::new() },
+            cpu_data_ms,
+            started,
+        });
+        self.submitted_step += steps as u64;
+        Ok(())
+    }
+
+    fn staging_buffer(&mut self, size: u64) -> wgpu::Buffer {
+        if let Some(i) = self.spare_staging.iter().position(|b| b.size() >= size) {
+            return self.spare_staging.swap_remove(i);
+        }
+        self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("step readback"),
+            size: size.next_multiple_of(256),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Metrics of every submit whose readback has completed, without
+    /// blocking (the web's path; natively call `ctx.poll()` first).
+    pub fn try_collect(&mut self) -> Result<Vec<StepMetrics>> {
+        self.ctx.poll();
+        let mut out = Vec::new();
+        while let Some(first) = self.in_flight.first_mut() {
+            let waker = std::task::Waker::noop();
+            let mut cx = std::task::Context::from_waker(waker);
+            match std::pin::Pin::new(&mut first.map).poll(&mut cx) {
+                std::task::Poll::Pending => break,
+                std::task::Poll::Ready(result) => {
+                    let done = self.in_flight.remove(0);
+                    result.map_err(|e| Error::Gpu(format!("reading step statistics: {e}")))?;
+                    out.extend(self.finish(done)?);
+                }
+            }
+        }
+        self.ctx.check()?;
+        Ok(out)
+    }
+
+    /// Native: waits for every submit in flight and returns their metrics.
+    pub fn collect(&mut self) -> Result<Vec<StepMetrics>> {
+        self.ctx.wait_idle()?;
+        let out = self.try_collect()?;
+        if !self.in_flight.is_empty() {
+            return Err(Error::Gpu("a readback did not complete after waiting for the GPU".into()));
+        }
+        Ok(out)
+    }
+
+    /// Decodes one submit's readback into per-step metrics.
+    fn finish(&mut self, done: InFlight) -> Result<Vec<StepMetrics>> {
+        let bytes = take_mapped(&done.staging)?;
+        self.spare_staging.push(done.staging);
+        let steps = done.lrs.len();
+        let wall_ms = done.started.elapsed().as_secs_f64() * 1e3;
+        let floats: &[f32] = bytemuck::cast_slice(&bytes[..16 * steps]);
+        let flags: &[u32] = bytemuck::cast_slice(&bytes[16 * steps..16 * steps + 16]);
+        let k = self.experiment.grad_accumulation as f32;
+        let mut per_step = vec![PhaseTimes::default(); steps];
+        let mut gpu_ms = vec![None; steps];
+        let timing = if done.passes.is_empty() {
+            // No timestamps: only the submit's wall time is known. It is
+            // reported whole in forward_ms, labelled Timing::GpuCoarse.
+            for phases in per_step.iter_mut() {
+                phases.data_ms = done.cpu_data_ms / steps as f64;
+                phases.forward_ms = (wall_ms - done.cpu_data_ms) / steps as f64;
+            }
+            Timing::GpuCoarse
+        } else {
+            let ticks: &[u64] = bytemuck::cast_slice(&bytes[16 * steps + 16..16 * steps + 16 + 16 * done.passes.len()]);
+            let period_ms = self.ctx.queue.get_timestamp_period() as f64 * 1e-6;
+            for (i, &(s, kind)) in done.passes.iter().enumerate() {
+                let ms = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period_ms;
+                *gpu_ms[s].get_or_insert(0.0) += ms;
+                let p = &mut per_step[s];
+                match kind {
+                    PassKind::Data => p.data_ms += ms,
+                    PassKind::Forward => p.forward_ms += ms,
+                    PassKind::Backward => p.backward_ms += ms,
+                    PassKind::Optimizer => p.optimizer_ms += ms,
+                }
+            }
+            for p in per_step.iter_mut() {
+                p.data_ms += done.cpu_data_ms / steps as f64;
+            }
+            Timing::GpuTimestamps
+        };
+        let code = flags[0];
+        let good_steps = if code == u32::MAX { steps } else { (code >> 16) as usize };
+        let metrics: Vec<StepMetrics> = (0..good_steps)
+            .map(|s| StepMetrics {
+                step: done.first_step + s as u64,
+                loss: floats[4 * s] / k,
+                grad_norm: floats[4 * s + 1],
+                lr: done.lrs[s],
+                clipped: floats[4 * s + 2] > 0.5,
+                phases: per_step[s],
+                timing,
+                gpu_ms: gpu_ms[s],
+            })
+            .collect();
+        // A non-finite value in forward or backward stops its step before
+        // the update (the optimizer kernels skip once the flag is set); one
+        // in the optimizer phase comes after the update was applied.
+        let applied = good_steps + usize::from(code != u32::MAX && (code >> 8) & 0xff == PHASE_OPTIMIZER);
+        self.step = done.first_step + applied as u64;
+        if code != u32::MAX {
+            // Later submits ran on top of a failed one: drop them too.
+            self.in_flight.clear();
+            self.submitted_step = self.step;
+            return Err(non_finite(code, self.layout.layers.len()));
+        }
+        Ok(metrics)
+    }
+
+    /// One optimizer step, submitted and read back (native).
+    pub fn step(&mut self) -> Result<StepMetrics> {
+        self.submit(1)?;
+        let mut metrics = self.collect()?;
+        metrics.pop().ok_or_else(|| Error::Gpu("a step produced no metrics".into()))
+    }
+
+    /// `steps` optimizer steps in submits of up to `per_submit` steps, one
+    /// readback each (native).
+    pub fn run(&mut self, steps: usize, per_submit: usize) -> Result<Vec<StepMetrics>> {
+        let mut out = Vec::with_capacity(steps);
+        let mut left = steps;
+        while left > 0 {
+            let n = left.min(per_submit).min(self.max_steps_per_submit);
+            self.submit(n)?;
+            out.extend(self.collect()?);
+            left -= n;
+        }
+        Ok(out)
+    }
+
+    /// A snapshot of the run read back from the GPU, for checkpoints.
+    /// Waits for submits in flight first.
+    pub async fn read_state(&mut self) -> Result<TrainState> {
+        if !self.in_flight.is_empty() {
+            return Err(Error::Gpu("collect the steps in flight before reading the state".into()));
+        }
+        let read = |b: &wgpu::Buffer, n: usize| {
+            let ctx = self.ctx.clone();
+            let b = b.clone();
+            async move {
+                let bytes = read_buffer(&ctx, &b).await?;
+                Ok::<Vec<f32>, Error>(bytemuck::cast_slice::<u8, f32>(&bytes)[..n].to_vec())
+            }
+        };
+        let p = self.layout.parameter_count;
+        let mut optimizer = OptimizerState::new(&self.experiment.optimizer, p);
+        optimizer.step = self.step;
+        let params = read(&self.buffers.params, p).await?;
+        if !optimizer.exp_avg.is_empty() {
+            optimizer.exp_avg = read(&self.buffers.exp_avg, p).await?;
+            optimizer.exp_avg_sq = read(&self.buffers.exp_avg_sq, p).await?;
+        }
+        if !optimizer.momentum_buffer.is_empty() {
+            optimizer.momentum_buffer = read(&self.buffers.momentum_buffer, p).await?;
+        }
+        self.ctx.check()?;
+        Ok(TrainState {
+            experiment: self.experiment.clone(),
+            params,
+            optimizer,
+            data_position: self.batcher.position().clone(),
+        })
+    }
+
+    /// Blocking `read_state` (native).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn state(&mut self) -> Result<TrainState> {
+        pollster::block_on(self.read_state())
+    }
+
+    /// Per layer: statistics of [activations, gradients, weights, updates]
+    /// of the last step, computed on the GPU.
+    pub async fn read_layer_stats(&mut self) -> Result<Vec<[TensorStats; 4]>> {
+        let mut encoder =
+            self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("layer stats") });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("layer stats"),
+                timestamp_writes: None,
+            });
+            for d in &self.plan.layer_stats {
+                pass.set_pipeline(self.ctx.pipelines.get(d.kernel));
+                pass.set_bind_group(0, &d.bind_group, &[]);
+                pass.dispatch_workgroups(d.grid[0], d.grid[1], d.grid[2]);
+            }
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        let bytes = read_buffer(&self.ctx, &self.buffers.layer_stats).await?;
+        let floats: &[f32] = bytemuck::cast_slice(&bytes);
+        Ok((0..self.layout.layers.len())
+            .map(|l| {
+                std::array::from_fn(|kind| {
+                    let at = (4 * l + kind) * TENSOR_STATS_STRIDE;
+                    from_gpu(&floats[at..at + TENSOR_STATS_STRIDE])
+                })
+            })
+            .collect())
+    }
+
+    /// Names the tensors of the flat buffers.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+}
+
+/// Records one compute pass of `dispatches`, with a timestamp pair when
+/// timestamps are on.
+fn record_pass(
+    encoder: &mut wgpu::CommandEncoder,
+    ctx: &GpuContext,
+    timestamps: Option<&(wgpu::QuerySet, wgpu::Buffer)>,
+    passes: &mut Vec<(usize, PassKind)>,
+    step: usize,
+    kind: PassKind,
+    dispatches: &[&Dispatch],
+) {
+    let timestamp_writes = timestamps.map(|(query_set, _)| {
+        let i = 2 * passes.len() as u32;
+        wgpu::ComputePassTimestampWrites {
+            query_set,
+            beginning_of_pass_write_index: Some(i),
+            end_of_pass_write_index: Some(i + 1),
+        }
+    });
+    if timestamps.is_some() {
+        passes.push((step, kind));
+    }
+    let mut pass =
+        encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(pass_label(kind)), timestamp_writes });
+    for d in dispatches {
+        pass.set_pipeline(ctx.pipelines.get(d.kernel));
+        pass.set_bind_group(0, &d.bind_group, &[]);
+        pass.dispatch_workgroups(d.grid[0], d.grid[1], d.grid[2]);
+    }
+}
+
+fn pass_label(kind: PassKind) -> &'static str {
+    match kind {
+        PassKind::Data => "data",
+        PassKind::Forward => "forward",
+        PassKind::Backward => "backward",
+        PassKind::Optimizer => "optimizer",
+    }
+}
+
+/// Pops a validation scope without an executor: natively the result is
+/// ready at once; on the web the error (if any) also reaches the
+/// uncaptured-error handler, which `check` reports.
+fn pollster_free_pop(scope: wgpu::ErrorScopeGuard) -> Option<Error> {
+    let future = scope.pop();
+    let mut future = std::pin::pin!(future);
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(Some(err)) => Some(Error::Gpu(format!("setting up the GPU engine: {err}"))),
+        _ => None,
+    }
+}
+
+/// Decodes a non-finite code `(step << 16) | (phase << 8) | order`.
+fn non_finite(code: u32, layers: usize) -> Error {
+    let step = code >> 16;
+    let phase = (code >> 8) & 0xff;
+    let order = (code & 0xff) as usize;
+    let (phase_name, layer) = match phase {
+        PHASE_FORWARD => ("forward", order),
+        PHASE_LOSS => ("loss", layers - 1),
+        PHASE_BACKWARD => ("backward", 15 - order),
+        _ => ("optimizer", order),
+    };
+    let kept = if phase == PHASE_OPTIMIZER {
+        "the update already applied: restore the last good checkpoint"
+    } else {
+        "parameters and optimizer state kept from before this step"
+    };
+    Error::NonFinite(format!("first NaN/Inf in layer {layer} during {phase_name} (step {step} of the submit); {kept}"))
+}
+
+use std::future::Future;

@@ -1,0 +1,401 @@
+//! The dispatches of a training step, with their bind groups and `Params`
+//! uniforms, built once per (model, batch size). Recording a step is then
+//! a walk over these lists.
+
+use wgpu::util::DeviceExt;
+
+use super::buffers::Buffers;
+use super::params::*;
+use super::{GpuContext, Kernel};
+use crate::experiment::{Experiment, OptimizerSpec, RegularizationKind};
+use crate::model::{Layout, TensorInfo};
+
+pub struct Dispatch {
+    pub kernel: Kernel,
+    pub bind_group: wgpu::BindGroup,
+    pub grid: [u32; 3],
+}
+
+/// One list per phase of a step.
+pub struct Plan {
+    /// Per micro-batch: gather the batch's rows, advance the micro counter.
+    pub data: Vec<Dispatch>,
+    /// Per micro-batch: every layer forward, then the loss.
+    pub forward: Vec<Dispatch>,
+    /// Per micro-batch: loss gradient, then every layer backward.
+    pub backward: Vec<Dispatch>,
+    /// Once per step, after the last micro-batch's backward.
+    pub regularize: Vec<Dispatch>,
+    /// Once per step: gradient norm, clipping, the update, advance the step.
+    pub optimizer: Vec<Dispatch>,
+    /// On demand: statistics of activations, gradients, weights, updates.
+    pub layer_stats: Vec<Dispatch>,
+}
+
+fn uniform<T: bytemuck::Pod>(device: &wgpu::Device, label: &str, value: &T) -> wgpu::Buffer {
+    device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some(label),
+        contents: bytemuck::bytes_of(value),
+        usage: wgpu::BufferUsages::UNIFORM,
+    })
+}
+
+/// Binds `buffers` to bindings 0, 1, 2, … of `kernel`'s group 0, then its
+/// `Params` uniform last.
+fn dispatch<T: bytemuck::Pod>(
+    ctx: &GpuContext,
+    kernel: Kernel,
+    label: &str,
+    buffers: &[&wgpu::Buffer],
+    params: &T,
+    grid: [u32; 3],
+) -> Dispatch {
+    let device = &ctx.device;
+    let uniform = uniform(device, label, params);
+    let mut entries: Vec<wgpu::BindGroupEntry> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+        .collect();
+    entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource: uniform.as_entire_binding() });
+    let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(label),
+        layout: &ctx.pipelines.get(kernel).get_bind_group_layout(0),
+        entries: &entries,
+    });
+    Dispatch { kernel, bind_group, grid }
+}
+
+fn u(x: usize) -> u32 {
+    x as u32
+}
+
+fn layer_ends(layout: &Layout) -> LayerEnds {
+    let mut ends = [[u32::MAX; 4]; 4];
+    for (l, shape) in layout.layers.iter().enumerate() {
+        ends[l / 4][l % 4] = u(shape.bias_offset + shape.units);
+    }
+    ends
+}
+
+impl Plan {
+    pub fn new(
+        ctx: &GpuContext,
+        b: &Buffers,
+        e: &Experiment,
+        layout: &Layout,
+        tensors: &[TensorInfo],
+        target_width: usize,
+    ) -> Plan {
+        let batch = e.batch_size;
+        let last = layout.layers.len() - 1;
+        let data = vec![
+            dispatch(
+                ctx,
+                Kernel::GatherRows,
+                "gather_rows",
+                &[&b.batch_inputs, &b.batch_targets, &b.flags, &b.table_inputs, &b.table_targets, &b.rows],
+                &GatherRowsParams {
+                    batch: u(batch),
+                    inputs: u(e.model.inputs),
+                    target_width: u(target_width),
+                    _pad: 0,
+                },
+                elementwise_grid(batch * (e.model.inputs + target_width)),
+            ),
+            dispatch(
+                ctx,
+                Kernel::Advance,
+                "advance micro",
+                &[&b.flags],
+                &AdvanceParams { counter: 2, _pad: [0; 3] },
+                [1, 1, 1],
+            ),
+        ];
+
+        let mut forward = Vec::new();
+        for (l, shape) in layout.layers.iter().enumerate() {
+            let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
+            forward.push(dispatch(
+                ctx,
+                Kernel::DenseForward,
+                &format!("dense_forward layer {l}"),
+                &[&b.z[l], &b.a[l], x, &b.params, &b.flags],
+                &DenseForwardParams {
+                    batch: u(batch),
+                    inputs: u(shape.inputs),
+                    units: u(shape.units),
+                    weight_offset: u(shape.weight_offset),
+                    bias_offset: u(shape.bias_offset),
+                    activation: activation_code(e.model.layers[l].activation),
+                    layer: u(l),
+                    _pad: 0,
+                },
+                [u(shape.units.div_ceil(64)), u(batch.div_ceil(64)), 1],
+            ));
+        }
+        let outputs = e.outputs();
+        forward.push(dispatch(
+            ctx,
+            Kernel::LossForward,
+            "loss_forward",
+            &[&b.stats, &b.flags, &b.a[last], &b.batch_targets],
+            &LossForwardParams {
+                batch: u(batch),
+                outputs: u(outputs),
+                loss: loss_code(e.loss),
+                target_width: u(target_width),
+                layer: u(last),
+                _pad: [0; 3],
+            },
+            [1, 1, 1],
+        ));
+
+        let mut backward = vec![dispatch(
+            ctx,
+            Kernel::LossBackward,
+            "loss_backward",
+            &[&b.grad_out[last], &b.a[last], &b.batch_targets],
+            &LossBackwardParams {
+                batch: u(batch),
+                outputs: u(outputs),
+                loss: loss_code(e.loss),
+                target_width: u(target_width),
+                scale: 1.0 / e.grad_accumulation as f32,
+                _pad: [0; 3],
+            },
+            elementwise_grid(batch),
+        )];
+        for (l, shape) in layout.layers.iter().enumerate().rev() {
+            let count = batch * shape.units;
+            backward.push(dispatch(
+                ctx,
+                Kernel::ActivationBackward,
+                &format!("activation_backward layer {l}"),
+                &[&b.grad_pre, &b.grad_out[l], &b.z[l], &b.a[l]],
+                &ActivationBackwardParams {
+                    count: u(count),
+                    activation: activation_code(e.model.layers[l].activation),
+                    _pad: [0; 2],
+                },
+                elementwise_grid(count),
+            ));
+            let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
+            backward.push(dispatch(
+                ctx,
+                Kernel::DenseBackwardWeight,
+                &format!("dense_backward_weight layer {l}"),
+                &[&b.grads, &b.flags, &b.grad_pre, x],
+                &DenseBackwardWeightParams {
+                    batch: u(batch),
+                    inputs: u(shape.inputs),
+                    units: u(shape.units),
+                    weight_offset: u(shape.weight_offset),
+                    layer: u(l),
+                    _pad: [0; 3],
+                },
+                [u(shape.inputs.div_ceil(64)), u(shape.units.div_ceil(64)), 1],
+            ));
+            backward.push(dispatch(
+                ctx,
+                Kernel::BiasBackward,
+                &format!("bias_backward layer {l}"),
+                &[&b.grads, &b.flags, &b.grad_pre],
+                &BiasBackwardParams {
+                    batch: u(batch),
+                    units: u(shape.units),
+                    bias_offset: u(shape.bias_offset),
+                    layer: u(l),
+                },
+                [u(shape.units), 1, 1],
+            ));
+            if l > 0 {
+                backward.push(dispatch(
+                    ctx,
+                    Kernel::DenseBackwardInput,
+                    &format!("dense_backward_input layer {l}"),
+                    &[&b.grad_out[l - 1], &b.grad_pre, &b.params],
+                    &DenseBackwardInputParams {
+                        batch: u(batch),
+                        inputs: u(shape.inputs),
+                        units: u(shape.units),
+                        weight_offset: u(shape.weight_offset),
+                    },
+                    [u(shape.inputs.div_ceil(64)), u(batch.div_ceil(64)), 1],
+                ));
+            }
+        }
+
+        let regularize = match &e.regularization {
+            Some(reg) => tensors
+                .iter()
+                .filter(|t| t.is_weight)
+                .map(|t| {
+                    dispatch(
+                        ctx,
+                        Kernel::RegularizationBackward,
+                        &format!("regularization_backward {}", t.name),
+                        &[&b.grads, &b.params],
+                        &RegularizationBackwardParams {
+                            offset: u(t.offset),
+                            len: u(t.len),
+                            kind: u32::from(reg.kind == RegularizationKind::L2),
+                            rate: reg.rate as f32,
+                        },
+                        elementwise_grid(t.len),
+                    )
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+
+        let count = layout.parameter_count;
+        let n_tensors = u(tensors.len());
+        let mut optimizer = vec![
+            dispatch(
+                ctx,
+                Kernel::GradNorm,
+                "grad_norm",
+                &[&b.tensor_norms, &b.grads, &b.tensor_table],
+                &GradNormParams { n_tensors, _pad: [0; 3] },
+                [n_tensors, 1, 1],
+            ),
+            dispatch(
+                ctx,
+                Kernel::ClipGradNorm,
+                "clip_grad_norm",
+                &[&b.grads, &b.stats, &b.flags, &b.tensor_norms],
+                &ClipGradNormParams {
+                    count: u(count),
+                    n_tensors,
+                    max_norm: e.clip_grad_norm.unwrap_or(0.0) as f32,
+                    clip_enabled: u32::from(e.clip_grad_norm.is_some()),
+                },
+                elementwise_grid(count),
+            ),
+        ];
+        let n_layers = u(layout.layers.len());
+        let ends = layer_ends(layout);
+        match e.optimizer {
+            OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } => optimizer.push(dispatch(
+                ctx,
+                Kernel::SgdStep,
+                "sgd_step",
+                &[&b.params, &b.momentum_buffer, &b.updates, &b.flags, &b.grads, &b.scalars],
+                &SgdStepParams {
+                    count: u(count),
+                    momentum: momentum as f32,
+                    one_minus_dampening: (1.0 - dampening) as f32,
+                    nesterov: u32::from(nesterov),
+                    weight_decay: weight_decay as f32,
+                    use_momentum: u32::from(momentum != 0.0),
+                    n_layers,
+                    _pad: 0,
+                    layer_ends: ends,
+                },
+                elementwise_grid(count),
+            )),
+            OptimizerSpec::Adam { betas, eps, weight_decay, .. }
+            | OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => optimizer.push(dispatch(
+                ctx,
+                Kernel::AdamStep,
+                "adam_step",
+                &[&b.params, &b.exp_avg, &b.exp_avg_sq, &b.updates, &b.flags, &b.grads, &b.scalars],
+                &AdamStepParams {
+                    count: u(count),
+                    one_minus_beta1: (1.0 - betas[0]) as f32,
+                    beta2: betas[1] as f32,
+                    one_minus_beta2: (1.0 - betas[1]) as f32,
+                    eps: eps as f32,
+                    weight_decay: weight_decay as f32,
+                    decoupled: u32::from(matches!(e.optimizer, OptimizerSpec::Adamw { .. })),
+                    n_layers,
+                    layer_ends: ends,
+                },
+                elementwise_grid(count),
+            )),
+            OptimizerSpec::Lamb { betas, eps, weight_decay, .. } => {
+                let params = LambParams {
+                    n_tensors,
+                    beta1: betas[0] as f32,
+                    one_minus_beta1: (1.0 - betas[0]) as f32,
+                    beta2: betas[1] as f32,
+                    one_minus_beta2: (1.0 - betas[1]) as f32,
+                    eps: eps as f32,
+                    weight_decay: weight_decay as f32,
+                    _pad: 0,
+                };
+                optimizer.push(dispatch(
+                    ctx,
+                    Kernel::LambMoments,
+                    "lamb_moments",
+                    &[
+                        &b.exp_avg,
+                        &b.exp_avg_sq,
+                        &b.lamb_norms,
+                        &b.flags,
+                        &b.params,
+                        &b.grads,
+                        &b.scalars,
+                        &b.tensor_table,
+                    ],
+                    &params,
+                    [n_tensors, 1, 1],
+                ));
+                optimizer.push(dispatch(
+                    ctx,
+                    Kernel::LambStep,
+                    "lamb_step",
+                    &[
+                        &b.params,
+                        &b.updates,
+                        &b.flags,
+                        &b.exp_avg,
+                        &b.exp_avg_sq,
+                        &b.lamb_norms,
+                        &b.scalars,
+                        &b.tensor_table,
+                    ],
+                    &params,
+                    [n_tensors, 1, 1],
+                ));
+            }
+        }
+        optimizer.push(dispatch(
+            ctx,
+            Kernel::Advance,
+            "advance step",
+            &[&b.flags],
+            &AdvanceParams { counter: 1, _pad: [0; 3] },
+            [1, 1, 1],
+        ));
+
+        // Statistics: per layer, activations, gradients, weights, updates.
+        let mut layer_stats = Vec::new();
+        for (l, shape) in layout.layers.iter().enumerate() {
+            let range = (shape.weight_offset, shape.bias_offset + shape.units - shape.weight_offset);
+            let regions: [(&wgpu::Buffer, usize, usize); 4] = [
+                (&b.a[l], 0, batch * shape.units),
+                (&b.grads, range.0, range.1),
+                (&b.params, range.0, range.1),
+                (&b.updates, range.0, range.1),
+            ];
+            for (kind, (src, offset, len)) in regions.into_iter().enumerate() {
+                layer_stats.push(dispatch(
+                    ctx,
+                    Kernel::TensorStats,
+                    &format!("tensor_stats layer {l} kind {kind}"),
+                    &[&b.layer_stats, src],
+                    &TensorStatsParams {
+                        offset: u(offset),
+                        len: u(len),
+                        out_offset: u((4 * l + kind) * TENSOR_STATS_STRIDE),
+                        _pad: 0,
+                    },
+                    [1, 1, 1],
+                ));
+            }
+        }
+        Plan { data, forward, backward, regularize, optimizer, layer_stats }
+    }
+}

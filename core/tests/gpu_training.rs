@@ -1,0 +1,212 @@
+//! Whole runs on the GPU engine against the CPU reference: every optimizer,
+//! loss and schedule, with clipping and accumulation on and off; K steps
+//! per submit; checkpoints across engines; non-finite values; device loss.
+
+mod common;
+mod gpu_common;
+
+use std::sync::Arc;
+
+use gpu_common::ctx;
+use serde_json::json;
+use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
+use stepscope_core::data::Dataset;
+use stepscope_core::gpu::{GpuContext, GpuEngine};
+use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics};
+
+fn shared() -> Arc<GpuContext> {
+    // One device per test binary; wrapping the 'static context in an Arc
+    // would need ownership, so tests that need an Arc make their own.
+    static CTX: std::sync::OnceLock<Arc<GpuContext>> = std::sync::OnceLock::new();
+    CTX.get_or_init(|| Arc::new(GpuContext::new_blocking().expect("GPU tests need an adapter"))).clone()
+}
+
+fn gpu_engine(e: &Experiment) -> GpuEngine {
+    let cpu = common::engine(e);
+    GpuEngine::from_state(shared(), cpu.state(), cpu.data().clone()).unwrap()
+}
+
+/// GPU and CPU differ only in summation order inside matmuls and
+/// reductions (about I·2⁻²⁴ relative per sum) and in exp/tanh
+/// implementations. Over 12 steps training amplifies these a little (most
+/// through Adam's division by √v). Largest deviations seen on lavapipe:
+/// 2.9e-7 relative in the loss, 4.8e-7 in the gradient norm, 2.1e-7 in a
+/// parameter (relative to 1 + |p|). We require 1e-5 (20× margin); a real
+/// bug (a wrong derivative, a dropped term) moves the loss by 1e-3 or more
+/// at the first step.
+fn assert_close_runs(name: &str, cpu: &[StepMetrics], gpu: &[StepMetrics]) {
+    assert_eq!(cpu.len(), gpu.len(), "{name}");
+    for (c, g) in cpu.iter().zip(gpu) {
+        assert_eq!(c.step, g.step, "{name}");
+        assert_eq!(c.lr, g.lr, "{name}: same schedule value");
+        assert!(
+            (c.loss - g.loss).abs() <= 1e-5 * c.loss.abs() + 1e-7,
+            "{name} step {}: loss cpu {} gpu {}",
+            c.step,
+            c.loss,
+            g.loss
+        );
+        assert!(
+            (c.grad_norm - g.grad_norm).abs() <= 1e-5 * c.grad_norm + 1e-7,
+            "{name} step {}: grad_norm cpu {} gpu {}",
+            c.step,
+            c.grad_norm,
+            g.grad_norm
+        );
+        assert_eq!(c.clipped, g.clipped, "{name} step {}: clipped", c.step);
+    }
+}
+
+fn assert_close_params(name: &str, cpu: &[f32], gpu: &[f32]) {
+    for (i, (c, g)) in cpu.iter().zip(gpu).enumerate() {
+        assert!((c - g).abs() <= 1e-5 * (1.0 + c.abs()), "{name}: param {i} cpu {c} gpu {g}");
+    }
+}
+
+#[test]
+fn every_optimizer_loss_and_schedule_matches_the_cpu_engine() {
+    let optimizers = [
+        json!({"kind": "sgd", "lr": 0.1}),
+        json!({"kind": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": true, "weight_decay": 0.001}),
+        json!({"kind": "sgd", "lr": 0.05, "momentum": 0.8, "dampening": 0.1}),
+        json!({"kind": "adam", "lr": 0.01, "weight_decay": 0.01}),
+        json!({"kind": "adamw", "lr": 0.01}),
+        json!({"kind": "lamb", "lr": 0.01, "weight_decay": 0.01}),
+    ];
+    let losses = [("bce_with_logits", 1, "spiral"), ("cross_entropy", 2, "xor"), ("mse", 1, "reg_gauss")];
+    let schedules = [
+        json!({"kind": "constant"}),
+        json!({"kind": "warmup_cosine", "warmup_steps": 3, "total_steps": 12, "min_lr": 0.001}),
+        json!({"kind": "warmup_linear", "warmup_steps": 2, "total_steps": 10}),
+    ];
+    let mut case = 0;
+    for optimizer in &optimizers {
+        for (loss, outputs, source) in losses {
+            case += 1;
+            let schedule = &schedules[case % schedules.len()];
+            let clip = if case % 2 == 0 { json!(0.5) } else { json!(null) };
+            let accumulation = 1 + case % 3;
+            let reg = if case % 4 == 1 { json!({"kind": "l2", "rate": 0.001}) } else { json!(null) };
+            let activation = ["tanh", "relu", "gelu_tanh", "silu", "leaky_relu", "sigmoid"][case % 6];
+            let e = common::experiment(json!({
+                "model": {"inputs": 3, "layers": [
+                    {"units": 9, "activation": activation},
+                    {"units": 7, "activation": "tanh"},
+                    {"units": outputs, "activation": "linear"}]},
+                "loss": loss, "optimizer": optimizer, "schedule": schedule,
+                "batch_size": 13, "grad_accumulation": accumulation, "clip_grad_norm": clip,
+                "regularization": reg,
+                "data": {"source": source, "samples": 90, "noise": 0.1, "train_fraction": 0.8,
+                         "features": ["x1", "x2", "sin_x1"]}
+            }));
+            let name = format!("{optimizer} {loss} {schedule} clip={clip} k={accumulation}");
+            let mut cpu = common::engine(&e);
+            let mut gpu = gpu_engine(&e);
+            let cpu_metrics: Vec<StepMetrics> = (0..12).map(|_| cpu.step().unwrap()).collect();
+            let gpu_metrics = gpu.run(12, 1).unwrap();
+            assert_close_runs(&name, &cpu_metrics, &gpu_metrics);
+            let (cs, gs) = (cpu.state(), gpu.state().unwrap());
+            assert_close_params(&name, &cs.params, &gs.params);
+            assert_close_params(&name, &cs.optimizer.exp_avg, &gs.optimizer.exp_avg);
+            assert_close_params(&name, &cs.optimizer.momentum_buffer, &gs.optimizer.momentum_buffer);
+            assert_eq!(cs.data_position, gs.data_position, "{name}");
+            assert_eq!(cs.step(), gs.step(), "{name}");
+        }
+    }
+}
+
+/// K steps recorded into one submit run the same kernels in the same order
+/// as K submits of one step: the results agree bit for bit.
+#[test]
+fn k_steps_per_submit_equal_single_steps_exactly() {
+    let e = common::experiment(json!({"grad_accumulation": 2, "clip_grad_norm": 1.0,
+        "schedule": {"kind": "warmup_cosine", "warmup_steps": 4, "total_steps": 40}}));
+    let mut single = gpu_engine(&e);
+    let mut batched = gpu_engine(&e);
+    let a = single.run(20, 1).unwrap();
+    let b = batched.run(20, 8).unwrap();
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(
+            (x.step, x.loss.to_bits(), x.grad_norm.to_bits()),
+            (y.step, y.loss.to_bits(), y.grad_norm.to_bits())
+        );
+    }
+    assert_eq!(single.state().unwrap(), batched.state().unwrap());
+}
+
+#[test]
+fn checkpoints_move_between_engines() {
+    let e = common::experiment(json!({"optimizer": {"kind": "adam", "lr": 0.02}, "clip_grad_norm": 1.0}));
+    // GPU → checkpoint → GPU restores exactly, and → CPU continues the run.
+    let mut gpu = gpu_engine(&e);
+    gpu.run(10, 5).unwrap();
+    let state = gpu.state().unwrap();
+    let bytes = save_checkpoint(&state).unwrap();
+    let loaded = load_checkpoint(&bytes).unwrap();
+    assert_eq!(loaded, state);
+    let data = Dataset::load(&loaded.experiment, None).unwrap();
+    let mut restored = GpuEngine::from_state(shared(), loaded.clone(), data.clone()).unwrap();
+    assert_eq!(restored.state().unwrap(), state);
+    let mut cpu = CpuEngine::from_state(loaded, data).unwrap();
+    let gpu_next = gpu.run(8, 1).unwrap();
+    let cpu_next: Vec<StepMetrics> = (0..8).map(|_| cpu.step().unwrap()).collect();
+    assert_close_runs("gpu→cpu", &cpu_next, &gpu_next);
+    let restored_next = restored.run(8, 1).unwrap();
+    assert_eq!(
+        restored_next.iter().map(|m| m.loss.to_bits()).collect::<Vec<_>>(),
+        gpu_next.iter().map(|m| m.loss.to_bits()).collect::<Vec<_>>(),
+        "a restored GPU run continues exactly"
+    );
+    // CPU → checkpoint → GPU.
+    let mut cpu = common::engine(&e);
+    for _ in 0..10 {
+        cpu.step().unwrap();
+    }
+    let loaded = load_checkpoint(&save_checkpoint(&cpu.state()).unwrap()).unwrap();
+    let mut gpu = GpuEngine::from_state(shared(), loaded, cpu.data().clone()).unwrap();
+    let g = gpu.run(5, 5).unwrap();
+    let c: Vec<StepMetrics> = (0..5).map(|_| cpu.step().unwrap()).collect();
+    assert_close_runs("cpu→gpu", &c, &g);
+}
+
+#[test]
+fn non_finite_values_name_layer_and_phase_and_keep_the_last_good_state() {
+    let e = common::experiment(json!({"optimizer": {"kind": "sgd", "lr": 1e30}, "loss": "mse"}));
+    let mut gpu = gpu_engine(&e);
+    let err = gpu.run(10, 10).unwrap_err();
+    let Error::NonFinite(message) = &err else { panic!("{err}") };
+    assert!(
+        message.contains("layer")
+            && (message.contains("forward") || message.contains("optimizer") || message.contains("backward")),
+        "{message}"
+    );
+    // The CPU engine fails at the same step and in the same phase.
+    let mut cpu = common::engine(&e);
+    let cpu_err = (0..10).find_map(|_| cpu.step().err()).expect("cpu fails too");
+    assert_eq!(cpu.step_count(), gpu.step_count(), "{cpu_err} / {err}");
+    // Both kept the parameters of the last good step: the optimizer kernels
+    // skip once the flag is set.
+    let (c, g) = (cpu.state(), gpu.state().unwrap());
+    assert!(g.params.iter().all(|p| p.is_finite()), "{err}");
+    assert_close_params("after NaN", &c.params, &g.params);
+}
+
+#[test]
+fn device_loss_is_an_error_and_training_resumes_on_a_new_device() {
+    let e = common::experiment(json!({}));
+    let own = Arc::new(GpuContext::new_blocking().unwrap());
+    let cpu = common::engine(&e);
+    let mut gpu = GpuEngine::from_state(own.clone(), cpu.state(), cpu.data().clone()).unwrap();
+    gpu.run(5, 5).unwrap();
+    let checkpoint = save_checkpoint(&gpu.state().unwrap()).unwrap();
+    own.device.destroy();
+    let err = gpu.run(1, 1).unwrap_err();
+    assert!(matches!(err, Error::Gpu(_)), "{err}");
+    // A new device, the last checkpoint, and training goes on.
+    let fresh = Arc::new(GpuContext::new_blocking().unwrap());
+    let state = load_checkpoint(&checkpoint).unwrap();
+    let mut resumed = GpuEngine::from_state(fresh, state, cpu.data().clone()).unwrap();
+    let m = resumed.run(3, 3).unwrap();
+    assert_eq!(m[0].step, 5);
+    let _ = ctx();
+}
