@@ -165,3 +165,50 @@ fn csv_data_trains() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("64 train / 0 test rows"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--backend gpu` reproduces the CPU engine's run: same steps, losses and
+/// gradient norms to 1e-5 relative (GPU sums in another order; see
+/// core/tests/gpu_training.rs), and a checkpoint that resumes on the CPU.
+#[test]
+fn gpu_backend_reproduces_the_cpu_run() {
+    let dir = temp_dir("gpu");
+    let run = |backend: &str, out: &str, metrics: &str| {
+        let o = stepscope(
+            &dir,
+            &[
+                "train",
+                "--config",
+                "config.json",
+                "--steps",
+                "25",
+                "--backend",
+                backend,
+                "--out",
+                out,
+                "--metrics",
+                metrics,
+            ],
+        );
+        assert!(o.status.success(), "{backend}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let stdout = run("gpu", "g.safetensors", "g.jsonl");
+    assert!(stdout.contains("backend gpu: "), "{stdout}");
+    run("cpu", "c.safetensors", "c.jsonl");
+    let read = |name: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(dir.join(name)).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let (g, c) = (read("g.jsonl"), read("c.jsonl"));
+    assert_eq!(g.len(), 25);
+    for (g, c) in g.iter().zip(&c) {
+        assert_eq!(g["step"], c["step"]);
+        for key in ["loss", "grad_norm"] {
+            let (x, y) = (g[key].as_f64().unwrap(), c[key].as_f64().unwrap());
+            assert!((x - y).abs() <= 1e-5 * y.abs() + 1e-7, "step {}: {key} gpu {x} cpu {y}", c["step"]);
+        }
+        assert!(g["timing"] == "gpu_timestamps" || g["timing"] == "gpu_coarse", "{}", g["timing"]);
+    }
+    let o = stepscope(&dir, &["train", "--init", "g.safetensors", "--steps", "3"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -210,3 +210,42 @@ fn device_loss_is_an_error_and_training_resumes_on_a_new_device() {
     assert_eq!(m[0].step, 5);
     let _ = ctx();
 }
+
+/// The page's per-layer statistics, computed on the GPU, describe the same
+/// tensors as the CPU engine's after the same step: activations, gradients
+/// and weights, with updates equal to the parameter change. min/max within
+/// 1e-5 relative, means within 1e-4 of the spread, histograms summing to
+/// the element count (bins may differ where values sit on a bin edge).
+#[test]
+fn layer_statistics_describe_the_engine_tensors() {
+    use stepscope_core::stats::tensor_stats;
+    let e = common::experiment(json!({"optimizer": {"kind": "adam", "lr": 0.01}}));
+    let mut cpu = common::engine(&e);
+    let mut gpu = gpu_engine(&e);
+    let before = cpu.state().params;
+    cpu.step().unwrap();
+    gpu.step().unwrap();
+    let stats = pollster::block_on(gpu.read_layer_stats()).unwrap();
+    let layout = cpu.layout().clone();
+    assert_eq!(stats.len(), layout.layers.len());
+    for (l, shape) in layout.layers.iter().enumerate() {
+        let range = shape.weight_offset..shape.bias_offset + shape.units;
+        let updates: Vec<f32> = range.clone().map(|i| cpu.params()[i] - before[i]).collect();
+        let expected = [
+            tensor_stats(&cpu.activations().a[l]),
+            tensor_stats(&cpu.grads()[range.clone()]),
+            tensor_stats(&cpu.params()[range.clone()]),
+            tensor_stats(&updates),
+        ];
+        for (kind, (g, c)) in stats[l].iter().zip(&expected).enumerate() {
+            let spread = (c.max - c.min).abs().max(1e-12);
+            let what = format!("layer {l} kind {kind}");
+            assert_eq!(g.count(), c.count(), "{what}");
+            assert_eq!(g.non_finite, 0, "{what}");
+            assert!((g.min - c.min).abs() <= 1e-5 * spread.max(c.min.abs()), "{what}: min {} vs {}", g.min, c.min);
+            assert!((g.max - c.max).abs() <= 1e-5 * spread.max(c.max.abs()), "{what}: max {} vs {}", g.max, c.max);
+            assert!((g.mean - c.mean).abs() <= 1e-4 * spread, "{what}: mean {} vs {}", g.mean, c.mean);
+            assert!((g.std - c.std).abs() <= 1e-3 * spread, "{what}: std {} vs {}", g.std, c.std);
+        }
+    }
+}

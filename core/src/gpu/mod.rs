@@ -12,6 +12,7 @@ mod engine;
 pub mod harness;
 mod kernels;
 pub mod params;
+mod passes;
 mod plan;
 mod readback;
 

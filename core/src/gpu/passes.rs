@@ -1,0 +1,91 @@
+//! Recording a training step's compute passes, and decoding what the
+//! GPU reports back about them (timestamps, non-finite codes).
+
+use std::future::Future;
+
+use super::params::{PHASE_BACKWARD, PHASE_FORWARD, PHASE_LOSS, PHASE_OPTIMIZER};
+use super::plan::Dispatch;
+use super::GpuContext;
+use crate::error::Error;
+
+/// The phases a timestamp pair can cover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassKind {
+    Data,
+    Forward,
+    Backward,
+    Optimizer,
+}
+
+/// Records one compute pass of `dispatches`, with a timestamp pair when
+/// timestamps are on.
+pub fn record_pass(
+    encoder: &mut wgpu::CommandEncoder,
+    ctx: &GpuContext,
+    timestamps: Option<&(wgpu::QuerySet, wgpu::Buffer)>,
+    passes: &mut Vec<(usize, PassKind)>,
+    step: usize,
+    kind: PassKind,
+    dispatches: &[&Dispatch],
+) {
+    let timestamp_writes = timestamps.map(|(query_set, _)| {
+        let i = 2 * passes.len() as u32;
+        wgpu::ComputePassTimestampWrites {
+            query_set,
+            beginning_of_pass_write_index: Some(i),
+            end_of_pass_write_index: Some(i + 1),
+        }
+    });
+    if timestamps.is_some() {
+        passes.push((step, kind));
+    }
+    let mut pass =
+        encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(pass_label(kind)), timestamp_writes });
+    for d in dispatches {
+        pass.set_pipeline(ctx.pipelines.get(d.kernel));
+        pass.set_bind_group(0, &d.bind_group, &[]);
+        pass.dispatch_workgroups(d.grid[0], d.grid[1], d.grid[2]);
+    }
+}
+
+fn pass_label(kind: PassKind) -> &'static str {
+    match kind {
+        PassKind::Data => "data",
+        PassKind::Forward => "forward",
+        PassKind::Backward => "backward",
+        PassKind::Optimizer => "optimizer",
+    }
+}
+
+/// Pops a validation scope without an executor: natively the result is
+/// ready at once; on the web the error (if any) also reaches the
+/// uncaptured-error handler, which `check` reports.
+pub fn pollster_free_pop(scope: wgpu::ErrorScopeGuard) -> Option<Error> {
+    let future = scope.pop();
+    let mut future = std::pin::pin!(future);
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(Some(err)) => Some(Error::Gpu(format!("setting up the GPU engine: {err}"))),
+        _ => None,
+    }
+}
+
+/// Decodes a non-finite code `(step << 16) | (phase << 8) | order`.
+pub fn non_finite(code: u32, layers: usize) -> Error {
+    let step = code >> 16;
+    let phase = (code >> 8) & 0xff;
+    let order = (code & 0xff) as usize;
+    let (phase_name, layer) = match phase {
+        PHASE_FORWARD => ("forward", order),
+        PHASE_LOSS => ("loss", layers - 1),
+        PHASE_BACKWARD => ("backward", 15 - order),
+        _ => ("optimizer", order),
+    };
+    let kept = if phase == PHASE_OPTIMIZER {
+        "the update already applied: restore the last good checkpoint"
+    } else {
+        "parameters and optimizer state kept from before this step"
+    };
+    Error::NonFinite(format!("first NaN/Inf in layer {layer} during {phase_name} (step {step} of the submit); {kept}"))
+}
