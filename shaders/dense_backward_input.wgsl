@@ -26,15 +26,25 @@ struct Params {
 const TILE: u32 = 64u;
 const KTILE: u32 = 16u;
 
-var<workgroup> tile_dz: array<f32, 1024>; // [KTILE][TILE]: tile_dz[k * 64 + row]
-var<workgroup> tile_w: array<f32, 1024>;  // [KTILE][TILE]: tile_w[k * 64 + input]
+var<workgroup> tile_dz: array<vec4<f32>, 256>; // [KTILE][TILE / 4]: tile_dz[k * 16 + row / 4][row % 4]
+var<workgroup> tile_w: array<vec4<f32>, 256>; // [KTILE][TILE / 4]: tile_w[k * 16 + input / 4][input % 4]
+
+// Row i of a 4×4 register block, without indexing a local array (which
+// could force the accumulators out of registers).
+fn pick_row(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, i: u32) -> vec4<f32> {
+    return select(select(a0, a1, i == 1u), select(a2, a3, i == 3u), i >= 2u);
+}
 
 @compute @workgroup_size(16, 16)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let row0 = wid.y * TILE;
     let col0 = wid.x * TILE;
     let tid = lid.y * 16u + lid.x;
-    var acc: array<f32, 16>; // acc[i * 4 + j]: row row0 + lid.y*4 + i, input col0 + lid.x*4 + j
+    // acc_i[j]: row row0 + lid.y*4 + i, input col0 + lid.x*4 + j
+    var acc0 = vec4<f32>();
+    var acc1 = vec4<f32>();
+    var acc2 = vec4<f32>();
+    var acc3 = vec4<f32>();
     for (var k0 = 0u; k0 < p.units; k0 += KTILE) {
         // 1024 values of each tile, 4 per invocation.
         for (var e = 0u; e < 4u; e++) {
@@ -47,7 +57,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             if (row < p.batch && k0 + kd < p.units) {
                 dv = dz[row * p.units + k0 + kd];
             }
-            tile_dz[kd * TILE + r] = dv;
+            tile_dz[kd * 16u + r / 4u][r % 4u] = dv;
             // W: 16 units × 64 inputs; consecutive invocations read consecutive inputs.
             let c = idx % TILE;
             let kw = idx / TILE;
@@ -56,30 +66,27 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             if (col < p.inputs && k0 + kw < p.units) {
                 wv = params[p.weight_offset + (k0 + kw) * p.inputs + col];
             }
-            tile_w[kw * TILE + c] = wv;
+            tile_w[kw * 16u + c / 4u][c % 4u] = wv;
         }
         workgroupBarrier();
         for (var k = 0u; k < KTILE; k++) {
-            var ds: array<f32, 4>;
-            var ws: array<f32, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                ds[i] = tile_dz[k * TILE + lid.y * 4u + i];
-                ws[i] = tile_w[k * TILE + lid.x * 4u + i];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                for (var j = 0u; j < 4u; j++) {
-                    acc[i * 4u + j] = fma(ds[i], ws[j], acc[i * 4u + j]);
-                }
-            }
+            // One 16-byte load of each tile per k; four vector FMAs.
+            let a4 = tile_dz[k * 16u + lid.y];
+            let b4 = tile_w[k * 16u + lid.x];
+            acc0 = fma(vec4<f32>(a4.x), b4, acc0);
+            acc1 = fma(vec4<f32>(a4.y), b4, acc1);
+            acc2 = fma(vec4<f32>(a4.z), b4, acc2);
+            acc3 = fma(vec4<f32>(a4.w), b4, acc3);
         }
         workgroupBarrier();
     }
     for (var i = 0u; i < 4u; i++) {
+        let row_acc = pick_row(acc0, acc1, acc2, acc3, i);
         let row = row0 + lid.y * 4u + i;
         for (var j = 0u; j < 4u; j++) {
             let col = col0 + lid.x * 4u + j;
             if (row < p.batch && col < p.inputs) {
-                dx[row * p.inputs + col] = acc[i * 4u + j];
+                dx[row * p.inputs + col] = row_acc[j];
             }
         }
     }

@@ -34,11 +34,17 @@ const TILE: u32 = 64u;
 const KTILE: u32 = 16u;
 const PHASE_BACKWARD: u32 = 3u;
 
-var<workgroup> tile_dz: array<f32, 1024>; // [KTILE][TILE]: tile_dz[k * 64 + unit]
-var<workgroup> tile_x: array<f32, 1024>;  // [KTILE][TILE]: tile_x[k * 64 + input]
+var<workgroup> tile_dz: array<vec4<f32>, 256>; // [KTILE][TILE / 4]: tile_dz[k * 16 + unit / 4][unit % 4]
+var<workgroup> tile_x: array<vec4<f32>, 256>; // [KTILE][TILE / 4]: tile_x[k * 16 + input / 4][input % 4]
 
 fn is_finite(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+// Row i of a 4×4 register block, without indexing a local array (which
+// could force the accumulators out of registers).
+fn pick_row(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, i: u32) -> vec4<f32> {
+    return select(select(a0, a1, i == 1u), select(a2, a3, i == 3u), i >= 2u);
 }
 
 @compute @workgroup_size(16, 16)
@@ -46,7 +52,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let unit0 = wid.y * TILE;
     let col0 = wid.x * TILE;
     let tid = lid.y * 16u + lid.x;
-    var acc: array<f32, 16>; // acc[i * 4 + j]: unit unit0 + lid.y*4 + i, input col0 + lid.x*4 + j
+    // acc_i[j]: unit unit0 + lid.y*4 + i, input col0 + lid.x*4 + j
+    var acc0 = vec4<f32>();
+    var acc1 = vec4<f32>();
+    var acc2 = vec4<f32>();
+    var acc3 = vec4<f32>();
     for (var k0 = 0u; k0 < p.batch; k0 += KTILE) {
         // 16 rows × 64 columns of each, 4 per invocation; consecutive invocations read
         // consecutive columns of one row.
@@ -59,36 +69,33 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             if (row < p.batch && unit0 + c < p.units) {
                 dv = dz[row * p.units + unit0 + c];
             }
-            tile_dz[k * TILE + c] = dv;
+            tile_dz[k * 16u + c / 4u][c % 4u] = dv;
             var xv = 0.0;
             if (row < p.batch && col0 + c < p.inputs) {
                 xv = x[row * p.inputs + col0 + c];
             }
-            tile_x[k * TILE + c] = xv;
+            tile_x[k * 16u + c / 4u][c % 4u] = xv;
         }
         workgroupBarrier();
         for (var k = 0u; k < KTILE; k++) {
-            var ds: array<f32, 4>;
-            var xs: array<f32, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                ds[i] = tile_dz[k * TILE + lid.y * 4u + i];
-                xs[i] = tile_x[k * TILE + lid.x * 4u + i];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                for (var j = 0u; j < 4u; j++) {
-                    acc[i * 4u + j] = fma(ds[i], xs[j], acc[i * 4u + j]);
-                }
-            }
+            // One 16-byte load of each tile per k; four vector FMAs.
+            let a4 = tile_dz[k * 16u + lid.y];
+            let b4 = tile_x[k * 16u + lid.x];
+            acc0 = fma(vec4<f32>(a4.x), b4, acc0);
+            acc1 = fma(vec4<f32>(a4.y), b4, acc1);
+            acc2 = fma(vec4<f32>(a4.z), b4, acc2);
+            acc3 = fma(vec4<f32>(a4.w), b4, acc3);
         }
         workgroupBarrier();
     }
     for (var i = 0u; i < 4u; i++) {
+        let row_acc = pick_row(acc0, acc1, acc2, acc3, i);
         let unit = unit0 + lid.y * 4u + i;
         for (var j = 0u; j < 4u; j++) {
             let col = col0 + lid.x * 4u + j;
             if (unit < p.units && col < p.inputs) {
                 let g = p.weight_offset + unit * p.inputs + col;
-                let v = grads[g] + acc[i * 4u + j];
+                let v = grads[g] + row_acc[j];
                 grads[g] = v;
                 if (!is_finite(v)) {
                     let step = atomicLoad(&flags[1]);

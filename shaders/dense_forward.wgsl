@@ -10,7 +10,8 @@
 //   5 p      Params  uniform
 // Dispatch: (ceil(O / 64), ceil(B / 64), 1); workgroup 16×16; each invocation computes a
 // 4×4 block of outputs. Tiles of 64 rows × 16 inputs of x and W are staged in workgroup
-// memory, so every loaded value is used 64 times.
+// memory as vec4s, so every loaded value is used 64 times and each inner step is one
+// 16-byte load per tile and four vector FMAs on register accumulators.
 
 struct Params {
     batch: u32,
@@ -34,8 +35,8 @@ const TILE: u32 = 64u;
 const KTILE: u32 = 16u;
 const PHASE_FORWARD: u32 = 1u;
 
-var<workgroup> tile_x: array<f32, 1024>; // [KTILE][TILE]: tile_x[k * 64 + row]
-var<workgroup> tile_w: array<f32, 1024>; // [KTILE][TILE]: tile_w[k * 64 + unit]
+var<workgroup> tile_x: array<vec4<f32>, 256>; // [KTILE][TILE / 4]: tile_x[k * 16 + row / 4][row % 4]
+var<workgroup> tile_w: array<vec4<f32>, 256>; // [KTILE][TILE / 4]: tile_w[k * 16 + unit / 4][unit % 4]
 
 fn is_finite(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
@@ -65,12 +66,22 @@ fn activate(v: f32, kind: u32) -> f32 {
     }
 }
 
+// Row i of a 4×4 register block, without indexing a local array (which
+// could force the accumulators out of registers).
+fn pick_row(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, i: u32) -> vec4<f32> {
+    return select(select(a0, a1, i == 1u), select(a2, a3, i == 3u), i >= 2u);
+}
+
 @compute @workgroup_size(16, 16)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let row0 = wid.y * TILE;
     let unit0 = wid.x * TILE;
     let tid = lid.y * 16u + lid.x;
-    var acc: array<f32, 16>; // acc[i * 4 + j]: row row0 + lid.y*4 + i, unit unit0 + lid.x*4 + j
+    // acc_i[j]: row row0 + lid.y*4 + i, unit unit0 + lid.x*4 + j
+    var acc0 = vec4<f32>();
+    var acc1 = vec4<f32>();
+    var acc2 = vec4<f32>();
+    var acc3 = vec4<f32>();
     for (var k0 = 0u; k0 < p.inputs; k0 += KTILE) {
         // Stage 64×16 values of x and of W: 1024 each, 4 per invocation.
         // Consecutive invocations read consecutive inputs (coalesced).
@@ -84,37 +95,34 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             if (row < p.batch && gk < p.inputs) {
                 xv = x[row * p.inputs + gk];
             }
-            tile_x[k * TILE + r] = xv;
+            tile_x[k * 16u + r / 4u][r % 4u] = xv;
             let unit = unit0 + r;
             var wv = 0.0;
             if (unit < p.units && gk < p.inputs) {
                 wv = params[p.weight_offset + unit * p.inputs + gk];
             }
-            tile_w[k * TILE + r] = wv;
+            tile_w[k * 16u + r / 4u][r % 4u] = wv;
         }
         workgroupBarrier();
         for (var k = 0u; k < KTILE; k++) {
-            var xs: array<f32, 4>;
-            var ws: array<f32, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                xs[i] = tile_x[k * TILE + lid.y * 4u + i];
-                ws[i] = tile_w[k * TILE + lid.x * 4u + i];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                for (var j = 0u; j < 4u; j++) {
-                    acc[i * 4u + j] = fma(xs[i], ws[j], acc[i * 4u + j]);
-                }
-            }
+            // One 16-byte load of each tile per k; four vector FMAs.
+            let a4 = tile_x[k * 16u + lid.y];
+            let b4 = tile_w[k * 16u + lid.x];
+            acc0 = fma(vec4<f32>(a4.x), b4, acc0);
+            acc1 = fma(vec4<f32>(a4.y), b4, acc1);
+            acc2 = fma(vec4<f32>(a4.z), b4, acc2);
+            acc3 = fma(vec4<f32>(a4.w), b4, acc3);
         }
         workgroupBarrier();
     }
     // Epilogue: bias, activation, store, non-finite check.
     for (var i = 0u; i < 4u; i++) {
+        let row_acc = pick_row(acc0, acc1, acc2, acc3, i);
         let row = row0 + lid.y * 4u + i;
         for (var j = 0u; j < 4u; j++) {
             let unit = unit0 + lid.x * 4u + j;
             if (row < p.batch && unit < p.units) {
-                let pre = acc[i * 4u + j] + params[p.bias_offset + unit];
+                let pre = row_acc[j] + params[p.bias_offset + unit];
                 let out = activate(pre, p.activation);
                 z[row * p.units + unit] = pre;
                 a[row * p.units + unit] = out;

@@ -80,6 +80,11 @@ pub enum Timing {
     /// cannot be split by phase, so `forward_ms` holds the whole submit's
     /// wall time per step and backward/optimizer read 0.
     GpuCoarse,
+    /// GPU engine in throughput mode (one pass per step): `gpu_ms` is the
+    /// step's GPU time from timestamps; forward, backward and optimizer
+    /// read 0 because they were not timed apart. `data_ms` is the CPU's
+    /// row and scalar preparation.
+    GpuTotal,
 }
 
 /// Where training phases are, for reporting the first non-finite value.

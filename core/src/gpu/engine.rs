@@ -59,6 +59,10 @@ pub struct GpuEngine {
     spare_staging: Vec<wgpu::Buffer>,
     /// When false, gradients are not zeroed between steps (a lesson).
     pub zero_grad: bool,
+    /// True: each phase is its own compute pass with a timestamp pair, so
+    /// the timeline can show it. False: a step is one pass (fewer pass
+    /// boundaries), timed as a whole: for throughput.
+    pub phase_timing: bool,
 }
 
 /// Timestamp queries available per submit (wgpu's query set limit).
@@ -127,6 +131,7 @@ impl GpuEngine {
             in_flight: Vec::new(),
             spare_staging: Vec::new(),
             zero_grad: true,
+            phase_timing: true,
         })
     }
 
@@ -188,7 +193,7 @@ impl GpuEngine {
         queue.write_buffer(&self.buffers.flags, 0, bytemuck::cast_slice(&FLAGS_INIT));
         let cpu_data_ms = started.elapsed().as_secs_f64() * 1e3;
 
-        let passes_per_step = 3 * k + 1;
+        let passes_per_step = if self.phase_timing { 3 * k + 1 } else { 1 };
         let use_timestamps = self.timestamps.is_some() && 2 * steps * passes_per_step <= MAX_QUERIES;
         let mut passes = Vec::new();
         let device = &self.ctx.device;
@@ -200,22 +205,26 @@ impl GpuEngine {
             if self.zero_grad {
                 encoder.clear_buffer(&self.buffers.grads, 0, None);
             }
+            // The step's dispatches in order, grouped by phase.
+            let mut groups: Vec<(PassKind, Vec<&Dispatch>)> = Vec::with_capacity(3 * k + 1);
             for m in 0..k {
                 let mut backward: Vec<&Dispatch> = self.plan.backward.iter().collect();
                 if m == k - 1 {
                     backward.extend(self.plan.regularize.iter());
                 }
-                let phases: [(PassKind, Vec<&Dispatch>); 3] = [
-                    (PassKind::Data, self.plan.data.iter().collect()),
-                    (PassKind::Forward, self.plan.forward.iter().collect()),
-                    (PassKind::Backward, backward),
-                ];
-                for (kind, dispatches) in phases {
+                groups.push((PassKind::Data, self.plan.data.iter().collect()));
+                groups.push((PassKind::Forward, self.plan.forward.iter().collect()));
+                groups.push((PassKind::Backward, backward));
+            }
+            groups.push((PassKind::Optimizer, self.plan.optimizer.iter().collect()));
+            if self.phase_timing {
+                for (kind, dispatches) in groups {
                     record_pass(&mut encoder, &self.ctx, timestamps, &mut passes, s, kind, &dispatches);
                 }
+            } else {
+                let all: Vec<&Dispatch> = groups.into_iter().flat_map(|(_, d)| d).collect();
+                record_pass(&mut encoder, &self.ctx, timestamps, &mut passes, s, PassKind::Step, &all);
             }
-            let optimizer: Vec<&Dispatch> = self.plan.optimizer.iter().collect();
-            record_pass(&mut encoder, &self.ctx, timestamps, &mut passes, s, PassKind::Optimizer, &optimizer);
         }
 
         // Readback: stats (4 f32 per step), flags (4 u32), timestamps (u64s).
@@ -319,12 +328,17 @@ impl GpuEngine {
                     PassKind::Forward => p.forward_ms += ms,
                     PassKind::Backward => p.backward_ms += ms,
                     PassKind::Optimizer => p.optimizer_ms += ms,
+                    PassKind::Step => {}
                 }
             }
             for p in per_step.iter_mut() {
                 p.data_ms += done.cpu_data_ms / steps as f64;
             }
-            Timing::GpuTimestamps
+            if self.phase_timing {
+                Timing::GpuTimestamps
+            } else {
+                Timing::GpuTotal
+            }
         };
         let code = flags[0];
         let good_steps = if code == u32::MAX { steps } else { (code >> 16) as usize };

@@ -15,6 +15,8 @@ pub enum PassKind {
     Forward,
     Backward,
     Optimizer,
+    /// A whole step in one pass (phase timing off).
+    Step,
 }
 
 /// Records one compute pass of `dispatches`, with a timestamp pair when
@@ -54,6 +56,7 @@ fn pass_label(kind: PassKind) -> &'static str {
         PassKind::Forward => "forward",
         PassKind::Backward => "backward",
         PassKind::Optimizer => "optimizer",
+        PassKind::Step => "step",
     }
 }
 
