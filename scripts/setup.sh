@@ -1,24 +1,55 @@
 #!/usr/bin/env bash
-# Installs what Stepscope's build and tests need, skipping what is present.
-# Safe to run again and again; run by scripts/test.sh and .ci/run.
+# Installs what Stepscope's build, page and tests need, skipping what is
+# present. Safe to run again and again.
+#   bash scripts/setup.sh        everything (the test command runs this)
+#   bash scripts/setup.sh web    only what serving the page needs
 set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-all}"
 
 have() { command -v "$1" >/dev/null 2>&1; }
+export PATH="$HOME/.cargo/bin:$PATH"
 
-# Rust's wasm32 target: stepscope-core must build for the browser.
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+# --- the page: wasm32 target, trunk, wasm-bindgen CLI, wasm-opt ----------
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   rustup target add wasm32-unknown-unknown
 fi
+# trunk 0.22 declares a newer Rust than the machine's; it builds and works
+# with --ignore-rust-version (../shared/TOOLCHAIN.md).
+if ! trunk --version 2>/dev/null | grep -q '0\.22\.1'; then
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+    cargo install trunk --version 0.22.1 --locked --ignore-rust-version
+fi
+# The CLI must equal the wasm-bindgen crate in Cargo.lock; trunk uses this
+# one (offline) instead of downloading its own.
+if ! wasm-bindgen --version 2>/dev/null | grep -q '0\.2\.130'; then
+  cargo install wasm-bindgen-cli --version 0.2.130
+fi
+# wasm-opt from npm's binaryen (Debian's is too old), and playwright-core
+# for the end-to-end test; both pinned by tests/e2e/package-lock.json.
+if [ ! -x tests/e2e/node_modules/.bin/wasm-opt ] || [ ! -d tests/e2e/node_modules/playwright-core ]; then
+  (cd tests/e2e && npm ci --no-audit --no-fund --silent)
+fi
+cargo fetch --quiet
+
+if [ "$what" = web ]; then exit 0; fi
+
+# --- tests ---------------------------------------------------------------
+# Chromium and its driver for the browser tests; Mesa's lavapipe (Vulkan on
+# the CPU) for the native GPU tests, since CI machines have no GPU.
+apt_install chromium chromium-driver mesa-vulkan-drivers libvulkan1
 
 # Python with numpy and safetensors: the checkpoint interoperability check
 # opens our files as PyTorch users would (safetensors.numpy.load_file).
 if ! python3 -c 'import numpy, safetensors' >/dev/null 2>&1; then
   python3 -m pip install --quiet numpy safetensors
-fi
-
-# A Vulkan driver for the GPU tests. CI machines have no GPU: Mesa's
-# lavapipe runs Vulkan on the CPU, and the GPU tests run there.
-if ! dpkg -s mesa-vulkan-drivers libvulkan1 >/dev/null 2>&1; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
 fi

@@ -2,8 +2,12 @@
 
 use std::sync::Arc;
 
-use super::{CpuEngine, Evaluation, StepMetrics, TrainState};
-use crate::data::{Dataset, Table};
+#[cfg(not(target_arch = "wasm32"))]
+use super::Evaluation;
+use super::{CpuEngine, StepMetrics, TrainState};
+use crate::data::Dataset;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::data::Table;
 use crate::error::Result;
 use crate::experiment::Experiment;
 use crate::gpu::{GpuContext, GpuEngine};

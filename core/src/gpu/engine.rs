@@ -287,6 +287,34 @@ impl GpuEngine {
         Ok(out)
     }
 
+    /// Awaits the oldest submit in flight and returns its metrics (with
+    /// any others already done). The web's path: the browser resolves the
+    /// mapping while the page stays responsive.
+    pub async fn collect_async(&mut self) -> Result<Vec<StepMetrics>> {
+        if let Some(first) = self.in_flight.first_mut() {
+            self.ctx.poll();
+            (&mut first.map).await.map_err(|e| Error::Gpu(format!("reading step statistics: {e}")))?;
+            let done = self.in_flight.remove(0);
+            let mut out = self.finish(done)?;
+            out.extend(self.try_collect()?);
+            return Ok(out);
+        }
+        Ok(Vec::new())
+    }
+
+    /// Parameters, gradients and last updates (each (P)), read back for
+    /// the page's views.
+    pub async fn read_tensors(&self) -> Result<[Vec<f32>; 3]> {
+        let p = self.layout.parameter_count;
+        let mut out: [Vec<f32>; 3] = Default::default();
+        for (slot, buffer) in out.iter_mut().zip([&self.buffers.params, &self.buffers.grads, &self.buffers.updates]) {
+            let bytes = read_buffer(&self.ctx, buffer).await?;
+            *slot = bytemuck::cast_slice::<u8, f32>(&bytes)[..p].to_vec();
+        }
+        self.ctx.check()?;
+        Ok(out)
+    }
+
     /// Native: waits for every submit in flight and returns their metrics.
     pub fn collect(&mut self) -> Result<Vec<StepMetrics>> {
         self.ctx.wait_idle()?;

@@ -1,0 +1,44 @@
+//! Stepscope's playground page: build a network, train it on WebGPU (or
+//! the CPU engine compiled to WebAssembly), and watch it learn.
+//!
+//! `model/` holds the logic (experiment edits, the training loop, views);
+//! `panels/` one component per panel; `state` the shared typed context.
+
+pub mod model;
+mod panels;
+pub mod state;
+
+use leptos::prelude::*;
+
+use panels::{controls::Controls, data::DataPanel, header::Header, network::NetworkPanel, output::OutputPanel};
+use state::AppState;
+
+/// The page.
+#[component]
+pub fn App() -> impl IntoView {
+    let state = AppState::new();
+    provide_context(state);
+    state.start_training_loop();
+    view! {
+        <Header/>
+        <main class="layout">
+            <Controls/>
+            <div class="columns">
+                <DataPanel/>
+                <NetworkPanel/>
+                <OutputPanel/>
+            </div>
+        </main>
+    }
+}
+
+/// Writes a panic message into the page's `#panic` element.
+pub fn show_panic(message: &str) {
+    let Some(document) = web_sys::window().and_then(|w| w.document()) else { return };
+    if let Some(el) = document.get_element_by_id("panic") {
+        el.set_text_content(Some(&format!(
+            "Stepscope hit an internal error (a bug): {message}. Reload the page; your experiment is in the URL."
+        )));
+        let _ = el.remove_attribute("hidden");
+    }
+}

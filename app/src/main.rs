@@ -1,0 +1,10 @@
+//! Mounts the page. A Rust panic, should one happen anyway, is shown on the
+//! page (the `#panic` element, role="alert"), not only in the console.
+
+fn main() {
+    std::panic::set_hook(Box::new(|info| {
+        console_error_panic_hook::hook(info);
+        stepscope_app::show_panic(&info.to_string());
+    }));
+    leptos::mount::mount_to_body(stepscope_app::App);
+}

@@ -1,0 +1,8 @@
+//! Model logic of the page, outside components: the default experiment and
+//! its edits, the training loop that owns the engine, the views computed
+//! from parameters, the URL, CSV uploads.
+
+pub mod edit;
+pub mod runner;
+pub mod url;
+pub mod views;

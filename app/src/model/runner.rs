@@ -1,0 +1,272 @@
+//! The training loop. One async task owns the engine; controls talk to it
+//! through a command queue, so nothing else ever holds the engine across
+//! an await. Each animation frame: apply commands, train for a time budget
+//! (CPU: steps until the budget is spent; GPU: one submit of K steps, K
+//! adapted to the budget, awaited without blocking), then refresh the
+//! views from the engine's real parameters.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use stepscope_core::data::Dataset;
+use stepscope_core::engine::evaluate;
+use stepscope_core::gpu::{GpuContext, GpuEngine};
+use stepscope_core::model::{init_parameters, Layout};
+use stepscope_core::optim::OptimizerState;
+use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics, TrainState};
+use wasm_bindgen_futures::JsFuture;
+use web_time::Instant;
+
+use super::views::{snapshot, Snapshot};
+
+/// What the controls ask of the loop.
+#[derive(Clone, Debug)]
+pub enum Command {
+    /// Fresh parameters for this experiment (model, data or seed changed).
+    Reset(Experiment),
+    /// Continue the run under changed hyperparameters.
+    Apply(Experiment),
+    /// One optimizer step.
+    StepOnce,
+    /// New CSV text for `"source": "csv"`, with the experiment it implies.
+    UseCsv(Arc<String>, Experiment),
+}
+
+pub type Commands = Arc<Mutex<VecDeque<Command>>>;
+
+pub fn push(commands: &Commands, command: Command) {
+    commands.lock().unwrap_or_else(|p| p.into_inner()).push_back(command);
+}
+
+/// Which engine runs, and why.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BackendInfo {
+    pub gpu: bool,
+    /// "WebGPU" or "CPU (WebAssembly)".
+    pub name: String,
+    /// The adapter, when on the GPU.
+    pub adapter: String,
+    /// Why the CPU runs, when it does.
+    pub fallback_reason: Option<String>,
+}
+
+/// What the loop reports to the page after a frame.
+#[derive(Clone, Debug, Default)]
+pub struct FrameReport {
+    pub metrics: Vec<StepMetrics>,
+    pub snapshot: Option<Arc<Snapshot>>,
+    pub error: Option<String>,
+    /// Training should stop (NaN/Inf): the page pauses.
+    pub pause: bool,
+    pub notice: Option<String>,
+}
+
+enum PageEngine {
+    Cpu(Box<CpuEngine>),
+    Gpu(Box<GpuEngine>),
+}
+
+pub struct Runner {
+    engine: PageEngine,
+    gpu: Option<Arc<GpuContext>>,
+    csv: Option<Arc<String>>,
+    /// Steps per GPU submit, adapted to the frame budget.
+    steps_per_submit: usize,
+    /// The last state known good, refreshed every few seconds: restored
+    /// after a device loss.
+    last_good: Option<TrainState>,
+    last_good_at: Instant,
+    /// CPU engine: parameters before the last frame, for "last update".
+    previous_params: Vec<f32>,
+    last_snapshot_at: Option<Instant>,
+    snapshot_cost_ms: f64,
+}
+
+/// Time for training per animation frame, leaving room for drawing.
+const TRAIN_BUDGET_MS: f64 = 8.0;
+
+fn fresh_state(e: &Experiment) -> TrainState {
+    let layout = Layout::new(e);
+    TrainState {
+        experiment: e.clone(),
+        params: init_parameters(&layout, e.seed),
+        optimizer: OptimizerState::new(&e.optimizer, layout.parameter_count),
+        data_position: stepscope_core::data::DataPosition::start(e.seed),
+    }
+}
+
+fn build(gpu: &Option<Arc<GpuContext>>, state: TrainState, data: Dataset) -> Result<PageEngine, Error> {
+    Ok(match gpu {
+        Some(ctx) => PageEngine::Gpu(Box::new(GpuEngine::from_state(ctx.clone(), state, data)?)),
+        None => PageEngine::Cpu(Box::new(CpuEngine::from_state(state, data)?)),
+    })
+}
+
+impl Runner {
+    pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<Arc<String>>) -> Result<Runner, String> {
+        let data = Dataset::load(e, csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
+        let state = fresh_state(e);
+        let previous_params = state.params.clone();
+        let engine = build(&gpu, state, data).map_err(|err| err.to_string())?;
+        Ok(Runner {
+            engine,
+            gpu,
+            csv,
+            steps_per_submit: 1,
+            last_good: None,
+            last_good_at: Instant::now(),
+            previous_params,
+            last_snapshot_at: None,
+            snapshot_cost_ms: 0.0,
+        })
+    }
+
+    pub fn experiment(&self) -> &Experiment {
+        match &self.engine {
+            PageEngine::Cpu(e) => e.experiment(),
+            PageEngine::Gpu(e) => e.experiment(),
+        }
+    }
+
+    fn data(&self) -> &Dataset {
+        match &self.engine {
+            PageEngine::Cpu(e) => e.data(),
+            PageEngine::Gpu(e) => e.data(),
+        }
+    }
+
+    pub fn step_count(&self) -> u64 {
+        match &self.engine {
+            PageEngine::Cpu(e) => e.step_count(),
+            PageEngine::Gpu(e) => e.step_count(),
+        }
+    }
+
+    pub fn steps_per_submit(&self) -> usize {
+        self.steps_per_submit
+    }
+
+    async fn state(&mut self) -> Result<TrainState, Error> {
+        match &mut self.engine {
+            PageEngine::Cpu(e) => Ok(e.state()),
+            PageEngine::Gpu(e) => e.read_state().await,
+        }
+    }
+
+    /// Applies a command. On error the current run is left as it was.
+    pub async fn handle(&mut self, command: Command) -> Result<(), String> {
+        match command {
+            Command::Reset(e) => {
+                *self = Runner::new(&e, self.gpu.clone(), self.csv.clone())?;
+            }
+            Command::UseCsv(text, e) => {
+                *self = Runner::new(&e, self.gpu.clone(), Some(text))?;
+            }
+            Command::Apply(e) => {
+                let mut state = self.state().await.map_err(|err| err.to_string())?;
+                if std::mem::discriminant(&state.experiment.optimizer) != std::mem::discriminant(&e.optimizer) {
+                    // A different optimizer starts fresh: its state and step.
+                    state.optimizer = OptimizerState::new(&e.optimizer, state.params.len());
+                }
+                state.experiment = e;
+                let data = self.data().clone();
+                self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;
+            }
+            Command::StepOnce => {}
+        }
+        Ok(())
+    }
+
+    /// Trains for one frame: `single` runs exactly one step.
+    pub async fn train_frame(&mut self, single: bool) -> Result<Vec<StepMetrics>, Error> {
+        let started = Instant::now();
+        match &mut self.engine {
+            PageEngine::Cpu(engine) => {
+                self.previous_params = engine.params().to_vec();
+                let mut out = Vec::new();
+                loop {
+                    out.push(engine.step()?);
+                    if single || started.elapsed().as_secs_f64() * 1e3 >= TRAIN_BUDGET_MS || out.len() >= 10_000 {
+                        return Ok(out);
+                    }
+                }
+            }
+            PageEngine::Gpu(engine) => {
+                let k = if single { 1 } else { self.steps_per_submit };
+                engine.submit(k)?;
+                let out = engine.collect_async().await?;
+                if !single {
+                    // Aim for the budget: scale K by how far off this frame was.
+                    let ms = started.elapsed().as_secs_f64() * 1e3;
+                    let scale = (TRAIN_BUDGET_MS / ms.max(0.1)).clamp(0.5, 2.0);
+                    self.steps_per_submit =
+                        ((k as f64 * scale).round() as usize).clamp(1, engine.max_steps_per_submit());
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Keeps an in-memory copy of a good state every few seconds.
+    pub async fn remember_good_state(&mut self) {
+        if self.last_good.is_none() || self.last_good_at.elapsed().as_secs_f64() > 3.0 {
+            if let Ok(state) = self.state().await {
+                self.last_good = Some(state);
+                self.last_good_at = Instant::now();
+            }
+        }
+    }
+
+    /// After a device loss: a new device, and the run from the last good
+    /// state (or from the start).
+    pub async fn recover_device(&mut self) -> Result<String, String> {
+        let ctx = GpuContext::new().await.map_err(|e| format!("no GPU after the device was lost: {e}"))?;
+        self.gpu = Some(Arc::new(ctx));
+        let e = self.experiment().clone();
+        let state = self.last_good.clone().unwrap_or_else(|| fresh_state(&e));
+        let step = state.step();
+        let data = self.data().clone();
+        self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;
+        Ok(format!("The GPU device was lost; training resumed on a new device from step {step}."))
+    }
+
+    /// Whether the views are due: at most every 50 ms, and less often when
+    /// computing them is slow, so drawing never starves training.
+    pub fn snapshot_due(&self) -> bool {
+        match self.last_snapshot_at {
+            None => true,
+            Some(t) => t.elapsed().as_secs_f64() * 1e3 >= (50.0f64).max(4.0 * self.snapshot_cost_ms),
+        }
+    }
+
+    /// The views, from the engine's current parameters.
+    pub async fn snapshot(&mut self) -> Result<Arc<Snapshot>, Error> {
+        let started = Instant::now();
+        let tensors = match &self.engine {
+            PageEngine::Cpu(e) => {
+                let updates = e.params().iter().zip(&self.previous_params).map(|(p, q)| p - q).collect();
+                [e.params().to_vec(), e.grads().to_vec(), updates]
+            }
+            PageEngine::Gpu(e) => e.read_tensors().await?,
+        };
+        let e = self.experiment().clone();
+        let layout = Layout::new(&e);
+        let data = self.data();
+        let train = evaluate(&tensors[0], &layout, &e, &data.train);
+        let test = evaluate(&tensors[0], &layout, &e, &data.test);
+        let snap = snapshot(&e, &layout, data, self.step_count(), tensors, train, test);
+        self.last_snapshot_at = Some(Instant::now());
+        self.snapshot_cost_ms = started.elapsed().as_secs_f64() * 1e3;
+        Ok(snap)
+    }
+}
+
+/// Resolves at the next animation frame.
+pub async fn next_frame() {
+    let promise = js_sys::Promise::new(&mut |resolve, _reject| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.request_animation_frame(&resolve);
+        }
+    });
+    let _ = JsFuture::from(promise).await;
+}

@@ -1,0 +1,42 @@
+//! Play/pause, one step, reset, the step counter, and the hyperparameters.
+
+use leptos::prelude::*;
+
+use super::hyper::Hyperparameters;
+use crate::model::runner::Command;
+use crate::state::AppState;
+
+#[component]
+pub fn Controls() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let running = state.running;
+    let toggle = move |_| running.update(|r| *r = !*r);
+    let step_once = move |_| {
+        running.set(false);
+        state.command(Command::StepOnce);
+    };
+    let reset = move |_| state.reset();
+    let speed = move || {
+        let n = state.steps_per_frame.get();
+        if running.get() && n > 0 {
+            format!("{n} steps/frame")
+        } else {
+            String::new()
+        }
+    };
+    view! {
+        <section class="controls" aria-label="Training controls">
+            <button data-testid="train-toggle" class="play" on:click=toggle
+                aria-label=move || if running.get() { "Pause training" } else { "Start training" }>
+                {move || if running.get() { "❚❚ Pause" } else { "▶ Train" }}
+            </button>
+            <button data-testid="step-once" aria-label="One step" on:click=step_once>"Step"</button>
+            <button data-testid="reset" aria-label="Reset the run" on:click=reset>"Reset"</button>
+            <div class="counter">
+                "Step " <span data-testid="step-count">{move || state.step.get()}</span>
+                <span class="speed">{speed}</span>
+            </div>
+            <Hyperparameters/>
+        </section>
+    }
+}

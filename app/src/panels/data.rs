@@ -1,0 +1,181 @@
+//! The data: a built-in dataset (with noise, train/test split and
+//! "regenerate"), or an uploaded CSV; and the input features, as tiles.
+
+use leptos::prelude::*;
+use stepscope_core::experiment::{DataSource, Feature};
+use wasm_bindgen_futures::JsFuture;
+
+use crate::model::edit::{experiment_for_csv, fit_output, parse_number};
+use crate::model::runner::Command;
+use crate::state::AppState;
+
+const SOURCES: [(&str, &str); 6] = [
+    ("circle", "Circle"),
+    ("xor", "XOR"),
+    ("gauss", "Two Gaussians"),
+    ("spiral", "Spiral"),
+    ("reg_plane", "Plane (regression)"),
+    ("reg_gauss", "Gaussians (regression)"),
+];
+
+const FEATURES: [(Feature, &str); 7] = [
+    (Feature::X1, "x₁"),
+    (Feature::X2, "x₂"),
+    (Feature::X1Squared, "x₁²"),
+    (Feature::X2Squared, "x₂²"),
+    (Feature::X1TimesX2, "x₁x₂"),
+    (Feature::SinX1, "sin x₁"),
+    (Feature::SinX2, "sin x₂"),
+];
+
+fn source_from(name: &str) -> Option<DataSource> {
+    serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+}
+
+fn source_name(s: DataSource) -> String {
+    serde_json::to_value(s).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+}
+
+#[component]
+pub fn DataPanel() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let e = state.experiment;
+    let is_csv = move || e.get().data.source == DataSource::Csv;
+    let on_source = move |ev| {
+        let name = event_target_value(&ev);
+        let Some(source) = source_from(&name) else {
+            state.alert.set(Some(format!("Unknown dataset `{name}`.")));
+            return;
+        };
+        if source == DataSource::Csv {
+            state.alert.set(Some("Upload a CSV file to use your own data.".into()));
+            return;
+        }
+        state.csv_name.set(None);
+        state.edit(|x| {
+            let keep = x.data.source != DataSource::Csv;
+            x.data.source = source;
+            if !keep {
+                x.data.samples = Some(500);
+                x.data.noise = Some(0.1);
+                x.data.train_fraction = Some(0.5);
+                x.data.features = Some(vec![Feature::X1, Feature::X2]);
+            }
+            fit_output(x);
+            Ok(())
+        });
+    };
+    let on_noise = move |ev| {
+        let text = event_target_value(&ev);
+        match parse_number("Noise", &text) {
+            Ok(v) => state.edit(|x| {
+                x.data.noise = Some(v / 100.0);
+                Ok(())
+            }),
+            Err(m) => state.alert.set(Some(m)),
+        }
+    };
+    let on_split = move |ev| {
+        let text = event_target_value(&ev);
+        match parse_number("Training share", &text) {
+            Ok(v) => state.edit(|x| {
+                x.data.train_fraction = Some(v / 100.0);
+                Ok(())
+            }),
+            Err(m) => state.alert.set(Some(m)),
+        }
+    };
+    let regenerate = move |_| {
+        state.edit(|x| {
+            x.seed = x.seed.wrapping_add(1);
+            Ok(())
+        })
+    };
+    let on_upload = move |ev: web_sys::Event| {
+        let input: web_sys::HtmlInputElement = event_target(&ev);
+        let Some(file) = input.files().and_then(|f| f.get(0)) else { return };
+        let name = file.name();
+        leptos::task::spawn_local(async move {
+            let text = match JsFuture::from(file.text()).await {
+                Ok(t) => t.as_string().unwrap_or_default(),
+                Err(_) => {
+                    state.alert.set(Some(format!("Could not read `{name}`.")));
+                    return;
+                }
+            };
+            // Nothing changes unless the whole file is good.
+            match experiment_for_csv(&state.experiment.get_untracked(), &text) {
+                Ok(new) => {
+                    state.alert.set(None);
+                    state.csv_name.set(Some(name));
+                    state.history.set(Vec::new());
+                    crate::model::url::write_url(&new);
+                    state.experiment.set(new.clone());
+                    state.command(Command::UseCsv(std::sync::Arc::new(text), new));
+                }
+                Err(message) => state.alert.set(Some(format!("`{name}` was not loaded: {message}"))),
+            }
+        });
+    };
+    let feature_tiles = FEATURES
+        .iter()
+        .map(|&(feature, label)| {
+            let active = move || e.get().data.features().contains(&feature);
+            let toggle = move |_| {
+                state.edit(|x| {
+                    let mut features = x.data.features();
+                    if let Some(i) = features.iter().position(|f| *f == feature) {
+                        if features.len() == 1 {
+                            return Err("Keep at least one input feature.".into());
+                        }
+                        features.remove(i);
+                    } else {
+                        features.push(feature);
+                        features.sort_by_key(|f| FEATURES.iter().position(|(g, _)| g == f));
+                    }
+                    x.data.features = Some(features);
+                    fit_output(x);
+                    Ok(())
+                })
+            };
+            view! {
+                <button class="tile" class:active=active aria-pressed=move || active().to_string()
+                    aria-label=format!("Input feature {label}") on:click=toggle disabled=is_csv>{label}</button>
+            }
+        })
+        .collect_view();
+    view! {
+        <section class="panel data" aria-label="Data">
+            <h2>"Data"</h2>
+            <label class="field">
+                <span>"Dataset"</span>
+                <select data-testid="dataset" aria-label="Dataset"
+                    prop:value=move || source_name(e.get().data.source) on:change=on_source>
+                    {SOURCES.iter().map(|(v, l)| view! { <option value=*v>{*l}</option> }).collect_view()}
+                    <option value="csv" disabled=move || !is_csv()>
+                        {move || state.csv_name.get().map_or("CSV (upload below)".to_string(), |n| format!("CSV: {n}"))}
+                    </option>
+                </select>
+            </label>
+            <Show when=move || !is_csv()>
+                <label class="field">
+                    <span>"Noise (%)"</span>
+                    <input type="range" min="0" max="50" step="5" data-testid="noise" aria-label="Noise percent"
+                        prop:value=move || (e.get().data.noise() * 100.0).round().to_string() on:change=on_noise/>
+                </label>
+                <label class="field">
+                    <span>"Training share (%)"</span>
+                    <input type="range" min="10" max="90" step="10" data-testid="train-share" aria-label="Training share percent"
+                        prop:value=move || (e.get().data.train_fraction() * 100.0).round().to_string() on:change=on_split/>
+                </label>
+                <button data-testid="regenerate" aria-label="Regenerate the data" on:click=regenerate>"Regenerate"</button>
+            </Show>
+            <label class="field upload">
+                <span>"Your data (CSV: x1,x2,…,y)"</span>
+                <input type="file" accept=".csv,text/csv" data-testid="csv-upload" aria-label="Upload a CSV file" on:change=on_upload/>
+            </label>
+            <h3>"Features"</h3>
+            <div class="tiles" role="group" aria-label="Input features">{feature_tiles}</div>
+        </section>
+    }
+}

@@ -1,0 +1,305 @@
+//! Hyperparameters: learning rate, batch size, optimizer and its
+//! parameters, schedule (with a preview of lr over steps), clipping,
+//! accumulation, regularization, seed. Each applies live where the run can
+//! continue (see `model::edit::needs_reset`).
+
+use leptos::prelude::*;
+use stepscope_core::experiment::{OptimizerSpec, Regularization, RegularizationKind, Schedule};
+use stepscope_core::optim::learning_rate;
+use stepscope_core::Experiment;
+
+use crate::model::edit::parse_number;
+use crate::state::AppState;
+
+/// A labelled number input; `apply` validates and edits the experiment.
+#[component]
+fn NumberField(
+    label: &'static str,
+    testid: &'static str,
+    value: Signal<String>,
+    apply: fn(&mut Experiment, f64) -> Result<(), String>,
+) -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let on_change = move |ev| {
+        let text = event_target_value(&ev);
+        match parse_number(label, &text) {
+            Ok(v) => state.edit(|e| apply(e, v)),
+            Err(message) => state.alert.set(Some(message)),
+        }
+    };
+    view! {
+        <label class="field">
+            <span>{label}</span>
+            <input type="text" inputmode="decimal" data-testid=testid aria-label=label
+                prop:value=move || value.get() on:change=on_change/>
+        </label>
+    }
+}
+
+fn set_lr(e: &mut Experiment, v: f64) -> Result<(), String> {
+    match &mut e.optimizer {
+        OptimizerSpec::Sgd { lr, .. }
+        | OptimizerSpec::Adam { lr, .. }
+        | OptimizerSpec::Adamw { lr, .. }
+        | OptimizerSpec::Lamb { lr, .. } => *lr = v,
+    }
+    Ok(())
+}
+
+fn whole(label: &str, v: f64) -> Result<usize, String> {
+    if v >= 1.0 && v.fract() == 0.0 && v <= 1e9 {
+        Ok(v as usize)
+    } else {
+        Err(format!("{label} must be a whole number ≥ 1, got {v}."))
+    }
+}
+
+fn set_batch(e: &mut Experiment, v: f64) -> Result<(), String> {
+    e.batch_size = whole("Batch size", v)?;
+    Ok(())
+}
+
+fn set_accumulation(e: &mut Experiment, v: f64) -> Result<(), String> {
+    e.grad_accumulation = whole("Gradient accumulation", v)?;
+    Ok(())
+}
+
+fn set_seed(e: &mut Experiment, v: f64) -> Result<(), String> {
+    e.seed = whole("Seed", v + 1.0)? as u64 - 1;
+    Ok(())
+}
+
+fn set_weight_decay(e: &mut Experiment, v: f64) -> Result<(), String> {
+    match &mut e.optimizer {
+        OptimizerSpec::Sgd { weight_decay, .. }
+        | OptimizerSpec::Adam { weight_decay, .. }
+        | OptimizerSpec::Adamw { weight_decay, .. }
+        | OptimizerSpec::Lamb { weight_decay, .. } => *weight_decay = v,
+    }
+    Ok(())
+}
+
+fn set_momentum(e: &mut Experiment, v: f64) -> Result<(), String> {
+    match &mut e.optimizer {
+        OptimizerSpec::Sgd { momentum, .. } => *momentum = v,
+        _ => return Err("Momentum applies to SGD.".into()),
+    }
+    Ok(())
+}
+
+fn set_beta(e: &mut Experiment, index: usize, v: f64) -> Result<(), String> {
+    match &mut e.optimizer {
+        OptimizerSpec::Adam { betas, .. } | OptimizerSpec::Adamw { betas, .. } | OptimizerSpec::Lamb { betas, .. } => {
+            betas[index] = v
+        }
+        OptimizerSpec::Sgd { .. } => return Err("Betas apply to Adam, AdamW and LAMB.".into()),
+    }
+    Ok(())
+}
+
+fn set_clip(e: &mut Experiment, v: f64) -> Result<(), String> {
+    e.clip_grad_norm = if v == 0.0 { None } else { Some(v) };
+    Ok(())
+}
+
+fn set_reg_rate(e: &mut Experiment, v: f64) -> Result<(), String> {
+    match &mut e.regularization {
+        Some(r) => r.rate = v,
+        None => return Err("Choose L1 or L2 regularization first.".into()),
+    }
+    Ok(())
+}
+
+fn schedule_fields(s: &Schedule) -> (u64, u64, f64) {
+    match *s {
+        Schedule::Constant => (0, 1000, 0.0),
+        Schedule::WarmupCosine { warmup_steps, total_steps, min_lr }
+        | Schedule::WarmupLinear { warmup_steps, total_steps, min_lr } => (warmup_steps, total_steps, min_lr),
+    }
+}
+
+fn with_schedule_fields(
+    s: &mut Schedule,
+    warmup: Option<u64>,
+    total: Option<u64>,
+    min: Option<f64>,
+) -> Result<(), String> {
+    match s {
+        Schedule::Constant => Err("Choose a warmup schedule first.".into()),
+        Schedule::WarmupCosine { warmup_steps, total_steps, min_lr }
+        | Schedule::WarmupLinear { warmup_steps, total_steps, min_lr } => {
+            *warmup_steps = warmup.unwrap_or(*warmup_steps);
+            *total_steps = total.unwrap_or(*total_steps);
+            *min_lr = min.unwrap_or(*min_lr);
+            Ok(())
+        }
+    }
+}
+
+#[component]
+pub fn Hyperparameters() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let e = state.experiment;
+    let text = move |f: fn(&Experiment) -> String| Signal::derive(move || f(&e.get()));
+    let optimizer_kind = move || e.get().optimizer.name().to_string();
+    let on_optimizer = move |ev| {
+        let kind = event_target_value(&ev);
+        state.edit(|x| {
+            let lr = x.optimizer.lr();
+            x.optimizer = match kind.as_str() {
+                "sgd" => OptimizerSpec::Sgd { lr, momentum: 0.9, dampening: 0.0, nesterov: false, weight_decay: 0.0 },
+                "adam" => OptimizerSpec::Adam { lr, betas: [0.9, 0.999], eps: 1e-8, weight_decay: 0.0 },
+                "adamw" => OptimizerSpec::Adamw { lr, betas: [0.9, 0.999], eps: 1e-8, weight_decay: 0.01 },
+                "lamb" => OptimizerSpec::Lamb { lr, betas: [0.9, 0.999], eps: 1e-6, weight_decay: 0.0 },
+                other => return Err(format!("Unknown optimizer `{other}`.")),
+            };
+            Ok(())
+        });
+    };
+    let schedule_kind = move || match e.get().schedule {
+        Schedule::Constant => "constant",
+        Schedule::WarmupCosine { .. } => "warmup_cosine",
+        Schedule::WarmupLinear { .. } => "warmup_linear",
+    };
+    let on_schedule = move |ev| {
+        let kind = event_target_value(&ev);
+        state.edit(|x| {
+            let (warmup_steps, total_steps, min_lr) = schedule_fields(&x.schedule);
+            x.schedule = match kind.as_str() {
+                "constant" => Schedule::Constant,
+                "warmup_cosine" => Schedule::WarmupCosine { warmup_steps: warmup_steps.max(10), total_steps, min_lr },
+                "warmup_linear" => Schedule::WarmupLinear { warmup_steps: warmup_steps.max(10), total_steps, min_lr },
+                other => return Err(format!("Unknown schedule `{other}`.")),
+            };
+            Ok(())
+        });
+    };
+    let on_nesterov = move |ev| {
+        let on = event_target_checked(&ev);
+        state.edit(|x| match &mut x.optimizer {
+            OptimizerSpec::Sgd { nesterov, .. } => {
+                *nesterov = on;
+                Ok(())
+            }
+            _ => Err("Nesterov applies to SGD.".into()),
+        });
+    };
+    let reg_kind = move || match e.get().regularization.map(|r| r.kind) {
+        None => "none",
+        Some(RegularizationKind::L1) => "l1",
+        Some(RegularizationKind::L2) => "l2",
+    };
+    let on_reg = move |ev| {
+        let kind = event_target_value(&ev);
+        state.edit(|x| {
+            let rate = x.regularization.as_ref().map_or(0.001, |r| r.rate);
+            x.regularization = match kind.as_str() {
+                "l1" => Some(Regularization { kind: RegularizationKind::L1, rate }),
+                "l2" => Some(Regularization { kind: RegularizationKind::L2, rate }),
+                _ => None,
+            };
+            Ok(())
+        });
+    };
+    let is_sgd = move || matches!(e.get().optimizer, OptimizerSpec::Sgd { .. });
+    let has_schedule = move || !matches!(e.get().schedule, Schedule::Constant);
+    view! {
+        <div class="hyper">
+            <NumberField label="Learning rate" testid="learning-rate" value=text(|e| e.optimizer.lr().to_string()) apply=set_lr/>
+            <NumberField label="Batch size" testid="batch-size" value=text(|e| e.batch_size.to_string()) apply=set_batch/>
+            <label class="field">
+                <span>"Optimizer"</span>
+                <select data-testid="optimizer" aria-label="Optimizer" prop:value=optimizer_kind on:change=on_optimizer>
+                    <option value="sgd">"SGD"</option>
+                    <option value="adam">"Adam"</option>
+                    <option value="adamw">"AdamW"</option>
+                    <option value="lamb">"LAMB"</option>
+                </select>
+            </label>
+            <NumberField label="Weight decay" testid="weight-decay" value=text(|e| match e.optimizer {
+                OptimizerSpec::Sgd { weight_decay, .. } | OptimizerSpec::Adam { weight_decay, .. }
+                | OptimizerSpec::Adamw { weight_decay, .. } | OptimizerSpec::Lamb { weight_decay, .. } => weight_decay.to_string(),
+            }) apply=set_weight_decay/>
+            <Show when=is_sgd fallback=move || view! {
+                <NumberField label="β1" testid="beta1" value=text(|e| match e.optimizer {
+                    OptimizerSpec::Adam { betas, .. } | OptimizerSpec::Adamw { betas, .. } | OptimizerSpec::Lamb { betas, .. } => betas[0].to_string(),
+                    OptimizerSpec::Sgd { .. } => String::new(),
+                }) apply=|e, v| set_beta(e, 0, v)/>
+                <NumberField label="β2" testid="beta2" value=text(|e| match e.optimizer {
+                    OptimizerSpec::Adam { betas, .. } | OptimizerSpec::Adamw { betas, .. } | OptimizerSpec::Lamb { betas, .. } => betas[1].to_string(),
+                    OptimizerSpec::Sgd { .. } => String::new(),
+                }) apply=|e, v| set_beta(e, 1, v)/>
+            }>
+                <NumberField label="Momentum" testid="momentum" value=text(|e| match e.optimizer {
+                    OptimizerSpec::Sgd { momentum, .. } => momentum.to_string(),
+                    _ => String::new(),
+                }) apply=set_momentum/>
+                <label class="field check">
+                    <input type="checkbox" data-testid="nesterov" aria-label="Nesterov momentum"
+                        prop:checked=move || matches!(e.get().optimizer, OptimizerSpec::Sgd { nesterov: true, .. })
+                        on:change=on_nesterov/>
+                    <span>"Nesterov"</span>
+                </label>
+            </Show>
+            <label class="field">
+                <span>"Schedule"</span>
+                <select data-testid="schedule" aria-label="Learning-rate schedule" prop:value=schedule_kind on:change=on_schedule>
+                    <option value="constant">"Constant"</option>
+                    <option value="warmup_cosine">"Warmup + cosine"</option>
+                    <option value="warmup_linear">"Warmup + linear"</option>
+                </select>
+            </label>
+            <Show when=has_schedule>
+                <NumberField label="Warmup steps" testid="warmup-steps" value=text(|e| schedule_fields(&e.schedule).0.to_string())
+                    apply=|e, v| { let w = whole("Warmup steps", v + 1.0)? as u64 - 1; with_schedule_fields(&mut e.schedule, Some(w), None, None) }/>
+                <NumberField label="Total steps" testid="total-steps" value=text(|e| schedule_fields(&e.schedule).1.to_string())
+                    apply=|e, v| { let t = whole("Total steps", v)? as u64; with_schedule_fields(&mut e.schedule, None, Some(t), None) }/>
+                <NumberField label="Min lr" testid="min-lr" value=text(|e| schedule_fields(&e.schedule).2.to_string())
+                    apply=|e, v| with_schedule_fields(&mut e.schedule, None, None, Some(v))/>
+            </Show>
+            <SchedulePreview/>
+            <NumberField label="Clip grad norm (0 = off)" testid="clip-grad-norm" value=text(|e| e.clip_grad_norm.unwrap_or(0.0).to_string()) apply=set_clip/>
+            <NumberField label="Grad accumulation" testid="grad-accumulation" value=text(|e| e.grad_accumulation.to_string()) apply=set_accumulation/>
+            <label class="field">
+                <span>"Regularization"</span>
+                <select data-testid="regularization" aria-label="Regularization" prop:value=reg_kind on:change=on_reg>
+                    <option value="none">"None"</option>
+                    <option value="l1">"L1"</option>
+                    <option value="l2">"L2"</option>
+                </select>
+            </label>
+            <Show when=move || e.get().regularization.is_some()>
+                <NumberField label="Regularization rate" testid="regularization-rate" value=text(|e| e.regularization.as_ref().map_or(String::new(), |r| r.rate.to_string())) apply=set_reg_rate/>
+            </Show>
+            <NumberField label="Seed" testid="seed" value=text(|e| e.seed.to_string()) apply=set_seed/>
+        </div>
+    }
+}
+
+/// lr over steps for the current schedule, as a small line chart.
+#[component]
+fn SchedulePreview() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let path = move || {
+        let e = state.experiment.get();
+        let total = schedule_fields(&e.schedule).1.max(1);
+        let base = e.optimizer.lr().max(1e-12);
+        let (w, h) = (160.0, 40.0);
+        (0..=80u64)
+            .map(|i| {
+                let t = i * total / 80;
+                let lr = learning_rate(&e.schedule, e.optimizer.lr(), t);
+                let (x, y) = (i as f64 / 80.0 * w, h - lr / base * (h - 2.0) - 1.0);
+                format!("{}{x:.1},{y:.1}", if i == 0 { "M" } else { " L" })
+            })
+            .collect::<String>()
+    };
+    view! {
+        <figure class="preview" data-testid="schedule-preview">
+            <svg viewBox="0 0 160 40" width="160" height="40" role="img" aria-label="Learning rate over steps">
+                <path d=path fill="none" stroke="currentColor" stroke-width="1.5"/>
+            </svg>
+            <figcaption>"lr over steps"</figcaption>
+        </figure>
+    }
+}

@@ -1,0 +1,9 @@
+//! One component per panel.
+
+pub mod controls;
+pub mod data;
+mod draw;
+pub mod header;
+mod hyper;
+pub mod network;
+pub mod output;

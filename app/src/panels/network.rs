@@ -1,0 +1,219 @@
+//! The network: add and remove hidden layers, units per layer and each
+//! layer's activation; and the diagram: a thumbnail per neuron showing its
+//! output over the input plane, links coloured by sign and sized by the
+//! weight, the gradient or the last update.
+
+use leptos::html::Canvas;
+use leptos::prelude::*;
+use stepscope_core::experiment::{Activation, DataSource};
+use stepscope_core::model::Layout;
+use wasm_bindgen::Clamped;
+use web_sys::ImageData;
+
+use super::draw::context;
+use crate::model::edit::{add_layer, hidden_layers, remove_layer, set_units};
+use crate::model::views::{color, Snapshot, GRID};
+use crate::state::{AppState, LinkMode};
+
+const ACTIVATIONS: [(&str, &str); 7] = [
+    ("linear", "Linear"),
+    ("relu", "ReLU"),
+    ("leaky_relu", "Leaky ReLU"),
+    ("tanh", "Tanh"),
+    ("sigmoid", "Sigmoid"),
+    ("gelu_tanh", "GELU (tanh)"),
+    ("silu", "SiLU"),
+];
+
+fn activation_from(name: &str) -> Option<Activation> {
+    serde_json::from_value(serde_json::Value::String(name.into())).ok()
+}
+
+fn activation_name(a: Activation) -> String {
+    serde_json::to_value(a).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+}
+
+#[component]
+pub fn NetworkPanel() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let e = state.experiment;
+    let layers = move || {
+        let hidden = hidden_layers(&e.get()).to_vec();
+        hidden
+            .into_iter()
+            .enumerate()
+            .map(|(l, spec)| {
+                let units = spec.units;
+                let minus = move |_| state.edit(|x| set_units(x, l, units.saturating_sub(1)));
+                let plus = move |_| state.edit(|x| set_units(x, l, units + 1));
+                let on_activation = move |ev| {
+                    let name = event_target_value(&ev);
+                    state.edit(|x| {
+                        x.model.layers[l].activation = activation_from(&name).ok_or(format!("Unknown activation `{name}`."))?;
+                        Ok(())
+                    })
+                };
+                view! {
+                    <div class="layer" data-testid=format!("layer-{l}")>
+                        <span class="name">{format!("Hidden {}", l + 1)}</span>
+                        <button aria-label=format!("Fewer units in hidden layer {}", l + 1) data-testid=format!("units-minus-{l}") on:click=minus>"−"</button>
+                        <span class="units" data-testid=format!("units-{l}")>{units}</span>
+                        <button aria-label=format!("More units in hidden layer {}", l + 1) data-testid=format!("units-plus-{l}") on:click=plus>"+"</button>
+                        <select aria-label=format!("Activation of hidden layer {}", l + 1) data-testid=format!("activation-{l}")
+                            prop:value=activation_name(spec.activation) on:change=on_activation>
+                            {ACTIVATIONS.iter().map(|(v, label)| view! { <option value=*v>{*label}</option> }).collect_view()}
+                        </select>
+                    </div>
+                }
+            })
+            .collect_view()
+    };
+    let on_mode = move |ev| {
+        let mode = match event_target_value(&ev).as_str() {
+            "gradient" => LinkMode::Gradient,
+            "update" => LinkMode::Update,
+            _ => LinkMode::Weight,
+        };
+        state.link_mode.set(mode);
+    };
+    let canvas: NodeRef<Canvas> = NodeRef::new();
+    Effect::new(move |_| {
+        let (Some(snap), Some(c)) = (state.snapshot.get(), canvas.get()) else { return };
+        draw_network(&c, &e.get_untracked(), &snap, state.link_mode.get());
+    });
+    let output_note = move || {
+        let x = e.get();
+        let what = match (x.data.source, x.loss) {
+            (DataSource::Csv, stepscope_core::experiment::Loss::CrossEntropy) => {
+                format!("{} classes: cross-entropy", x.outputs())
+            }
+            (_, stepscope_core::experiment::Loss::BceWithLogits) => "binary classification: one logit, BCE".into(),
+            (_, stepscope_core::experiment::Loss::CrossEntropy) => "classification: cross-entropy".into(),
+            (_, stepscope_core::experiment::Loss::Mse) => "regression: mean squared error".into(),
+        };
+        format!("Output layer: {} unit(s), {what}", x.outputs())
+    };
+    view! {
+        <section class="panel network" aria-label="Network">
+            <h2>"Network"</h2>
+            <div class="layer-buttons">
+                <button data-testid="add-layer" aria-label="Add a hidden layer" on:click=move |_| state.edit(add_layer)>"+ layer"</button>
+                <button data-testid="remove-layer" aria-label="Remove the last hidden layer" on:click=move |_| state.edit(remove_layer)>"− layer"</button>
+            </div>
+            <div class="layers">{layers}</div>
+            <p class="note" data-testid="output-layer">{output_note}</p>
+            <label class="field">
+                <span>"Links show"</span>
+                <select data-testid="link-mode" aria-label="What the links show" on:change=on_mode>
+                    <option value="weight">"Weights"</option>
+                    <option value="gradient">"Gradients"</option>
+                    <option value="update">"Last update"</option>
+                </select>
+            </label>
+            <canvas node_ref=canvas data-testid="network-diagram" role="img"
+                aria-label="Network diagram: each neuron's output over the input plane, links by weight"></canvas>
+        </section>
+    }
+}
+
+const NODE: f64 = 34.0;
+const GAP_Y: f64 = 40.0;
+const GAP_X: f64 = 96.0;
+
+fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experiment, snap: &Snapshot, mode: LinkMode) {
+    let Some(ctx) = context(canvas) else { return };
+    let layout = Layout::new(e);
+    if snap.params.len() != layout.parameter_count {
+        return; // the snapshot is from before a model change
+    }
+    let widths = e.widths();
+    let tallest = widths.iter().copied().max().unwrap_or(1).min(24) as f64;
+    let (w, h) = (GAP_X * (widths.len() - 1) as f64 + NODE + 8.0, GAP_Y * tallest + 8.0);
+    canvas.set_width(w as u32);
+    canvas.set_height(h as u32);
+    ctx.clear_rect(0.0, 0.0, w, h);
+    let pos = |col: usize, row: usize| -> (f64, f64) {
+        let n = widths[col].min(24) as f64;
+        let top = (h - GAP_Y * n) / 2.0;
+        (4.0 + GAP_X * col as f64, top + GAP_Y * row as f64 + (GAP_Y - NODE) / 2.0)
+    };
+    let values = match mode {
+        LinkMode::Weight => &snap.params,
+        LinkMode::Gradient => &snap.grads,
+        LinkMode::Update => &snap.updates,
+    };
+    for (l, shape) in layout.layers.iter().enumerate() {
+        let weights = &values[shape.weight_offset..shape.bias_offset];
+        let max = weights.iter().fold(1e-12f32, |m, v| m.max(v.abs()));
+        for o in 0..shape.units.min(24) {
+            for i in 0..shape.inputs.min(24) {
+                let v = weights[o * shape.inputs + i] / max;
+                let (x0, y0) = pos(l, i);
+                let (x1, y1) = pos(l + 1, o);
+                let [r, g, b] = color(v.signum(), 0);
+                ctx.set_stroke_style_str(&format!("rgba({r},{g},{b},{:.2})", 0.25 + 0.75 * v.abs()));
+                ctx.set_line_width(0.5 + 3.5 * v.abs() as f64);
+                ctx.begin_path();
+                ctx.move_to(x0 + NODE, y0 + NODE / 2.0);
+                ctx.line_to(x1, y1 + NODE / 2.0);
+                ctx.stroke();
+            }
+        }
+    }
+    // Inputs: each feature over the plane; then every unit's output.
+    let features = e.data.features();
+    for col in 0..widths.len() {
+        for row in 0..widths[col].min(24) {
+            let grid: Vec<f32> = if col == 0 {
+                feature_grid(e, snap, row, &features)
+            } else {
+                snap.neurons.get(col - 1).and_then(|layer| layer.get(row)).cloned().unwrap_or_default()
+            };
+            let (x, y) = pos(col, row);
+            thumbnail(&ctx, &grid, x, y);
+        }
+    }
+}
+
+fn feature_grid(
+    e: &stepscope_core::Experiment,
+    snap: &Snapshot,
+    index: usize,
+    features: &[stepscope_core::experiment::Feature],
+) -> Vec<f32> {
+    if e.data.source == DataSource::Csv || snap.boundary.is_none() {
+        return Vec::new();
+    }
+    let [x_lo, x_hi, y_lo, y_hi] = snap.extent;
+    let Some(feature) = features.get(index) else { return Vec::new() };
+    let raw: Vec<f32> = (0..GRID * GRID)
+        .map(|i| {
+            let (r, c) = (i / GRID, i % GRID);
+            let x2 = y_hi - (r as f32 + 0.5) / GRID as f32 * (y_hi - y_lo);
+            let x1 = x_lo + (c as f32 + 0.5) / GRID as f32 * (x_hi - x_lo);
+            feature.eval(x1 as f64, x2 as f64) as f32
+        })
+        .collect();
+    let scale = raw.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    raw.iter().map(|v| v / scale).collect()
+}
+
+/// A NODE×NODE picture of a (GRID, GRID) grid, nearest-sampled; grey when
+/// there is nothing to show.
+fn thumbnail(ctx: &web_sys::CanvasRenderingContext2d, grid: &[f32], x: f64, y: f64) {
+    let side = NODE as usize;
+    let mut rgba = Vec::with_capacity(side * side * 4);
+    for r in 0..side {
+        for c in 0..side {
+            let rgb = if grid.len() == GRID * GRID {
+                color(grid[(r * GRID / side) * GRID + c * GRID / side], 0)
+            } else {
+                [200, 200, 200]
+            };
+            rgba.extend([rgb[0], rgb[1], rgb[2], 255]);
+        }
+    }
+    if let Ok(image) = ImageData::new_with_u8_clamped_array_and_sh(Clamped(&rgba), side as u32, side as u32) {
+        let _ = ctx.put_image_data(&image, x, y);
+    }
+}

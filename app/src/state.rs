@@ -1,0 +1,245 @@
+//! The page's shared state: a small typed context of signals, and the
+//! training loop that feeds them.
+
+use std::sync::{Arc, Mutex};
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use stepscope_core::gpu::GpuContext;
+use stepscope_core::{Error, Experiment, StepMetrics};
+
+use crate::model::edit::{default_experiment, edited, needs_reset};
+use crate::model::runner::{next_frame, push, BackendInfo, Command, Commands, Runner};
+use crate::model::url;
+use crate::model::views::Snapshot;
+
+/// One point of the loss curves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HistoryPoint {
+    pub step: u64,
+    pub train: f32,
+    pub test: Option<f32>,
+}
+
+/// What the network diagram's links show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkMode {
+    Weight,
+    Gradient,
+    Update,
+}
+
+#[derive(Clone, Copy)]
+pub struct AppState {
+    pub experiment: RwSignal<Experiment>,
+    pub running: RwSignal<bool>,
+    pub step: RwSignal<u64>,
+    pub last_metrics: RwSignal<Option<StepMetrics>>,
+    pub history: RwSignal<Vec<HistoryPoint>>,
+    pub snapshot: RwSignal<Option<Arc<Snapshot>>>,
+    pub backend: RwSignal<BackendInfo>,
+    /// Errors and warnings for the user (shown with role="alert").
+    pub alert: RwSignal<Option<String>>,
+    /// Informational notices (device recovered, …).
+    pub notice: RwSignal<Option<String>>,
+    pub link_mode: RwSignal<LinkMode>,
+    pub steps_per_frame: RwSignal<usize>,
+    pub csv_name: RwSignal<Option<String>>,
+    pub commands: StoredValue<Commands>,
+}
+
+/// Most points kept for the curves; older ones are thinned by half.
+const HISTORY_LIMIT: usize = 600;
+
+impl AppState {
+    pub fn new() -> AppState {
+        let (experiment, alert) = match url::experiment_from_url() {
+            Ok(Some(e)) => (e, None),
+            Ok(None) => (default_experiment(), None),
+            Err(message) => (default_experiment(), Some(message)),
+        };
+        AppState {
+            experiment: RwSignal::new(experiment),
+            running: RwSignal::new(false),
+            step: RwSignal::new(0),
+            last_metrics: RwSignal::new(None),
+            history: RwSignal::new(Vec::new()),
+            snapshot: RwSignal::new(None),
+            backend: RwSignal::new(BackendInfo { name: "starting…".into(), ..BackendInfo::default() }),
+            alert: RwSignal::new(alert),
+            notice: RwSignal::new(None),
+            link_mode: RwSignal::new(LinkMode::Weight),
+            steps_per_frame: RwSignal::new(0),
+            csv_name: RwSignal::new(None),
+            commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
+        }
+    }
+
+    pub fn command(&self, command: Command) {
+        push(&self.commands.get_value(), command);
+    }
+
+    /// Applies a control's edit: validated, written to the URL, and sent to
+    /// the loop as a reset (model, data, seed) or a live change. A refused
+    /// edit shows its message and changes nothing.
+    pub fn edit(&self, f: impl FnOnce(&mut Experiment) -> Result<(), String>) {
+        let old = self.experiment.get_untracked();
+        match edited(&old, f) {
+            Ok(new) if new == old => {}
+            Ok(new) => {
+                self.alert.set(None);
+                url::write_url(&new);
+                if needs_reset(&old, &new) {
+                    self.clear_run();
+                    self.command(Command::Reset(new.clone()));
+                } else {
+                    self.command(Command::Apply(new.clone()));
+                }
+                self.experiment.set(new);
+            }
+            Err(message) => self.alert.set(Some(message)),
+        }
+    }
+
+    pub fn reset(&self) {
+        self.alert.set(None);
+        self.clear_run();
+        self.command(Command::Reset(self.experiment.get_untracked()));
+    }
+
+    fn clear_run(&self) {
+        self.history.set(Vec::new());
+        self.step.set(0);
+        self.last_metrics.set(None);
+    }
+
+    /// Starts the loop that owns the engine (see `model::runner`).
+    pub fn start_training_loop(self) {
+        spawn_local(async move { self.training_loop().await });
+    }
+
+    async fn training_loop(self) {
+        let gpu = if url::cpu_forced() {
+            Err("the CPU engine was asked for (?backend=cpu)".to_string())
+        } else if !webgpu_available() {
+            Err("this browser has no WebGPU (navigator.gpu is missing)".to_string())
+        } else {
+            GpuContext::new().await.map(Arc::new).map_err(|e| format!("WebGPU is present but unusable: {e}"))
+        };
+        let (gpu, info) = match gpu {
+            Ok(ctx) => {
+                let info =
+                    BackendInfo { gpu: true, name: "WebGPU".into(), adapter: ctx.describe(), fallback_reason: None };
+                (Some(ctx), info)
+            }
+            Err(reason) => {
+                let info = BackendInfo {
+                    gpu: false,
+                    name: "CPU (WebAssembly)".into(),
+                    adapter: String::new(),
+                    fallback_reason: Some(reason),
+                };
+                (None, info)
+            }
+        };
+        self.backend.set(info);
+        let experiment = self.experiment.get_untracked();
+        url::write_url(&experiment);
+        let mut runner = match Runner::new(&experiment, gpu.clone(), None) {
+            Ok(r) => r,
+            Err(message) => {
+                self.alert.set(Some(format!("{message}. Showing the default experiment.")));
+                let e = default_experiment();
+                self.experiment.set(e.clone());
+                url::write_url(&e);
+                Runner::new(&e, gpu, None).expect("the default experiment always builds")
+            }
+        };
+        let mut dirty = true;
+        loop {
+            next_frame().await;
+            let commands: Vec<Command> =
+                self.commands.get_value().lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+            let mut single = false;
+            for command in commands {
+                single |= matches!(command, Command::StepOnce);
+                if let Err(message) = runner.handle(command).await {
+                    self.alert.set(Some(message));
+                }
+                dirty = true;
+            }
+            if self.running.get_untracked() || single {
+                match runner.train_frame(single && !self.running.get_untracked()).await {
+                    Ok(metrics) => {
+                        if let Some(last) = metrics.last() {
+                            self.last_metrics.set(Some(last.clone()));
+                        }
+                        self.steps_per_frame.set(metrics.len());
+                        dirty = true;
+                        runner.remember_good_state().await;
+                    }
+                    Err(Error::NonFinite(message)) => {
+                        self.running.set(false);
+                        self.alert.set(Some(format!(
+                            "Training paused: {message}. Lower the learning rate (or turn on clipping) and press reset."
+                        )));
+                        dirty = true;
+                    }
+                    Err(Error::Gpu(message)) => {
+                        self.alert.set(Some(format!("GPU error: {message}")));
+                        match runner.recover_device().await {
+                            Ok(notice) => self.notice.set(Some(notice)),
+                            Err(message) => {
+                                self.running.set(false);
+                                self.alert.set(Some(message));
+                            }
+                        }
+                        dirty = true;
+                    }
+                    Err(other) => {
+                        self.running.set(false);
+                        self.alert.set(Some(other.to_string()));
+                    }
+                }
+            }
+            self.step.set(runner.step_count());
+            if dirty && runner.snapshot_due() {
+                match runner.snapshot().await {
+                    Ok(snap) => {
+                        self.record_history(&snap);
+                        self.snapshot.set(Some(snap));
+                        dirty = false;
+                    }
+                    Err(err) => self.alert.set(Some(err.to_string())),
+                }
+            }
+        }
+    }
+
+    fn record_history(&self, snap: &Snapshot) {
+        let Some(train) = snap.train else { return };
+        let point = HistoryPoint { step: snap.step, train: train.loss, test: snap.test.map(|t| t.loss) };
+        self.history.update(|h| {
+            if h.last().is_some_and(|p| p.step == point.step) {
+                h.pop();
+            }
+            h.push(point);
+            if h.len() > HISTORY_LIMIT {
+                let thinned: Vec<HistoryPoint> = h.iter().step_by(2).copied().collect();
+                *h = thinned;
+            }
+        });
+    }
+}
+
+impl Default for AppState {
+    fn default() -> Self {
+        AppState::new()
+    }
+}
+
+/// Whether `navigator.gpu` exists.
+fn webgpu_available() -> bool {
+    let Some(window) = web_sys::window() else { return false };
+    js_sys::Reflect::get(&window.navigator(), &"gpu".into()).is_ok_and(|g| !g.is_undefined() && !g.is_null())
+}

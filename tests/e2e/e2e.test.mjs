@@ -1,0 +1,181 @@
+// End-to-end test of the trunk-built page (dist/) in headless Chromium with
+// WebGPU on its software adapter. Run by scripts/test.sh after
+// `trunk build --release`; needs /usr/bin/chromium (scripts/setup.sh).
+//
+// It opens the page, checks which backend runs, trains and sees the loss
+// fall, watches frame times, changes the network, restores an experiment
+// from a shared URL, refuses bad input without losing the run, and saves a
+// screenshot to tests/e2e/artifacts/.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import fs from 'node:fs';
+import path from 'node:path';
+import os from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const dist = path.resolve(here, '../../dist');
+const artifacts = path.join(here, 'artifacts');
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
+
+let server;
+let base;
+let browser;
+
+before(async () => {
+  assert.ok(fs.existsSync(path.join(dist, 'index.html')), 'dist/index.html missing: run `trunk build --release` first');
+  server = http.createServer((req, res) => {
+    const url = new URL(req.url, 'http://localhost');
+    const file = path.join(dist, url.pathname === '/' ? 'index.html' : path.normalize(url.pathname));
+    if (!file.startsWith(dist) || !fs.existsSync(file)) {
+      res.writeHead(404).end();
+      return;
+    }
+    res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
+    fs.createReadStream(file).pipe(res);
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  base = `http://127.0.0.1:${server.address().port}/`;
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--enable-webgpu-developer-features'],
+  });
+  fs.mkdirSync(artifacts, { recursive: true });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.close();
+});
+
+async function open(url) {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(url);
+  await page.waitForFunction(() => {
+    const el = document.querySelector('[data-testid=backend-name]');
+    return el && el.textContent && !el.textContent.startsWith('starting');
+  }, null, { timeout: 60_000 });
+  return { page, errors };
+}
+
+const text = (page, id) => page.locator(`[data-testid=${id}]`).textContent();
+const number = async (page, id) => Number.parseFloat(await text(page, id));
+
+test('trains the default network on WebGPU and stays responsive', async () => {
+  const { page, errors } = await open(base);
+  const backend = await text(page, 'backend-name');
+  assert.match(backend, /^WebGPU/, `expected the WebGPU backend, got "${backend}"`);
+  assert.equal(await text(page, 'step-count'), '0');
+  await page.waitForFunction(() => document.querySelector('[data-testid=train-loss]').textContent !== '–');
+  const before = await number(page, 'train-loss');
+
+  // Frame gaps while training, measured by the page's own animation frames.
+  await page.evaluate(() => {
+    window.__gaps = [];
+    let last = performance.now();
+    const tick = (t) => { window.__gaps.push(t - last); last = t; window.__raf = requestAnimationFrame(tick); };
+    window.__raf = requestAnimationFrame(tick);
+  });
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 1500, null, { timeout: 120_000 });
+  const gaps = await page.evaluate(() => { cancelAnimationFrame(window.__raf); return window.__gaps.slice(5); });
+  await page.getByTestId('train-toggle').click();
+  const after = await number(page, 'train-loss');
+  assert.ok(after < 0.8 * before, `train loss should fall: ${before} -> ${after}`);
+  const worst = Math.max(...gaps);
+  const sorted = [...gaps].sort((a, b) => a - b);
+  console.log(`frames: ${gaps.length}, median ${sorted[gaps.length >> 1].toFixed(1)} ms, worst ${worst.toFixed(1)} ms`);
+  assert.ok(worst <= 50, `a frame took ${worst.toFixed(1)} ms while training (limit 50 ms)`);
+  await page.screenshot({ path: path.join(artifacts, 'page.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('changing the network resets and keeps training', async () => {
+  const { page } = await open(base);
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
+  assert.equal(await page.locator('[data-testid^=layer-]').count(), 2);
+  await page.getByTestId('add-layer').click();
+  await page.waitForSelector('[data-testid=layer-2]');
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
+  await page.getByTestId('remove-layer').click();
+  await page.getByTestId('remove-layer').click();
+  assert.equal(await page.locator('[data-testid^=layer-]').count(), 1);
+  await page.close();
+});
+
+test('a shared URL restores the experiment', async () => {
+  const { page } = await open(base);
+  await page.getByTestId('add-layer').click();
+  await page.getByTestId('learning-rate').fill('0.005');
+  await page.getByTestId('learning-rate').press('Enter');
+  await page.getByTestId('optimizer').selectOption('sgd');
+  await page.getByTestId('dataset').selectOption('xor');
+  await page.waitForFunction(() => decodeURIComponent(location.hash).includes('"kind":"sgd"'));
+  const shared = page.url();
+  await page.close();
+
+  const { page: restored } = await open(shared);
+  assert.equal(await restored.getByTestId('learning-rate').inputValue(), '0.005');
+  assert.equal(await restored.getByTestId('optimizer').inputValue(), 'sgd');
+  assert.equal(await restored.getByTestId('dataset').inputValue(), 'xor');
+  assert.equal(await restored.locator('[data-testid^=layer-]').count(), 3);
+  await restored.close();
+});
+
+test('bad input gets a message and loses nothing', async () => {
+  // A malformed shared URL: a message, and the default experiment.
+  const { page: broken } = await open(`${base}#e=%7B%22seed%22%3A`);
+  assert.match(await broken.getByRole('alert').first().textContent(), /refused/);
+  assert.equal(await broken.getByTestId('dataset').inputValue(), 'spiral');
+  await broken.close();
+
+  const { page } = await open(base);
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
+  // A bad number: named in a message; the run is untouched.
+  await page.getByTestId('learning-rate').fill('abc');
+  await page.getByTestId('learning-rate').press('Enter');
+  await page.waitForSelector('[role=alert]');
+  assert.match(await page.getByRole('alert').first().textContent(), /Learning rate: `abc` is not a number/);
+  assert.equal(await text(page, 'step-count'), '1');
+  // A bad CSV: the line and column are named; the run is untouched.
+  const csv = path.join(os.tmpdir(), `stepscope-bad-${process.pid}.csv`);
+  fs.writeFileSync(csv, 'x1,x2,y\n0.5,1.0,1\n0.25,oops,0\n');
+  await page.getByTestId('csv-upload').setInputFiles(csv);
+  await page.waitForFunction(() => /line 3, column 2/.test(document.querySelector('[role=alert]')?.textContent ?? ''));
+  assert.equal(await text(page, 'step-count'), '1');
+  assert.equal(await page.getByTestId('dataset').inputValue(), 'spiral');
+  // A good CSV trains.
+  const good = path.join(os.tmpdir(), `stepscope-good-${process.pid}.csv`);
+  let rows = 'x1,x2,y\n';
+  for (let i = 0; i < 200; i++) {
+    const a = Math.sin(i * 0.37) * 3, b = Math.cos(i * 0.91) * 3;
+    rows += `${a},${b},${a * b > 0 ? 1 : 0}\n`;
+  }
+  fs.writeFileSync(good, rows);
+  await page.getByTestId('csv-upload').setInputFiles(good);
+  await page.waitForFunction(() => document.querySelector('[data-testid=dataset]').value === 'csv');
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
+  await page.close();
+});
+
+test('without WebGPU the CPU engine runs and says why', async () => {
+  const { page } = await open(`${base}?backend=cpu`);
+  assert.match(await text(page, 'backend-name'), /CPU/);
+  assert.match(await text(page, 'backend-reason'), /backend=cpu/);
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 200, null, { timeout: 60_000 });
+  await page.getByTestId('train-toggle').click();
+  await page.close();
+});
