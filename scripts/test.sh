@@ -25,3 +25,14 @@ cargo test --workspace
 
 echo "== checkpoints open in Python (safetensors.numpy)"
 python3 scripts/check_checkpoint.py
+
+echo "== the page: release build with trunk (offline; the installed wasm-bindgen and wasm-opt)"
+export PATH="$HOME/.cargo/bin:$PWD/tests/e2e/node_modules/.bin:$PATH"
+export TRUNK_SKIP_VERSION_CHECK=true
+trunk build --release
+wasm=$(ls dist/*.wasm)
+echo "wasm: $(wc -c < "$wasm") bytes, $(gzip -9 -c "$wasm" | wc -c) bytes gzipped (limit 2 MB gzipped)"
+test "$(gzip -9 -c "$wasm" | wc -c)" -lt 2000000
+
+echo "== end-to-end: the built page in headless Chromium (WebGPU on its software adapter)"
+(cd tests/e2e && node --test e2e.test.mjs)

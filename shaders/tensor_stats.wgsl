@@ -33,7 +33,9 @@ struct Params {
 
 const WG: u32 = 256u;
 const BINS: u32 = 32u;
-const F32_MAX: f32 = 3.40282347e38;
+// The largest finite f32, as a hex float (a decimal literal such as 3.40282347e38
+// rounds above it in some compilers, which then reject it).
+const F32_MAX: f32 = 0x1.fffffep+127f;
 
 var<workgroup> red_sum: array<f32, 256>;
 var<workgroup> red_sumsq: array<f32, 256>;

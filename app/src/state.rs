@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use stepscope_core::gpu::GpuContext;
 use stepscope_core::{Error, Experiment, StepMetrics};
+use web_time::Instant;
 
 use crate::model::edit::{default_experiment, edited, needs_reset};
 use crate::model::runner::{next_frame, push, BackendInfo, Command, Commands, Runner};
@@ -45,6 +46,10 @@ pub struct AppState {
     pub link_mode: RwSignal<LinkMode>,
     pub steps_per_frame: RwSignal<usize>,
     pub csv_name: RwSignal<Option<String>>,
+    /// Main-thread time the training loop spent per frame (its own work,
+    /// not the time it awaited the GPU): the latest and the worst since
+    /// training last started, in ms.
+    pub frame_busy_ms: RwSignal<(f64, f64)>,
     pub commands: StoredValue<Commands>,
 }
 
@@ -71,6 +76,7 @@ impl AppState {
             link_mode: RwSignal::new(LinkMode::Weight),
             steps_per_frame: RwSignal::new(0),
             csv_name: RwSignal::new(None),
+            frame_busy_ms: RwSignal::new((0.0, 0.0)),
             commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
         }
     }
@@ -156,27 +162,42 @@ impl AppState {
             }
         };
         let mut dirty = true;
+        let mut was_running = false;
         loop {
             next_frame().await;
+            let frame_start = Instant::now();
+            let mut awaited_ms = 0.0;
             let commands: Vec<Command> =
                 self.commands.get_value().lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
             let mut single = false;
             for command in commands {
                 single |= matches!(command, Command::StepOnce);
-                if let Err(message) = runner.handle(command).await {
+                let t = Instant::now();
+                let handled = runner.handle(command).await;
+                awaited_ms += ms(t);
+                if let Err(message) = handled {
                     self.alert.set(Some(message));
                 }
                 dirty = true;
             }
-            if self.running.get_untracked() || single {
-                match runner.train_frame(single && !self.running.get_untracked()).await {
+            let running = self.running.get_untracked();
+            if running && !was_running {
+                self.frame_busy_ms.set((0.0, 0.0));
+            }
+            was_running = running;
+            if running || single {
+                let (result, gpu_wait_ms) = runner.train_frame(single && !running).await;
+                awaited_ms += gpu_wait_ms;
+                match result {
                     Ok(metrics) => {
                         if let Some(last) = metrics.last() {
                             self.last_metrics.set(Some(last.clone()));
                         }
                         self.steps_per_frame.set(metrics.len());
                         dirty = true;
+                        let t = Instant::now();
                         runner.remember_good_state().await;
+                        awaited_ms += ms(t);
                     }
                     Err(Error::NonFinite(message)) => {
                         self.running.set(false);
@@ -204,7 +225,9 @@ impl AppState {
             }
             self.step.set(runner.step_count());
             if dirty && runner.snapshot_due() {
-                match runner.snapshot().await {
+                let (snapshot, read_ms) = runner.snapshot().await;
+                awaited_ms += read_ms;
+                match snapshot {
                     Ok(snap) => {
                         self.record_history(&snap);
                         self.snapshot.set(Some(snap));
@@ -212,6 +235,15 @@ impl AppState {
                     }
                     Err(err) => self.alert.set(Some(err.to_string())),
                 }
+            }
+            if running {
+                // Awaited time includes GPU readbacks and the device's own
+                // work, during which the page is free; the rest blocked it.
+                let busy = (ms(frame_start) - awaited_ms).max(0.0);
+                self.frame_busy_ms.update(|(last, worst)| {
+                    *last = busy;
+                    *worst = worst.max(busy);
+                });
             }
         }
     }
@@ -236,6 +268,10 @@ impl Default for AppState {
     fn default() -> Self {
         AppState::new()
     }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
 }
 
 /// Whether `navigator.gpu` exists.

@@ -5,7 +5,10 @@
 //! OpFDiv ≤ 2.5 ulp, exp ≤ 3 + 2|x| ulp, log ≤ 3 ulp or 2⁻²¹ absolute on
 //! [0.5, 2]); the CPU twin rounds correctly (≤ ½ ulp).
 
+#[cfg(not(target_arch = "wasm32"))]
 mod gpu_common;
+#[cfg(target_arch = "wasm32")]
+use crate::gpu_common;
 
 use bytemuck::Pod;
 use gpu_common::{flags, flags_at_step, random, run, sum_tolerance, BATCHES, SIZES};
@@ -20,12 +23,12 @@ const EPS: f32 = f32::EPSILON;
 
 /// Runs `kernel` with bindings `outs` (read_write), then `ins`, then `p`;
 /// returns the `outs` after the run.
-fn launch<P: Pod>(kernel: Kernel, outs: &[&[u8]], ins: &[&[f32]], p: &P, grid: [u32; 3]) -> Vec<Vec<u8>> {
+async fn launch<P: Pod>(kernel: Kernel, outs: &[&[u8]], ins: &[&[f32]], p: &P, grid: [u32; 3]) -> Vec<Vec<u8>> {
     let ins: Vec<Vec<u8>> = ins.iter().map(|v| f32_bytes(v)).collect();
     let mut args: Vec<Arg> = outs.iter().map(|o| Arg::Out(o)).collect();
     args.extend(ins.iter().map(|v| Arg::In(v)));
     args.push(Arg::Uniform(bytemuck::bytes_of(p)));
-    run(kernel, &args, grid)
+    run(kernel, &args, grid).await
 }
 
 /// Asserts |gpu[k] − cpu[k]| ≤ tol(k) for every k.
@@ -76,7 +79,7 @@ fn loss_abs_terms(y: &[f32], t: &[f32], loss: Loss, outputs: usize) -> f32 {
     }
 }
 
-fn loss_forward_gpu(
+async fn loss_forward_gpu(
     y: &[f32],
     t: &[f32],
     loss: Loss,
@@ -93,7 +96,7 @@ fn loss_forward_gpu(
         layer: 2,
         _pad: [0; 3],
     };
-    let out = launch(Kernel::LossForward, &[&f32_bytes(stats), flags], &[y, t], &p, [1, 1, 1]);
+    let out = launch(Kernel::LossForward, &[&f32_bytes(stats), flags], &[y, t], &p, [1, 1, 1]).await;
     (to_f32(&out[0]), to_u32(&out[1])[0])
 }
 
@@ -106,14 +109,13 @@ fn loss_forward_gpu(
 /// the CPU), log within 1.5e-6 absolute, plus a rounding of the O(10)
 /// result (1e-6): 5e-6 absolute per term, hence on the mean. The division
 /// (≤ 2.5 ulp) and the add into stats take 4·ε·|result|.
-#[test]
-fn loss_forward_matches_cpu() {
+async fn loss_forward_matches_cpu() {
     for (case, (loss, batch, outputs)) in loss_cases().into_iter().enumerate() {
         let (y, t, width) = loss_data(loss, batch, outputs, case as u64 * 10);
         let expected = 0.5 + loss_forward(&y, &t, loss, batch, outputs);
         let mut stats = vec![7.0f32; 3 * STEP_STATS_STRIDE];
         stats[STEP_STATS_STRIDE] = 0.5;
-        let (gpu, code) = loss_forward_gpu(&y, &t, loss, batch, width, &stats, &flags_at_step(1, 1));
+        let (gpu, code) = loss_forward_gpu(&y, &t, loss, batch, width, &stats, &flags_at_step(1, 1)).await;
         stats[STEP_STATS_STRIDE] = expected;
         let n = if loss == Loss::CrossEntropy { batch } else { batch * outputs };
         let impl_err = if loss == Loss::Mse { 0.0 } else { 5e-6 };
@@ -125,28 +127,29 @@ fn loss_forward_matches_cpu() {
         assert_eq!(code, u32::MAX, "{what}: no non-finite value");
     }
 }
+gpu_common::twin_test!(loss_forward_matches_cpu);
 
 /// Large logits stay finite (the stable forms; the results are exact to
 /// 1e-3 of 1000 and 200), log(1 + e) is accurate for tiny e, and a
 /// non-finite mean is flagged with phase 2, order 0, at the current step.
-#[test]
-fn loss_forward_is_stable_and_flags_non_finite() {
+async fn loss_forward_is_stable_and_flags_non_finite() {
     let stats = vec![0.0f32; 8 * STEP_STATS_STRIDE];
-    let (s, code) = loss_forward_gpu(&[500.0, -500.0], &[1.0], Loss::CrossEntropy, 1, 1, &stats, &flags());
+    let (s, code) = loss_forward_gpu(&[500.0, -500.0], &[1.0], Loss::CrossEntropy, 1, 1, &stats, &flags()).await;
     assert!((s[0] - 1000.0).abs() <= 1e-3 && code == u32::MAX, "ce of [500, -500], class 1: {}", s[0]);
-    let (s, code) = loss_forward_gpu(&[200.0, -200.0], &[0.0, 1.0], Loss::BceWithLogits, 1, 2, &stats, &flags());
+    let (s, code) = loss_forward_gpu(&[200.0, -200.0], &[0.0, 1.0], Loss::BceWithLogits, 1, 2, &stats, &flags()).await;
     assert!((s[0] - 200.0).abs() <= 1e-3 && code == u32::MAX, "bce of ±200: {}", s[0]);
     // bce(20, 1) = log(1 + e⁻²⁰) ≈ 2.06e-9, which a plain log(1 + e) rounds
     // to 0; exp(−20) is within 43 ulp (3e-6 relative).
-    let (s, _) = loss_forward_gpu(&[20.0], &[1.0], Loss::BceWithLogits, 1, 1, &stats, &flags());
+    let (s, _) = loss_forward_gpu(&[20.0], &[1.0], Loss::BceWithLogits, 1, 1, &stats, &flags()).await;
     let exact = (-20.0f32).exp().ln_1p();
     assert!((s[0] - exact).abs() <= 1e-5 * exact, "bce(20, 1): {} vs {exact}", s[0]);
     let mut y = random(12, 3, 1.0);
     y[5] = f32::INFINITY;
-    let (s, code) = loss_forward_gpu(&y, &random(12, 4, 1.0), Loss::Mse, 3, 4, &stats, &flags_at_step(5, 2));
+    let (s, code) = loss_forward_gpu(&y, &random(12, 4, 1.0), Loss::Mse, 3, 4, &stats, &flags_at_step(5, 2)).await;
     assert_eq!(code, (5 << 16) | (PHASE_LOSS << 8));
     assert!(!s[5 * STEP_STATS_STRIDE].is_finite(), "the non-finite mean is added to step 5's row");
 }
+gpu_common::twin_test!(loss_forward_is_stable_and_flags_non_finite);
 
 /// loss_backward against model::loss_backward (scale 0.5; dy starts NaN:
 /// it must be overwritten). Per element:
@@ -157,8 +160,7 @@ fn loss_forward_is_stable_and_flags_non_finite() {
 ///   ce:  lse within 3.3e-6 (exp ≤ 15 ulp, log ≤ 1.5e-6, one rounding),
 ///        then exp(y − lse) with |y − lse| ≤ 12 (≤ 27 ulp): softmax within
 ///        6e-6 relative, ≤ 1: |k|·1e-5 + 4·ε·|dy|.
-#[test]
-fn loss_backward_matches_cpu() {
+async fn loss_backward_matches_cpu() {
     let scale = 0.5f32;
     for (case, (loss, batch, outputs)) in loss_cases().into_iter().enumerate() {
         let (y, t, width) = loss_data(loss, batch, outputs, case as u64 * 10 + 1);
@@ -173,7 +175,7 @@ fn loss_backward_matches_cpu() {
             _pad: [0; 3],
         };
         let dy = f32_bytes(&vec![f32::NAN; batch * outputs]);
-        let gpu = to_f32(&launch(Kernel::LossBackward, &[&dy], &[&y, &t], &p, elementwise_grid(batch))[0]);
+        let gpu = to_f32(&launch(Kernel::LossBackward, &[&dy], &[&y, &t], &p, elementwise_grid(batch)).await[0]);
         let (k, impl_err) = match loss {
             Loss::Mse => (0.0, 0.0),
             Loss::BceWithLogits => (scale / (batch * outputs) as f32, 1e-6),
@@ -182,6 +184,7 @@ fn loss_backward_matches_cpu() {
         check(&format!("{loss:?} B={batch} O={outputs} dy"), &gpu, &cpu, |i| k * impl_err + 4.0 * EPS * cpu[i].abs());
     }
 }
+gpu_common::twin_test!(loss_backward_matches_cpu);
 
 /// activation_backward against model::activation_backward, for all seven
 /// activations; z in [−4, 4] with every fifth z exactly 0 (the kinks);
@@ -193,8 +196,7 @@ fn loss_backward_matches_cpu() {
 ///   gelu_tanh, silu: exp within 3 + 2|x| ulp (≤ 25 ulp for |x| ≤ 11),
 ///        tanh_stable vs a correctly rounded tanh, and a derivative whose
 ///        sensitivity to t or σ is ≤ 9 for |z| ≤ 4: |da|·1e-5.
-#[test]
-fn activation_backward_matches_cpu() {
+async fn activation_backward_matches_cpu() {
     use Activation::*;
     let all = [Linear, Relu, LeakyRelu, Tanh, Sigmoid, GeluTanh, Silu];
     for (c, count) in SIZES.iter().copied().chain([100 * 257]).enumerate() {
@@ -209,7 +211,7 @@ fn activation_backward_matches_cpu() {
             activation_backward(&mut cpu, &da, &z, &a, act);
             let p = ActivationBackwardParams { count: count as u32, activation: activation_code(act), _pad: [0; 2] };
             let dz = f32_bytes(&vec![f32::NAN; count]);
-            let out = launch(Kernel::ActivationBackward, &[&dz], &[&da, &z, &a], &p, elementwise_grid(count));
+            let out = launch(Kernel::ActivationBackward, &[&dz], &[&da, &z, &a], &p, elementwise_grid(count)).await;
             let rel = match act {
                 Tanh => 2.0 * EPS,
                 GeluTanh | Silu => 1e-5,
@@ -219,6 +221,7 @@ fn activation_backward_matches_cpu() {
         }
     }
 }
+gpu_common::twin_test!(activation_backward_matches_cpu);
 
 /// The (I, O, B) cases of the dense kernels: every size in every role,
 /// the full cross product thinned (it is slow on lavapipe).
@@ -237,8 +240,7 @@ fn dense_cases() -> Vec<(usize, usize, usize)> {
 /// multiply-add. Either result is within γ_O·Σ|dz·w| of the exact one, so
 /// they differ by at most sum_tolerance(O, Σ_o |dz·w|). dx starts NaN (it
 /// must be overwritten); NaNs around W at offset 5 must not be read.
-#[test]
-fn dense_backward_input_matches_cpu() {
+async fn dense_backward_input_matches_cpu() {
     for (case, (inputs, units, batch)) in dense_cases().into_iter().enumerate() {
         let (offset, len) = (5, units * inputs);
         let dz = random(batch * units, case as u64, 1.0);
@@ -257,15 +259,16 @@ fn dense_backward_input_matches_cpu() {
         };
         let dx = f32_bytes(&vec![f32::NAN; batch * inputs]);
         let grid = [inputs.div_ceil(64) as u32, batch.div_ceil(64) as u32, 1];
-        let gpu = to_f32(&launch(Kernel::DenseBackwardInput, &[&dx], &[&dz, &params], &p, grid)[0]);
+        let gpu = to_f32(&launch(Kernel::DenseBackwardInput, &[&dx], &[&dz, &params], &p, grid).await[0]);
         check(&format!("I={inputs} O={units} B={batch} dx"), &gpu, &cpu, |k| {
             let (b, i) = (k / inputs, k % inputs);
             sum_tolerance(units, (0..units).map(|o| (dz[b * units + o] * w[o * inputs + i]).abs()).sum())
         });
     }
 }
+gpu_common::twin_test!(dense_backward_input_matches_cpu);
 
-fn dense_backward_weight_gpu(
+async fn dense_backward_weight_gpu(
     grads: &[f32],
     flags: &[u8],
     dz: &[f32],
@@ -284,7 +287,7 @@ fn dense_backward_weight_gpu(
         _pad: [0; 3],
     };
     let grid = [inputs.div_ceil(64) as u32, units.div_ceil(64) as u32, 1];
-    let out = launch(Kernel::DenseBackwardWeight, &[&f32_bytes(grads), flags], &[dz, x], &p, grid);
+    let out = launch(Kernel::DenseBackwardWeight, &[&f32_bytes(grads), flags], &[dz, x], &p, grid).await;
     (to_f32(&out[0]), to_u32(&out[1])[0])
 }
 
@@ -294,8 +297,7 @@ fn dense_backward_weight_gpu(
 /// them (fused) and adds the total to g: two orders of a sum of B + 1
 /// terms, so sum_tolerance(B + 1, |g| + Σ_b |dz·x|). Gradients outside
 /// the layer must not change.
-#[test]
-fn dense_backward_weight_matches_cpu() {
+async fn dense_backward_weight_matches_cpu() {
     for (case, (inputs, units, batch)) in dense_cases().into_iter().enumerate() {
         let (offset, len) = (5, units * inputs);
         let dz = random(batch * units, case as u64, 1.0);
@@ -304,7 +306,7 @@ fn dense_backward_weight_matches_cpu() {
         let mut cpu = grads.clone();
         let mut db = vec![0.0; units];
         dense_backward(None, &mut cpu[offset..offset + len], &mut db, &dz, &x, &[], batch, inputs, units);
-        let (gpu, code) = dense_backward_weight_gpu(&grads, &flags(), &dz, &x, (inputs, units, batch), offset, 1);
+        let (gpu, code) = dense_backward_weight_gpu(&grads, &flags(), &dz, &x, (inputs, units, batch), offset, 1).await;
         let what = format!("I={inputs} O={units} B={batch} grads");
         check(&what, &gpu, &cpu, |k| {
             if !(offset..offset + len).contains(&k) {
@@ -317,8 +319,9 @@ fn dense_backward_weight_matches_cpu() {
         assert_eq!(code, u32::MAX, "{what}: no non-finite value");
     }
 }
+gpu_common::twin_test!(dense_backward_weight_matches_cpu);
 
-fn bias_backward_gpu(
+async fn bias_backward_gpu(
     grads: &[f32],
     flags: &[u8],
     dz: &[f32],
@@ -328,7 +331,7 @@ fn bias_backward_gpu(
 ) -> (Vec<f32>, u32) {
     let units = dz.len() / batch;
     let p = BiasBackwardParams { batch: batch as u32, units: units as u32, bias_offset: offset as u32, layer };
-    let out = launch(Kernel::BiasBackward, &[&f32_bytes(grads), flags], &[dz], &p, [units as u32, 1, 1]);
+    let out = launch(Kernel::BiasBackward, &[&f32_bytes(grads), flags], &[dz], &p, [units as u32, 1, 1]).await;
     (to_f32(&out[0]), to_u32(&out[1])[0])
 }
 
@@ -337,8 +340,7 @@ fn bias_backward_gpu(
 /// of dz, in different orders, then add to g: sum_tolerance(B + 1,
 /// |g| + Σ_b |dz|). Batch 600 makes each of the 256 invocations sum
 /// several rows. Gradients outside the bias must not change.
-#[test]
-fn bias_backward_matches_cpu() {
+async fn bias_backward_matches_cpu() {
     for (m, batch) in BATCHES.iter().copied().chain([600]).enumerate() {
         for (n, &units) in SIZES.iter().enumerate() {
             let (seed, offset) = ((m * 10 + n) as u64, 9);
@@ -347,7 +349,7 @@ fn bias_backward_matches_cpu() {
             let mut cpu = grads.clone();
             let (mut dw, x) = (vec![0.0; units], vec![0.0; batch]);
             dense_backward(None, &mut dw, &mut cpu[offset..offset + units], &dz, &x, &[], batch, 1, units);
-            let (gpu, code) = bias_backward_gpu(&grads, &flags(), &dz, batch, offset, 0);
+            let (gpu, code) = bias_backward_gpu(&grads, &flags(), &dz, batch, offset, 0).await;
             let what = format!("O={units} B={batch} grads");
             check(&what, &gpu, &cpu, |k| {
                 if !(offset..offset + units).contains(&k) {
@@ -360,21 +362,23 @@ fn bias_backward_matches_cpu() {
         }
     }
 }
+gpu_common::twin_test!(bias_backward_matches_cpu);
 
 /// A NaN in dz makes gradients non-finite: phase 3, order 15 − layer, at
 /// the current step; only the affected unit's gradients are NaN.
-#[test]
-fn backward_flags_non_finite_gradients() {
+async fn backward_flags_non_finite_gradients() {
     let (batch, inputs, units) = (5, 3, 4);
     let mut dz = random(batch * units, 1, 1.0);
     dz[2 * units + 1] = f32::NAN;
     let x = random(batch * inputs, 2, 1.0);
     let grads = vec![0.0; 2 + units * inputs + units];
-    let (g, code) = dense_backward_weight_gpu(&grads, &flags_at_step(6, 0), &dz, &x, (inputs, units, batch), 2, 2);
+    let (g, code) =
+        dense_backward_weight_gpu(&grads, &flags_at_step(6, 0), &dz, &x, (inputs, units, batch), 2, 2).await;
     assert_eq!(code, (6 << 16) | (PHASE_BACKWARD << 8) | 13);
     assert!(g[2 + inputs].is_nan() && g[2].is_finite(), "unit 1's row is NaN, unit 0's is not");
     let bias = 2 + units * inputs;
-    let (g, code) = bias_backward_gpu(&grads, &flags_at_step(4, 1), &dz, batch, bias, 3);
+    let (g, code) = bias_backward_gpu(&grads, &flags_at_step(4, 1), &dz, batch, bias, 3).await;
     assert_eq!(code, (4 << 16) | (PHASE_BACKWARD << 8) | 12);
     assert!(g[bias + 1].is_nan() && g[bias].is_finite(), "unit 1's bias is NaN, unit 0's is not");
 }
+gpu_common::twin_test!(backward_flags_non_finite_gradients);

@@ -1,9 +1,12 @@
 //! Every WGSL kernel against its CPU twin, over awkward sizes. Runs on
 //! whatever adapter wgpu finds (lavapipe in CI); a missing adapter fails.
 
+#[cfg(not(target_arch = "wasm32"))]
 mod gpu_common;
+#[cfg(target_arch = "wasm32")]
+use crate::gpu_common;
 
-use gpu_common::{ctx, flags, random, BATCHES, SIZES};
+use gpu_common::{context, flags, random, BATCHES, SIZES};
 use stepscope_core::experiment::Activation;
 use stepscope_core::gpu::harness::{f32_bytes, run_kernel, to_f32, to_u32, Arg};
 use stepscope_core::gpu::params::*;
@@ -15,8 +18,7 @@ use stepscope_core::model::{activation_forward, dense_forward};
 /// so each result may differ by up to 2·γ_I·(|b| + Σ|x_i·w_i|) with
 /// γ_I ≈ I·2⁻²⁴; the activation (Lipschitz < 1.2) and its own exp/tanh
 /// implementation add at most 1e-6 for these O(1) values.
-#[test]
-fn dense_forward_matches_cpu() {
+async fn dense_forward_matches_cpu() {
     let activations = [
         Activation::Linear,
         Activation::Relu,
@@ -56,8 +58,8 @@ fn dense_forward_matches_cpu() {
                     _pad: 0,
                 };
                 let zeros = vec![0u8; 4 * batch * units];
-                let out = pollster::block_on(run_kernel(
-                    ctx(),
+                let out = run_kernel(
+                    context().await,
                     Kernel::DenseForward,
                     &[
                         Arg::Out(&zeros),
@@ -68,7 +70,8 @@ fn dense_forward_matches_cpu() {
                         Arg::Uniform(bytemuck::bytes_of(&p)),
                     ],
                     [units.div_ceil(64) as u32, batch.div_ceil(64) as u32, 1],
-                ))
+                )
+                .await
                 .unwrap();
                 let (z_gpu, a_gpu) = (to_f32(&out[0]), to_f32(&out[1]));
                 for r in 0..batch {
@@ -96,9 +99,9 @@ fn dense_forward_matches_cpu() {
         }
     }
 }
+gpu_common::twin_test!(dense_forward_matches_cpu);
 
-#[test]
-fn dense_forward_flags_first_non_finite_layer() {
+async fn dense_forward_flags_first_non_finite_layer() {
     let (batch, inputs, units) = (3, 4, 5);
     let mut x = random(batch * inputs, 1, 1.0);
     x[6] = f32::INFINITY;
@@ -116,8 +119,8 @@ fn dense_forward_flags_first_non_finite_layer() {
     let zeros = vec![0u8; 4 * batch * units];
     let mut flags_in = FLAGS_INIT;
     flags_in[1] = 7; // step 7 of this submit
-    let out = pollster::block_on(run_kernel(
-        ctx(),
+    let out = run_kernel(
+        context().await,
         Kernel::DenseForward,
         &[
             Arg::Out(&zeros),
@@ -128,7 +131,9 @@ fn dense_forward_flags_first_non_finite_layer() {
             Arg::Uniform(bytemuck::bytes_of(&p)),
         ],
         [1, 1, 1],
-    ))
+    )
+    .await
     .unwrap();
     assert_eq!(to_u32(&out[2])[0], (7 << 16) | (PHASE_FORWARD << 8) | 2);
 }
+gpu_common::twin_test!(dense_forward_flags_first_non_finite_layer);

@@ -1,6 +1,9 @@
 //! gather_rows, advance, tensor_stats and fma_peak against their CPU twins.
 
+#[cfg(not(target_arch = "wasm32"))]
 mod gpu_common;
+#[cfg(target_arch = "wasm32")]
+use crate::gpu_common;
 
 use gpu_common::{flags_at_step, random, run, sum_tolerance, BATCHES, SIZES};
 use stepscope_core::data::Table;
@@ -13,8 +16,7 @@ use stepscope_core::stats::{from_gpu, tensor_stats, TensorStats};
 /// gather_rows against Table::copy_row over the selected rows. A copy: the
 /// result must be bit-identical (NaN payloads included), and nothing past
 /// B·I or B·T may be written.
-#[test]
-fn gather_rows_matches_copy_row() {
+async fn gather_rows_matches_copy_row() {
     const N: usize = 70;
     const MICRO: usize = 3; // micro-batches in the submit
     let mut case = 0u64;
@@ -57,7 +59,8 @@ fn gather_rows_matches_copy_row() {
                     Arg::Uniform(bytemuck::bytes_of(&p)),
                 ],
                 elementwise_grid(batch * (inputs + target_width)),
-            );
+            )
+            .await;
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             let (x_gpu, t_gpu) = (to_u32(&out[0]), to_u32(&out[1]));
             let ctx = format!("I={inputs} T={target_width} B={batch} m={m}");
@@ -72,33 +75,35 @@ fn gather_rows_matches_copy_row() {
         }
     }
 }
+gpu_common::twin_test!(gather_rows_matches_copy_row);
 
 /// advance: each dispatch adds exactly 1 to the chosen counter and leaves
 /// the other words (the non-finite code in particular) alone.
-#[test]
-fn advance_increments_one_counter() {
-    let advance = |flags: &[u32], counter: u32| -> Vec<u32> {
+async fn advance_increments_one_counter() {
+    async fn advance(flags: &[u32], counter: u32) -> Vec<u32> {
         let p = AdvanceParams { counter, _pad: [0; 3] };
         to_u32(
             &run(
                 Kernel::Advance,
                 &[Arg::Out(bytemuck::cast_slice(flags)), Arg::Uniform(bytemuck::bytes_of(&p))],
                 [1, 1, 1],
-            )[0],
+            )
+            .await[0],
         )
-    };
+    }
     let mut f = vec![0x0001_0302, 5, 9, 0];
-    f = advance(&f, 1);
+    f = advance(&f, 1).await;
     assert_eq!(f, [0x0001_0302, 6, 9, 0]);
-    f = advance(&f, 1);
+    f = advance(&f, 1).await;
     assert_eq!(f, [0x0001_0302, 7, 9, 0]);
-    f = advance(&f, 2);
+    f = advance(&f, 2).await;
     assert_eq!(f, [0x0001_0302, 7, 10, 0]);
-    f = advance(&f, 2);
+    f = advance(&f, 2).await;
     assert_eq!(f, [0x0001_0302, 7, 11, 0]);
 }
+gpu_common::twin_test!(advance_increments_one_counter);
 
-fn gpu_tensor_stats(src: &[f32], offset: usize, len: usize) -> TensorStats {
+async fn gpu_tensor_stats(src: &[f32], offset: usize, len: usize) -> TensorStats {
     let out_offset = 3;
     let out0 = vec![-7.0f32; out_offset + TENSOR_STATS_STRIDE + 2];
     let p = TensorStatsParams { offset: offset as u32, len: len as u32, out_offset: out_offset as u32, _pad: 0 };
@@ -107,7 +112,8 @@ fn gpu_tensor_stats(src: &[f32], offset: usize, len: usize) -> TensorStats {
             Kernel::TensorStats,
             &[Arg::Out(&f32_bytes(&out0)), Arg::In(&f32_bytes(src)), Arg::Uniform(bytemuck::bytes_of(&p))],
             [1, 1, 1],
-        )[0],
+        )
+        .await[0],
     );
     let record = &out[out_offset..out_offset + TENSOR_STATS_STRIDE];
     assert_eq!(&record[5..8], &[0.0; 3], "unused words are zero");
@@ -138,12 +144,12 @@ fn gpu_tensor_stats(src: &[f32], offset: usize, len: usize) -> TensorStats {
 ///   random data that counts are almost always compared exactly). So the
 ///   counts must agree except for net moves across edges: the running sum
 ///   of (gpu − cpu) up to edge k is bounded by the ambiguous values at k.
-fn check_stats(values: &[f32], what: &str) {
+async fn check_stats(values: &[f32], what: &str) {
     let offset = 5;
     let mut src = vec![f32::NAN; offset]; // before the region: must not be read
     src.extend_from_slice(values);
     src.push(f32::INFINITY); // after the region: must not be read
-    let gpu = gpu_tensor_stats(&src, offset, values.len());
+    let gpu = gpu_tensor_stats(&src, offset, values.len()).await;
     let cpu = tensor_stats(values);
     assert_eq!(gpu.non_finite, cpu.non_finite, "{what}: non-finite count");
     assert_eq!((gpu.min, gpu.max), (cpu.min, cpu.max), "{what}: min, max");
@@ -177,8 +183,7 @@ fn check_stats(values: &[f32], what: &str) {
     assert_eq!(moved, 0, "{what}: histogram totals");
 }
 
-#[test]
-fn tensor_stats_matches_cpu() {
+async fn tensor_stats_matches_cpu() {
     for (i, &len) in [0, 1, 7, 63, 64, 65, 257, 10_000].iter().enumerate() {
         let scale = [1.0, 0.01, 3.0, 100.0][i % 4];
         let mut values = random(len, 40 + i as u64, scale);
@@ -186,29 +191,30 @@ fn tensor_stats_matches_cpu() {
         if len == 257 {
             values.iter_mut().for_each(|v| *v += 5.0);
         }
-        check_stats(&values, &format!("len {len}"));
+        check_stats(&values, &format!("len {len}")).await;
     }
     let mut values = random(10_000, 77, 1.0);
     for (k, bad) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::NAN].iter().enumerate() {
         values[k * 2_501 + 3] = *bad;
     }
-    check_stats(&values, "10000 with NaN/Inf");
-    check_stats(&[0.75; 65], "constant");
-    check_stats(&[f32::NAN, f32::INFINITY, f32::NAN], "all non-finite");
+    check_stats(&values, "10000 with NaN/Inf").await;
+    check_stats(&[0.75; 65], "constant").await;
+    check_stats(&[f32::NAN, f32::INFINITY, f32::NAN], "all non-finite").await;
 }
+gpu_common::twin_test!(tensor_stats_matches_cpu);
 
-#[test]
-fn tensor_stats_records_counts_exactly() {
+async fn tensor_stats_records_counts_exactly() {
     // Evenly spread values 0..=319 → bins of exactly 10 (bin b holds
     // 10b..10b+9; 319 is the max and is clamped into bin 31), and the
     // non-finite ones counted apart.
     let mut values: Vec<f32> = (0..320).map(|v| v as f32).collect();
     values.extend([f32::NAN, f32::NEG_INFINITY]);
-    let gpu = gpu_tensor_stats(&values, 0, values.len());
+    let gpu = gpu_tensor_stats(&values, 0, values.len()).await;
     assert_eq!(gpu.histogram, [10; HISTOGRAM_BINS]);
     assert_eq!((gpu.min, gpu.max, gpu.non_finite), (0.0, 319.0, 2));
     assert_eq!(gpu.mean, 159.5);
 }
+gpu_common::twin_test!(tensor_stats_records_counts_exactly);
 
 /// The fma_peak recurrence on the CPU (see the kernel's header).
 fn fma_peak_cpu(g: usize, iterations: u32) -> f32 {
@@ -228,8 +234,7 @@ fn fma_peak_cpu(g: usize, iterations: u32) -> f32 {
 /// (0, 2] (2.4e-7); the recurrence contracts by 0.99 per step, so an
 /// accumulator's error stays below 2.4e-7/(1 − 0.99) = 2.4e-5, and the sum
 /// of 8 below 8·2.4e-5 plus 8 ulps of a sum ≤ 16 for the additions: 3e-4.
-#[test]
-fn fma_peak_matches_cpu() {
+async fn fma_peak_matches_cpu() {
     let groups = 3;
     for iterations in [0u32, 1, 10, 1000] {
         let p = FmaPeakParams { iterations, _pad: [0; 3] };
@@ -238,7 +243,8 @@ fn fma_peak_matches_cpu() {
                 Kernel::FmaPeak,
                 &[Arg::Out(&vec![0u8; 4 * 256 * groups]), Arg::Uniform(bytemuck::bytes_of(&p))],
                 [groups as u32, 1, 1],
-            )[0],
+            )
+            .await[0],
         );
         for (g, &v) in out.iter().enumerate() {
             let want = fma_peak_cpu(g, iterations);
@@ -248,3 +254,4 @@ fn fma_peak_matches_cpu() {
         }
     }
 }
+gpu_common::twin_test!(fma_peak_matches_cpu);

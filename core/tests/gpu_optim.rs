@@ -11,7 +11,10 @@
 //! those) or the GPU reduces in another order, an ulp or sum_tolerance bound
 //! is stated at the assertion.
 
+#[cfg(not(target_arch = "wasm32"))]
 mod gpu_common;
+#[cfg(target_arch = "wasm32")]
+use crate::gpu_common;
 
 use gpu_common::{ctx, flags_at_step, random, run, sum_tolerance, SIZES};
 use stepscope_core::experiment::{OptimizerSpec, Regularization, RegularizationKind};
@@ -125,8 +128,7 @@ fn norm_tolerance(n: usize, norm: f32, term_rel_err: f32) -> f32 {
 
 /// The same f32 mul and add per element: assert_mul_add, where a fused
 /// g + rate·w may differ by ε·(|rate·w| + |result|) (l1's rate·sign is exact).
-#[test]
-fn regularization_backward_matches_cpu() {
+async fn regularization_backward_matches_cpu() {
     for (case, &len) in SIZES.iter().enumerate() {
         for (kind, code) in [(RegularizationKind::L1, 0), (RegularizationKind::L2, 1)] {
             let offset = 3; // the tensor need not start at 0; outside it nothing changes
@@ -143,19 +145,19 @@ fn regularization_backward_matches_cpu() {
             let p = RegularizationBackwardParams { offset, len, kind: code, rate };
             let args =
                 [Arg::Out(&f32_bytes(&grads)), Arg::In(&f32_bytes(&params)), Arg::Uniform(bytemuck::bytes_of(&p))];
-            let out = run(Kernel::RegularizationBackward, &args, elementwise_grid(len as usize));
+            let out = run(Kernel::RegularizationBackward, &args, elementwise_grid(len as usize)).await;
             let fused = |i: usize| EPS * ((reg.rate as f32 * params[i]).abs() + cpu[i].abs());
             let tol = |i: usize| if code == 0 { 0.0 } else { fused(i) };
             assert_mul_add(&format!("{kind:?} len {len}"), &to_f32(&out[0]), &cpu, tol);
         }
     }
 }
+gpu_common::twin_test!(regularization_backward_matches_cpu);
 
 /// Per-tensor norms within norm_tolerance (f32 tree sum against f64 sum),
 /// then clip_grad_norm on the CPU's norms with clipping off, on and below
 /// the threshold.
-#[test]
-fn grad_norm_and_clip_match_cpu() {
+async fn grad_norm_and_clip_match_cpu() {
     let mut tensors = tensors();
     let p_len = total_len(&tensors);
     for (name, offset, len) in [("big", p_len, 1000), ("zero", p_len + 1000, 5)] {
@@ -173,7 +175,7 @@ fn grad_norm_and_clip_match_cpu() {
         Arg::In(&ranges(&tensors)),
         Arg::Uniform(bytemuck::bytes_of(&gp)),
     ];
-    let gpu_norms = to_f32(&run(Kernel::GradNorm, &args, [n_tensors as u32, 1, 1])[0]);
+    let gpu_norms = to_f32(&run(Kernel::GradNorm, &args, [n_tensors as u32, 1, 1]).await[0]);
     let norms: Vec<f32> = tensors.iter().map(|t| tensor_norm(&grads[t.offset..t.offset + t.len])).collect();
     let tol = |t: usize| norm_tolerance(tensors[t].len, norms[t], 0.0);
     assert_close("grad_norm", &gpu_norms, &norms, tol);
@@ -196,7 +198,7 @@ fn grad_norm_and_clip_match_cpu() {
             Arg::In(&f32_bytes(&norms)),
             Arg::Uniform(bytemuck::bytes_of(&cp)),
         ];
-        let out = run(Kernel::ClipGradNorm, &args, elementwise_grid(count as usize));
+        let out = run(Kernel::ClipGradNorm, &args, elementwise_grid(count as usize)).await;
         let (gpu, gpu_stats) = (to_f32(&out[0]), to_f32(&out[1]));
         let what = format!("clip max_norm {max_norm} enabled {clip_enabled}");
         // total: the same n_tensors f32 mul-adds (a driver may fuse them, ≤ 1 ulp
@@ -218,6 +220,7 @@ fn grad_norm_and_clip_match_cpu() {
         }
     }
 }
+gpu_common::twin_test!(grad_norm_and_clip_match_cpu);
 
 fn sgd_params(count: usize, spec: &OptimizerSpec, tensors: &[TensorInfo]) -> SgdStepParams {
     let (n_layers, layer_ends) = layer_ends(tensors);
@@ -235,7 +238,7 @@ fn sgd_params(count: usize, spec: &OptimizerSpec, tensors: &[TensorInfo]) -> Sgd
     }
 }
 
-fn run_sgd(p: &SgdStepParams, s: StepScalars, params: &[f32], buf: &[f32], grads: &[f32]) -> Vec<Vec<u8>> {
+async fn run_sgd(p: &SgdStepParams, s: StepScalars, params: &[f32], buf: &[f32], grads: &[f32]) -> Vec<Vec<u8>> {
     let args = [
         Arg::Out(&f32_bytes(params)),
         Arg::Out(&f32_bytes(buf)),
@@ -245,7 +248,7 @@ fn run_sgd(p: &SgdStepParams, s: StepScalars, params: &[f32], buf: &[f32], grads
         Arg::In(&scalars_buffer(s)),
         Arg::Uniform(bytemuck::bytes_of(p)),
     ];
-    run(Kernel::SgdStep, &args, elementwise_grid(params.len()))
+    run(Kernel::SgdStep, &args, elementwise_grid(params.len())).await
 }
 
 /// SGD: only f32 mul and add, in the twin's order: assert_mul_add for the
@@ -254,8 +257,7 @@ fn run_sgd(p: &SgdStepParams, s: StepScalars, params: &[f32], buf: &[f32], grads
 /// terms, all ≤ G = 3(|g| + |λp|) + |b_old| + 3|b_new| (μ, 1 − τ ≤ 1), and
 /// passes earlier errors on with a factor ≤ 2: b within 2εG, the step
 /// within 8ε·lr·G, p within that plus ε·|p_new|.
-#[test]
-fn sgd_step_matches_cpu() {
+async fn sgd_step_matches_cpu() {
     let tensors = tensors();
     let count = total_len(&tensors);
     let configs = [
@@ -275,7 +277,7 @@ fn sgd_step_matches_cpu() {
             let (old_params, old_buf) = (params.clone(), buf.clone());
             sgd_step(&mut params, &mut buf, &grads, &s, momentum, dampening, nesterov, weight_decay);
             let p = sgd_params(count, &spec, &tensors);
-            let out = run_sgd(&p, s, &old_params, &old_buf, &grads);
+            let out = run_sgd(&p, s, &old_params, &old_buf, &grads).await;
             let what = format!("{spec:?} step {step}");
             let gpu_params = to_f32(&out[0]);
             let wd = weight_decay as f32;
@@ -291,6 +293,7 @@ fn sgd_step_matches_cpu() {
         }
     }
 }
+gpu_common::twin_test!(sgd_step_matches_cpu);
 
 fn adam_hyper(spec: &OptimizerSpec) -> ([f64; 2], f64, f64, bool) {
     match *spec {
@@ -300,7 +303,7 @@ fn adam_hyper(spec: &OptimizerSpec) -> ([f64; 2], f64, f64, bool) {
     }
 }
 
-fn run_adam(
+async fn run_adam(
     spec: &OptimizerSpec,
     s: StepScalars,
     n_layers: u32,
@@ -330,7 +333,7 @@ fn run_adam(
         Arg::In(&scalars_buffer(s)),
         Arg::Uniform(bytemuck::bytes_of(&p)),
     ];
-    run(Kernel::AdamStep, &args, elementwise_grid(params.len()))
+    run(Kernel::AdamStep, &args, elementwise_grid(params.len())).await
 }
 
 /// Adam and AdamW. m and v are f32 mul/add in the twin's order:
@@ -341,8 +344,7 @@ fn run_adam(
 /// step (−lr/bc1)·m/denom may be ~10 ulp off, which after adding to p is at
 /// most 16ε·|step| + ε·|p_new|, plus ε·|p| for a fused p·decay + step, plus
 /// the step's change under the GPU's m and v (0 where they are bit-equal).
-#[test]
-fn adam_step_matches_cpu() {
+async fn adam_step_matches_cpu() {
     let tensors = tensors();
     let count = total_len(&tensors);
     let (n_layers, ends) = layer_ends(&tensors);
@@ -362,7 +364,7 @@ fn adam_step_matches_cpu() {
             let (old_params, old_m, old_v) = (params.clone(), m.clone(), v.clone());
             adam_step(&mut params, &mut m, &mut v, &grads, &s, betas, eps, wd, decoupled);
             let state = [&old_params[..], &old_m, &old_v, &grads];
-            let out = run_adam(spec, s, n_layers, ends, state);
+            let out = run_adam(spec, s, n_layers, ends, state).await;
             let what = format!("{spec:?} step {step}");
             let gpu_params = to_f32(&out[0]);
             let decay = if decoupled { s.decay } else { 1.0 };
@@ -386,6 +388,7 @@ fn adam_step_matches_cpu() {
         }
     }
 }
+gpu_common::twin_test!(adam_step_matches_cpu);
 
 struct LambOut {
     params: Vec<f32>,
@@ -397,7 +400,7 @@ struct LambOut {
 }
 
 /// lamb_moments then lamb_step, as the engine records them.
-fn run_lamb(spec: &OptimizerSpec, s: StepScalars, tensors: &[TensorInfo], state: [&[f32]; 4]) -> LambOut {
+async fn run_lamb(spec: &OptimizerSpec, s: StepScalars, tensors: &[TensorInfo], state: [&[f32]; 4]) -> LambOut {
     let OptimizerSpec::Lamb { betas: [b1, b2], eps, weight_decay, .. } = *spec else { panic!("not lamb") };
     let [params, m, v, grads] = state;
     let n = tensors.len();
@@ -423,7 +426,7 @@ fn run_lamb(spec: &OptimizerSpec, s: StepScalars, tensors: &[TensorInfo], state:
         Arg::In(&ranges),
         Arg::Uniform(bytemuck::bytes_of(&p)),
     ];
-    let moments = run(Kernel::LambMoments, &args, [n as u32, 1, 1]);
+    let moments = run(Kernel::LambMoments, &args, [n as u32, 1, 1]).await;
     let args = [
         Arg::Out(&f32_bytes(params)),
         Arg::Out(&vec![0u8; 4 * params.len()]),
@@ -435,7 +438,7 @@ fn run_lamb(spec: &OptimizerSpec, s: StepScalars, tensors: &[TensorInfo], state:
         Arg::In(&ranges),
         Arg::Uniform(bytemuck::bytes_of(&p)),
     ];
-    let out = run(Kernel::LambStep, &args, [n as u32, 1, 1]);
+    let out = run(Kernel::LambStep, &args, [n as u32, 1, 1]).await;
     LambOut {
         params: to_f32(&out[0]),
         m: to_f32(&moments[0]),
@@ -454,8 +457,7 @@ fn run_lamb(spec: &OptimizerSpec, s: StepScalars, tensors: &[TensorInfo], state:
 /// parameter: the trust ratio is off by at most the sum of the two norms'
 /// relative tolerances, r·ratio·lr by 10 ulp more, plus lr·ratio·|Δr|, plus
 /// ε·(|p| + |p_new|). Tensor 1 is all zero: ‖p‖ = 0 gives ratio 1.
-#[test]
-fn lamb_step_matches_cpu() {
+async fn lamb_step_matches_cpu() {
     let tensors = tensors();
     let count = total_len(&tensors);
     let zero = tensors[1].offset..tensors[1].offset + tensors[1].len;
@@ -474,7 +476,7 @@ fn lamb_step_matches_cpu() {
                 let (p, g) = (&mut params[r.clone()], &grads[r.clone()]);
                 lamb_step(p, &mut m[r.clone()], &mut v[r], g, &s, betas, eps, weight_decay);
             }
-            let gpu = run_lamb(&spec, s, &tensors, [&old_params, &old_m, &old_v, &grads]);
+            let gpu = run_lamb(&spec, s, &tensors, [&old_params, &old_m, &old_v, &grads]).await;
             let what = format!("lamb wd {weight_decay} step {step}");
             let tol_m = |i: usize| EPS * (grads[i].abs() + old_m[i].abs() + m[i].abs());
             assert_mul_add(&format!("{what} exp_avg"), &gpu.m, &m, tol_m);
@@ -518,6 +520,7 @@ fn lamb_step_matches_cpu() {
         }
     }
 }
+gpu_common::twin_test!(lamb_step_matches_cpu);
 
 const fn optimizer_code(layer: u32) -> u32 {
     (STEP << 16) | (PHASE_OPTIMIZER << 8) | layer
@@ -525,8 +528,7 @@ const fn optimizer_code(layer: u32) -> u32 {
 
 /// A huge learning rate overflows the parameters: the code names step STEP,
 /// the optimizer phase and the first layer that overflowed.
-#[test]
-fn optimizers_flag_non_finite_parameters() {
+async fn optimizers_flag_non_finite_parameters() {
     let tensors = tensors();
     let count = total_len(&tensors);
     let params = random(count, 1, 1.0);
@@ -536,7 +538,7 @@ fn optimizers_flag_non_finite_parameters() {
     for first in [1usize, 2] {
         let mut grads = vec![0.0f32; count];
         grads[tensors[2 * first].offset..].fill(100.0);
-        let out = run_sgd(&p, s, &params, &[0.0], &grads);
+        let out = run_sgd(&p, s, &params, &[0.0], &grads).await;
         assert_eq!(to_u32(&out[3])[0], optimizer_code(first as u32), "sgd from layer {first}");
     }
 
@@ -545,7 +547,7 @@ fn optimizers_flag_non_finite_parameters() {
     let (n_layers, ends) = layer_ends(&tensors);
     let (zeros, grads) = (vec![0.0f32; count], random(count, 2, 1.0));
     let state = [&params[..], &zeros, &zeros, &grads];
-    let out = run_adam(&spec, StepScalars::new(&spec, spec.lr(), 1), n_layers, ends, state);
+    let out = run_adam(&spec, StepScalars::new(&spec, spec.lr(), 1), n_layers, ends, state).await;
     assert_eq!(to_u32(&out[4])[0], optimizer_code(0), "adam");
 
     // LAMB: a NaN gradient in tensor 3 (layer 1's bias) poisons that tensor only.
@@ -553,6 +555,7 @@ fn optimizers_flag_non_finite_parameters() {
     let mut grads = random(count, 3, 1.0);
     grads[tensors[3].offset + 10] = f32::NAN;
     let s = StepScalars::new(&spec, spec.lr(), 1);
-    let gpu = run_lamb(&spec, s, &tensors, [&params, &zeros, &zeros, &grads]);
+    let gpu = run_lamb(&spec, s, &tensors, [&params, &zeros, &zeros, &grads]).await;
     assert_eq!(gpu.flags, optimizer_code(1), "lamb");
 }
+gpu_common::twin_test!(optimizers_flag_non_finite_parameters);

@@ -177,8 +177,15 @@ impl Runner {
         Ok(())
     }
 
-    /// Trains for one frame: `single` runs exactly one step.
-    pub async fn train_frame(&mut self, single: bool) -> Result<Vec<StepMetrics>, Error> {
+    /// Trains for one frame: `single` runs exactly one step. Also returns
+    /// the milliseconds spent awaiting the GPU (the page was free then).
+    pub async fn train_frame(&mut self, single: bool) -> (Result<Vec<StepMetrics>, Error>, f64) {
+        let mut awaited_ms = 0.0;
+        let result = self.train_frame_inner(single, &mut awaited_ms).await;
+        (result, awaited_ms)
+    }
+
+    async fn train_frame_inner(&mut self, single: bool, awaited_ms: &mut f64) -> Result<Vec<StepMetrics>, Error> {
         let started = Instant::now();
         match &mut self.engine {
             PageEngine::Cpu(engine) => {
@@ -194,7 +201,9 @@ impl Runner {
             PageEngine::Gpu(engine) => {
                 let k = if single { 1 } else { self.steps_per_submit };
                 engine.submit(k)?;
+                let wait = Instant::now();
                 let out = engine.collect_async().await?;
+                *awaited_ms += wait.elapsed().as_secs_f64() * 1e3;
                 if !single {
                     // Aim for the budget: scale K by how far off this frame was.
                     let ms = started.elapsed().as_secs_f64() * 1e3;
@@ -219,6 +228,9 @@ impl Runner {
 
     /// After a device loss: a new device, and the run from the last good
     /// state (or from the start).
+    // The engine takes an `Arc<GpuContext>` so that it is shareable
+    // natively; the page is single-threaded, where the Arc costs nothing.
+    #[allow(clippy::arc_with_non_send_sync)]
     pub async fn recover_device(&mut self) -> Result<String, String> {
         let ctx = GpuContext::new().await.map_err(|e| format!("no GPU after the device was lost: {e}"))?;
         self.gpu = Some(Arc::new(ctx));
@@ -239,15 +251,32 @@ impl Runner {
         }
     }
 
-    /// The views, from the engine's current parameters.
-    pub async fn snapshot(&mut self) -> Result<Arc<Snapshot>, Error> {
-        let started = Instant::now();
+    /// The views, from the engine's current parameters; and the
+    /// milliseconds spent awaiting the GPU's readback.
+    pub async fn snapshot(&mut self) -> (Result<Arc<Snapshot>, Error>, f64) {
+        let wait = Instant::now();
         let tensors = match &self.engine {
-            PageEngine::Cpu(e) => {
+            PageEngine::Gpu(e) => Some(e.read_tensors().await),
+            PageEngine::Cpu(_) => None,
+        };
+        let awaited_ms = wait.elapsed().as_secs_f64() * 1e3;
+        let result = match tensors {
+            Some(Err(err)) => Err(err),
+            Some(Ok(t)) => Ok(self.views(Some(t))),
+            None => Ok(self.views(None)),
+        };
+        (result, awaited_ms)
+    }
+
+    fn views(&mut self, gpu_tensors: Option<[Vec<f32>; 3]>) -> Arc<Snapshot> {
+        let started = Instant::now();
+        let tensors = match (&self.engine, gpu_tensors) {
+            (_, Some(t)) => t,
+            (PageEngine::Cpu(e), None) => {
                 let updates = e.params().iter().zip(&self.previous_params).map(|(p, q)| p - q).collect();
                 [e.params().to_vec(), e.grads().to_vec(), updates]
             }
-            PageEngine::Gpu(e) => e.read_tensors().await?,
+            (PageEngine::Gpu(_), None) => unreachable!("GPU views always come with read-back tensors"),
         };
         let e = self.experiment().clone();
         let layout = Layout::new(&e);
@@ -257,7 +286,7 @@ impl Runner {
         let snap = snapshot(&e, &layout, data, self.step_count(), tensors, train, test);
         self.last_snapshot_at = Some(Instant::now());
         self.snapshot_cost_ms = started.elapsed().as_secs_f64() * 1e3;
-        Ok(snap)
+        snap
     }
 }
 

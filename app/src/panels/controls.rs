@@ -35,6 +35,10 @@ pub fn Controls() -> impl IntoView {
             <div class="counter">
                 "Step " <span data-testid="step-count">{move || state.step.get()}</span>
                 <span class="speed">{speed}</span>
+                <span class="busy" title="Main-thread time the training loop takes per frame (not the GPU's)">
+                    {move || { let (last, _) = state.frame_busy_ms.get(); format!("page {last:.1} ms/frame, worst ") }}
+                    <span data-testid="frame-busy-max">{move || format!("{:.1}", state.frame_busy_ms.get().1)}</span>" ms"
+                </span>
             </div>
             <Hyperparameters/>
         </section>

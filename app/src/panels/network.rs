@@ -162,8 +162,8 @@ fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experim
     }
     // Inputs: each feature over the plane; then every unit's output.
     let features = e.data.features();
-    for col in 0..widths.len() {
-        for row in 0..widths[col].min(24) {
+    for (col, &width) in widths.iter().enumerate() {
+        for row in 0..width.min(24) {
             let grid: Vec<f32> = if col == 0 {
                 feature_grid(e, snap, row, &features)
             } else {

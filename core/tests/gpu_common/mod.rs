@@ -1,24 +1,86 @@
 //! Shared by the GPU twin tests: one device per test binary, seeded data,
 //! and the awkward sizes every kernel is tried on.
+//!
+//! Each twin test's body is an `async fn`, written once, and runs on both
+//! targets through `twin_test!`: natively as a `#[test]` driven by
+//! pollster (CI's lavapipe), and in the browser as a `#[wasm_bindgen_test]`
+//! on WebGPU (the crate in `tests/` includes these files by path).
 #![allow(dead_code)]
-
-use std::sync::OnceLock;
 
 use stepscope_core::gpu::harness::{run_kernel, Arg};
 use stepscope_core::gpu::params::FLAGS_INIT;
 use stepscope_core::gpu::{GpuContext, Kernel};
 use stepscope_core::rng::Rng;
 
-/// The device. Fails (does not skip) when no adapter exists: CI installs
-/// lavapipe, so a missing adapter is a broken set-up, not a pass.
+/// Runs the twin test body `async fn $name()` on both targets, as the test
+/// `$name::twin`: natively a `#[test]` blocking on it, in the browser a
+/// `#[wasm_bindgen_test]` awaiting it. Use it right after the body:
+/// `twin_test!(dense_forward_matches_cpu);`.
+#[allow(unused_macros)]
+macro_rules! twin_test {
+    ($name:ident) => {
+        mod $name {
+            #[cfg(not(target_arch = "wasm32"))]
+            #[test]
+            fn twin() {
+                pollster::block_on(super::$name());
+            }
+
+            #[cfg(target_arch = "wasm32")]
+            #[wasm_bindgen_test::wasm_bindgen_test]
+            async fn twin() {
+                super::$name().await;
+            }
+        }
+    };
+}
+#[allow(unused_imports)] // gpu_training.rs shares this module but not the macro
+pub(crate) use twin_test;
+
+/// The device, made on first use. Fails (does not skip) when no adapter
+/// exists: CI installs lavapipe (natively) and runs Chromium with WebGPU
+/// on SwiftShader (browser), so a missing adapter is a broken set-up, not
+/// a pass.
+pub async fn context() -> &'static GpuContext {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        ctx()
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        if let Some(ctx) = WEB_CTX.with(|c| c.get().copied()) {
+            return ctx;
+        }
+        let made = GpuContext::new().await.expect("GPU tests need a WebGPU adapter (Chromium: --enable-unsafe-webgpu)");
+        // Another test may have made one while this one awaited: keep the first.
+        WEB_CTX.with(|c| *c.get_or_init(|| Box::leak(Box::new(made))))
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+thread_local! {
+    /// wgpu's web types are not Sync: one context per (the only) thread.
+    static WEB_CTX: std::cell::OnceCell<&'static GpuContext> = const { std::cell::OnceCell::new() };
+}
+
+/// The device, without awaiting. Natively it is made here (blocking); in
+/// the browser it must already exist: call `context().await` (or `run`)
+/// first.
 pub fn ctx() -> &'static GpuContext {
-    static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| GpuContext::new_blocking().expect("GPU tests need an adapter (CI installs lavapipe)"))
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static CTX: std::sync::OnceLock<GpuContext> = std::sync::OnceLock::new();
+        CTX.get_or_init(|| GpuContext::new_blocking().expect("GPU tests need an adapter (CI installs lavapipe)"))
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        WEB_CTX.with(|c| c.get().copied()).expect("the browser's GPU context is made by `context().await` first")
+    }
 }
 
 /// Runs a kernel and returns its `Out` buffers.
-pub fn run(kernel: Kernel, args: &[Arg<'_>], workgroups: [u32; 3]) -> Vec<Vec<u8>> {
-    pollster::block_on(run_kernel(ctx(), kernel, args, workgroups)).expect("kernel runs")
+pub async fn run(kernel: Kernel, args: &[Arg<'_>], workgroups: [u32; 3]) -> Vec<Vec<u8>> {
+    run_kernel(context().await, kernel, args, workgroups).await.expect("kernel runs")
 }
 
 pub fn random(n: usize, seed: u64, scale: f64) -> Vec<f32> {

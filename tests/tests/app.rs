@@ -1,0 +1,386 @@
+//! Component tests of the page: `stepscope_app::App` mounted into a fresh
+//! element of the test document and driven through the DOM by
+//! `data-testid`, as a user would. The page trains in a loop driven by
+//! requestAnimationFrame, so every check polls the DOM until a deadline
+//! instead of sleeping a fixed time.
+//!
+//! Each test mounts its own App into its own container, after clearing the
+//! URL fragment the page keeps its experiment in. An App cannot be stopped
+//! (its training loop runs for the page's lifetime, and unmounting would
+//! dispose the signals that loop still uses), so a test pauses its App and
+//! detaches its container when done.
+#![cfg(target_arch = "wasm32")]
+
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
+use web_sys::{Element, Event, EventInit, HtmlElement, HtmlInputElement, HtmlSelectElement};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+/// Longest wait for one change. Creating the WebGPU device and compiling
+/// the kernels on SwiftShader takes a few seconds; a frame takes far less.
+const DEADLINE_MS: f64 = 30_000.0;
+
+fn window() -> web_sys::Window {
+    web_sys::window().expect("a window")
+}
+
+fn now_ms() -> f64 {
+    window().performance().expect("performance").now()
+}
+
+/// Resolves after `ms` milliseconds (a poll interval, never a wait for a
+/// result).
+async fn sleep(ms: i32) {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms).expect("setTimeout");
+    });
+    JsFuture::from(promise).await.expect("a timer resolves");
+}
+
+/// Polls `check` until it returns Ok, or fails after DEADLINE_MS with the
+/// last Err (what the page showed instead).
+async fn wait_for<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let started = now_ms();
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(last) if now_ms() - started > DEADLINE_MS => {
+                panic!("timed out after {DEADLINE_MS} ms waiting for {what}; last seen: {last}")
+            }
+            Err(_) => sleep(20).await,
+        }
+    }
+}
+
+/// One mounted App, in its own container.
+struct Page {
+    root: HtmlElement,
+}
+
+impl Page {
+    /// Clears the URL fragment, mounts a fresh App into a new container and
+    /// waits until its training loop has chosen a backend (only then does
+    /// it read commands and write the URL).
+    async fn mount() -> Page {
+        Page::mount_with_query("").await
+    }
+
+    /// As `mount`, with `query` (e.g. "?backend=cpu") in the URL while the
+    /// App starts; the URL is changed in place, without navigating.
+    async fn mount_with_query(query: &str) -> Page {
+        let location = window().location();
+        let path = location.pathname().expect("a path");
+        let history = window().history().expect("a history");
+        history.replace_state_with_url(&JsValue::NULL, "", Some(&format!("{path}{query}"))).expect("set the URL");
+        assert_eq!(location.hash().unwrap_or_default(), "", "the fragment starts empty");
+        let document = window().document().expect("a document");
+        let root: HtmlElement = document.create_element("div").expect("a div").dyn_into().expect("an HtmlElement");
+        document.body().expect("a body").append_child(&root).expect("append the container");
+        // The handle unmounts when dropped, disposing signals the App's loop
+        // still reads: keep the App alive for the page's lifetime instead.
+        std::mem::forget(leptos::mount::mount_to(root.clone(), stepscope_app::App));
+        let page = Page { root };
+        let backend = wait_for("a backend to be named", || {
+            let name = page.text("backend-name");
+            if name.is_empty() || name.starts_with("starting") {
+                Err(name)
+            } else {
+                Ok(name)
+            }
+        })
+        .await;
+        console_log!("backend: {backend}");
+        if !query.is_empty() {
+            // The App read it when it started; later Apps must not see it.
+            history.replace_state_with_url(&JsValue::NULL, "", Some(&path)).expect("restore the URL");
+        }
+        page
+    }
+
+    /// The element with `data-testid="{id}"` in this page, if any.
+    fn find(&self, id: &str) -> Option<Element> {
+        self.root.query_selector(&format!("[data-testid=\"{id}\"]")).expect("a valid selector")
+    }
+
+    fn get(&self, id: &str) -> Element {
+        self.find(id).unwrap_or_else(|| panic!("no element with data-testid {id}"))
+    }
+
+    fn text(&self, id: &str) -> String {
+        self.get(id).text_content().unwrap_or_default().trim().to_string()
+    }
+
+    fn click(&self, id: &str) {
+        self.get(id).dyn_into::<HtmlElement>().expect("an HtmlElement").click();
+    }
+
+    fn step_count(&self) -> u64 {
+        let text = self.text("step-count");
+        text.parse().unwrap_or_else(|_| panic!("step-count is not a number: `{text}`"))
+    }
+
+    async fn wait_for_step(&self, want: impl Fn(u64) -> bool, what: &str) -> u64 {
+        wait_for(what, || {
+            let step = self.step_count();
+            if want(step) {
+                Ok(step)
+            } else {
+                Err(format!("step-count {step}"))
+            }
+        })
+        .await
+    }
+
+    /// A number shown in `id` (train-loss, test-loss), once there is one.
+    async fn wait_for_number(&self, id: &str) -> f32 {
+        wait_for(&format!("{id} to show a number"), || {
+            let text = self.text(id);
+            text.parse::<f32>().ok().filter(|v| v.is_finite()).ok_or(text)
+        })
+        .await
+    }
+
+    /// Types `value` into a text input and commits it (a `change` event).
+    fn type_into(&self, id: &str, value: &str) {
+        let input: HtmlInputElement = self.get(id).dyn_into().expect("an input");
+        input.set_value(value);
+        dispatch_change(&input);
+    }
+
+    /// Picks `value` in a select (a `change` event).
+    fn choose(&self, id: &str, value: &str) {
+        let select: HtmlSelectElement = self.get(id).dyn_into().expect("a select");
+        select.set_value(value);
+        assert_eq!(select.value(), value, "{id} offers `{value}`");
+        dispatch_change(&select);
+    }
+
+    /// The message shown with role="alert", if any.
+    fn alert(&self) -> Option<String> {
+        let el = self.root.query_selector("[role=\"alert\"]").expect("a valid selector")?;
+        Some(el.text_content().unwrap_or_default())
+    }
+
+    /// Pauses training if it runs, and detaches the container. The App
+    /// itself lives on, idle (see the module comment).
+    async fn close(self) {
+        if self.get("train-toggle").text_content().unwrap_or_default().contains("Pause") {
+            self.click("train-toggle");
+        }
+        self.root.remove();
+    }
+}
+
+fn dispatch_change(target: &web_sys::EventTarget) {
+    // Bubbling, as a browser's own: Leptos may delegate listeners.
+    let init = EventInit::new();
+    init.set_bubbles(true);
+    let event = Event::new_with_event_init_dict("change", &init).expect("an event");
+    target.dispatch_event(&event).expect("dispatch");
+}
+
+fn fragment() -> String {
+    window().location().hash().unwrap_or_default()
+}
+
+/// The experiment the URL holds (the page writes it on every edit).
+fn url_experiment() -> String {
+    let hash = fragment();
+    let encoded = hash.strip_prefix("#e=").unwrap_or_else(|| panic!("the URL holds no experiment: `{hash}`"));
+    String::from(js_sys::decode_uri_component(encoded).expect("URI encoding"))
+}
+
+#[wasm_bindgen_test]
+async fn the_page_names_its_backend_and_starts_at_step_zero() {
+    let page = Page::mount().await;
+    let backend = page.text("backend-name");
+    // Chromium runs with WebGPU (SwiftShader): the page must pick it.
+    assert!(backend.starts_with("WebGPU"), "backend: `{backend}` ({})", page.text("backend-reason"));
+    assert_eq!(page.text("backend-reason"), "", "no fallback reason on WebGPU");
+    assert_eq!(page.step_count(), 0);
+    assert!(page.alert().is_none(), "no alert: {:?}", page.alert());
+    // The default experiment is in the URL once the page started.
+    assert!(url_experiment().contains("spiral"), "{}", url_experiment());
+    // The first view of the untrained network.
+    page.wait_for_number("train-loss").await;
+    page.wait_for_number("test-loss").await;
+    page.close().await;
+}
+
+/// `?backend=cpu` runs the CPU engine (compiled to WebAssembly), says
+/// why, and trains.
+#[wasm_bindgen_test]
+async fn the_cpu_engine_runs_when_asked_for() {
+    let page = Page::mount_with_query("?backend=cpu").await;
+    assert_eq!(page.text("backend-name"), "CPU (WebAssembly)");
+    let reason = page.text("backend-reason");
+    assert!(reason.contains("backend=cpu"), "reason: {reason}");
+    page.click("step-once");
+    page.wait_for_step(|s| s == 1, "step-count 1").await;
+    page.wait_for_number("train-loss").await;
+    page.close().await;
+}
+
+#[wasm_bindgen_test]
+async fn one_step_advances_the_counter_by_one() {
+    let page = Page::mount().await;
+    assert_eq!(page.step_count(), 0);
+    page.click("step-once");
+    page.wait_for_step(|s| s == 1, "step-count 1").await;
+    page.click("step-once");
+    page.wait_for_step(|s| s == 2, "step-count 2").await;
+    // One step at a time: nothing trains on.
+    sleep(300).await;
+    assert_eq!(page.step_count(), 2, "still 2 after a pause");
+    page.click("reset");
+    page.wait_for_step(|s| s == 0, "step-count 0 after reset").await;
+    page.close().await;
+}
+
+#[wasm_bindgen_test]
+async fn layers_are_added_and_removed() {
+    let page = Page::mount().await;
+    let hidden = |page: &Page| (0..8).take_while(|l| page.find(&format!("layer-{l}")).is_some()).count();
+    let start = hidden(&page);
+    assert_eq!(start, 2, "the default experiment has two hidden layers");
+    let before = url_experiment();
+    page.click("add-layer");
+    wait_for("layer-2 to appear", || page.find("layer-2").map(|_| ()).ok_or(format!("{} layers", hidden(&page)))).await;
+    assert_eq!(hidden(&page), 3);
+    assert_eq!(page.text("units-2"), page.text("units-1"), "a new layer is like the last one");
+    wait_for("the URL to hold the new model", || {
+        let now = url_experiment();
+        if now != before {
+            Ok(())
+        } else {
+            Err(now)
+        }
+    })
+    .await;
+    page.click("remove-layer");
+    wait_for("layer-2 to go", || page.find("layer-2").map_or(Ok(()), |_| Err("still there".to_string()))).await;
+    assert_eq!(hidden(&page), 2);
+    assert!(page.alert().is_none(), "no alert: {:?}", page.alert());
+    page.close().await;
+}
+
+#[wasm_bindgen_test]
+async fn an_invalid_number_is_refused_with_an_alert_and_changes_nothing() {
+    let page = Page::mount().await;
+    page.click("step-once");
+    page.wait_for_step(|s| s == 1, "step-count 1").await;
+    let experiment = url_experiment();
+
+    page.type_into("learning-rate", "abc");
+    let message = wait_for("an alert", || page.alert().ok_or_else(|| "no alert".to_string())).await;
+    assert!(message.contains("Learning rate") && message.contains("abc"), "alert: {message}");
+    // A refused edit resets nothing and changes nothing.
+    sleep(200).await;
+    assert_eq!(page.step_count(), 1, "the run goes on from where it was");
+    assert_eq!(url_experiment(), experiment, "the experiment is unchanged");
+
+    // A number the experiment refuses: the edit goes through validation.
+    page.type_into("batch-size", "0");
+    let message = wait_for("the batch-size alert", || {
+        page.alert().filter(|m| m.contains("Batch size")).ok_or_else(|| format!("{:?}", page.alert()))
+    })
+    .await;
+    assert!(message.contains('0'), "alert: {message}");
+    sleep(200).await;
+    assert_eq!(page.step_count(), 1, "the run goes on from where it was");
+    assert_eq!(url_experiment(), experiment, "the experiment is unchanged");
+
+    // A valid value is taken, live (the learning rate needs no reset).
+    page.type_into("learning-rate", "0.01");
+    wait_for("a good edit to clear the alert", || page.alert().map_or(Ok(()), Err)).await;
+    assert!(url_experiment().contains("\"lr\":0.01"), "{}", url_experiment());
+    sleep(200).await;
+    assert_eq!(page.step_count(), 1, "a learning-rate change continues the run");
+    page.close().await;
+}
+
+#[wasm_bindgen_test]
+async fn training_runs_until_paused_and_shows_the_loss() {
+    let page = Page::mount().await;
+    let initial = page.wait_for_number("train-loss").await;
+    page.click("train-toggle");
+    wait_for("the pause button", || {
+        let label = page.text("train-toggle");
+        if label.contains("Pause") {
+            Ok(())
+        } else {
+            Err(label)
+        }
+    })
+    .await;
+    let step = page.wait_for_step(|s| s >= 50, "50 steps").await;
+    let loss = wait_for("the train loss to change", || {
+        let text = page.text("train-loss");
+        match text.parse::<f32>() {
+            Ok(v) if v.is_finite() && v != initial => Ok(v),
+            _ => Err(text),
+        }
+    })
+    .await;
+    let test_loss = page.wait_for_number("test-loss").await;
+    console_log!("step {step}: train loss {initial} → {loss}, test loss {test_loss}");
+    assert!(page.alert().is_none(), "no alert: {:?}", page.alert());
+    page.click("train-toggle");
+    wait_for("the train button", || {
+        let label = page.text("train-toggle");
+        if label.contains("Train") {
+            Ok(())
+        } else {
+            Err(label)
+        }
+    })
+    .await;
+    // Paused: once a frame in flight has landed, the counter stays.
+    sleep(300).await;
+    let paused_at = page.step_count();
+    sleep(300).await;
+    assert_eq!(page.step_count(), paused_at, "no steps while paused");
+    page.close().await;
+}
+
+/// A new optimizer shows its own fields (and starts its state afresh); a
+/// new dataset restarts the run and repaints the decision boundary.
+#[wasm_bindgen_test]
+async fn a_new_optimizer_shows_its_fields_and_a_new_dataset_restarts_the_run() {
+    let page = Page::mount().await;
+    assert!(page.find("momentum").is_none(), "AdamW has no momentum field");
+    page.choose("optimizer", "sgd");
+    wait_for("the momentum field", || page.find("momentum").map(|_| ()).ok_or("absent".to_string())).await;
+    assert!(page.find("beta1").is_none(), "SGD has no betas");
+    assert!(url_experiment().contains("\"kind\":\"sgd\""), "{}", url_experiment());
+
+    page.click("step-once");
+    page.wait_for_step(|s| s == 1, "step-count 1").await;
+    page.choose("dataset", "xor");
+    page.wait_for_step(|s| s == 0, "step-count 0").await;
+    assert!(url_experiment().contains("\"xor\""), "{}", url_experiment());
+    assert!(url_experiment().contains("\"kind\":\"sgd\""), "the optimizer stays: {}", url_experiment());
+    assert!(page.alert().is_none(), "no alert: {:?}", page.alert());
+    // The decision boundary shows the new, untrained network: painted,
+    // not blank.
+    wait_for("a painted decision boundary", || {
+        let canvas: web_sys::HtmlCanvasElement = page.get("decision-boundary").dyn_into().expect("a canvas");
+        let ctx: web_sys::CanvasRenderingContext2d =
+            canvas.get_context("2d").ok().flatten().ok_or("no 2d context")?.dyn_into().map_err(|_| "not 2d")?;
+        let (w, h) = (canvas.width(), canvas.height());
+        let pixels = ctx.get_image_data(0.0, 0.0, w as f64, h as f64).map_err(|_| "no image data")?.data();
+        let opaque = pixels.chunks(4).filter(|p| p[3] == 255).count();
+        let mut colours: Vec<&[u8]> = pixels.chunks(4).collect();
+        colours.sort();
+        colours.dedup();
+        if w > 0 && opaque == (w * h) as usize && colours.len() > 1 {
+            Ok(())
+        } else {
+            Err(format!("{opaque} of {w}×{h} pixels painted, {} colours", colours.len()))
+        }
+    })
+    .await;
+    page.close().await;
+}
