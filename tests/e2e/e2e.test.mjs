@@ -178,6 +178,28 @@ test('bad input gets a message and loses nothing', async () => {
   await page.close();
 });
 
+test('a NaN pauses training, names where it appeared, and reset recovers', async () => {
+  const { page } = await open(base);
+  // Regression (mean squared error) with a learning rate of 1e30: the loss
+  // overflows after the first update.
+  await page.getByTestId('dataset').selectOption('reg_plane');
+  await page.getByTestId('optimizer').selectOption('sgd');
+  await page.getByTestId('learning-rate').fill('1e30');
+  await page.getByTestId('learning-rate').press('Enter');
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => /Training paused: first NaN\/Inf in layer \d+ during (forward|loss|backward|optimizer)/
+    .test(document.querySelector('[data-testid=alert]')?.textContent ?? ''), null, { timeout: 60_000 });
+  assert.match(await page.getByTestId('train-toggle').textContent(), /Train/, 'training paused');
+  await page.getByTestId('learning-rate').fill('0.1');
+  await page.getByTestId('learning-rate').press('Enter');
+  await page.getByTestId('reset').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
+  await page.waitForFunction(() => Number.isFinite(Number.parseFloat(document.querySelector('[data-testid=train-loss]').textContent)));
+  await page.close();
+});
+
 test('without WebGPU the CPU engine runs and says why', async () => {
   const { page } = await open(`${base}?backend=cpu`);
   assert.match(await text(page, 'backend-name'), /CPU/);
