@@ -249,3 +249,26 @@ fn layer_statistics_describe_the_engine_tensors() {
         }
     }
 }
+
+/// Memory figures come from the actual buffers and agree across engines:
+/// parameters and gradients 4·P bytes each; optimizer state 0, 1 or 2
+/// copies by optimizer; stored activations 2·4·B·Σ units.
+#[test]
+fn memory_figures_match_the_model_on_both_engines() {
+    for (optimizer, copies) in [
+        (json!({"kind": "sgd", "lr": 0.1}), 0),
+        (json!({"kind": "sgd", "lr": 0.1, "momentum": 0.9}), 1),
+        (json!({"kind": "adamw", "lr": 0.01}), 2),
+    ] {
+        let e = common::experiment(json!({"optimizer": optimizer, "batch_size": 24}));
+        let cpu = common::engine(&e);
+        let gpu = gpu_engine(&e);
+        let p = cpu.layout().parameter_count as u64;
+        let m = cpu.memory();
+        assert_eq!(m, gpu.memory());
+        assert_eq!((m.params, m.grads, m.optimizer), (4 * p, 4 * p, copies * 4 * p));
+        let units: u64 = e.model.layers.iter().map(|l| l.units as u64).sum();
+        assert_eq!(m.activations, 2 * 4 * 24 * units);
+        assert_eq!(m.peak_backward(), m.params + m.grads + m.optimizer + m.activations + m.backward_scratch);
+    }
+}

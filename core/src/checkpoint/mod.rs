@@ -11,8 +11,10 @@
 //! Loading (`load.rs`) checks all of it before returning anything.
 
 mod load;
+mod verify;
 
 pub use load::{load_checkpoint, load_weights, read_file_info, FileInfo};
+pub use verify::{verify_restore, VerifyReport};
 
 use std::collections::HashMap;
 

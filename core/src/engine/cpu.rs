@@ -3,7 +3,9 @@
 
 use web_time::Instant;
 
-use super::{evaluate, forward_pass, Activations, Evaluation, Phase, PhaseTimes, StepMetrics, Timing, TrainState};
+use super::{
+    evaluate, forward_pass, Activations, Evaluation, MemoryBytes, Phase, PhaseTimes, StepMetrics, Timing, TrainState,
+};
 use crate::data::{Batcher, DataPosition, Dataset, Table};
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
@@ -104,6 +106,18 @@ impl CpuEngine {
     }
     pub fn step_count(&self) -> u64 {
         self.optimizer.step
+    }
+
+    /// Bytes of the engine's training buffers.
+    pub fn memory(&self) -> MemoryBytes {
+        let scratch: usize = self.grad_out.iter().map(Vec::len).sum::<usize>() + self.grad_pre.len();
+        MemoryBytes {
+            params: 4 * self.params.len() as u64,
+            grads: 4 * self.grads.len() as u64,
+            optimizer: self.optimizer.bytes() as u64,
+            activations: self.acts.bytes() as u64,
+            backward_scratch: 4 * scratch as u64,
+        }
     }
 
     /// A snapshot of the run, for checkpoints.

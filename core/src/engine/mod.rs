@@ -16,6 +16,30 @@ use crate::data::DataPosition;
 use crate::experiment::Experiment;
 use crate::optim::OptimizerState;
 
+/// What an engine's training memory holds, in bytes, from its actual
+/// buffers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryBytes {
+    /// Parameters (4·P).
+    pub params: u64,
+    /// Gradients (4·P).
+    pub grads: u64,
+    /// Optimizer state: 0, 1 or 2 copies of the parameters.
+    pub optimizer: u64,
+    /// What forward stores for backward: pre-activations and outputs of
+    /// every layer for one micro-batch.
+    pub activations: u64,
+    /// Backward's working buffers: ∂L/∂a of every layer and ∂L/∂z of one.
+    pub backward_scratch: u64,
+}
+
+impl MemoryBytes {
+    /// Everything alive at once during backward: the peak of a step.
+    pub fn peak_backward(&self) -> u64 {
+        self.params + self.grads + self.optimizer + self.activations + self.backward_scratch
+    }
+}
+
 /// Everything a run is: restoring it into any engine continues the run
 /// exactly where it was.
 #[derive(Clone, Debug, PartialEq)]

@@ -5,7 +5,7 @@
 use wgpu::util::DeviceExt;
 
 use super::params::{TensorRange, FLAGS_INIT, STEP_STATS_STRIDE, TENSOR_STATS_STRIDE};
-use crate::engine::TrainState;
+use crate::engine::{MemoryBytes, TrainState};
 use crate::model::{Layout, TensorInfo};
 
 /// Most optimizer steps recorded into one submit.
@@ -36,15 +36,6 @@ pub struct Buffers {
     pub layer_stats: wgpu::Buffer,     // (4 · layers · TENSOR_STATS_STRIDE)
     /// Bytes of each kind, for the memory view.
     pub bytes: MemoryBytes,
-}
-
-/// What the engine's buffers hold, in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct MemoryBytes {
-    pub params: u64,
-    pub grads: u64,
-    pub optimizer: u64,
-    pub activations: u64,
 }
 
 fn storage(device: &wgpu::Device, label: &str, bytes: u64) -> wgpu::Buffer {
@@ -94,6 +85,8 @@ impl Buffers {
         let table_rows: Vec<TensorRange> =
             tensors.iter().map(|t| TensorRange { offset: t.offset as u32, len: t.len as u32 }).collect();
         let activation_bytes: u64 = layout.layers.iter().map(|l| 2 * 4 * batch * l.units as u64).sum();
+        let scratch_bytes: u64 =
+            layout.layers.iter().map(|l| 4 * batch * l.units as u64).sum::<u64>() + 4 * batch * max_units;
         Buffers {
             params: storage_init(device, "params", &f32s(&state.params)),
             grads: storage(device, "grads", p_bytes),
@@ -125,6 +118,7 @@ impl Buffers {
                         + state.optimizer.exp_avg_sq.len()
                         + state.optimizer.momentum_buffer.len()) as u64,
                 activations: activation_bytes,
+                backward_scratch: scratch_bytes,
             },
         }
     }

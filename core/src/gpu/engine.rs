@@ -14,14 +14,14 @@ use std::sync::Arc;
 
 use web_time::Instant;
 
-use super::buffers::{Buffers, MemoryBytes, MAX_STEPS_PER_SUBMIT};
+use super::buffers::{Buffers, MAX_STEPS_PER_SUBMIT};
 use super::params::*;
 use super::passes::{non_finite, pollster_free_pop, record_pass, PassKind};
 use super::plan::{Dispatch, Plan};
 use super::readback::{map_read, take_mapped, MapFuture};
 use super::{read_buffer, GpuContext};
 use crate::data::{Batcher, Dataset};
-use crate::engine::{PhaseTimes, StepMetrics, Timing, TrainState};
+use crate::engine::{MemoryBytes, PhaseTimes, StepMetrics, Timing, TrainState};
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{Layout, TensorInfo};

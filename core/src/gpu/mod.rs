@@ -16,7 +16,7 @@ mod passes;
 mod plan;
 mod readback;
 
-pub use buffers::{MemoryBytes, MAX_STEPS_PER_SUBMIT};
+pub use buffers::MAX_STEPS_PER_SUBMIT;
 pub use engine::GpuEngine;
 
 pub use context::GpuContext;
