@@ -26,6 +26,9 @@ cargo test --workspace
 echo "== checkpoints open in Python (safetensors.numpy)"
 python3 scripts/check_checkpoint.py
 
+echo "== browser tests: kernels, the GPU engine and the page's components in headless Chromium (WebGPU)"
+WASM_BINDGEN_TEST_TIMEOUT=180 cargo test --target wasm32-unknown-unknown -p stepscope-browser-tests
+
 echo "== the page: release build with trunk (offline; the installed wasm-bindgen and wasm-opt)"
 export PATH="$HOME/.cargo/bin:$PWD/tests/e2e/node_modules/.bin:$PATH"
 export TRUNK_SKIP_VERSION_CHECK=true

@@ -82,12 +82,17 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     if (i >= p.count) {
         return;
     }
-    // After a NaN/Inf earlier in this submit (flags[0] set by forward or
-    // backward), leave parameters and optimizer state at the last good step.
-    if (atomicLoad(&flags[0]) != 0xFFFFFFFFu) {
+    // After a NaN/Inf earlier in this submit (flags[0] set by forward,
+    // backward, or an earlier step), leave parameters and optimizer state at
+    // the last good step. A code this very dispatch recorded (this step's
+    // optimizer phase, possibly from another workgroup that ran first) does
+    // not stop the update: every element is updated, and the first bad
+    // layer is still the one reported.
+    let step = atomicLoad(&flags[1]);
+    let first = atomicLoad(&flags[0]);
+    if (first != 0xFFFFFFFFu && (first >> 8u) != ((step << 8u) | PHASE_OPTIMIZER)) {
         return;
     }
-    let step = atomicLoad(&flags[1]);
     let s = scalars[step];
     let p_old = params[i];
     var q = p_old;

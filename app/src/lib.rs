@@ -10,7 +10,10 @@ pub mod state;
 
 use leptos::prelude::*;
 
-use panels::{controls::Controls, data::DataPanel, header::Header, network::NetworkPanel, output::OutputPanel};
+use panels::{
+    anatomy::AnatomyPanel, controls::Controls, data::DataPanel, header::Header, network::NetworkPanel,
+    output::OutputPanel,
+};
 use state::AppState;
 
 /// The page.
@@ -28,6 +31,7 @@ pub fn App() -> impl IntoView {
                 <NetworkPanel/>
                 <OutputPanel/>
             </div>
+            <AnatomyPanel/>
         </main>
     }
 }

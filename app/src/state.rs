@@ -5,12 +5,14 @@ use std::sync::{Arc, Mutex};
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use stepscope_core::engine::MemoryBytes;
 use stepscope_core::gpu::GpuContext;
 use stepscope_core::{Error, Experiment, StepMetrics};
 use web_time::Instant;
 
 use crate::model::edit::{default_experiment, edited, needs_reset};
-use crate::model::runner::{next_frame, push, BackendInfo, Command, Commands, Runner};
+use crate::model::runner::{next_frame, push, BackendInfo, Command, Commands, Outcome, Runner};
+use crate::model::timeline::{assign, StepTiming};
 use crate::model::url;
 use crate::model::views::Snapshot;
 
@@ -50,8 +52,16 @@ pub struct AppState {
     /// not the time it awaited the GPU): the latest and the worst since
     /// training last started, in ms.
     pub frame_busy_ms: RwSignal<(f64, f64)>,
+    /// Where the recent steps' time went (model::timeline).
+    pub timeline: RwSignal<Vec<StepTiming>>,
+    pub memory: RwSignal<MemoryBytes>,
+    /// The last "verify restore" result: summary and pass.
+    pub verify_result: RwSignal<Option<(String, bool)>>,
     pub commands: StoredValue<Commands>,
 }
+
+/// Steps kept for the timeline.
+const TIMELINE_LIMIT: usize = 240;
 
 /// Most points kept for the curves; older ones are thinned by half.
 const HISTORY_LIMIT: usize = 600;
@@ -77,6 +87,9 @@ impl AppState {
             steps_per_frame: RwSignal::new(0),
             csv_name: RwSignal::new(None),
             frame_busy_ms: RwSignal::new((0.0, 0.0)),
+            timeline: RwSignal::new(Vec::new()),
+            memory: RwSignal::new(MemoryBytes::default()),
+            verify_result: RwSignal::new(None),
             commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
         }
     }
@@ -175,8 +188,10 @@ impl AppState {
                 let t = Instant::now();
                 let handled = runner.handle(command).await;
                 awaited_ms += ms(t);
-                if let Err(message) = handled {
-                    self.alert.set(Some(message));
+                match handled {
+                    Ok(Some(outcome)) => self.outcome(outcome),
+                    Ok(None) => {}
+                    Err(message) => self.alert.set(Some(message)),
                 }
                 dirty = true;
             }
@@ -185,11 +200,14 @@ impl AppState {
                 self.frame_busy_ms.set((0.0, 0.0));
             }
             was_running = running;
+            let mut frame_metrics = Vec::new();
+            let (mut checkpoint_ms, mut logging_ms) = (0.0, 0.0);
             if running || single {
                 let (result, gpu_wait_ms) = runner.train_frame(single && !running).await;
                 awaited_ms += gpu_wait_ms;
                 match result {
                     Ok(metrics) => {
+                        frame_metrics = metrics.clone();
                         if let Some(last) = metrics.last() {
                             self.last_metrics.set(Some(last.clone()));
                         }
@@ -197,7 +215,8 @@ impl AppState {
                         dirty = true;
                         let t = Instant::now();
                         runner.remember_good_state().await;
-                        awaited_ms += ms(t);
+                        checkpoint_ms = ms(t);
+                        awaited_ms += checkpoint_ms;
                     }
                     Err(Error::NonFinite(message)) => {
                         self.running.set(false);
@@ -224,7 +243,9 @@ impl AppState {
                 }
             }
             self.step.set(runner.step_count());
+            self.memory.set(runner.memory());
             if dirty && runner.snapshot_due() {
+                let t = Instant::now();
                 let (snapshot, read_ms) = runner.snapshot().await;
                 awaited_ms += read_ms;
                 match snapshot {
@@ -235,6 +256,10 @@ impl AppState {
                     }
                     Err(err) => self.alert.set(Some(err.to_string())),
                 }
+                logging_ms = ms(t);
+            }
+            if !frame_metrics.is_empty() {
+                self.record_timeline(&frame_metrics, ms(frame_start), checkpoint_ms, logging_ms);
             }
             if running {
                 // Awaited time includes GPU readbacks and the device's own
@@ -245,6 +270,41 @@ impl AppState {
                     *worst = worst.max(busy);
                 });
             }
+        }
+    }
+
+    /// Spreads a frame's wall time over its steps and records each step's
+    /// parts (model::timeline).
+    fn record_timeline(&self, metrics: &[StepMetrics], frame_ms: f64, checkpoint_ms: f64, logging_ms: f64) {
+        let k = metrics.len() as f64;
+        self.timeline.update(|t| {
+            for m in metrics {
+                let p = &m.phases;
+                let measured =
+                    [p.data_ms, p.forward_ms, p.backward_ms, p.optimizer_ms, checkpoint_ms / k, logging_ms / k];
+                let wall_ms = frame_ms / k;
+                t.push(StepTiming { step: m.step, wall_ms, parts: assign(wall_ms, measured) });
+            }
+            let excess = t.len().saturating_sub(TIMELINE_LIMIT);
+            t.drain(..excess);
+        });
+    }
+
+    fn outcome(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Checkpoint(bytes, step) => {
+                if let Err(message) = download(&bytes, &format!("stepscope-step{step}.safetensors")) {
+                    self.alert.set(Some(message));
+                }
+            }
+            Outcome::Restored(e, step) => {
+                self.alert.set(None);
+                self.notice.set(Some(format!("Restored the uploaded checkpoint: step {step}.")));
+                self.history.set(Vec::new());
+                url::write_url(&e);
+                self.experiment.set(e);
+            }
+            Outcome::Verified(summary, passed) => self.verify_result.set(Some((summary, passed))),
         }
     }
 
@@ -278,4 +338,22 @@ fn ms(since: Instant) -> f64 {
 fn webgpu_available() -> bool {
     let Some(window) = web_sys::window() else { return false };
     js_sys::Reflect::get(&window.navigator(), &"gpu".into()).is_ok_and(|g| !g.is_undefined() && !g.is_null())
+}
+
+/// Offers `bytes` as a file download.
+fn download(bytes: &[u8], name: &str) -> Result<(), String> {
+    use wasm_bindgen::JsCast;
+    let fail = |_| format!("The browser refused the download of {name}.");
+    let array = js_sys::Uint8Array::from(bytes);
+    let parts = js_sys::Array::of1(&array);
+    let blob = web_sys::Blob::new_with_u8_array_sequence(&parts).map_err(fail)?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(fail)?;
+    let document = web_sys::window().and_then(|w| w.document()).ok_or("no document")?;
+    let anchor: web_sys::HtmlAnchorElement =
+        document.create_element("a").map_err(fail)?.dyn_into().map_err(|_| "no anchor")?;
+    anchor.set_href(&url);
+    anchor.set_download(name);
+    anchor.click();
+    let _ = web_sys::Url::revoke_object_url(&url);
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! The loss and backward kernels against their CPU twins, over awkward
-//! sizes. Runs on whatever adapter wgpu finds (lavapipe in CI).
+//! sizes. Runs on whatever adapter wgpu finds (lavapipe in CI), and in
+//! Chromium on WebGPU (`tests/tests/gpu_kernels.rs`).
 //!
 //! Tolerances cite the Vulkan precision of the shader built-ins (SPIR-V
 //! OpFDiv ≤ 2.5 ulp, exp ≤ 3 + 2|x| ulp, log ≤ 3 ulp or 2⁻²¹ absolute on

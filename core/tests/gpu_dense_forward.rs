@@ -1,5 +1,6 @@
 //! Every WGSL kernel against its CPU twin, over awkward sizes. Runs on
 //! whatever adapter wgpu finds (lavapipe in CI); a missing adapter fails.
+//! The same bodies run in Chromium on WebGPU (`tests/tests/gpu_kernels.rs`).
 
 #[cfg(not(target_arch = "wasm32"))]
 mod gpu_common;

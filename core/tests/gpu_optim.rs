@@ -85,6 +85,7 @@ fn assert_close(what: &str, gpu: &[f32], cpu: &[f32], tol: impl Fn(usize) -> f32
 
 /// Whether the driver may fuse a·b + c into an fma: all but lavapipe, which
 /// does not (checked: the kernels match their twins bit for bit there).
+/// In the browser the driver is not named (SwiftShader reports ""): bounds.
 fn fuses() -> bool {
     ctx().adapter_info.driver != "llvmpipe"
 }

@@ -200,6 +200,87 @@ test('a NaN pauses training, names where it appeared, and reset recovers', async
   await page.close();
 });
 
+test('the step timeline adds up and memory matches the model', async () => {
+  const { page } = await open(base);
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 40, null, { timeout: 60_000 });
+  await page.getByTestId('train-toggle').click();
+  const parts = await page.evaluate(() => ['data', 'forward', 'backward', 'optimizer', 'checkpoint', 'logging', 'other']
+    .map((p) => Number.parseFloat(document.querySelector(`[data-testid=phase-ms-${p}]`).textContent)));
+  const wall = await number(page, 'step-wall-ms');
+  const sum = parts.reduce((a, b) => a + b, 0);
+  // Each shown mean is rounded to 0.001 ms.
+  assert.ok(Math.abs(sum - wall) <= 0.004, `phases ${parts} sum to ${sum}, wall ${wall}`);
+  assert.ok(parts[1] > 0 && parts[2] > 0, 'forward and backward were measured');
+  assert.ok(await page.locator('[data-testid=phase-timeline] rect').count() > 0);
+  // The default 2-8-8-1 network: P = (2·8 + 8) + (8·8 + 8) + (8 + 1) = 105.
+  const p = 105;
+  assert.equal(await number(page, 'memory-params-bytes'), 4 * p);
+  assert.equal(await number(page, 'memory-grads-bytes'), 4 * p);
+  assert.equal(await number(page, 'memory-optimizer-bytes'), 2 * 4 * p, 'AdamW keeps two copies');
+  assert.equal(await number(page, 'memory-activations-bytes'), 2 * 4 * 16 * (8 + 8 + 1), 'z and a, batch 16');
+  // SGD without momentum keeps none; a bigger batch stores more activations.
+  await page.getByTestId('optimizer').selectOption('sgd');
+  await page.getByTestId('momentum').fill('0');
+  await page.getByTestId('momentum').press('Enter');
+  await page.getByTestId('batch-size').fill('64');
+  await page.getByTestId('batch-size').press('Enter');
+  await page.waitForFunction(() => document.querySelector('[data-testid=memory-activations-bytes]').textContent === String(2 * 4 * 64 * 17));
+  assert.equal(await number(page, 'memory-optimizer-bytes'), 0);
+  assert.match(await text(page, 'grad-norm'), /^\d/);
+  await page.close();
+});
+
+test('checkpoints download, restore, verify, and bad uploads change nothing', async () => {
+  const { page } = await open(base);
+  for (let i = 0; i < 3; i++) {
+    await page.getByTestId('step-once').click();
+    await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), i + 1);
+  }
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-checkpoint').click()]);
+  const saved = path.join(os.tmpdir(), `stepscope-${process.pid}.safetensors`);
+  await download.saveAs(saved);
+  const bytes = fs.readFileSync(saved);
+  const headerLength = Number(bytes.readBigUInt64LE(0));
+  const header = JSON.parse(bytes.subarray(8, 8 + headerLength).toString());
+  assert.equal(header.__metadata__.format, 'stepscope-checkpoint/1');
+  assert.equal(header.__metadata__.step, '3');
+  assert.deepEqual(header['layers.0.weight'].shape, [8, 2]);
+
+  await page.getByTestId('verify-restore').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=verify-result]').textContent !== '');
+  assert.match(await text(page, 'verify-result'), /^Restore verified: checkpoint of step 3 .*parameters identical, optimizer state identical, data position identical, next 5 losses identical/);
+
+  // Bad uploads: each named, and the run stays at step 5.
+  await page.getByTestId('step-once').click();
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '5');
+  const bad = (name, content) => { const f = path.join(os.tmpdir(), `${process.pid}-${name}`); fs.writeFileSync(f, content); return f; };
+  const huge = Buffer.alloc(16); huge.writeBigUInt64LE(1n << 40n, 0);
+  // The stored experiment (a JSON string inside the header) asks for 9 units
+  // where the tensors have 8: same length, so only the shapes disagree.
+  const wrongModel = Buffer.from(bytes.toString('latin1').replace('\\"units\\":8', '\\"units\\":9'), 'latin1');
+  assert.notDeepEqual(wrongModel, bytes);
+  for (const [file, message] of [
+    [bad('truncated.safetensors', bytes.subarray(0, bytes.length - 10)), /truncated/],
+    [bad('image.png', Buffer.from('\x89PNG\r\n\x1a\n not a checkpoint at all')), /not a checkpoint|limit|not a safetensors/],
+    [bad('huge.safetensors', huge), /more than the \d+-byte limit/],
+    [bad('other-model.safetensors', wrongModel), /checkpoint was not loaded/],
+  ]) {
+    await page.getByTestId('restore-checkpoint').setInputFiles(file);
+    await page.waitForFunction((src) => new RegExp(src).test(document.querySelector('[data-testid=alert]')?.textContent ?? ''), message.source)
+      .catch(async (e) => { throw new Error(`${path.basename(file)}: expected ${message}, alert says: ${await page.evaluate(() => document.querySelector('[data-testid=alert]')?.textContent)} (${e.message})`); });
+    assert.equal(await text(page, 'step-count'), '5');
+    await page.getByRole('button', { name: 'Dismiss message' }).click();
+  }
+  // The good one restores step 3, and continues from there.
+  await page.getByTestId('restore-checkpoint').setInputFiles(saved);
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '3');
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '4');
+  await page.close();
+});
+
 test('without WebGPU the CPU engine runs and says why', async () => {
   const { page } = await open(`${base}?backend=cpu`);
   assert.match(await text(page, 'backend-name'), /CPU/);

@@ -4,5 +4,6 @@
 
 pub mod edit;
 pub mod runner;
+pub mod timeline;
 pub mod url;
 pub mod views;

@@ -8,8 +8,10 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint, verify_restore};
 use stepscope_core::data::Dataset;
 use stepscope_core::engine::evaluate;
+use stepscope_core::engine::MemoryBytes;
 use stepscope_core::gpu::{GpuContext, GpuEngine};
 use stepscope_core::model::{init_parameters, Layout};
 use stepscope_core::optim::OptimizerState;
@@ -30,6 +32,20 @@ pub enum Command {
     StepOnce,
     /// New CSV text for `"source": "csv"`, with the experiment it implies.
     UseCsv(Arc<String>, Experiment),
+    /// The current run as checkpoint bytes, for a download.
+    SaveCheckpoint,
+    /// Continue from an uploaded checkpoint (refused whole if bad).
+    RestoreCheckpoint(Arc<Vec<u8>>),
+    /// Restore the current run into a fresh engine and compare.
+    VerifyRestore,
+}
+
+/// What a command produced for the page.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Checkpoint(Vec<u8>, u64),
+    Restored(Experiment, u64),
+    Verified(String, bool),
 }
 
 pub type Commands = Arc<Mutex<VecDeque<Command>>>;
@@ -154,8 +170,30 @@ impl Runner {
     }
 
     /// Applies a command. On error the current run is left as it was.
-    pub async fn handle(&mut self, command: Command) -> Result<(), String> {
+    pub async fn handle(&mut self, command: Command) -> Result<Option<Outcome>, String> {
         match command {
+            Command::SaveCheckpoint => {
+                let state = self.state().await.map_err(|err| err.to_string())?;
+                let bytes = save_checkpoint(&state).map_err(|err| err.to_string())?;
+                return Ok(Some(Outcome::Checkpoint(bytes, state.step())));
+            }
+            Command::RestoreCheckpoint(bytes) => {
+                // Everything is checked before the current run is replaced.
+                let state = load_checkpoint(&bytes).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
+                let e = state.experiment.clone();
+                let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str))
+                    .map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
+                let step = state.step();
+                let engine =
+                    build(&self.gpu, state, data).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
+                self.engine = engine;
+                return Ok(Some(Outcome::Restored(e, step)));
+            }
+            Command::VerifyRestore => {
+                let state = self.state().await.map_err(|err| err.to_string())?;
+                let report = verify_restore(&state, self.data(), 5).map_err(|err| err.to_string())?;
+                return Ok(Some(Outcome::Verified(report.summary(), report.passed())));
+            }
             Command::Reset(e) => {
                 *self = Runner::new(&e, self.gpu.clone(), self.csv.clone())?;
             }
@@ -174,7 +212,15 @@ impl Runner {
             }
             Command::StepOnce => {}
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// Bytes of the engine's training buffers.
+    pub fn memory(&self) -> MemoryBytes {
+        match &self.engine {
+            PageEngine::Cpu(e) => e.memory(),
+            PageEngine::Gpu(e) => e.memory(),
+        }
     }
 
     /// Trains for one frame: `single` runs exactly one step. Also returns

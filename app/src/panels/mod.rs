@@ -1,5 +1,6 @@
 //! One component per panel.
 
+pub mod anatomy;
 pub mod controls;
 pub mod data;
 mod draw;

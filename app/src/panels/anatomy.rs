@@ -1,0 +1,166 @@
+//! Anatomy of a training step: where each step's time went (a stacked bar
+//! per recent step, and means that add up to the wall time), the FLOPs of
+//! forward and backward against their measured times, the memory the
+//! engine's buffers hold, the gradient norm, and checkpoints you can
+//! download, restore and verify.
+
+use leptos::prelude::*;
+use stepscope_core::engine::Timing;
+use wasm_bindgen_futures::JsFuture;
+
+use crate::model::runner::Command;
+use crate::model::timeline::{means, step_flops, PHASES};
+use crate::state::AppState;
+
+/// Steps drawn in the timeline.
+const SHOWN: usize = 60;
+const COLORS: [&str; 7] = ["#9e9e9e", "#0877bd", "#f59322", "#2ea043", "#8e44ad", "#c0392b", "#d0d0d0"];
+
+fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.2} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+#[component]
+pub fn AnatomyPanel() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let recent = move || {
+        let t = state.timeline.get();
+        let start = t.len().saturating_sub(SHOWN);
+        t[start..].to_vec()
+    };
+    let bars = move || {
+        let shown = recent();
+        let max = shown.iter().fold(1e-9f64, |m, s| m.max(s.wall_ms));
+        let (w, h) = (360.0, 90.0);
+        let bar = w / SHOWN as f64;
+        shown
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| {
+                let mut y = h;
+                s.parts
+                    .iter()
+                    .enumerate()
+                    .map(|(k, part)| {
+                        let height = part / max * h;
+                        y -= height;
+                        view! { <rect x=format!("{:.1}", i as f64 * bar) y=format!("{y:.2}") width=format!("{:.1}", bar * 0.85)
+                            height=format!("{height:.2}") fill=COLORS[k]/> }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect_view()
+    };
+    let legend = move || {
+        let (wall, parts) = means(&recent());
+        let items = PHASES
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                view! {
+                    <li><span class="swatch" style=format!("background:{}", COLORS[k])></span>
+                        {*name} " " <span data-testid=format!("phase-ms-{name}")>{format!("{:.3}", parts[k])}</span>" ms"</li>
+                }
+            })
+            .collect_view();
+        view! {
+            <ul class="legend">{items}</ul>
+            <p>"Mean step: " <span data-testid="step-wall-ms">{format!("{wall:.3}")}</span>" ms over the last "
+                {recent().len()}" steps"</p>
+        }
+    };
+    let timing_note = move || match state.last_metrics.get().map(|m| m.timing) {
+        Some(Timing::GpuTimestamps) => "GPU phases from timestamp queries; data adds the CPU's preparation.",
+        Some(Timing::GpuCoarse) => {
+            "This adapter has no timestamp queries: the GPU's work is reported whole under forward (coarse)."
+        }
+        Some(Timing::GpuTotal) => "GPU time per step is measured whole (one pass per step).",
+        Some(Timing::Cpu) => "Each phase timed by the clock on the CPU engine.",
+        None => "",
+    };
+    let flops = move || {
+        let e = state.experiment.get();
+        let (f, b) = step_flops(&e.widths(), e.batch_size, e.grad_accumulation);
+        let (_, parts) = means(&recent());
+        let measured =
+            if parts[1] > 0.0 && parts[2] > 0.0 { format!("{:.2}", parts[2] / parts[1]) } else { "–".into() };
+        format!(
+            "FLOPs per step: forward {:.3} M, backward {:.3} M (1 : {:.2}); measured time forward : backward 1 : {measured}",
+            f / 1e6,
+            b / 1e6,
+            b / f.max(1.0)
+        )
+    };
+    let memory = state.memory;
+    let grad_norm = move || {
+        state.last_metrics.get().map_or("–".into(), |m| {
+            let clip = state
+                .experiment
+                .get()
+                .clip_grad_norm
+                .map_or(String::new(), |c| format!(" (clip at {c}{})", if m.clipped { ", clipped" } else { "" }));
+            format!("{:.4}{clip}", m.grad_norm)
+        })
+    };
+    let download = move |_| state.command(Command::SaveCheckpoint);
+    let verify = move |_| {
+        state.verify_result.set(None);
+        state.command(Command::VerifyRestore);
+    };
+    let restore = move |ev: web_sys::Event| {
+        let input: web_sys::HtmlInputElement = event_target(&ev);
+        let Some(file) = input.files().and_then(|f| f.get(0)) else { return };
+        let name = file.name();
+        if file.size() > 512.0 * 1024.0 * 1024.0 {
+            state.alert.set(Some(format!("`{name}` is larger than 512 MiB: not a Stepscope checkpoint.")));
+            return;
+        }
+        leptos::task::spawn_local(async move {
+            match JsFuture::from(file.array_buffer()).await {
+                Ok(buffer) => {
+                    let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
+                    state.running.set(false);
+                    state.command(Command::RestoreCheckpoint(std::sync::Arc::new(bytes)));
+                }
+                Err(_) => state.alert.set(Some(format!("Could not read `{name}`."))),
+            }
+        });
+    };
+    view! {
+        <section class="panel anatomy" aria-label="Anatomy of a training step">
+            <h2>"Anatomy of a step"</h2>
+            <div class="timeline">
+                <svg data-testid="phase-timeline" viewBox="0 0 360 90" width="360" height="90" role="img"
+                    aria-label="Time per phase of the recent steps">{bars}</svg>
+                <div>{legend}</div>
+            </div>
+            <p class="note">{timing_note}" Overlapping time is assigned by a fixed priority (forward, backward, optimizer, data, checkpoint, logging), so the parts add up to the step."</p>
+            <p class="note" data-testid="flops">{flops}</p>
+            <h3>"Memory (the engine's buffers)"</h3>
+            <table class="memory">
+                <tr><td>"Parameters"</td><td data-testid="memory-params-bytes">{move || memory.get().params}</td><td>{move || bytes(memory.get().params)}</td></tr>
+                <tr><td>"Gradients"</td><td data-testid="memory-grads-bytes">{move || memory.get().grads}</td><td>{move || bytes(memory.get().grads)}</td></tr>
+                <tr><td>"Optimizer state"</td><td data-testid="memory-optimizer-bytes">{move || memory.get().optimizer}</td><td>{move || bytes(memory.get().optimizer)}</td></tr>
+                <tr><td>"Stored activations"</td><td data-testid="memory-activations-bytes">{move || memory.get().activations}</td><td>{move || bytes(memory.get().activations)}</td></tr>
+                <tr><td>"Peak during backward"</td><td data-testid="memory-peak-bytes">{move || memory.get().peak_backward()}</td><td>{move || bytes(memory.get().peak_backward())}</td></tr>
+            </table>
+            <p>"Gradient norm: " <span data-testid="grad-norm">{grad_norm}</span></p>
+            <h3>"Checkpoints"</h3>
+            <div class="checkpoints">
+                <button data-testid="download-checkpoint" aria-label="Download a checkpoint" on:click=download>"Download .safetensors"</button>
+                <label class="field">
+                    <span>"Restore from a file"</span>
+                    <input type="file" accept=".safetensors" data-testid="restore-checkpoint" aria-label="Restore a checkpoint" on:change=restore/>
+                </label>
+                <button data-testid="verify-restore" aria-label="Verify that a checkpoint restores exactly" on:click=verify>"Verify restore"</button>
+            </div>
+            <p data-testid="verify-result" class=move || match state.verify_result.get() { Some((_, true)) => "verified", Some((_, false)) => "failed", None => "" }>
+                {move || state.verify_result.get().map(|(s, _)| s).unwrap_or_default()}
+            </p>
+        </section>
+    }
+}
