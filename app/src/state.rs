@@ -302,7 +302,7 @@ impl AppState {
                 self.notice.set(Some(format!("Restored the uploaded checkpoint: step {step}.")));
                 self.history.set(Vec::new());
                 url::write_url(&e);
-                self.experiment.set(e);
+                self.experiment.set(*e);
             }
             Outcome::Verified(summary, passed) => self.verify_result.set(Some((summary, passed))),
         }

@@ -44,7 +44,7 @@ pub enum Command {
 #[derive(Clone, Debug)]
 pub enum Outcome {
     Checkpoint(Vec<u8>, u64),
-    Restored(Experiment, u64),
+    Restored(Box<Experiment>, u64),
     Verified(String, bool),
 }
 
@@ -187,7 +187,7 @@ impl Runner {
                 let engine =
                     build(&self.gpu, state, data).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
                 self.engine = engine;
-                return Ok(Some(Outcome::Restored(e, step)));
+                return Ok(Some(Outcome::Restored(Box::new(e), step)));
             }
             Command::VerifyRestore => {
                 let state = self.state().await.map_err(|err| err.to_string())?;
