@@ -24,6 +24,15 @@ pub struct HistoryPoint {
     pub test: Option<f32>,
 }
 
+/// One optimizer step for the gradient-norm and learning-rate charts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepPoint {
+    pub step: u64,
+    pub grad_norm: f32,
+    pub lr: f64,
+    pub clipped: bool,
+}
+
 /// What the network diagram's links show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinkMode {
@@ -57,6 +66,10 @@ pub struct AppState {
     pub memory: RwSignal<MemoryBytes>,
     /// The last "verify restore" result: summary and pass.
     pub verify_result: RwSignal<Option<(String, bool)>>,
+    /// Per step: gradient norm, learning rate, clipped.
+    pub step_history: RwSignal<Vec<StepPoint>>,
+    /// Lesson: gradients are zeroed between steps (the correct loop).
+    pub zero_grad: RwSignal<bool>,
     pub commands: StoredValue<Commands>,
 }
 
@@ -90,6 +103,8 @@ impl AppState {
             timeline: RwSignal::new(Vec::new()),
             memory: RwSignal::new(MemoryBytes::default()),
             verify_result: RwSignal::new(None),
+            step_history: RwSignal::new(Vec::new()),
+            zero_grad: RwSignal::new(true),
             commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
         }
     }
@@ -128,6 +143,8 @@ impl AppState {
 
     fn clear_run(&self) {
         self.history.set(Vec::new());
+        self.step_history.set(Vec::new());
+        self.timeline.set(Vec::new());
         self.step.set(0);
         self.last_metrics.set(None);
     }
@@ -276,6 +293,20 @@ impl AppState {
     /// Spreads a frame's wall time over its steps and records each step's
     /// parts (model::timeline).
     fn record_timeline(&self, metrics: &[StepMetrics], frame_ms: f64, checkpoint_ms: f64, logging_ms: f64) {
+        self.step_history.update(|h| {
+            h.extend(metrics.iter().map(|m| StepPoint {
+                step: m.step,
+                grad_norm: m.grad_norm,
+                lr: m.lr,
+                clipped: m.clipped,
+            }));
+            if h.len() > HISTORY_LIMIT {
+                // Thin by half, keeping every clipped step visible.
+                let thinned: Vec<StepPoint> =
+                    h.iter().enumerate().filter(|(i, p)| i % 2 == 0 || p.clipped).map(|(_, p)| *p).collect();
+                *h = thinned;
+            }
+        });
         let k = metrics.len() as f64;
         self.timeline.update(|t| {
             for m in metrics {

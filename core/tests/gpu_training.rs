@@ -272,3 +272,20 @@ fn memory_figures_match_the_model_on_both_engines() {
         assert_eq!(m.peak_backward(), m.params + m.grads + m.optimizer + m.activations + m.backward_scratch);
     }
 }
+
+/// The "forgot to zero the gradients" lesson: gradients pile up, so the
+/// gradient norm grows well past the correct loop's, and both engines
+/// agree on it.
+#[test]
+fn forgetting_to_zero_gradients_piles_them_up_on_both_engines() {
+    let e = common::experiment(json!({"optimizer": {"kind": "sgd", "lr": 0.01}}));
+    let (mut right, mut wrong_cpu, mut wrong_gpu) = (common::engine(&e), common::engine(&e), gpu_engine(&e));
+    wrong_cpu.zero_grad = false;
+    wrong_gpu.zero_grad = false;
+    let correct: Vec<StepMetrics> = (0..20).map(|_| right.step().unwrap()).collect();
+    let piled: Vec<StepMetrics> = (0..20).map(|_| wrong_cpu.step().unwrap()).collect();
+    let piled_gpu = wrong_gpu.run(20, 1).unwrap();
+    assert_close_runs("no zero_grad", &piled, &piled_gpu);
+    assert_eq!(piled[0].grad_norm, correct[0].grad_norm, "the first step is the same");
+    assert!(piled[19].grad_norm > 5.0 * correct[19].grad_norm, "{} vs {}", piled[19].grad_norm, correct[19].grad_norm);
+}

@@ -281,6 +281,25 @@ test('checkpoints download, restore, verify, and bad uploads change nothing', as
   await page.close();
 });
 
+test('lesson: forgetting to zero the gradients makes the gradient norm grow', async () => {
+  const { page } = await open(base);
+  const gradNormAfter = async (steps) => {
+    for (let i = 1; i <= steps; i++) {
+      await page.getByTestId('step-once').click();
+      await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), i);
+    }
+    return Number.parseFloat(await text(page, 'grad-norm'));
+  };
+  const correct = await gradNormAfter(15);
+  assert.ok(await page.locator('[data-testid=grad-norm-chart] path.norm').getAttribute('d'), 'the gradient norm is charted');
+  await page.getByTestId('lesson-no-zero-grad').check();
+  await page.getByTestId('reset').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
+  const piled = await gradNormAfter(15);
+  assert.ok(piled > 3 * correct, `without zeroing the gradient norm should grow: ${correct} (correct loop) vs ${piled}`);
+  await page.close();
+});
+
 test('without WebGPU the CPU engine runs and says why', async () => {
   const { page } = await open(`${base}?backend=cpu`);
   assert.match(await text(page, 'backend-name'), /CPU/);

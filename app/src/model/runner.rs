@@ -38,6 +38,9 @@ pub enum Command {
     RestoreCheckpoint(Arc<Vec<u8>>),
     /// Restore the current run into a fresh engine and compare.
     VerifyRestore,
+    /// The "forgot to zero the gradients" lesson: false keeps gradients
+    /// piling up across steps, as a loop without `optimizer.zero_grad()`.
+    ZeroGrad(bool),
 }
 
 /// What a command produced for the page.
@@ -96,6 +99,8 @@ pub struct Runner {
     previous_params: Vec<f32>,
     last_snapshot_at: Option<Instant>,
     snapshot_cost_ms: f64,
+    /// Lesson switches, kept across engine rebuilds.
+    zero_grad: bool,
 }
 
 /// Time for training per animation frame, leaving room for drawing.
@@ -134,6 +139,7 @@ impl Runner {
             previous_params,
             last_snapshot_at: None,
             snapshot_cost_ms: 0.0,
+            zero_grad: true,
         })
     }
 
@@ -195,10 +201,16 @@ impl Runner {
                 return Ok(Some(Outcome::Verified(report.summary(), report.passed())));
             }
             Command::Reset(e) => {
+                let zero_grad = self.zero_grad;
                 *self = Runner::new(&e, self.gpu.clone(), self.csv.clone())?;
+                self.zero_grad = zero_grad;
+                self.apply_lessons();
             }
             Command::UseCsv(text, e) => {
+                let zero_grad = self.zero_grad;
                 *self = Runner::new(&e, self.gpu.clone(), Some(text))?;
+                self.zero_grad = zero_grad;
+                self.apply_lessons();
             }
             Command::Apply(e) => {
                 let mut state = self.state().await.map_err(|err| err.to_string())?;
@@ -210,9 +222,20 @@ impl Runner {
                 let data = self.data().clone();
                 self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;
             }
+            Command::ZeroGrad(on) => {
+                self.zero_grad = on;
+                self.apply_lessons();
+            }
             Command::StepOnce => {}
         }
         Ok(None)
+    }
+
+    fn apply_lessons(&mut self) {
+        match &mut self.engine {
+            PageEngine::Cpu(e) => e.zero_grad = self.zero_grad,
+            PageEngine::Gpu(e) => e.zero_grad = self.zero_grad,
+        }
     }
 
     /// Bytes of the engine's training buffers.

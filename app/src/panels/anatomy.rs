@@ -8,6 +8,7 @@ use leptos::prelude::*;
 use stepscope_core::engine::Timing;
 use wasm_bindgen_futures::JsFuture;
 
+use super::steps::StepCharts;
 use crate::model::runner::Command;
 use crate::model::timeline::{means, step_flops, PHASES};
 use crate::state::AppState;
@@ -149,6 +150,7 @@ pub fn AnatomyPanel() -> impl IntoView {
                 <tr><td>"Peak during backward"</td><td data-testid="memory-peak-bytes">{move || memory.get().peak_backward()}</td><td>{move || bytes(memory.get().peak_backward())}</td></tr>
             </table>
             <p>"Gradient norm: " <span data-testid="grad-norm">{grad_norm}</span></p>
+            <StepCharts/>
             <h3>"Checkpoints"</h3>
             <div class="checkpoints">
                 <button data-testid="download-checkpoint" aria-label="Download a checkpoint" on:click=download>"Download .safetensors"</button>

@@ -8,3 +8,4 @@ pub mod header;
 mod hyper;
 pub mod network;
 pub mod output;
+mod steps;
