@@ -15,6 +15,7 @@ pub mod params;
 mod passes;
 mod plan;
 mod readback;
+mod readout;
 
 pub use buffers::MAX_STEPS_PER_SUBMIT;
 pub use engine::GpuEngine;
