@@ -3,6 +3,7 @@
 
 use web_time::Instant;
 
+use super::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use super::{
     evaluate, forward_pass, Activations, Evaluation, MemoryBytes, Phase, PhaseTimes, StepMetrics, Timing, TrainState,
 };
@@ -32,6 +33,22 @@ pub struct CpuEngine {
     /// When false, gradients are not zeroed between steps (a common bug,
     /// shown on purpose by the page's lessons).
     pub zero_grad: bool,
+    /// A step begun phase by phase and not yet finished.
+    partial: Option<Partial>,
+}
+
+/// Where a step taken phase by phase stands.
+struct Partial {
+    next: StepPhase,
+    loss_sum: f32,
+    last_loss: f32,
+    phases: PhaseTimes,
+}
+
+impl Default for Partial {
+    fn default() -> Partial {
+        Partial { next: StepPhase::Forward { micro: 0 }, loss_sum: 0.0, last_loss: 0.0, phases: PhaseTimes::default() }
+    }
 }
 
 impl CpuEngine {
@@ -80,6 +97,7 @@ impl CpuEngine {
             layout,
             experiment,
             zero_grad: true,
+            partial: None,
         })
     }
 
@@ -133,65 +151,120 @@ impl CpuEngine {
     /// One optimizer step: `grad_accumulation` micro-batches of forward and
     /// backward, regularization, clipping, then the update. On a NaN or Inf
     /// the step stops before the update and names the layer and phase;
-    /// parameters and optimizer state are left as they were.
+    /// parameters and optimizer state are left as they were. A step begun
+    /// phase by phase (`step_phase`) is finished from where it stands.
     pub fn step(&mut self) -> Result<StepMetrics> {
+        let mut partial = self.partial.take().unwrap_or_default();
+        loop {
+            if let Some(metrics) = self.advance(&mut partial)? {
+                return Ok(metrics);
+            }
+        }
+    }
+
+    /// Whether a step is part-way through (step-by-phase mode).
+    pub fn mid_step(&self) -> bool {
+        self.partial.is_some()
+    }
+
+    /// The phase `step_phase` runs next.
+    pub fn next_phase(&self) -> StepPhase {
+        self.partial.as_ref().map_or(StepPhase::Forward { micro: 0 }, |p| p.next)
+    }
+
+    /// Runs one phase of the current step and summarises its tensors. On
+    /// an error the step is abandoned, as `step` would.
+    pub fn step_phase(&mut self) -> Result<PhaseReport> {
+        let mut partial = self.partial.take().unwrap_or_default();
+        let phase = partial.next;
+        let step = self.optimizer.step;
+        let before = (phase == StepPhase::Optimizer).then(|| self.params.clone());
+        let metrics = self.advance(&mut partial)?;
+        let k = self.experiment.grad_accumulation;
+        let layers = match phase {
+            StepPhase::Forward { .. } => {
+                summarise(&self.layout, &PhaseTensors::Forward { z: &self.acts.z, a: &self.acts.a })
+            }
+            StepPhase::Backward { .. } => summarise(&self.layout, &PhaseTensors::Backward { grads: &self.grads }),
+            StepPhase::Optimizer => {
+                let before = before.unwrap_or_default();
+                let updates: Vec<f32> = self.params.iter().zip(&before).map(|(p, q)| p - q).collect();
+                let moments = self.optimizer.buffers().into_iter().map(|(n, b)| (n, b.as_slice())).collect();
+                summarise(&self.layout, &PhaseTensors::Optimizer { params: &self.params, updates: &updates, moments })
+            }
+        };
+        let loss = matches!(phase, StepPhase::Forward { .. }).then_some(partial.last_loss);
+        if metrics.is_none() {
+            self.partial = Some(partial);
+        }
+        Ok(PhaseReport { phase, step, micro_batches: k, loss, metrics, layers })
+    }
+
+    /// Runs the phase `partial.next` and moves it on; the optimizer phase
+    /// ends the step and returns its metrics.
+    fn advance(&mut self, partial: &mut Partial) -> Result<Option<StepMetrics>> {
         let e = self.experiment.clone();
         let e = &e;
         let (batch, k) = (e.batch_size, e.grad_accumulation);
-        let mut phases = PhaseTimes::default();
-        if self.zero_grad {
-            self.grads.fill(0.0);
-        }
-        let mut loss_sum = 0.0f32;
-        for _ in 0..k {
-            let t0 = Instant::now();
-            self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
-            let t1 = Instant::now();
-            if let Some(layer) = forward_pass(&mut self.acts, &self.params, &self.inputs, &self.layout, e) {
-                return Err(non_finite(Phase::Forward, layer));
+        let phases = &mut partial.phases;
+        match partial.next {
+            StepPhase::Forward { micro } => {
+                if micro == 0 && self.zero_grad {
+                    self.grads.fill(0.0);
+                }
+                let t0 = Instant::now();
+                self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
+                let t1 = Instant::now();
+                if let Some(layer) = forward_pass(&mut self.acts, &self.params, &self.inputs, &self.layout, e) {
+                    return Err(non_finite(Phase::Forward, layer));
+                }
+                let loss = loss_forward(self.acts.output(), &self.targets, e.loss, batch, e.outputs());
+                if !loss.is_finite() {
+                    return Err(non_finite(Phase::Loss, self.layout.layers.len() - 1));
+                }
+                partial.loss_sum += loss;
+                partial.last_loss = loss;
+                phases.data_ms += ms(t0, t1);
+                phases.forward_ms += ms(t1, Instant::now());
             }
-            let outputs = e.outputs();
-            let loss = loss_forward(self.acts.output(), &self.targets, e.loss, batch, outputs);
-            if !loss.is_finite() {
-                return Err(non_finite(Phase::Loss, self.layout.layers.len() - 1));
+            StepPhase::Backward { micro } => {
+                let t0 = Instant::now();
+                self.backward(1.0 / k as f32)?;
+                if micro + 1 == k {
+                    if let Some(reg) = &e.regularization {
+                        regularization_backward(&mut self.grads, &self.params, &self.tensors, reg);
+                    }
+                }
+                phases.backward_ms += ms(t0, Instant::now());
             }
-            loss_sum += loss;
-            let t2 = Instant::now();
-            self.backward(1.0 / k as f32)?;
-            let t3 = Instant::now();
-            phases.data_ms += ms(t0, t1);
-            phases.forward_ms += ms(t1, t2);
-            phases.backward_ms += ms(t2, t3);
+            StepPhase::Optimizer => {
+                let t0 = Instant::now();
+                let grad_norm = global_grad_norm(&self.grads, &self.tensors);
+                let clipped = match e.clip_grad_norm {
+                    Some(max_norm) => clip_grad_norm(&mut self.grads, grad_norm, max_norm),
+                    None => false,
+                };
+                let step = self.optimizer.step;
+                let lr = learning_rate(&e.schedule, e.optimizer.lr(), step);
+                optimizer_step(&mut self.params, &mut self.optimizer, &self.grads, &e.optimizer, lr, &self.tensors);
+                phases.optimizer_ms = ms(t0, Instant::now());
+                if let Some(layer) = self.first_non_finite_layer(&self.params) {
+                    return Err(non_finite(Phase::Optimizer, layer));
+                }
+                return Ok(Some(StepMetrics {
+                    step,
+                    loss: partial.loss_sum / k as f32,
+                    grad_norm,
+                    lr,
+                    clipped,
+                    phases: partial.phases,
+                    timing: Timing::Cpu,
+                    gpu_ms: None,
+                }));
+            }
         }
-        let t3 = Instant::now();
-        if let Some(reg) = &e.regularization {
-            regularization_backward(&mut self.grads, &self.params, &self.tensors, reg);
-        }
-        phases.backward_ms += ms(t3, Instant::now());
-
-        let t4 = Instant::now();
-        let grad_norm = global_grad_norm(&self.grads, &self.tensors);
-        let clipped = match e.clip_grad_norm {
-            Some(max_norm) => clip_grad_norm(&mut self.grads, grad_norm, max_norm),
-            None => false,
-        };
-        let step = self.optimizer.step;
-        let lr = learning_rate(&e.schedule, e.optimizer.lr(), step);
-        optimizer_step(&mut self.params, &mut self.optimizer, &self.grads, &e.optimizer, lr, &self.tensors);
-        phases.optimizer_ms = ms(t4, Instant::now());
-        if let Some(layer) = self.first_non_finite_layer(&self.params) {
-            return Err(non_finite(Phase::Optimizer, layer));
-        }
-        Ok(StepMetrics {
-            step,
-            loss: loss_sum / k as f32,
-            grad_norm,
-            lr,
-            clipped,
-            phases,
-            timing: Timing::Cpu,
-            gpu_ms: None,
-        })
+        partial.next = partial.next.next(k);
+        Ok(None)
     }
 
     /// Backward through the loss and every layer for the current batch;

@@ -5,10 +5,12 @@
 mod backend;
 mod cpu;
 mod forward;
+pub mod phases;
 
 pub use backend::{Backend, Engine};
 pub use cpu::CpuEngine;
 pub use forward::{evaluate, forward_pass, Activations};
+pub use phases::{PhaseReport, StepPhase};
 
 use serde::{Deserialize, Serialize};
 

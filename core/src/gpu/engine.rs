@@ -62,6 +62,8 @@ pub struct GpuEngine {
     /// the timeline can show it. False: a step is one pass (fewer pass
     /// boundaries), timed as a whole: for throughput.
     pub phase_timing: bool,
+    /// A step begun phase by phase (`step_phase`) and not yet finished.
+    pub(super) partial: Option<super::phases::GpuPartial>,
 }
 
 /// Timestamp queries available per submit (wgpu's query set limit).
@@ -131,6 +133,7 @@ impl GpuEngine {
             spare_staging: Vec::new(),
             zero_grad: true,
             phase_timing: true,
+            partial: None,
         })
     }
 
@@ -165,6 +168,9 @@ impl GpuEngine {
     /// or `collect` (native) gives the metrics.
     pub fn submit(&mut self, steps: usize) -> Result<()> {
         self.ctx.check()?;
+        if self.partial.is_some() {
+            return Err(Error::Gpu("a step taken phase by phase is unfinished: finish_step first".into()));
+        }
         let steps = steps.clamp(1, self.max_steps_per_submit);
         if self.in_flight.len() >= RING {
             return Err(Error::Gpu(format!("{RING} submits are already in flight; collect their results first")));
@@ -414,6 +420,11 @@ impl GpuEngine {
             left -= n;
         }
         Ok(out)
+    }
+
+    /// After a step outside `submit`: nothing is in flight past `step`.
+    pub(super) fn sync_submitted_step(&mut self) {
+        self.submitted_step = self.step;
     }
 
     /// Whether submitted steps still await their readback.

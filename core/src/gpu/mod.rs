@@ -13,6 +13,7 @@ pub mod harness;
 mod kernels;
 pub mod params;
 mod passes;
+mod phases;
 mod plan;
 mod readback;
 mod readout;

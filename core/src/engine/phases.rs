@@ -1,0 +1,188 @@
+//! Step-by-phase mode: one optimizer step taken one phase at a time
+//! (forward → backward for each micro-batch, then the optimizer), with
+//! the tensors each phase produced summarised per layer. Both engines
+//! produce the raw tensors; the summaries are built here, once.
+
+use serde::{Deserialize, Serialize};
+
+use super::StepMetrics;
+use crate::model::Layout;
+use crate::stats::{tensor_stats, TensorStats};
+
+/// A phase of one optimizer step, as the page advances it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepPhase {
+    /// Forward pass of micro-batch `micro` (data loading included).
+    Forward { micro: usize },
+    /// Backward pass of micro-batch `micro` (regularization after the last).
+    Backward { micro: usize },
+    /// Clipping, learning rate and the update.
+    Optimizer,
+}
+
+impl StepPhase {
+    /// The phase after this one, for a step of `micro_batches` micro-batches.
+    pub fn next(self, micro_batches: usize) -> StepPhase {
+        match self {
+            StepPhase::Forward { micro } => StepPhase::Backward { micro },
+            StepPhase::Backward { micro } if micro + 1 < micro_batches => StepPhase::Forward { micro: micro + 1 },
+            StepPhase::Backward { .. } => StepPhase::Optimizer,
+            StepPhase::Optimizer => StepPhase::Forward { micro: 0 },
+        }
+    }
+
+    /// "forward", "backward" or "optimizer".
+    pub fn name(self) -> &'static str {
+        match self {
+            StepPhase::Forward { .. } => "forward",
+            StepPhase::Backward { .. } => "backward",
+            StepPhase::Optimizer => "optimizer",
+        }
+    }
+}
+
+impl std::fmt::Display for StepPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepPhase::Forward { micro } | StepPhase::Backward { micro } => {
+                write!(f, "{} (micro-batch {})", self.name(), micro + 1)
+            }
+            StepPhase::Optimizer => f.write_str("optimizer"),
+        }
+    }
+}
+
+/// Statistics and L2 norm of one tensor of a layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedStats {
+    /// What the tensor is: "activation", "pre-activation", "weight grad", …
+    pub name: &'static str,
+    pub stats: TensorStats,
+    /// L2 norm of the finite values (f64 sum).
+    pub norm: f64,
+}
+
+/// One layer's tensors after a phase.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerPhase {
+    pub layer: usize,
+    pub tensors: Vec<NamedStats>,
+    /// After the optimizer: ‖Δθ‖ / ‖θ‖ over the layer's weights and bias
+    /// (θ after the update). A healthy run is often near 1e-3.
+    pub update_ratio: Option<f64>,
+}
+
+/// What one phase did, summarised for the page.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PhaseReport {
+    pub phase: StepPhase,
+    /// The optimizer step this phase belongs to (0-based).
+    pub step: u64,
+    pub micro_batches: usize,
+    /// Forward: this micro-batch's loss.
+    pub loss: Option<f32>,
+    /// Optimizer: the finished step's metrics (loss, gradient norm, lr).
+    pub metrics: Option<StepMetrics>,
+    pub layers: Vec<LayerPhase>,
+}
+
+impl PhaseReport {
+    /// The phase that comes next.
+    pub fn next(&self) -> StepPhase {
+        self.phase.next(self.micro_batches)
+    }
+}
+
+/// The raw tensors a phase produced, as an engine holds them.
+pub enum PhaseTensors<'a> {
+    /// z and a of every layer, each (B, O_l).
+    Forward { z: &'a [Vec<f32>], a: &'a [Vec<f32>] },
+    /// The accumulated gradients (P).
+    Backward { grads: &'a [f32] },
+    /// Parameters after the update, the update, and the optimizer's
+    /// moments by name (each (P)).
+    Optimizer { params: &'a [f32], updates: &'a [f32], moments: Vec<(&'static str, &'a [f32])> },
+}
+
+fn named(name: &'static str, values: &[f32]) -> NamedStats {
+    let norm = values.iter().filter(|v| v.is_finite()).map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt();
+    NamedStats { name, stats: tensor_stats(values), norm }
+}
+
+/// Per-layer summaries of `tensors`.
+pub fn summarise(layout: &Layout, tensors: &PhaseTensors) -> Vec<LayerPhase> {
+    layout
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(l, shape)| {
+            let weights = shape.weight_offset..shape.bias_offset;
+            let bias = shape.bias_offset..shape.bias_offset + shape.units;
+            let all = shape.weight_offset..shape.bias_offset + shape.units;
+            let mut update_ratio = None;
+            let list = match tensors {
+                PhaseTensors::Forward { z, a } => vec![named("pre-activation", &z[l]), named("activation", &a[l])],
+                PhaseTensors::Backward { grads } => vec![
+                    named("weight grad", &grads[weights]),
+                    named("bias grad", &grads[bias]),
+                    named("layer grad", &grads[all]),
+                ],
+                PhaseTensors::Optimizer { params, updates, moments } => {
+                    let update = named("update", &updates[all.clone()]);
+                    let weight = named("parameters", &params[all.clone()]);
+                    if weight.norm > 0.0 {
+                        update_ratio = Some(update.norm / weight.norm);
+                    }
+                    let mut list = vec![update, weight];
+                    list.extend(moments.iter().map(|(name, m)| named(name, &m[all.clone()])));
+                    list
+                }
+            };
+            LayerPhase { layer: l, tensors: list, update_ratio }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_cycle_through_micro_batches() {
+        let mut p = StepPhase::Forward { micro: 0 };
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            seen.push(p.to_string());
+            p = p.next(2);
+        }
+        assert_eq!(
+            seen,
+            [
+                "forward (micro-batch 1)",
+                "backward (micro-batch 1)",
+                "forward (micro-batch 2)",
+                "backward (micro-batch 2)",
+                "optimizer",
+                "forward (micro-batch 1)"
+            ]
+        );
+        assert_eq!(StepPhase::Backward { micro: 0 }.next(1), StepPhase::Optimizer);
+    }
+
+    #[test]
+    fn update_ratio_is_the_norm_ratio() {
+        let layout = Layout {
+            layers: vec![crate::model::LayerShape { inputs: 1, units: 1, weight_offset: 0, bias_offset: 1 }],
+            parameter_count: 2,
+        };
+        // weight 3, bias 4: ‖θ‖ = 5; update (0.03, 0.04): ‖Δθ‖ = 0.05.
+        let params = [3.0, 4.0];
+        let updates = [0.03, 0.04];
+        let layers =
+            summarise(&layout, &PhaseTensors::Optimizer { params: &params, updates: &updates, moments: vec![] });
+        let ratio = layers[0].update_ratio.unwrap();
+        assert!((ratio - 0.01).abs() < 1e-9, "{ratio}");
+        assert_eq!(layers[0].tensors[0].name, "update");
+    }
+}
