@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use stepscope_core::engine::MemoryBytes;
+use stepscope_core::engine::{MemoryBytes, PhaseReport};
 use stepscope_core::gpu::GpuContext;
+use stepscope_core::stats::TensorStats;
 use stepscope_core::{Error, Experiment, StepMetrics};
 use web_time::Instant;
 
@@ -31,6 +32,14 @@ pub struct StepPoint {
     pub grad_norm: f32,
     pub lr: f64,
     pub clipped: bool,
+}
+
+/// Per-layer statistics of [activations, gradients, weights, updates] at
+/// one step, for the distributions over time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerSample {
+    pub step: u64,
+    pub layers: Vec<[TensorStats; 4]>,
 }
 
 /// What the network diagram's links show.
@@ -70,6 +79,10 @@ pub struct AppState {
     pub step_history: RwSignal<Vec<StepPoint>>,
     /// Lesson: gradients are zeroed between steps (the correct loop).
     pub zero_grad: RwSignal<bool>,
+    /// Step-by-phase mode: what the last phase produced.
+    pub phase_report: RwSignal<Option<Arc<PhaseReport>>>,
+    /// Per-layer statistics over time (thinned like the curves).
+    pub layer_history: RwSignal<Vec<LayerSample>>,
     pub commands: StoredValue<Commands>,
 }
 
@@ -78,6 +91,13 @@ const TIMELINE_LIMIT: usize = 240;
 
 /// Most points kept for the curves; older ones are thinned by half.
 const HISTORY_LIMIT: usize = 600;
+
+/// Most per-layer samples kept (columns of the distributions over time).
+const LAYER_HISTORY_LIMIT: usize = 120;
+
+/// Least time between per-layer samples: each costs a GPU pass and a
+/// readback, counted under logging in the timeline.
+const LAYER_SAMPLE_MS: f64 = 250.0;
 
 impl AppState {
     pub fn new() -> AppState {
@@ -105,6 +125,8 @@ impl AppState {
             verify_result: RwSignal::new(None),
             step_history: RwSignal::new(Vec::new()),
             zero_grad: RwSignal::new(true),
+            phase_report: RwSignal::new(None),
+            layer_history: RwSignal::new(Vec::new()),
             commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
         }
     }
@@ -145,6 +167,8 @@ impl AppState {
         self.history.set(Vec::new());
         self.step_history.set(Vec::new());
         self.timeline.set(Vec::new());
+        self.layer_history.set(Vec::new());
+        self.phase_report.set(None);
         self.step.set(0);
         self.last_metrics.set(None);
     }
@@ -193,6 +217,7 @@ impl AppState {
         };
         let mut dirty = true;
         let mut was_running = false;
+        let mut last_layer_sample: Option<Instant> = None;
         loop {
             next_frame().await;
             let frame_start = Instant::now();
@@ -273,6 +298,18 @@ impl AppState {
                     }
                     Err(err) => self.alert.set(Some(err.to_string())),
                 }
+                let step = runner.step_count();
+                let due = last_layer_sample.is_none_or(|t: Instant| ms(t) >= LAYER_SAMPLE_MS);
+                if due && self.layer_history.with_untracked(|h| h.last().is_none_or(|s| s.step != step)) {
+                    let t = Instant::now();
+                    last_layer_sample = Some(t);
+                    let stats = runner.layer_stats().await;
+                    awaited_ms += ms(t);
+                    match stats {
+                        Ok(layers) => self.record_layers(LayerSample { step, layers }),
+                        Err(err) => self.alert.set(Some(err.to_string())),
+                    }
+                }
                 logging_ms = ms(t);
             }
             if !frame_metrics.is_empty() {
@@ -336,7 +373,26 @@ impl AppState {
                 self.experiment.set(*e);
             }
             Outcome::Verified(summary, passed) => self.verify_result.set(Some((summary, passed))),
+            Outcome::Phase(report) => {
+                if let Some(m) = &report.metrics {
+                    self.step_history.update(|h| {
+                        h.push(StepPoint { step: m.step, grad_norm: m.grad_norm, lr: m.lr, clipped: m.clipped })
+                    });
+                    self.last_metrics.set(Some(m.clone()));
+                }
+                self.phase_report.set(Some(Arc::from(report)));
+            }
         }
+    }
+
+    fn record_layers(&self, sample: LayerSample) {
+        self.layer_history.update(|h| {
+            h.push(sample);
+            if h.len() > LAYER_HISTORY_LIMIT {
+                let thinned: Vec<LayerSample> = h.iter().step_by(2).cloned().collect();
+                *h = thinned;
+            }
+        });
     }
 
     fn record_history(&self, snap: &Snapshot) {

@@ -17,6 +17,7 @@ pub mod data;
 pub mod engine;
 pub mod error;
 pub mod experiment;
+pub mod export;
 pub mod gpu;
 pub mod model;
 pub mod optim;

@@ -309,3 +309,47 @@ test('without WebGPU the CPU engine runs and says why', async () => {
   await page.getByTestId('train-toggle').click();
   await page.close();
 });
+
+test('step by phase shows what each phase produced, and layers fill in over time', async () => {
+  for (const url of [base, `${base}?backend=cpu`]) {
+    const { page } = await open(url);
+    const phases = [
+      ['forward (micro-batch 1) of step 1', 'activation', '0'],
+      ['backward (micro-batch 1) of step 1', 'weight grad', '0'],
+      ['optimizer of step 1', 'exp_avg_sq', '1'],
+      ['forward (micro-batch 1) of step 2', 'pre-activation', '1'],
+    ];
+    for (const [label, column, steps] of phases) {
+      await page.getByTestId('step-phase').click();
+      await page.waitForFunction((l) => document.querySelector('[data-testid=current-phase]').textContent === l, label)
+        .catch(async (e) => { throw new Error(`${url}: expected "${label}", shows "${await text(page, 'current-phase')}" (${e.message})`); });
+      const headers = await page.locator('[data-testid=phase-tensors] tr').first().locator('th').allTextContents();
+      assert.ok(headers.includes(column), `${label}: columns ${headers}`);
+      // The default 2-8-8-1 network: a row per layer.
+      assert.equal(await page.locator('[data-testid=phase-tensors] tr').count(), 1 + 3);
+      assert.equal(await text(page, 'step-count'), steps, `${label}: steps taken`);
+    }
+    // After the optimizer phase: the update-to-weight ratio of every layer.
+    await page.getByTestId('step-phase').click();
+    await page.getByTestId('step-phase').click();
+    await page.waitForFunction(() => document.querySelector('[data-testid=current-phase]').textContent === 'optimizer of step 2');
+    for (const l of [0, 1, 2]) {
+      const ratio = await number(page, `update-ratio-${l}`);
+      assert.ok(ratio > 0 && ratio < 1, `layer ${l}: ‖Δθ‖/‖θ‖ = ${ratio}`);
+    }
+    assert.match(await text(page, 'phase-summary'), /^step loss \d/);
+
+    // Training on: the per-layer distributions gain columns, and every
+    // layer's gradient norm is shown.
+    await page.getByTestId('train-toggle').click();
+    await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 60, null, { timeout: 60_000 });
+    await page.waitForFunction(() => document.querySelector('[data-testid=distribution-2-updates]').width >= 5, null, { timeout: 30_000 });
+    await page.getByTestId('train-toggle').click();
+    for (const l of [0, 1, 2]) {
+      const norm = await number(page, `layer-grad-norm-${l}`);
+      assert.ok(norm > 0 && Number.isFinite(norm), `layer ${l} gradient norm ${norm}`);
+    }
+    assert.ok(await page.locator('[data-testid=layer-grad-norm-chart] path').count() === 3);
+    await page.close();
+  }
+});

@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex};
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint, verify_restore};
 use stepscope_core::data::Dataset;
 use stepscope_core::engine::evaluate;
-use stepscope_core::engine::MemoryBytes;
+use stepscope_core::engine::{MemoryBytes, PhaseReport};
 use stepscope_core::gpu::{GpuContext, GpuEngine};
 use stepscope_core::model::{init_parameters, Layout};
 use stepscope_core::optim::OptimizerState;
+use stepscope_core::stats::{tensor_stats, TensorStats};
 use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics, TrainState};
 use wasm_bindgen_futures::JsFuture;
 use web_time::Instant;
@@ -41,6 +42,8 @@ pub enum Command {
     /// The "forgot to zero the gradients" lesson: false keeps gradients
     /// piling up across steps, as a loop without `optimizer.zero_grad()`.
     ZeroGrad(bool),
+    /// Step-by-phase mode: run the next phase of the current step.
+    StepPhase,
 }
 
 /// What a command produced for the page.
@@ -49,6 +52,7 @@ pub enum Outcome {
     Checkpoint(Vec<u8>, u64),
     Restored(Box<Experiment>, u64),
     Verified(String, bool),
+    Phase(Box<PhaseReport>),
 }
 
 pub type Commands = Arc<Mutex<VecDeque<Command>>>;
@@ -95,8 +99,6 @@ pub struct Runner {
     /// after a device loss.
     last_good: Option<TrainState>,
     last_good_at: Instant,
-    /// CPU engine: parameters before the last frame, for "last update".
-    previous_params: Vec<f32>,
     last_snapshot_at: Option<Instant>,
     snapshot_cost_ms: f64,
     /// Lesson switches, kept across engine rebuilds.
@@ -127,7 +129,6 @@ impl Runner {
     pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<Arc<String>>) -> Result<Runner, String> {
         let data = Dataset::load(e, csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
         let state = fresh_state(e);
-        let previous_params = state.params.clone();
         let engine = build(&gpu, state, data).map_err(|err| err.to_string())?;
         Ok(Runner {
             engine,
@@ -136,7 +137,6 @@ impl Runner {
             steps_per_submit: 1,
             last_good: None,
             last_good_at: Instant::now(),
-            previous_params,
             last_snapshot_at: None,
             snapshot_cost_ms: 0.0,
             zero_grad: true,
@@ -175,8 +175,26 @@ impl Runner {
         }
     }
 
+    /// Finishes a step begun phase by phase, so that state reads and whole
+    /// steps start at a step boundary.
+    pub async fn finish_partial_step(&mut self) -> Result<Option<StepMetrics>, Error> {
+        match &mut self.engine {
+            PageEngine::Cpu(e) if e.mid_step() => e.step().map(Some),
+            PageEngine::Cpu(_) => Ok(None),
+            PageEngine::Gpu(e) => e.finish_step().await,
+        }
+    }
+
     /// Applies a command. On error the current run is left as it was.
     pub async fn handle(&mut self, command: Command) -> Result<Option<Outcome>, String> {
+        if let Command::StepPhase = command {
+            let report = match &mut self.engine {
+                PageEngine::Cpu(e) => e.step_phase(),
+                PageEngine::Gpu(e) => e.step_phase().await,
+            };
+            return report.map(|r| Some(Outcome::Phase(Box::new(r)))).map_err(|err| err.to_string());
+        }
+        self.finish_partial_step().await.map_err(|err| err.to_string())?;
         match command {
             Command::SaveCheckpoint => {
                 let state = self.state().await.map_err(|err| err.to_string())?;
@@ -226,7 +244,7 @@ impl Runner {
                 self.zero_grad = on;
                 self.apply_lessons();
             }
-            Command::StepOnce => {}
+            Command::StepOnce | Command::StepPhase => {}
         }
         Ok(None)
     }
@@ -256,9 +274,13 @@ impl Runner {
 
     async fn train_frame_inner(&mut self, single: bool, awaited_ms: &mut f64) -> Result<Vec<StepMetrics>, Error> {
         let started = Instant::now();
+        if let Some(metrics) = self.finish_partial_step().await? {
+            if single {
+                return Ok(vec![metrics]);
+            }
+        }
         match &mut self.engine {
             PageEngine::Cpu(engine) => {
-                self.previous_params = engine.params().to_vec();
                 let mut out = Vec::new();
                 loop {
                     out.push(engine.step()?);
@@ -337,14 +359,35 @@ impl Runner {
         (result, awaited_ms)
     }
 
+    /// Per layer: statistics of [activations, gradients, weights,
+    /// updates] of the last step, from the engine (the GPU's
+    /// `tensor_stats` kernel, or its CPU twin on the CPU engine).
+    pub async fn layer_stats(&mut self) -> Result<Vec<[TensorStats; 4]>, Error> {
+        match &mut self.engine {
+            PageEngine::Gpu(e) => e.read_layer_stats().await,
+            PageEngine::Cpu(e) => Ok(e
+                .layout()
+                .layers
+                .iter()
+                .enumerate()
+                .map(|(l, shape)| {
+                    let range = shape.weight_offset..shape.bias_offset + shape.units;
+                    [
+                        tensor_stats(&e.activations().a[l]),
+                        tensor_stats(&e.grads()[range.clone()]),
+                        tensor_stats(&e.params()[range.clone()]),
+                        tensor_stats(&e.updates()[range]),
+                    ]
+                })
+                .collect()),
+        }
+    }
+
     fn views(&mut self, gpu_tensors: Option<[Vec<f32>; 3]>) -> Arc<Snapshot> {
         let started = Instant::now();
         let tensors = match (&self.engine, gpu_tensors) {
             (_, Some(t)) => t,
-            (PageEngine::Cpu(e), None) => {
-                let updates = e.params().iter().zip(&self.previous_params).map(|(p, q)| p - q).collect();
-                [e.params().to_vec(), e.grads().to_vec(), updates]
-            }
+            (PageEngine::Cpu(e), None) => [e.params().to_vec(), e.grads().to_vec(), e.updates().to_vec()],
             (PageEngine::Gpu(_), None) => unreachable!("GPU views always come with read-back tensors"),
         };
         let e = self.experiment().clone();

@@ -8,6 +8,8 @@ use leptos::prelude::*;
 use stepscope_core::engine::Timing;
 use wasm_bindgen_futures::JsFuture;
 
+use super::inside::InsideStep;
+use super::layers::LayerPanel;
 use super::steps::StepCharts;
 use crate::model::runner::Command;
 use crate::model::timeline::{means, step_flops, PHASES};
@@ -151,6 +153,8 @@ pub fn AnatomyPanel() -> impl IntoView {
             </table>
             <p>"Gradient norm: " <span data-testid="grad-norm">{grad_norm}</span></p>
             <StepCharts/>
+            <InsideStep/>
+            <LayerPanel/>
             <h3>"Checkpoints"</h3>
             <div class="checkpoints">
                 <button data-testid="download-checkpoint" aria-label="Download a checkpoint" on:click=download>"Download .safetensors"</button>

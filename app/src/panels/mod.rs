@@ -6,6 +6,8 @@ pub mod data;
 mod draw;
 pub mod header;
 mod hyper;
+mod inside;
+mod layers;
 pub mod network;
 pub mod output;
 mod steps;

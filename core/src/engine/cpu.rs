@@ -22,8 +22,9 @@ pub struct CpuEngine {
     tensors: Vec<TensorInfo>,
     data: Dataset,
     batcher: Batcher,
-    params: Vec<f32>, // (P)
-    grads: Vec<f32>,  // (P)
+    params: Vec<f32>,  // (P)
+    grads: Vec<f32>,   // (P)
+    updates: Vec<f32>, // (P) the last step's p_new − p_old
     optimizer: OptimizerState,
     inputs: Vec<f32>,        // (B, I)
     targets: Vec<f32>,       // (B, T)
@@ -88,6 +89,7 @@ impl CpuEngine {
             grad_out: layout.layers.iter().map(|l| vec![0.0; batch * l.units]).collect(),
             grad_pre: vec![0.0; batch * max_units],
             grads: vec![0.0; layout.parameter_count],
+            updates: vec![0.0; layout.parameter_count],
             inputs: Vec::with_capacity(batch * experiment.model.inputs),
             targets: Vec::new(),
             params: state.params,
@@ -118,6 +120,10 @@ impl CpuEngine {
     }
     pub fn grads(&self) -> &[f32] {
         &self.grads
+    }
+    /// The last step's update, p_new − p_old (as the GPU's `updates`).
+    pub fn updates(&self) -> &[f32] {
+        &self.updates
     }
     pub fn activations(&self) -> &Activations {
         &self.acts
@@ -178,7 +184,6 @@ impl CpuEngine {
         let mut partial = self.partial.take().unwrap_or_default();
         let phase = partial.next;
         let step = self.optimizer.step;
-        let before = (phase == StepPhase::Optimizer).then(|| self.params.clone());
         let metrics = self.advance(&mut partial)?;
         let k = self.experiment.grad_accumulation;
         let layers = match phase {
@@ -187,10 +192,9 @@ impl CpuEngine {
             }
             StepPhase::Backward { .. } => summarise(&self.layout, &PhaseTensors::Backward { grads: &self.grads }),
             StepPhase::Optimizer => {
-                let before = before.unwrap_or_default();
-                let updates: Vec<f32> = self.params.iter().zip(&before).map(|(p, q)| p - q).collect();
                 let moments = self.optimizer.buffers().into_iter().map(|(n, b)| (n, b.as_slice())).collect();
-                summarise(&self.layout, &PhaseTensors::Optimizer { params: &self.params, updates: &updates, moments })
+                let updates = &self.updates;
+                summarise(&self.layout, &PhaseTensors::Optimizer { params: &self.params, updates, moments })
             }
         };
         let loss = matches!(phase, StepPhase::Forward { .. }).then_some(partial.last_loss);
@@ -246,7 +250,11 @@ impl CpuEngine {
                 };
                 let step = self.optimizer.step;
                 let lr = learning_rate(&e.schedule, e.optimizer.lr(), step);
+                self.updates.copy_from_slice(&self.params);
                 optimizer_step(&mut self.params, &mut self.optimizer, &self.grads, &e.optimizer, lr, &self.tensors);
+                for (u, p) in self.updates.iter_mut().zip(&self.params) {
+                    *u = p - *u;
+                }
                 phases.optimizer_ms = ms(t0, Instant::now());
                 if let Some(layer) = self.first_non_finite_layer(&self.params) {
                     return Err(non_finite(Phase::Optimizer, layer));

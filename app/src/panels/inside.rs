@@ -1,0 +1,132 @@
+//! Inside a step: advance forward → backward → optimizer one phase at a
+//! time and see, per layer, the tensors that phase produced (activations,
+//! gradients, updates and the optimizer's moments, with the
+//! update-to-weight ratio), summarised from the engine's own buffers.
+
+use leptos::prelude::*;
+use stepscope_core::engine::phases::{LayerPhase, NamedStats};
+use stepscope_core::engine::StepPhase;
+use stepscope_core::stats::TensorStats;
+
+use crate::model::runner::Command;
+use crate::state::AppState;
+
+/// A histogram as a small bar chart (32 bins over [min, max]).
+pub fn histogram_svg(stats: &TensorStats, label: String) -> impl IntoView {
+    let peak = stats.histogram.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let (w, h) = (96.0, 24.0);
+    let bin = w / stats.histogram.len() as f64;
+    let bars = stats
+        .histogram
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(i, &c)| {
+            let height = (c as f64 / peak * h).max(1.0);
+            view! { <rect x=format!("{:.1}", i as f64 * bin) y=format!("{:.1}", h - height)
+            width=format!("{:.1}", bin * 0.9) height=format!("{height:.1}")/> }
+        })
+        .collect_view();
+    view! {
+        <svg class="hist" viewBox=format!("0 0 {w} {h}") width=w height=h role="img" aria-label=label>{bars}</svg>
+    }
+}
+
+fn stats_cell(t: &NamedStats, layer: usize) -> impl IntoView {
+    let s = t.stats;
+    let label = format!("layer {layer} {}: histogram over [{:.3e}, {:.3e}]", t.name, s.min, s.max);
+    let bad = (s.non_finite > 0).then(|| view! { <span class="bad">{format!(" {} NaN/Inf", s.non_finite)}</span> });
+    view! {
+        <td>
+            {histogram_svg(&s, label)}
+            <div class="num">{format!("μ {:.3e} σ {:.3e}", s.mean, s.std)}</div>
+            <div class="num">{format!("[{:.2e}, {:.2e}] ‖·‖ {:.3e}", s.min, s.max, t.norm)}</div>
+            {bad}
+        </td>
+    }
+}
+
+fn layer_row(layer: &LayerPhase) -> impl IntoView {
+    let cells = layer.tensors.iter().map(|t| stats_cell(t, layer.layer)).collect_view();
+    let ratio = layer.update_ratio.map(|r| {
+        let verdict = match r {
+            r if r > 1e-2 => "large",
+            r if r < 1e-4 => "small",
+            _ => "typical",
+        };
+        view! { <td data-testid=format!("update-ratio-{}", layer.layer) class=verdict>{format!("{r:.2e}")}</td> }
+    });
+    view! { <tr><th>{format!("layer {}", layer.layer)}</th>{cells}{ratio}</tr> }
+}
+
+const HINTS: [(&str, &str); 3] = [
+    (
+        "forward",
+        "Forward stored each layer's pre-activation z and activation a for backward. Watch for saturation: tanh/sigmoid outputs piled at ±1, or ReLU outputs all 0 (dead units).",
+    ),
+    (
+        "backward",
+        "Backward turned the loss into a gradient for every parameter, layer by layer from the output. Gradients that shrink towards the input layers vanish; ones that grow explode.",
+    ),
+    (
+        "optimizer",
+        "The optimizer clipped (if set) and applied the update. ‖Δθ‖/‖θ‖ near 1e-3 is typical; far above, the learning rate is too high for that layer; far below, the layer barely learns. Adam's exp_avg and exp_avg_sq are the two extra copies of the parameters it keeps.",
+    ),
+];
+
+#[component]
+pub fn InsideStep() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let on_phase = move |_| {
+        state.running.set(false);
+        state.command(Command::StepPhase);
+    };
+    let current = move || match state.phase_report.get() {
+        Some(r) => format!("{} of step {}", r.phase, r.step + 1),
+        None => "none yet".into(),
+    };
+    let next = move || {
+        let r = state.phase_report.get();
+        let next = r.as_ref().map_or(StepPhase::Forward { micro: 0 }, |r| r.next());
+        format!("next: {next}")
+    };
+    let body = move || {
+        state.phase_report.get().map(|r| {
+            let headers =
+                r.layers.first().map(|l| l.tensors.iter().map(|t| view! { <th>{t.name}</th> }).collect_view());
+            let ratio_header = r.layers.first().and_then(|l| l.update_ratio).map(|_| view! { <th>"‖Δθ‖/‖θ‖"</th> });
+            let rows = r.layers.iter().map(layer_row).collect_view();
+            let hint = HINTS.iter().find(|(name, _)| *name == r.phase.name()).map_or("", |(_, h)| *h);
+            let summary = match (&r.loss, &r.metrics) {
+                (Some(loss), _) => format!("micro-batch loss {loss:.5}"),
+                (_, Some(m)) => format!(
+                    "step loss {:.5}, gradient norm {:.4}{}, learning rate {:.3e}",
+                    m.loss,
+                    m.grad_norm,
+                    if m.clipped { " (clipped)" } else { "" },
+                    m.lr
+                ),
+                _ => String::new(),
+            };
+            view! {
+                <p class="note">{hint}</p>
+                <p data-testid="phase-summary">{summary}</p>
+                <table class="phase-tensors" data-testid="phase-tensors">
+                    <tr><th></th>{headers}{ratio_header}</tr>
+                    {rows}
+                </table>
+            }
+        })
+    };
+    view! {
+        <div class="inside-step">
+            <h3>"Inside a step"</h3>
+            <div class="row">
+                <button data-testid="step-phase" aria-label="Advance one phase" on:click=on_phase>"Next phase ▸"</button>
+                <span>"Ran: "<strong data-testid="current-phase">{current}</strong></span>
+                <span class="note">{next}</span>
+            </div>
+            {body}
+        </div>
+    }
+}
