@@ -48,8 +48,9 @@ if [ "$what" = web ]; then exit 0; fi
 # the CPU) for the native GPU tests, since CI machines have no GPU.
 apt_install chromium chromium-driver mesa-vulkan-drivers libvulkan1
 
-# Python with numpy and safetensors: the checkpoint interoperability check
-# opens our files as PyTorch users would (safetensors.numpy.load_file).
-if ! python3 -c 'import numpy, safetensors' >/dev/null 2>&1; then
-  python3 -m pip install --quiet numpy safetensors
+# Python with numpy, safetensors and PyTorch: the checkpoint
+# interoperability check opens our files as PyTorch users would
+# (safetensors.numpy.load_file); the export check runs exported scripts.
+if ! python3 -c 'import numpy, safetensors, torch' >/dev/null 2>&1; then
+  python3 -m pip install --quiet numpy safetensors torch==2.15.0
 fi

@@ -6,6 +6,7 @@
 
 mod args;
 mod bench;
+mod export;
 mod files;
 mod inspect;
 mod train;
@@ -16,6 +17,8 @@ const USAGE: &str = "usage:
   stepscope train --config FILE [--init FILE] [--data FILE] [--steps N] [--backend cpu|gpu]
                   [--out FILE] [--metrics FILE] [--checkpoint-every N]
   stepscope inspect FILE
+  stepscope export-pytorch CHECKPOINT [--out FILE] [--data-out FILE]
+  stepscope predict CHECKPOINT --inputs FILE [--out FILE]
   stepscope bench [--out FILE]";
 
 /// Prints a line to stdout; a closed pipe (`stepscope inspect F | head`)
@@ -52,6 +55,8 @@ fn main() -> ExitCode {
     let result = match argv.first().map(String::as_str) {
         Some("train") => args::TrainArgs::parse(&argv[1..]).and_then(|a| train::run(&a)),
         Some("bench") => bench::run(&argv[1..]),
+        Some("export-pytorch") => export::export_pytorch(&argv[1..]),
+        Some("predict") => export::predict(&argv[1..]),
         Some("inspect") => match &argv[1..] {
             [file] => inspect::run(file),
             _ => Err(Failure::usage("inspect takes exactly one FILE")),

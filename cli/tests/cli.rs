@@ -13,6 +13,8 @@ const CONFIG: &str = r#"{"seed": 11,
   "batch_size": 16, "grad_accumulation": 2, "clip_grad_norm": 1.0,
   "data": {"source": "circle", "samples": 120, "noise": 0.05, "train_fraction": 0.75}}"#;
 
+const CIRCLE: &str = "\"source\": \"circle\", \"samples\": 120, \"noise\": 0.05, \"train_fraction\": 0.75";
+
 fn stepscope(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stepscope")).args(args).current_dir(dir).output().expect("binary runs")
 }
@@ -130,6 +132,13 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
         (&["train", "--config", "config.json", "--data", "bad.csv"], "--data is for"),
         (&["inspect", "garbage.safetensors"], "truncated"),
         (&["inspect"], "exactly one FILE"),
+        (&["export-pytorch"], "needs a CHECKPOINT"),
+        (&["export-pytorch", "garbage.safetensors", "--out", "s.py"], "`garbage.safetensors`: checkpoint: truncated"),
+        (&["export-pytorch", "missing.safetensors", "--out", "s.py"], "cannot read checkpoint"),
+        (&["export-pytorch", "a.safetensors", "b.safetensors"], "unknown argument `b.safetensors`"),
+        (&["export-pytorch", "a.safetensors", "--out"], "--out needs a value"),
+        (&["predict", "garbage.safetensors"], "needs --inputs"),
+        (&["predict", "garbage.safetensors", "--inputs", "bad.csv"], "truncated"),
         (&["fly"], "unknown command `fly`"),
     ];
     for (args, want) in cases {
@@ -210,5 +219,63 @@ fn gpu_backend_reproduces_the_cpu_run() {
     }
     let o = stepscope(&dir, &["train", "--init", "g.safetensors", "--steps", "3"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `export-pytorch` writes the script for the checkpoint's experiment (and
+/// the training rows of a built-in dataset); `predict` prints the outputs
+/// the CPU forward pass gives. Running the script with PyTorch is
+/// scripts/check_pytorch_export.py's part.
+#[test]
+fn export_pytorch_and_predict() {
+    let dir = temp_dir("export");
+    let out = stepscope(&dir, &["train", "--config", "config.json", "--steps", "4", "--out", "ck.safetensors"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = stepscope(&dir, &["export-pytorch", "ck.safetensors", "--out", "s.py", "--data-out", "train.csv"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let script = std::fs::read_to_string(dir.join("s.py")).unwrap();
+    assert!(script.contains("torch.optim.Adam(") && script.contains("max_norm=1.0"));
+    assert!(script.contains("GRAD_ACCUMULATION = 2"));
+    // Without --out the script goes to stdout, unchanged.
+    let stdout = stepscope(&dir, &["export-pytorch", "ck.safetensors"]).stdout;
+    assert_eq!(String::from_utf8_lossy(&stdout), script);
+
+    // The training rows: 90 of the circle's 120 points, as Stepscope serves them.
+    let csv = std::fs::read_to_string(dir.join("train.csv")).unwrap();
+    assert!(csv.starts_with("x1,x2,y\n"));
+    assert_eq!(csv.lines().count(), 1 + 90);
+
+    let out = stepscope(&dir, &["predict", "ck.safetensors", "--inputs", "train.csv"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let predicted = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(predicted.starts_with("y0\n"));
+    assert_eq!(predicted.lines().count(), 1 + 90);
+    assert!(predicted.lines().skip(1).all(|l| l.parse::<f32>().is_ok_and(f32::is_finite)));
+    let out = stepscope(&dir, &["predict", "ck.safetensors", "--inputs", "train.csv", "--out", "p.csv"]);
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(dir.join("p.csv")).unwrap().trim_end(), predicted.trim_end());
+
+    // A CSV experiment's rows are the user's file: --data-out is refused,
+    // before anything is written.
+    std::fs::write(dir.join("csv.json"), CONFIG.replace(CIRCLE, "\"source\": \"csv\"")).unwrap();
+    std::fs::write(dir.join("d.csv"), "x1,x2,y\n1,2,0\n3,4,1\n-1,0.5,1\n").unwrap();
+    let out = stepscope(
+        &dir,
+        &["train", "--config", "csv.json", "--data", "d.csv", "--steps", "2", "--out", "csv.safetensors"],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let before = files_in(&dir);
+    let out = stepscope(&dir, &["export-pytorch", "csv.safetensors", "--out", "t.py", "--data-out", "t.csv"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--data-out is for built-in datasets"));
+    std::fs::write(dir.join("three.csv"), "x1,x2,x3\n1,2,3\n").unwrap();
+    let out = stepscope(&dir, &["predict", "csv.safetensors", "--inputs", "three.csv"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("3 input columns (x…) but the model takes 2"));
+    std::fs::write(dir.join("nan.csv"), "x1,y,x2\n1,0,2\n1,0,nan\n").unwrap();
+    let out = stepscope(&dir, &["predict", "csv.safetensors", "--inputs", "nan.csv"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 3, column 3: `nan` is not a finite number"));
+    let _ = std::fs::remove_file(dir.join("three.csv"));
+    let _ = std::fs::remove_file(dir.join("nan.csv"));
+    assert_eq!(files_in(&dir), before);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -477,8 +477,10 @@ def next_batches(order, inputs, targets):
 /// parameter `p` named `name` (docs/checkpoint.md), and why skipping it at
 /// step 0 changes nothing.
 fn state_entry(spec: &OptimizerSpec) -> Option<(&'static str, &'static str)> {
-    match *spec {
-        OptimizerSpec::Sgd { momentum, .. } if momentum == 0.0 => None,
+    if spec.state_copies() == 0 {
+        return None;
+    }
+    match spec {
         OptimizerSpec::Sgd { .. } => Some((
             "its first step sets the momentum buffer to the gradient, as Stepscope's does",
             r#"{

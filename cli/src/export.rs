@@ -1,0 +1,138 @@
+//! `stepscope export-pytorch CHECKPOINT [--out FILE] [--data-out FILE]`:
+//! the PyTorch script that continues a checkpoint's run, and for built-in
+//! datasets the training rows it reads.
+//!
+//! `stepscope predict CHECKPOINT --inputs FILE [--out FILE]`: the network's
+//! outputs for the rows of a CSV, from the CPU reference forward pass, as
+//! CSV with exact decimals (what the PyTorch check compares against).
+
+use stepscope_core::checkpoint::load_checkpoint;
+use stepscope_core::data::Dataset;
+use stepscope_core::engine::{forward_pass, Activations};
+use stepscope_core::experiment::DataSource;
+use stepscope_core::export::{pytorch_script, training_csv};
+use stepscope_core::model::Layout;
+use stepscope_core::{Error, TrainState};
+
+use crate::{files, say, Failure};
+
+/// `[FILE, --flag value, …]`: the one positional argument and the values of
+/// the allowed flags, in `flags` order.
+fn parse(command: &str, argv: &[String], flags: &[&str]) -> Result<(String, Vec<Option<String>>), Failure> {
+    let mut positional = None;
+    let mut values = vec![None; flags.len()];
+    let mut it = argv.iter();
+    while let Some(arg) = it.next() {
+        if let Some(i) = flags.iter().position(|f| f == arg) {
+            let value = it.next().ok_or_else(|| Failure::usage(format!("{arg} needs a value")))?;
+            values[i] = Some(value.clone());
+        } else if arg.starts_with("--") || positional.is_some() {
+            return Err(Failure::usage(format!("unknown argument `{arg}` (try `stepscope --help`)")));
+        } else {
+            positional = Some(arg.clone());
+        }
+    }
+    let file = positional.ok_or_else(|| Failure::usage(format!("{command} needs a CHECKPOINT file")))?;
+    Ok((file, values))
+}
+
+fn read_checkpoint(path: &str) -> Result<TrainState, Failure> {
+    let bytes = files::read(path, "checkpoint")?;
+    load_checkpoint(&bytes).map_err(|e| Failure::usage(format!("`{path}`: {e}")))
+}
+
+pub fn export_pytorch(argv: &[String]) -> Result<(), Failure> {
+    let (path, values) = parse("export-pytorch", argv, &["--out", "--data-out"])?;
+    let state = read_checkpoint(&path)?;
+    let e = &state.experiment;
+    // Everything is computed before anything is written.
+    let data =
+        match &values[1] {
+            None => None,
+            Some(_) if e.data.source == DataSource::Csv => return Err(Failure::usage(
+                "--data-out is for built-in datasets; this experiment trains on a CSV file: give the script that file",
+            )),
+            Some(out) => Some((out, training_csv(&Dataset::load(e, None)?.train))),
+        };
+    let script = pytorch_script(e);
+    match &values[0] {
+        Some(out) => {
+            files::write_atomic(out, script.as_bytes())?;
+            say!("script written to {out} (continues step {} of `{path}`)", state.step());
+        }
+        None => say!("{}", script.trim_end()),
+    }
+    if let Some((out, csv)) = data {
+        files::write_atomic(out, csv.as_bytes())?;
+        say!("training rows written to {out}");
+    }
+    Ok(())
+}
+
+/// Inputs of a CSV: its `x…` columns in order; other columns (targets) are
+/// ignored, so a training CSV can be given as it is.
+fn read_inputs(path: &str, width: usize) -> Result<Vec<f32>, Failure> {
+    let text = files::read_text(path, "--inputs file")?;
+    let bad = |msg: String| Failure::usage(format!("--inputs `{path}`: {msg}"));
+    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let (_, header) = lines.next().ok_or_else(|| bad("the file is empty: expected a header such as `x1,x2`".into()))?;
+    let columns: Vec<bool> = header.split(',').map(|n| n.trim().starts_with('x') && n.trim().len() > 1).collect();
+    let found = columns.iter().filter(|&&x| x).count();
+    if found != width {
+        return Err(bad(format!("line 1: {found} input columns (x…) but the model takes {width}")));
+    }
+    let mut inputs = Vec::new();
+    for (index, line) in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        if fields.len() != columns.len() {
+            return Err(bad(format!(
+                "line {}: {} fields, but the header has {}",
+                index + 1,
+                fields.len(),
+                columns.len()
+            )));
+        }
+        for (c, field) in fields.iter().enumerate().filter(|(c, _)| columns[*c]) {
+            match field.trim().parse::<f32>() {
+                Ok(v) if v.is_finite() => inputs.push(v),
+                _ => {
+                    return Err(bad(format!(
+                        "line {}, column {}: `{}` is not a finite number",
+                        index + 1,
+                        c + 1,
+                        field.trim()
+                    )))
+                }
+            }
+        }
+    }
+    Ok(inputs)
+}
+
+pub fn predict(argv: &[String]) -> Result<(), Failure> {
+    let (path, values) = parse("predict", argv, &["--inputs", "--out"])?;
+    let inputs_path = values[0].as_deref().ok_or_else(|| Failure::usage("predict needs --inputs FILE (a CSV)"))?;
+    let state = read_checkpoint(&path)?;
+    let e = &state.experiment;
+    let inputs = read_inputs(inputs_path, e.model.inputs)?; // (N, I)
+    let rows = inputs.len() / e.model.inputs;
+    let layout = Layout::new(e);
+    let mut acts = Activations::new(&layout, rows);
+    if let Some(layer) = forward_pass(&mut acts, &state.params, &inputs, &layout, e) {
+        return Err(Error::NonFinite(format!("first NaN/Inf in layer {layer} during forward")).into());
+    }
+    let outputs = e.outputs();
+    let mut csv = (0..outputs).map(|o| format!("y{o}")).collect::<Vec<_>>().join(",") + "\n";
+    for row in acts.output().chunks_exact(outputs) {
+        // f64 of each f32: its exact value, shortest decimal.
+        csv += &row.iter().map(|&v| f64::from(v).to_string()).collect::<Vec<_>>().join(",");
+        csv.push('\n');
+    }
+    match &values[1] {
+        Some(out) => files::write_atomic(out, csv.as_bytes()),
+        None => {
+            say!("{}", csv.trim_end());
+            Ok(())
+        }
+    }
+}
