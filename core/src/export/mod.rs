@@ -6,6 +6,8 @@
 //! docs/export.md.
 
 mod pytorch;
+mod pytorch_data;
+mod pytorch_optim;
 
 pub use pytorch::pytorch_script;
 

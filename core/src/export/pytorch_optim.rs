@@ -1,0 +1,202 @@
+//! The optimizer, learning-rate schedule and checkpoint loading of the
+//! PyTorch script: torch's own optimizers where they exist, LAMB and the
+//! schedule written out as Stepscope computes them, and the optimizer state
+//! named as the checkpoint stores it.
+
+use super::pytorch::py;
+use crate::experiment::{OptimizerSpec, Schedule};
+
+pub(super) fn optimizer(spec: &OptimizerSpec) -> String {
+    let single_tensor = "foreach=False selects the single-tensor code path that\n    core/src/optim/";
+    match *spec {
+        OptimizerSpec::Sgd { lr, momentum, dampening, nesterov, weight_decay } => format!(
+            r#"
+def make_optimizer(model):
+    """torch.optim.SGD; {single_tensor}sgd.rs follows op by op."""
+    return torch.optim.SGD(
+        model.parameters(), lr={lr}, momentum={momentum}, dampening={dampening},
+        nesterov={nesterov}, weight_decay={weight_decay}, foreach=False)
+
+"#,
+            lr = py(lr),
+            momentum = py(momentum),
+            dampening = py(dampening),
+            nesterov = if nesterov { "True" } else { "False" },
+            weight_decay = py(weight_decay),
+        ),
+        OptimizerSpec::Adam { lr, betas, eps, weight_decay }
+        | OptimizerSpec::Adamw { lr, betas, eps, weight_decay } => {
+            let class = if matches!(spec, OptimizerSpec::Adam { .. }) { "Adam" } else { "AdamW" };
+            format!(
+                r#"
+def make_optimizer(model):
+    """torch.optim.{class}; {single_tensor}adam.rs follows op by op."""
+    return torch.optim.{class}(
+        model.parameters(), lr={lr}, betas=({b1}, {b2}), eps={eps},
+        weight_decay={weight_decay}, foreach=False)
+
+"#,
+                lr = py(lr),
+                b1 = py(betas[0]),
+                b2 = py(betas[1]),
+                eps = py(eps),
+                weight_decay = py(weight_decay),
+            )
+        }
+        OptimizerSpec::Lamb { lr, betas, eps, weight_decay } => format!(
+            "{LAMB}
+def make_optimizer(model):
+    return Lamb(model.parameters(), lr={lr}, betas=({b1}, {b2}), eps={eps}, weight_decay={weight_decay})
+
+",
+            lr = py(lr),
+            b1 = py(betas[0]),
+            b2 = py(betas[1]),
+            eps = py(eps),
+            weight_decay = py(weight_decay),
+        ),
+    }
+}
+
+/// torch has no LAMB; this is core/src/optim/lamb.rs line for line, each
+/// tensor operation rounded where Stepscope's f32 loop rounds.
+const LAMB: &str = r#"
+class Lamb(torch.optim.Optimizer):
+    """LAMB as optax.lamb (You et al., 2019, https://arxiv.org/abs/1904.00962),
+    op by op as core/src/optim/lamb.rs, since torch has no built-in LAMB.
+    Per tensor, at 1-based step t:
+        m <- (1 - b1) g + b1 m,  v <- (1 - b2) g^2 + b2 v
+        r = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay p
+        p <- p - lr (|p| / |r|) r,  the trust ratio |p| / |r| being 1 where
+    either norm is 0. State names follow torch's Adam: step, exp_avg, exp_avg_sq."""
+
+    def __init__(self, params, lr, betas, eps, weight_decay):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            (b1, b2), eps, wd, lr = group["betas"], group["eps"], group["weight_decay"], group["lr"]
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+                t = state["step"].item()
+                m, v, g = state["exp_avg"], state["exp_avg_sq"], p.grad
+                m.copy_((1 - b1) * g + b1 * m)
+                v.copy_((1 - b2) * (g * g) + b2 * v)
+                r = (m / (1 - b1**t)) / ((v / (1 - b2**t)).sqrt() + eps) + wd * p
+                p_norm, r_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(r)
+                ratio = p_norm / r_norm if p_norm > 0 and r_norm > 0 else 1.0
+                p.add_(-lr * (r * ratio))
+
+"#;
+
+pub(super) fn schedule(schedule: &Schedule) -> String {
+    let body = match *schedule {
+        Schedule::Constant => "    \"\"\"constant (core/src/optim/schedule.rs).\"\"\"\n    return LR\n".to_string(),
+        Schedule::WarmupCosine { warmup_steps, total_steps, min_lr }
+        | Schedule::WarmupLinear { warmup_steps, total_steps, min_lr } => {
+            let (name, decay, factor) = match schedule {
+                Schedule::WarmupCosine { .. } => {
+                    ("warmup_cosine", "cosine", "0.5 * (1.0 + math.cos(math.pi * progress))")
+                }
+                _ => ("warmup_linear", "linear", "1.0 - progress"),
+            };
+            format!(
+                r#"    """{name} (core/src/optim/schedule.rs): LR * (t + 1) / W during the W
+    warmup steps, then {decay} from LR to min_lr over the T - W steps after."""
+    warmup, total, min_lr = {warmup_steps}, {total_steps}, {min_lr}
+    if t < warmup:
+        return LR * (t + 1) / warmup
+    progress = min(max((t - warmup) / max(1, total - warmup), 0.0), 1.0)
+    return min_lr + (LR - min_lr) * ({factor})
+"#,
+                min_lr = py(min_lr),
+            )
+        }
+    };
+    format!(
+        r#"
+def learning_rate(t):
+{body}
+
+class Schedule(torch.optim.lr_scheduler.LRScheduler):
+    """Sets the lr of 0-based optimizer step t to learning_rate(t), computed as
+    Stepscope computes it. (LambdaLR would multiply LR by a factor: one more
+    rounding, and no way to reach min_lr > 0 from LR = 0.)"""
+
+    def get_lr(self):
+        return [learning_rate(self.last_epoch) for _ in self.optimizer.param_groups]
+
+
+def make_scheduler(optimizer, step):
+    """The schedule positioned so that the next optimizer step uses the lr of
+    0-based step `step` (the checkpoint's step count)."""
+    for group in optimizer.param_groups:
+        group["initial_lr"] = LR
+    return Schedule(optimizer, last_epoch=step - 1)
+
+"#
+    )
+}
+
+/// The optimizer state a checkpoint stores, as torch's state of one
+/// parameter `p` named `name` (docs/checkpoint.md), and why skipping it at
+/// step 0 changes nothing.
+fn state_entry(spec: &OptimizerSpec) -> Option<(&'static str, &'static str)> {
+    if spec.state_copies() == 0 {
+        return None;
+    }
+    match spec {
+        OptimizerSpec::Sgd { .. } => Some((
+            "its first step sets the momentum buffer to the gradient, as Stepscope's does",
+            r#"{
+                "momentum_buffer": tensors[f"optimizer.{name}.momentum_buffer"],
+            }"#,
+        )),
+        _ => Some((
+            "it starts from zero moments, as Stepscope does",
+            r#"{
+                "step": torch.tensor(float(step)),
+                "exp_avg": tensors[f"optimizer.{name}.exp_avg"],
+                "exp_avg_sq": tensors[f"optimizer.{name}.exp_avg_sq"],
+            }"#,
+        )),
+    }
+}
+
+pub(super) fn checkpoint(spec: &OptimizerSpec) -> String {
+    let load_state = match state_entry(spec) {
+        None => "    # Plain SGD (momentum 0) keeps no optimizer state.\n".to_string(),
+        Some((why, entry)) => format!(
+            r#"    # A step-0 checkpoint holds zeros, which torch need not be given:
+    # {why}.
+    if step > 0:
+        for name, p in model.named_parameters():
+            optimizer.state[p] = {entry}
+"#
+        ),
+    };
+    format!(
+        r#"
+def load_checkpoint(path, model, optimizer):
+    """Loads a Stepscope checkpoint (docs/checkpoint.md) into the model and the
+    optimizer. Returns the step count, the data position and the shuffle RNG
+    state for the row order."""
+    with safe_open(path, framework="pt") as f:
+        meta = f.metadata() or {{}}
+        tensors = {{name: f.get_tensor(name) for name in f.keys()}}
+    if meta.get("format") != FORMAT:
+        raise SystemExit(f"{{path}} is not a {{FORMAT}} checkpoint")
+    if json.loads(meta["experiment"]) != EXPERIMENT:
+        raise SystemExit(f"{{path}} holds another experiment than the one this script was generated for")
+    model.load_state_dict({{name: t for name, t in tensors.items() if name.startswith("layers.")}})
+    step = int(meta["step"])
+{load_state}    rng_state = [int(word, 16) for word in meta["rng_state"].split(":")]
+    return step, json.loads(meta["data_position"]), rng_state
+
+"#
+    )
+}
