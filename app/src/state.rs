@@ -11,8 +11,10 @@ use stepscope_core::stats::TensorStats;
 use stepscope_core::{Error, Experiment, StepMetrics};
 use web_time::Instant;
 
+use crate::model::checkpoints::{clear_autosave, load_autosave, CheckpointReport};
 use crate::model::edit::{default_experiment, edited, needs_reset};
 use crate::model::runner::{next_frame, push, BackendInfo, Command, Commands, Outcome, Runner};
+use crate::model::spikes::{Detector, Verdict, WINDOW};
 use crate::model::timeline::{assign, StepTiming};
 use crate::model::url;
 use crate::model::views::Snapshot;
@@ -83,6 +85,15 @@ pub struct AppState {
     pub phase_report: RwSignal<Option<Arc<PhaseReport>>>,
     /// Per-layer statistics over time (thinned like the curves).
     pub layer_history: RwSignal<Vec<LayerSample>>,
+    /// Automatic checkpoints every N steps (0: off).
+    pub checkpoint_every: RwSignal<u64>,
+    /// Automatic checkpoints in the background (true) or synchronously.
+    pub checkpoint_background: RwSignal<bool>,
+    /// What the last automatic checkpoint cost, or why it failed.
+    pub last_checkpoint: RwSignal<Option<Result<CheckpointReport, String>>>,
+    /// After a loss spike or NaN at this step: offer the newest checkpoint
+    /// from before it.
+    pub rollback_offer: RwSignal<Option<u64>>,
     pub commands: StoredValue<Commands>,
 }
 
@@ -127,6 +138,10 @@ impl AppState {
             zero_grad: RwSignal::new(true),
             phase_report: RwSignal::new(None),
             layer_history: RwSignal::new(Vec::new()),
+            checkpoint_every: RwSignal::new(100),
+            checkpoint_background: RwSignal::new(true),
+            last_checkpoint: RwSignal::new(None),
+            rollback_offer: RwSignal::new(None),
             commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
         }
     }
@@ -160,6 +175,13 @@ impl AppState {
     pub fn reset(&self) {
         self.alert.set(None);
         self.clear_run();
+        // A reset starts over for good: the autosaved run is forgotten.
+        let last_checkpoint = self.last_checkpoint;
+        spawn_local(async move {
+            if let Err(message) = clear_autosave().await {
+                last_checkpoint.set(Some(Err(message)));
+            }
+        });
         self.command(Command::Reset(self.experiment.get_untracked()));
     }
 
@@ -169,6 +191,7 @@ impl AppState {
         self.timeline.set(Vec::new());
         self.layer_history.set(Vec::new());
         self.phase_report.set(None);
+        self.rollback_offer.set(None);
         self.step.set(0);
         self.last_metrics.set(None);
     }
@@ -205,7 +228,8 @@ impl AppState {
         self.backend.set(info);
         let experiment = self.experiment.get_untracked();
         url::write_url(&experiment);
-        let mut runner = match Runner::new(&experiment, gpu.clone(), None) {
+        let restored = self.restore_autosave(&experiment, &gpu).await;
+        let mut runner = match restored.map_or_else(|| Runner::new(&experiment, gpu.clone(), None), Ok) {
             Ok(r) => r,
             Err(message) => {
                 self.alert.set(Some(format!("{message}. Showing the default experiment.")));
@@ -218,6 +242,7 @@ impl AppState {
         let mut dirty = true;
         let mut was_running = false;
         let mut last_layer_sample: Option<Instant> = None;
+        let mut detector = Detector::default();
         loop {
             next_frame().await;
             let frame_start = Instant::now();
@@ -227,6 +252,12 @@ impl AppState {
             let mut single = false;
             for command in commands {
                 single |= matches!(command, Command::StepOnce);
+                if matches!(
+                    command,
+                    Command::Reset(_) | Command::UseCsv(..) | Command::RestoreCheckpoint(_) | Command::Rollback(_)
+                ) {
+                    detector.clear();
+                }
                 let t = Instant::now();
                 let handled = runner.handle(command).await;
                 awaited_ms += ms(t);
@@ -255,16 +286,18 @@ impl AppState {
                         }
                         self.steps_per_frame.set(metrics.len());
                         dirty = true;
-                        let t = Instant::now();
-                        runner.remember_good_state().await;
-                        checkpoint_ms = ms(t);
-                        awaited_ms += checkpoint_ms;
+                        let spiked = self.judge(&mut detector, &metrics);
+                        if !spiked && runner.checkpoint_due(self.checkpoint_every.get_untracked()) {
+                            checkpoint_ms = self.checkpoint(&mut runner).await;
+                            awaited_ms += checkpoint_ms;
+                        }
                     }
                     Err(Error::NonFinite(message)) => {
                         self.running.set(false);
                         self.alert.set(Some(format!(
-                            "Training paused: {message}. Lower the learning rate (or turn on clipping) and press reset."
+                            "Training paused: {message}. Go back to the last good checkpoint, or lower the learning rate (or turn on clipping) and press reset."
                         )));
+                        self.rollback_offer.set(Some(runner.step_count() + 1));
                         dirty = true;
                     }
                     Err(Error::Gpu(message)) => {
@@ -327,6 +360,103 @@ impl AppState {
         }
     }
 
+    /// Looks for loss spikes and gradient-norm jumps in a frame's steps;
+    /// on a spike, pauses and offers the last good checkpoint. Returns
+    /// whether a step spiked.
+    fn judge(&self, detector: &mut Detector, metrics: &[StepMetrics]) -> bool {
+        for m in metrics {
+            match detector.observe(m.loss, m.grad_norm) {
+                Verdict::Normal => {}
+                Verdict::GradJump(norm, median) => self.notice.set(Some(format!(
+                    "The gradient norm jumped to {norm:.3} at step {} (median {median:.3} over the last {WINDOW} steps): the loss often follows.",
+                    m.step + 1
+                ))),
+                Verdict::LossSpike(loss, median, norm, norm_median) => {
+                    self.running.set(false);
+                    self.alert.set(Some(format!(
+                        "Loss spike at step {}: {loss:.4} against a median of {median:.4} over the last {WINDOW} steps (gradient norm {norm:.3}, median {norm_median:.3}). Training paused.",
+                        m.step + 1
+                    )));
+                    self.rollback_offer.set(Some(m.step + 1));
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Takes an automatic checkpoint; returns the milliseconds the loop
+    /// waited for it (all of it when synchronous, the queuing when in the
+    /// background).
+    async fn checkpoint(&self, runner: &mut Runner) -> f64 {
+        let started = Instant::now();
+        let background = self.checkpoint_background.get_untracked();
+        let pending = match runner.begin_checkpoint() {
+            Ok(p) => p,
+            Err(err) => {
+                self.last_checkpoint.set(Some(Err(err.to_string())));
+                return ms(started);
+            }
+        };
+        let (ring, csv) = (runner.ring(), runner.csv());
+        let last = self.last_checkpoint;
+        if background {
+            let loop_ms = ms(started);
+            spawn_local(async move {
+                let report = pending.complete(ring, csv, started, true).await;
+                last.set(Some(report.map(|r| CheckpointReport { loop_ms, ..r })));
+            });
+            loop_ms
+        } else {
+            let report = pending.complete(ring, csv, started, false).await;
+            let loop_ms = ms(started);
+            last.set(Some(report.map(|r| CheckpointReport { loop_ms, ..r })));
+            loop_ms
+        }
+    }
+
+    /// The run autosaved in this browser, when it fits the page's
+    /// experiment (the same model, data and seed; the URL's
+    /// hyperparameters then apply).
+    async fn restore_autosave(&self, experiment: &Experiment, gpu: &Option<Arc<GpuContext>>) -> Option<Runner> {
+        let (state, csv) = match load_autosave().await {
+            Ok(Some(found)) => found,
+            Ok(None) => return None,
+            Err(message) => {
+                self.last_checkpoint.set(Some(Err(message)));
+                return None;
+            }
+        };
+        let explicit = matches!(url::experiment_from_url(), Ok(Some(_)));
+        if explicit && needs_reset(&state.experiment, experiment) {
+            return None;
+        }
+        let step = state.step();
+        let saved = state.experiment.clone();
+        match Runner::from_state(state, gpu.clone(), csv.clone()) {
+            Ok(runner) => {
+                if explicit && saved != *experiment {
+                    self.command(Command::Apply(experiment.clone()));
+                } else {
+                    self.experiment.set(saved.clone());
+                    url::write_url(&saved);
+                }
+                if csv.is_some() {
+                    self.csv_name.set(Some("the autosaved CSV".into()));
+                }
+                self.step.set(step);
+                self.notice.set(Some(format!(
+                    "Restored the run autosaved in this browser at step {step}. Reset starts over."
+                )));
+                Some(runner)
+            }
+            Err(message) => {
+                self.last_checkpoint.set(Some(Err(format!("the autosaved run did not restore: {message}"))));
+                None
+            }
+        }
+    }
+
     /// Spreads a frame's wall time over its steps and records each step's
     /// parts (model::timeline).
     fn record_timeline(&self, metrics: &[StepMetrics], frame_ms: f64, checkpoint_ms: f64, logging_ms: f64) {
@@ -373,6 +503,17 @@ impl AppState {
                 self.experiment.set(*e);
             }
             Outcome::Verified(summary, passed) => self.verify_result.set(Some((summary, passed))),
+            Outcome::RolledBack(e, step) => {
+                self.alert.set(None);
+                self.rollback_offer.set(None);
+                self.notice.set(Some(format!(
+                    "Back at the checkpoint of step {step}, with the hyperparameters it was saved with."
+                )));
+                self.history.update(|h| h.retain(|p| p.step <= step));
+                self.step_history.update(|h| h.retain(|p| p.step < step));
+                url::write_url(&e);
+                self.experiment.set(*e);
+            }
             Outcome::Phase(report) => {
                 if let Some(m) = &report.metrics {
                     self.step_history.update(|h| {

@@ -289,3 +289,26 @@ fn forgetting_to_zero_gradients_piles_them_up_on_both_engines() {
     assert_eq!(piled[0].grad_norm, correct[0].grad_norm, "the first step is the same");
     assert!(piled[19].grad_norm > 5.0 * correct[19].grad_norm, "{} vs {}", piled[19].grad_norm, correct[19].grad_norm);
 }
+
+/// A background state read (the page's background checkpoints) holds the
+/// state at the step it began, even while later steps run before it is
+/// awaited.
+#[test]
+fn a_background_state_read_is_the_state_when_it_began() {
+    for optimizer in [json!({"kind": "adam", "lr": 0.01}), json!({"kind": "sgd", "lr": 0.1, "momentum": 0.9})] {
+        let e = common::experiment(json!({ "optimizer": optimizer }));
+        let mut reference = gpu_engine(&e);
+        reference.run(3, 3).unwrap();
+        let expected = reference.state().unwrap();
+
+        let mut engine = gpu_engine(&e);
+        engine.run(3, 3).unwrap();
+        let pending = engine.begin_read_state().unwrap();
+        assert_eq!(pending.step(), 3);
+        engine.run(2, 2).unwrap();
+        let state = pollster::block_on(pending.finish()).unwrap();
+        assert_eq!(state, expected);
+        assert_eq!(engine.step_count(), 5);
+        assert_ne!(engine.state().unwrap().params, expected.params, "training went on meanwhile");
+    }
+}

@@ -353,3 +353,76 @@ test('step by phase shows what each phase produced, and layers fill in over time
     await page.close();
   }
 });
+
+const stepCount = (page) => number(page, 'step-count');
+async function trainUntil(page, steps) {
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent) >= n, steps, { timeout: 60_000 });
+  await page.getByTestId('train-toggle').click();
+}
+async function setField(page, id, value) {
+  await page.getByTestId(id).fill(String(value));
+  await page.getByTestId(id).press('Enter');
+}
+
+test('automatic checkpoints survive a reload; synchronous ones stall the loop', async () => {
+  const { page } = await open(base);
+  await setField(page, 'checkpoint-every', 10);
+  // Synchronous: the loop waits for readback, serialization and IndexedDB.
+  await page.getByTestId('checkpoint-background').uncheck();
+  await trainUntil(page, 40);
+  await page.waitForFunction(() => /synchronously: the loop stalled/.test(document.querySelector('[data-testid=checkpoint-status]').textContent));
+  const syncStatus = await text(page, 'checkpoint-status');
+  assert.match(syncStatus, /IndexedDB/, syncStatus);
+  const stalled = Number(syncStatus.match(/stalled ([\d.]+) ms/)[1]);
+  assert.ok(await number(page, 'phase-ms-checkpoint') > 0, 'the stall is in the timeline');
+  // In the background the loop only queues the copies.
+  await page.getByTestId('checkpoint-background').check();
+  await trainUntil(page, (await stepCount(page)) + 40);
+  await page.waitForFunction(() => /in the background/.test(document.querySelector('[data-testid=checkpoint-status]').textContent));
+  const bgStatus = await text(page, 'checkpoint-status');
+  const waited = Number(bgStatus.match(/the loop waited ([\d.]+) ms/)[1]);
+  const total = Number(bgStatus.match(/took ([\d.]+) ms beside/)[1]);
+  assert.ok(waited < stalled, `background wait ${waited} ms vs synchronous stall ${stalled} ms`);
+  assert.ok(waited <= total, bgStatus);
+
+  // A reload continues from the newest automatic checkpoint.
+  const saved = Number(bgStatus.match(/^Step (\d+)/)[1]);
+  await page.reload();
+  await page.waitForFunction(() => /Restored the run autosaved in this browser/.test(document.querySelector('[data-testid=notice]')?.textContent ?? ''), null, { timeout: 60_000 });
+  assert.match(await text(page, 'notice'), new RegExp(`at step ${saved}\\.`));
+  assert.equal(await stepCount(page), saved);
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), saved + 1);
+  // Reset forgets it: the next reload starts at 0.
+  await page.getByTestId('reset').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
+  await page.waitForTimeout(500);
+  await page.reload();
+  await page.waitForFunction(() => !document.querySelector('[data-testid=backend-name]').textContent.startsWith('starting'));
+  await page.waitForTimeout(500);
+  assert.equal(await stepCount(page), 0);
+  assert.doesNotMatch((await page.locator('[data-testid=notice]').count()) ? await text(page, 'notice') : '', /Restored/);
+  await page.close();
+});
+
+test('a loss spike pauses training and one click goes back to the last good checkpoint', async () => {
+  const { page } = await open(base);
+  await setField(page, 'checkpoint-every', 20);
+  await trainUntil(page, 80);
+  const lr = await page.getByTestId('learning-rate').inputValue();
+  await setField(page, 'learning-rate', 20);
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => /Loss spike at step|NaN/.test(document.querySelector('[data-testid=alert]')?.textContent ?? ''), null, { timeout: 60_000 });
+  const alert = await text(page, 'alert');
+  assert.match(await text(page, 'train-toggle'), /Train/, `paused: ${alert}`);
+  const spikeStep = Number(alert.match(/step (\d+)/)?.[1] ?? (await stepCount(page)));
+  await page.getByTestId('rollback').click();
+  await page.waitForFunction(() => /Back at the checkpoint of step/.test(document.querySelector('[data-testid=notice]')?.textContent ?? ''));
+  const back = Number((await text(page, 'notice')).match(/step (\d+)/)[1]);
+  assert.ok(back < spikeStep && back >= 80 - 20, `rolled back to ${back}, spike at ${spikeStep}`);
+  assert.equal(await stepCount(page), back);
+  assert.equal(await page.getByTestId('learning-rate').inputValue(), lr, 'the checkpoint\'s hyperparameters');
+  assert.equal(await page.locator('[data-testid=alert]').count(), 0);
+  await page.close();
+});

@@ -2,8 +2,11 @@
 //! its edits, the training loop that owns the engine, the views computed
 //! from parameters, the URL, CSV uploads.
 
+pub mod checkpoints;
 pub mod edit;
 pub mod runner;
+pub mod spikes;
+pub mod store;
 pub mod timeline;
 pub mod url;
 pub mod views;

@@ -20,6 +20,7 @@ use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics, TrainState};
 use wasm_bindgen_futures::JsFuture;
 use web_time::Instant;
 
+use super::checkpoints::{latest_before, remember, Pending, Ring};
 use super::views::{snapshot, Snapshot};
 
 /// What the controls ask of the loop.
@@ -44,6 +45,8 @@ pub enum Command {
     ZeroGrad(bool),
     /// Step-by-phase mode: run the next phase of the current step.
     StepPhase,
+    /// Back to the newest automatic checkpoint from before this step.
+    Rollback(u64),
 }
 
 /// What a command produced for the page.
@@ -53,6 +56,8 @@ pub enum Outcome {
     Restored(Box<Experiment>, u64),
     Verified(String, bool),
     Phase(Box<PhaseReport>),
+    /// Rolled back to the checkpoint of this step (its experiment).
+    RolledBack(Box<Experiment>, u64),
 }
 
 pub type Commands = Arc<Mutex<VecDeque<Command>>>;
@@ -95,10 +100,11 @@ pub struct Runner {
     csv: Option<Arc<String>>,
     /// Steps per GPU submit, adapted to the frame budget.
     steps_per_submit: usize,
-    /// The last state known good, refreshed every few seconds: restored
-    /// after a device loss.
-    last_good: Option<TrainState>,
-    last_good_at: Instant,
+    /// The newest automatic checkpoints (model::checkpoints): rollback
+    /// and device-loss recovery restore from here.
+    ring: Ring,
+    /// The step of the last automatic checkpoint.
+    last_checkpoint: u64,
     last_snapshot_at: Option<Instant>,
     snapshot_cost_ms: f64,
     /// Lesson switches, kept across engine rebuilds.
@@ -127,16 +133,28 @@ fn build(gpu: &Option<Arc<GpuContext>>, state: TrainState, data: Dataset) -> Res
 
 impl Runner {
     pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<Arc<String>>) -> Result<Runner, String> {
-        let data = Dataset::load(e, csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
-        let state = fresh_state(e);
+        Runner::from_state(fresh_state(e), gpu, csv)
+    }
+
+    /// Continues `state` (an autosaved run).
+    pub fn from_state(
+        state: TrainState,
+        gpu: Option<Arc<GpuContext>>,
+        csv: Option<Arc<String>>,
+    ) -> Result<Runner, String> {
+        let data =
+            Dataset::load(&state.experiment, csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
+        let ring = Ring::default();
+        remember(&ring, state.clone());
+        let last_checkpoint = state.step();
         let engine = build(&gpu, state, data).map_err(|err| err.to_string())?;
         Ok(Runner {
             engine,
             gpu,
             csv,
             steps_per_submit: 1,
-            last_good: None,
-            last_good_at: Instant::now(),
+            ring,
+            last_checkpoint,
             last_snapshot_at: None,
             snapshot_cost_ms: 0.0,
             zero_grad: true,
@@ -244,6 +262,16 @@ impl Runner {
                 self.zero_grad = on;
                 self.apply_lessons();
             }
+            Command::Rollback(before) => {
+                let saved = latest_before(&self.ring, before)
+                    .ok_or_else(|| format!("No checkpoint from before step {before} is kept."))?;
+                let e = saved.state.experiment.clone();
+                let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
+                self.engine = build(&self.gpu, saved.state, data).map_err(|err| err.to_string())?;
+                self.apply_lessons();
+                self.last_checkpoint = saved.step;
+                return Ok(Some(Outcome::RolledBack(Box::new(e), saved.step)));
+            }
             Command::StepOnce | Command::StepPhase => {}
         }
         Ok(None)
@@ -307,14 +335,31 @@ impl Runner {
         }
     }
 
-    /// Keeps an in-memory copy of a good state every few seconds.
-    pub async fn remember_good_state(&mut self) {
-        if self.last_good.is_none() || self.last_good_at.elapsed().as_secs_f64() > 3.0 {
-            if let Ok(state) = self.state().await {
-                self.last_good = Some(state);
-                self.last_good_at = Instant::now();
-            }
-        }
+    /// Whether an automatic checkpoint is due (every `every` steps; 0: off).
+    /// Due once a multiple of `every` was passed since the last one (a
+    /// frame trains several steps, so it lands on the frame's last step).
+    pub fn checkpoint_due(&self, every: u64) -> bool {
+        every > 0 && self.step_count() / every > self.last_checkpoint / every
+    }
+
+    /// Starts an automatic checkpoint of the current step: the GPU copies
+    /// are queued (or the CPU state cloned); `Pending::complete` does the
+    /// rest, awaited now (synchronous) or in a task (background).
+    pub fn begin_checkpoint(&mut self) -> Result<Pending, Error> {
+        let pending = match &mut self.engine {
+            PageEngine::Cpu(e) => Pending::Ready(Box::new(e.state())),
+            PageEngine::Gpu(e) => Pending::Gpu(Box::new(e.begin_read_state()?)),
+        };
+        self.last_checkpoint = self.step_count();
+        Ok(pending)
+    }
+
+    pub fn ring(&self) -> Ring {
+        self.ring.clone()
+    }
+
+    pub fn csv(&self) -> Option<Arc<String>> {
+        self.csv.clone()
     }
 
     /// After a device loss: a new device, and the run from the last good
@@ -326,7 +371,7 @@ impl Runner {
         let ctx = GpuContext::new().await.map_err(|e| format!("no GPU after the device was lost: {e}"))?;
         self.gpu = Some(Arc::new(ctx));
         let e = self.experiment().clone();
-        let state = self.last_good.clone().unwrap_or_else(|| fresh_state(&e));
+        let state = latest_before(&self.ring, u64::MAX).map_or_else(|| fresh_state(&e), |s| s.state);
         let step = state.step();
         let data = self.data().clone();
         self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;

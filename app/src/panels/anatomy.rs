@@ -110,6 +110,35 @@ pub fn AnatomyPanel() -> impl IntoView {
         })
     };
     let download = move |_| state.command(Command::SaveCheckpoint);
+    let on_every = move |ev| match event_target_value(&ev).trim().parse::<u64>() {
+        Ok(n) => {
+            state.alert.set(None);
+            state.checkpoint_every.set(n);
+        }
+        Err(_) => state.alert.set(Some(format!(
+            "Checkpoint every: `{}` is not a whole number of steps (0 turns automatic checkpoints off).",
+            event_target_value(&ev)
+        ))),
+    };
+    let checkpoint_status = move || match state.last_checkpoint.get() {
+        None => "No automatic checkpoint yet.".to_string(),
+        Some(Err(message)) => format!("Automatic checkpoint failed: {message}"),
+        Some(Ok(r)) => {
+            let stored = match &r.stored {
+                Ok(()) => "kept in memory and in this browser (IndexedDB)".to_string(),
+                Err(m) => format!("kept in memory only ({m})"),
+            };
+            let how = if r.background {
+                format!(
+                    "in the background: the loop waited {:.2} ms; readback, serialization and storage took {:.1} ms beside training",
+                    r.loop_ms, r.total_ms
+                )
+            } else {
+                format!("synchronously: the loop stalled {:.1} ms for readback, serialization and storage", r.loop_ms)
+            };
+            format!("Step {}: {}, {stored}; taken {how}.", r.step, bytes(r.bytes as u64))
+        }
+    };
     let verify = move |_| {
         state.verify_result.set(None);
         state.command(Command::VerifyRestore);
@@ -164,6 +193,19 @@ pub fn AnatomyPanel() -> impl IntoView {
                 </label>
                 <button data-testid="verify-restore" aria-label="Verify that a checkpoint restores exactly" on:click=verify>"Verify restore"</button>
             </div>
+            <div class="row">
+                <label class="field">
+                    <span>"Automatic checkpoint every (steps, 0 = off)"</span>
+                    <input type="number" min="0" data-testid="checkpoint-every" prop:value=move || state.checkpoint_every.get().to_string() on:change=on_every/>
+                </label>
+                <label class="field check">
+                    <input type="checkbox" data-testid="checkpoint-background" prop:checked=move || state.checkpoint_background.get()
+                        on:change=move |ev| state.checkpoint_background.set(event_target_checked(&ev))/>
+                    <span>"In the background"</span>
+                </label>
+            </div>
+            <p data-testid="checkpoint-status">{checkpoint_status}</p>
+            <p class="note">"Lesson: turn the background off and watch the checkpoint part of the timeline: a synchronous checkpoint stalls training while the state is read back, serialized and stored. A reload restores the newest automatic checkpoint; a loss spike or NaN offers the newest one from before it."</p>
             <p data-testid="verify-result" class=move || match state.verify_result.get() { Some((_, true)) => "verified", Some((_, false)) => "failed", None => "" }>
                 {move || state.verify_result.get().map(|(s, _)| s).unwrap_or_default()}
             </p>

@@ -18,6 +18,12 @@ pub fn Header() -> impl IntoView {
     };
     let reason = move || backend.get().fallback_reason.map(|r| format!("Running on the CPU because {r}."));
     let dismiss = move |_| state.alert.set(None);
+    let rollback = move |_| {
+        if let Some(step) = state.rollback_offer.get_untracked() {
+            state.running.set(false);
+            state.command(crate::model::runner::Command::Rollback(step));
+        }
+    };
     view! {
         <header class="top">
             <h1>"Stepscope"</h1>
@@ -30,11 +36,14 @@ pub fn Header() -> impl IntoView {
         <Show when=move || state.alert.get().is_some()>
             <div class="alert" role="alert" data-testid="alert">
                 {move || state.alert.get().unwrap_or_default()}
+                <Show when=move || state.rollback_offer.get().is_some()>
+                    <button data-testid="rollback" class="rollback" on:click=rollback>"Back to the last good checkpoint"</button>
+                </Show>
                 <button aria-label="Dismiss message" on:click=dismiss>"×"</button>
             </div>
         </Show>
         <Show when=move || state.notice.get().is_some()>
-            <div class="notice" role="status">{move || state.notice.get().unwrap_or_default()}</div>
+            <div class="notice" role="status" data-testid="notice">{move || state.notice.get().unwrap_or_default()}</div>
         </Show>
     }
 }

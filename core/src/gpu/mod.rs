@@ -20,6 +20,7 @@ mod readout;
 
 pub use buffers::MAX_STEPS_PER_SUBMIT;
 pub use engine::GpuEngine;
+pub use readout::PendingState;
 
 pub use context::GpuContext;
 pub use kernels::Kernel;

@@ -4,8 +4,11 @@
 use super::engine::GpuEngine;
 use super::params::TENSOR_STATS_STRIDE;
 use super::read_buffer;
+use super::readback::{map_read, take_mapped, MapFuture};
+use crate::data::DataPosition;
 use crate::engine::TrainState;
 use crate::error::{Error, Result};
+use crate::experiment::Experiment;
 use crate::optim::OptimizerState;
 use crate::stats::{from_gpu, TensorStats};
 
@@ -44,6 +47,54 @@ impl GpuEngine {
         })
     }
 
+    /// Starts reading the run back without waiting: the copies are queued
+    /// now (after every step submitted so far), and `PendingState::finish`
+    /// awaits them later while training goes on. Background checkpoints
+    /// use this; the copies cost the GPU a few memcpys, the training loop
+    /// nothing.
+    pub fn begin_read_state(&mut self) -> Result<PendingState> {
+        if self.has_in_flight() || self.mid_step() {
+            return Err(Error::Gpu("collect the steps in flight before reading the state".into()));
+        }
+        self.ctx.check()?;
+        let p = self.layout.parameter_count;
+        let mut optimizer = OptimizerState::new(&self.experiment.optimizer, p);
+        optimizer.step = self.step;
+        let mut sources: Vec<(&'static str, &wgpu::Buffer)> = vec![("params", &self.buffers.params)];
+        if !optimizer.exp_avg.is_empty() {
+            sources.push(("exp_avg", &self.buffers.exp_avg));
+            sources.push(("exp_avg_sq", &self.buffers.exp_avg_sq));
+        }
+        if !optimizer.momentum_buffer.is_empty() {
+            sources.push(("momentum_buffer", &self.buffers.momentum_buffer));
+        }
+        let mut encoder =
+            self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("state copy") });
+        let staging: Vec<(&'static str, wgpu::Buffer)> = sources
+            .iter()
+            .map(|(name, source)| {
+                let staging = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("state readback"),
+                    size: source.size(),
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                encoder.copy_buffer_to_buffer(source, 0, &staging, 0, source.size());
+                (*name, staging)
+            })
+            .collect();
+        self.ctx.queue.submit([encoder.finish()]);
+        let maps = staging.into_iter().map(|(name, buffer)| (name, map_read(&buffer), buffer)).collect();
+        Ok(PendingState {
+            ctx: self.ctx.clone(),
+            experiment: self.experiment.clone(),
+            optimizer,
+            data_position: self.batcher.position().clone(),
+            maps,
+            parameter_count: p,
+        })
+    }
+
     /// Blocking `read_state` (native).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn state(&mut self) -> Result<TrainState> {
@@ -77,5 +128,45 @@ impl GpuEngine {
                 })
             })
             .collect())
+    }
+}
+
+/// A state read begun by `GpuEngine::begin_read_state`.
+pub struct PendingState {
+    ctx: std::sync::Arc<super::GpuContext>,
+    experiment: Experiment,
+    optimizer: OptimizerState,
+    data_position: DataPosition,
+    maps: Vec<(&'static str, MapFuture, wgpu::Buffer)>,
+    parameter_count: usize,
+}
+
+impl PendingState {
+    /// The optimizer step the state is at.
+    pub fn step(&self) -> u64 {
+        self.optimizer.step
+    }
+
+    /// Awaits the copies and assembles the state (natively this drives
+    /// the device until they are done).
+    pub async fn finish(self) -> Result<TrainState> {
+        let PendingState { ctx, experiment, mut optimizer, data_position, maps, parameter_count: p } = self;
+        ctx.wait_idle()?;
+        let mut params = Vec::new();
+        for (name, map, buffer) in maps {
+            map.await.map_err(|e| Error::Gpu(format!("reading the state back: {e}")))?;
+            let bytes = take_mapped(&buffer)?;
+            let values = bytemuck::cast_slice::<u8, f32>(&bytes)[..p].to_vec();
+            match name {
+                "params" => params = values,
+                other => {
+                    if let Some(slot) = optimizer.buffer_mut(other) {
+                        *slot = values;
+                    }
+                }
+            }
+        }
+        ctx.check()?;
+        Ok(TrainState { experiment, params, optimizer, data_position })
     }
 }

@@ -1,0 +1,128 @@
+//! Automatic checkpoints: every N steps the run's state is read back,
+//! serialized to the core's .safetensors format and kept, the latest few
+//! in memory (for "back to the last good checkpoint" and device-loss
+//! recovery) and the newest in IndexedDB (so a reload does not lose the
+//! run).
+//!
+//! Synchronously, the training loop waits for all of it: the stall shows
+//! in the timeline. In the background, the loop only queues the GPU copies
+//! (or clones the CPU state) and goes on training; a separate task awaits
+//! the readback, serializes and stores.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
+use stepscope_core::gpu::PendingState;
+use stepscope_core::TrainState;
+use wasm_bindgen::{JsCast, JsValue};
+use web_time::Instant;
+
+use super::store;
+
+/// Checkpoints kept in memory.
+const KEEP: usize = 4;
+const KEY: &str = "checkpoint";
+const CSV_KEY: &str = "csv";
+
+/// One checkpoint kept in memory.
+#[derive(Clone, Debug)]
+pub struct Saved {
+    pub step: u64,
+    pub state: TrainState,
+}
+
+/// The most recent checkpoints, oldest first.
+pub type Ring = Rc<RefCell<VecDeque<Saved>>>;
+
+pub fn remember(ring: &Ring, state: TrainState) {
+    let mut ring = ring.borrow_mut();
+    ring.retain(|s| s.step != state.step());
+    ring.push_back(Saved { step: state.step(), state });
+    while ring.len() > KEEP {
+        ring.pop_front();
+    }
+}
+
+/// The newest checkpoint from before `step`.
+pub fn latest_before(ring: &Ring, step: u64) -> Option<Saved> {
+    ring.borrow().iter().rev().find(|s| s.step < step).cloned()
+}
+
+/// What one automatic checkpoint cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointReport {
+    pub step: u64,
+    pub bytes: usize,
+    pub background: bool,
+    /// Time the training loop waited (the stall in the timeline).
+    pub loop_ms: f64,
+    /// Readback, serialization and storage, end to end.
+    pub total_ms: f64,
+    /// Whether IndexedDB took it (the message when not).
+    pub stored: Result<(), String>,
+}
+
+/// A checkpoint whose state is being read.
+pub enum Pending {
+    Ready(Box<TrainState>),
+    Gpu(Box<PendingState>),
+}
+
+impl Pending {
+    pub fn step(&self) -> u64 {
+        match self {
+            Pending::Ready(s) => s.step(),
+            Pending::Gpu(p) => p.step(),
+        }
+    }
+
+    /// Finishes the read, serializes, keeps the state in `ring` and stores
+    /// the file (and the CSV the run trains on, if any) in IndexedDB.
+    pub async fn complete(
+        self,
+        ring: Ring,
+        csv: Option<Arc<String>>,
+        started: Instant,
+        background: bool,
+    ) -> Result<CheckpointReport, String> {
+        let step = self.step();
+        let state = match self {
+            Pending::Ready(s) => *s,
+            Pending::Gpu(p) => (*p).finish().await.map_err(|e| e.to_string())?,
+        };
+        let bytes = save_checkpoint(&state).map_err(|e| e.to_string())?;
+        remember(&ring, state);
+        let array = js_sys::Uint8Array::from(bytes.as_slice());
+        let mut values = vec![(KEY, JsValue::from(array))];
+        values.push((CSV_KEY, csv.map_or(JsValue::NULL, |c| JsValue::from_str(&c))));
+        let stored = store::put(&values).await;
+        Ok(CheckpointReport {
+            step,
+            bytes: bytes.len(),
+            background,
+            loop_ms: 0.0,
+            total_ms: started.elapsed().as_secs_f64() * 1e3,
+            stored,
+        })
+    }
+}
+
+/// The autosaved run of this browser, if any: its state and CSV text.
+/// A stored file that no longer loads is reported, not used.
+pub async fn load_autosave() -> Result<Option<(TrainState, Option<Arc<String>>)>, String> {
+    let Some(value) = store::get(KEY).await? else { return Ok(None) };
+    let Some(array) = value.dyn_ref::<js_sys::Uint8Array>() else {
+        return Err("the autosaved checkpoint is not a byte array".into());
+    };
+    let state = load_checkpoint(&array.to_vec()).map_err(|e| format!("the autosaved checkpoint is unusable: {e}"))?;
+    let csv = store::get(CSV_KEY).await?.and_then(|v| v.as_string()).map(Arc::new);
+    Ok(Some((state, csv)))
+}
+
+/// Forgets the autosaved run (a reset starts over for good).
+pub async fn clear_autosave() -> Result<(), String> {
+    store::clear().await
+}

@@ -1,0 +1,107 @@
+//! The browser's IndexedDB as a small key-value store for autosaved
+//! checkpoints: database "stepscope", object store "autosave".
+
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{IdbDatabase, IdbOpenDbRequest, IdbRequest, IdbTransaction, IdbTransactionMode};
+
+const DB: &str = "stepscope";
+const STORE: &str = "autosave";
+
+fn describe(err: JsValue) -> String {
+    err.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| err.as_string())
+        .unwrap_or_else(|| "IndexedDB refused the request".into())
+}
+
+/// Resolves with the request's result once it succeeds.
+async fn done(request: &IdbRequest) -> Result<JsValue, String> {
+    let promise = js_sys::Promise::new(&mut |resolve, reject| {
+        request.set_onsuccess(Some(&resolve));
+        request.set_onerror(Some(&reject));
+    });
+    JsFuture::from(promise).await.map_err(|_| request_error(request))?;
+    request.result().map_err(describe)
+}
+
+fn request_error(request: &IdbRequest) -> String {
+    match request.error() {
+        Ok(Some(e)) => format!("IndexedDB: {}", e.message()),
+        _ => "IndexedDB refused the request".into(),
+    }
+}
+
+/// Resolves when the transaction has committed.
+fn committed(tx: &IdbTransaction) -> JsFuture {
+    JsFuture::from(js_sys::Promise::new(&mut |resolve, reject| {
+        tx.set_oncomplete(Some(&resolve));
+        tx.set_onerror(Some(&reject));
+        tx.set_onabort(Some(&reject));
+    }))
+}
+
+async fn open() -> Result<IdbDatabase, String> {
+    let factory = web_sys::window()
+        .ok_or("no window")?
+        .indexed_db()
+        .map_err(describe)?
+        .ok_or("this browser has no IndexedDB (private mode?)")?;
+    let request: IdbOpenDbRequest = factory.open_with_u32(DB, 1).map_err(describe)?;
+    let upgrade = Closure::<dyn FnMut(web_sys::Event)>::new(move |ev: web_sys::Event| {
+        let db = ev
+            .target()
+            .and_then(|t| t.dyn_into::<IdbOpenDbRequest>().ok())
+            .and_then(|r| r.result().ok())
+            .and_then(|r| r.dyn_into::<IdbDatabase>().ok());
+        if let Some(db) = db {
+            let _ = db.create_object_store(STORE);
+        }
+    });
+    request.set_onupgradeneeded(Some(upgrade.as_ref().unchecked_ref()));
+    let db = done(&request).await;
+    request.set_onupgradeneeded(None);
+    drop(upgrade);
+    db?.dyn_into::<IdbDatabase>().map_err(|_| "IndexedDB returned no database".into())
+}
+
+/// Stores `values` under their keys in one transaction (all or nothing).
+pub async fn put(values: &[(&str, JsValue)]) -> Result<(), String> {
+    let db = open().await?;
+    let tx = db.transaction_with_str_and_mode(STORE, IdbTransactionMode::Readwrite).map_err(describe)?;
+    let commit = committed(&tx);
+    let store = tx.object_store(STORE).map_err(describe)?;
+    for (key, value) in values {
+        store.put_with_key(value, &JsValue::from_str(key)).map_err(describe)?;
+    }
+    let result = commit.await.map_err(|_| match tx.error() {
+        Some(e) => format!("IndexedDB: {}", e.message()),
+        None => "IndexedDB did not store the checkpoint".into(),
+    });
+    db.close();
+    result.map(|_| ())
+}
+
+/// The value under `key`, if any.
+pub async fn get(key: &str) -> Result<Option<JsValue>, String> {
+    let db = open().await?;
+    let tx = db.transaction_with_str(STORE).map_err(describe)?;
+    let store = tx.object_store(STORE).map_err(describe)?;
+    let request = store.get(&JsValue::from_str(key)).map_err(describe)?;
+    let value = done(&request).await;
+    db.close();
+    let value = value?;
+    Ok((!value.is_undefined() && !value.is_null()).then_some(value))
+}
+
+/// Removes every stored value.
+pub async fn clear() -> Result<(), String> {
+    let db = open().await?;
+    let tx = db.transaction_with_str_and_mode(STORE, IdbTransactionMode::Readwrite).map_err(describe)?;
+    let commit = committed(&tx);
+    tx.object_store(STORE).map_err(describe)?.clear().map_err(describe)?;
+    let result = commit.await.map(|_| ()).map_err(|_| "IndexedDB did not clear the autosave".to_string());
+    db.close();
+    result
+}
