@@ -503,6 +503,11 @@ impl AppState {
                 self.experiment.set(*e);
             }
             Outcome::Verified(summary, passed) => self.verify_result.set(Some((summary, passed))),
+            Outcome::File(name, bytes) => {
+                if let Err(message) = download(&bytes, &name) {
+                    self.alert.set(Some(message));
+                }
+            }
             Outcome::RolledBack(e, step) => {
                 self.alert.set(None);
                 self.rollback_offer.set(None);

@@ -426,3 +426,34 @@ test('a loss spike pauses training and one click goes back to the last good chec
   assert.equal(await page.locator('[data-testid=alert]').count(), 0);
   await page.close();
 });
+
+test('the exported PyTorch script continues the page\'s run', async () => {
+  const { page } = await open(base);
+  for (let i = 1; i <= 3; i++) {
+    await page.getByTestId('step-once').click();
+    await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), i);
+  }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stepscope-export-'));
+  const save = async (id) => {
+    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId(id).click()]);
+    const file = path.join(dir, download.suggestedFilename());
+    await download.saveAs(file);
+    return file;
+  };
+  const checkpoint = await save('download-checkpoint');
+  const script = await save('export-pytorch');
+  const data = await save('export-data');
+  assert.equal(path.basename(checkpoint), 'stepscope-step3.safetensors');
+  const { execFileSync } = await import('node:child_process');
+  const out = execFileSync('python3', [script, checkpoint, '--data', data, '--steps', '1'], { cwd: dir, encoding: 'utf8' });
+  const line = out.split('\n').find((l) => /grad_norm/.test(l));
+  assert.ok(line, out);
+  const torchNorm = Number(line.match(/grad_norm ([\d.eE+-]+)/)[1]);
+  // The page's next step from the same state (WebGPU): the same gradient
+  // norm, to the 4 decimals both print (float32 sums in another order).
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '4');
+  const pageNorm = Number.parseFloat(await text(page, 'grad-norm'));
+  assert.ok(Math.abs(torchNorm - pageNorm) <= 2e-4, `PyTorch ${torchNorm} vs page ${pageNorm}\n${out}`);
+  await page.close();
+});

@@ -47,6 +47,10 @@ pub enum Command {
     StepPhase,
     /// Back to the newest automatic checkpoint from before this step.
     Rollback(u64),
+    /// A PyTorch script that continues this run from its checkpoint.
+    ExportPytorch,
+    /// The training rows as CSV (for the PyTorch script's `--data`).
+    ExportData,
 }
 
 /// What a command produced for the page.
@@ -58,6 +62,8 @@ pub enum Outcome {
     Phase(Box<PhaseReport>),
     /// Rolled back to the checkpoint of this step (its experiment).
     RolledBack(Box<Experiment>, u64),
+    /// A file to download: name and contents.
+    File(String, Vec<u8>),
 }
 
 pub type Commands = Arc<Mutex<VecDeque<Command>>>;
@@ -271,6 +277,14 @@ impl Runner {
                 self.apply_lessons();
                 self.last_checkpoint = saved.step;
                 return Ok(Some(Outcome::RolledBack(Box::new(e), saved.step)));
+            }
+            Command::ExportPytorch => {
+                let script = stepscope_core::export::pytorch_script(self.experiment());
+                return Ok(Some(Outcome::File("stepscope_continue.py".into(), script.into_bytes())));
+            }
+            Command::ExportData => {
+                let csv = stepscope_core::export::training_csv(&self.data().train);
+                return Ok(Some(Outcome::File("stepscope-train.csv".into(), csv.into_bytes())));
             }
             Command::StepOnce | Command::StepPhase => {}
         }

@@ -193,6 +193,11 @@ pub fn AnatomyPanel() -> impl IntoView {
                 </label>
                 <button data-testid="verify-restore" aria-label="Verify that a checkpoint restores exactly" on:click=verify>"Verify restore"</button>
             </div>
+            <div class="checkpoints">
+                <button data-testid="export-pytorch" aria-label="Export a PyTorch script" on:click=move |_| state.command(Command::ExportPytorch)>"Export PyTorch script"</button>
+                <button data-testid="export-data" aria-label="Download the training rows as CSV" on:click=move |_| state.command(Command::ExportData)>"Training rows (.csv)"</button>
+            </div>
+            <p class="note">"Continue this run outside the browser: download a checkpoint, the script and the training rows, then "<code>"python stepscope_continue.py stepscope-stepN.safetensors --data stepscope-train.csv"</code>". The script rebuilds the same model, optimizer and schedule in PyTorch, loads the checkpoint, and feeds the rows in Stepscope's order (docs/export.md)."</p>
             <div class="row">
                 <label class="field">
                     <span>"Automatic checkpoint every (steps, 0 = off)"</span>
