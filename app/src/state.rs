@@ -13,7 +13,7 @@ use web_time::Instant;
 
 use crate::model::checkpoints::{clear_autosave, load_autosave, CheckpointReport};
 use crate::model::edit::{default_experiment, edited, needs_reset};
-use crate::model::runner::{next_frame, push, BackendInfo, Command, Commands, Outcome, Runner};
+use crate::model::runner::{next_frame, push, AccumulationReport, BackendInfo, Command, Commands, Outcome, Runner};
 use crate::model::spikes::{Detector, Verdict, WINDOW};
 use crate::model::timeline::{assign, StepTiming};
 use crate::model::url;
@@ -31,6 +31,7 @@ pub struct HistoryPoint {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepPoint {
     pub step: u64,
+    pub loss: f32,
     pub grad_norm: f32,
     pub lr: f64,
     pub clipped: bool,
@@ -94,6 +95,8 @@ pub struct AppState {
     /// After a loss spike or NaN at this step: offer the newest checkpoint
     /// from before it.
     pub rollback_offer: RwSignal<Option<u64>>,
+    /// The last gradient-accumulation comparison.
+    pub accumulation: RwSignal<Option<AccumulationReport>>,
     pub commands: StoredValue<Commands>,
 }
 
@@ -142,6 +145,7 @@ impl AppState {
             checkpoint_background: RwSignal::new(true),
             last_checkpoint: RwSignal::new(None),
             rollback_offer: RwSignal::new(None),
+            accumulation: RwSignal::new(None),
             commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
         }
     }
@@ -319,7 +323,10 @@ impl AppState {
             }
             self.step.set(runner.step_count());
             self.memory.set(runner.memory());
-            if dirty && runner.snapshot_due() {
+            // Logging: as the frame budget allows, or (lesson) after every
+            // frame of exactly N steps.
+            let log_now = runner.steps_per_log().is_some() && !frame_metrics.is_empty();
+            if dirty && (log_now || runner.snapshot_due()) {
                 let t = Instant::now();
                 let (snapshot, read_ms) = runner.snapshot().await;
                 awaited_ms += read_ms;
@@ -332,7 +339,7 @@ impl AppState {
                     Err(err) => self.alert.set(Some(err.to_string())),
                 }
                 let step = runner.step_count();
-                let due = last_layer_sample.is_none_or(|t: Instant| ms(t) >= LAYER_SAMPLE_MS);
+                let due = log_now || last_layer_sample.is_none_or(|t: Instant| ms(t) >= LAYER_SAMPLE_MS);
                 if due && self.layer_history.with_untracked(|h| h.last().is_none_or(|s| s.step != step)) {
                     let t = Instant::now();
                     last_layer_sample = Some(t);
@@ -463,6 +470,7 @@ impl AppState {
         self.step_history.update(|h| {
             h.extend(metrics.iter().map(|m| StepPoint {
                 step: m.step,
+                loss: m.loss,
                 grad_norm: m.grad_norm,
                 lr: m.lr,
                 clipped: m.clipped,
@@ -503,6 +511,7 @@ impl AppState {
                 self.experiment.set(*e);
             }
             Outcome::Verified(summary, passed) => self.verify_result.set(Some((summary, passed))),
+            Outcome::Accumulation(report) => self.accumulation.set(Some(report)),
             Outcome::File(name, bytes) => {
                 if let Err(message) = download(&bytes, &name) {
                     self.alert.set(Some(message));
@@ -522,7 +531,13 @@ impl AppState {
             Outcome::Phase(report) => {
                 if let Some(m) = &report.metrics {
                     self.step_history.update(|h| {
-                        h.push(StepPoint { step: m.step, grad_norm: m.grad_norm, lr: m.lr, clipped: m.clipped })
+                        h.push(StepPoint {
+                            step: m.step,
+                            loss: m.loss,
+                            grad_norm: m.grad_norm,
+                            lr: m.lr,
+                            clipped: m.clipped,
+                        })
                     });
                     self.last_metrics.set(Some(m.clone()));
                 }

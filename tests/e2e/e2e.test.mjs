@@ -457,3 +457,66 @@ test('the exported PyTorch script continues the page\'s run', async () => {
   assert.ok(Math.abs(torchNorm - pageNorm) <= 2e-4, `PyTorch ${torchNorm} vs page ${pageNorm}\n${out}`);
   await page.close();
 });
+
+test('lessons: a slow loader shows as data time, prefetch hides it; logging every step costs every step', async () => {
+  const { page } = await open(base);
+  const dataMs = async () => Number((await text(page, 'gpu-busy-share')).match(/data ([\d.]+) ms/)[1]);
+  await setField(page, 'loader-delay-ms', 12);
+  await setField(page, 'loader-prefetch', 0);
+  await trainUntil(page, 70);
+  const slow = await dataMs();
+  assert.ok(slow >= 10, `without prefetch each step waits the whole 12 ms: ${slow}`);
+  await setField(page, 'loader-prefetch', 4);
+  await trainUntil(page, (await stepCount(page)) + 90);
+  const prefetched = await dataMs();
+  assert.ok(prefetched < slow / 2, `prefetch should hide most of it: ${prefetched} vs ${slow} ms`);
+  await setField(page, 'loader-delay-ms', 0);
+
+  const loggingMs = async () => Number((await text(page, 'logging-share')).match(/logging ([\d.]+) ms per step/)[1]);
+  await page.getByTestId('log-every').selectOption('1');
+  await trainUntil(page, (await stepCount(page)) + 70);
+  const every = await loggingMs();
+  await page.getByTestId('log-every').selectOption('50');
+  await trainUntil(page, (await stepCount(page)) + 300);
+  const sparse = await loggingMs();
+  assert.ok(sparse * 3 < every, `logging every 50 steps should cost far less per step: ${sparse} vs ${every} ms`);
+  await page.close();
+});
+
+test('lessons: a too-high learning rate warns in the gradient norm first; accumulation equals one big batch', async () => {
+  const { page } = await open(base);
+  await page.getByTestId('accumulation-check').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=accumulation-result]').textContent !== '');
+  const acc = await text(page, 'accumulation-result');
+  assert.match(acc, /one batch of 64 vs 4 micro-batches of 16/);
+  assert.match(acc, /the same update up to float32 summation order/, acc);
+  const [big, small] = [...acc.matchAll(/(\d+) B \(/g)].map((m) => Number(m[1]));
+  assert.equal(big, 4 * small, acc);
+
+  const readout = async () => text(page, 'lesson-lr-readout');
+  const stepOf = (s, what) => { const m = s.match(new RegExp(`${what} above \\d× its start at step (\\d+)`)); return m ? Number(m[1]) : Infinity; };
+  await page.getByTestId('lesson-high-lr').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
+  for (let i = 1; i <= 14; i++) {
+    await page.getByTestId('step-once').click();
+    await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), i);
+  }
+  const plain = await readout();
+  assert.ok(stepOf(plain, 'gradient norm') < stepOf(plain, 'loss'), plain);
+  assert.ok(stepOf(plain, 'loss') <= 14, plain);
+
+  await page.getByTestId('lesson-high-lr-warmup').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
+  await trainUntil(page, 14);
+  const warm = await readout();
+  assert.ok(stepOf(warm, 'loss') > stepOf(plain, 'loss'), `warmup postpones the blow-up: ${warm} vs ${plain}`);
+
+  await page.getByTestId('lesson-high-lr-clip').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
+  // (Under 20 steps: the loss-spike detector, which needs 20 steps of
+  // history, would pause this run soon after.)
+  await trainUntil(page, 15);
+  const clipped = Number((await page.locator('[data-testid=grad-norm-chart] figcaption').textContent()).match(/(\d+) clipped steps/)[1]);
+  assert.ok(clipped > 0, 'clipping fired');
+  await page.close();
+});

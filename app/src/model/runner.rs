@@ -21,6 +21,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_time::Instant;
 
 use super::checkpoints::{latest_before, remember, Pending, Ring};
+use super::loader::Loader;
 use super::views::{snapshot, Snapshot};
 
 /// What the controls ask of the loop.
@@ -51,6 +52,15 @@ pub enum Command {
     ExportPytorch,
     /// The training rows as CSV (for the PyTorch script's `--data`).
     ExportData,
+    /// Lesson: a loader taking this many ms per batch, prefetching this
+    /// many batches (0 ms: off).
+    Loader(f64, usize),
+    /// Lesson: log every this many steps exactly (None: as the frame
+    /// budget allows).
+    LogEvery(Option<usize>),
+    /// Lesson: one step with k micro-batches of b against one batch of
+    /// k·b, from the current state.
+    CheckAccumulation(usize),
 }
 
 /// What a command produced for the page.
@@ -64,6 +74,28 @@ pub enum Outcome {
     RolledBack(Box<Experiment>, u64),
     /// A file to download: name and contents.
     File(String, Vec<u8>),
+    Accumulation(AccumulationReport),
+}
+
+/// One step as one batch of k·b rows against k micro-batches of b rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AccumulationReport {
+    pub step: u64,
+    pub k: usize,
+    pub micro_batch: usize,
+    /// Loss of the step: one batch, accumulated.
+    pub loss: (f32, f32),
+    /// Largest |θ_one − θ_accumulated| after the step, and largest |θ|.
+    pub max_diff: f32,
+    pub max_param: f32,
+    /// Stored activations: one batch, accumulated.
+    pub activation_bytes: (u64, u64),
+}
+
+impl AccumulationReport {
+    pub fn passed(&self) -> bool {
+        self.max_diff <= 1e-5 * self.max_param.max(1.0)
+    }
 }
 
 pub type Commands = Arc<Mutex<VecDeque<Command>>>;
@@ -111,6 +143,10 @@ pub struct Runner {
     ring: Ring,
     /// The step of the last automatic checkpoint.
     last_checkpoint: u64,
+    /// Lesson: the simulated slow loader, when on.
+    loader: Option<Loader>,
+    /// Lesson: steps between logs, when fixed.
+    steps_per_log: Option<usize>,
     last_snapshot_at: Option<Instant>,
     snapshot_cost_ms: f64,
     /// Lesson switches, kept across engine rebuilds.
@@ -161,6 +197,8 @@ impl Runner {
             steps_per_submit: 1,
             ring,
             last_checkpoint,
+            loader: None,
+            steps_per_log: None,
             last_snapshot_at: None,
             snapshot_cost_ms: 0.0,
             zero_grad: true,
@@ -235,6 +273,7 @@ impl Runner {
                 let engine =
                     build(&self.gpu, state, data).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
                 self.engine = engine;
+                self.apply_lessons();
                 return Ok(Some(Outcome::Restored(Box::new(e), step)));
             }
             Command::VerifyRestore => {
@@ -242,18 +281,8 @@ impl Runner {
                 let report = verify_restore(&state, self.data(), 5).map_err(|err| err.to_string())?;
                 return Ok(Some(Outcome::Verified(report.summary(), report.passed())));
             }
-            Command::Reset(e) => {
-                let zero_grad = self.zero_grad;
-                *self = Runner::new(&e, self.gpu.clone(), self.csv.clone())?;
-                self.zero_grad = zero_grad;
-                self.apply_lessons();
-            }
-            Command::UseCsv(text, e) => {
-                let zero_grad = self.zero_grad;
-                *self = Runner::new(&e, self.gpu.clone(), Some(text))?;
-                self.zero_grad = zero_grad;
-                self.apply_lessons();
-            }
+            Command::Reset(e) => self.restart(&e, self.csv.clone())?,
+            Command::UseCsv(text, e) => self.restart(&e, Some(text))?,
             Command::Apply(e) => {
                 let mut state = self.state().await.map_err(|err| err.to_string())?;
                 if std::mem::discriminant(&state.experiment.optimizer) != std::mem::discriminant(&e.optimizer) {
@@ -263,6 +292,7 @@ impl Runner {
                 state.experiment = e;
                 let data = self.data().clone();
                 self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;
+                self.apply_lessons();
             }
             Command::ZeroGrad(on) => {
                 self.zero_grad = on;
@@ -286,9 +316,74 @@ impl Runner {
                 let csv = stepscope_core::export::training_csv(&self.data().train);
                 return Ok(Some(Outcome::File("stepscope-train.csv".into(), csv.into_bytes())));
             }
+            Command::Loader(delay_ms, prefetch) => self.set_loader(delay_ms, prefetch),
+            Command::LogEvery(n) => self.set_steps_per_log(n),
+            Command::CheckAccumulation(k) => {
+                return self.check_accumulation(k).await.map(|r| Some(Outcome::Accumulation(r)));
+            }
             Command::StepOnce | Command::StepPhase => {}
         }
         Ok(None)
+    }
+
+    /// Takes the next step twice from the current state, in separate
+    /// engines of the same backend: as one batch of k·b rows, and as k
+    /// micro-batches of b rows with accumulation. The rows are the same
+    /// (the batcher hands them out in order either way), so the updates
+    /// agree up to float32 summation order; the activations stored differ
+    /// k-fold. The run itself is not touched.
+    async fn check_accumulation(&mut self, k: usize) -> Result<AccumulationReport, String> {
+        if !(2..=64).contains(&k) {
+            return Err(format!("Micro-batches: {k} is outside 2…64."));
+        }
+        let state = self.state().await.map_err(|err| err.to_string())?;
+        let b = state.experiment.batch_size;
+        let mut one = state.clone();
+        one.experiment.batch_size = k * b;
+        one.experiment.grad_accumulation = 1;
+        let mut accumulated = state.clone();
+        accumulated.experiment.grad_accumulation = k;
+        let fail = |err: Error| format!("The accumulation check did not run: {err}");
+        let (one_state, one_metrics, one_memory) = self.one_step(one).await.map_err(fail)?;
+        let (acc_state, acc_metrics, acc_memory) = self.one_step(accumulated).await.map_err(fail)?;
+        let max_diff = one_state.params.iter().zip(&acc_state.params).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        let max_param = one_state.params.iter().map(|p| p.abs()).fold(0.0, f32::max);
+        Ok(AccumulationReport {
+            step: state.step(),
+            k,
+            micro_batch: b,
+            loss: (one_metrics.loss, acc_metrics.loss),
+            max_diff,
+            max_param,
+            activation_bytes: (one_memory.activations, acc_memory.activations),
+        })
+    }
+
+    /// One step of `state` in a fresh engine of the current backend.
+    async fn one_step(&self, state: TrainState) -> Result<(TrainState, StepMetrics, MemoryBytes), Error> {
+        match build(&self.gpu, state, self.data().clone())? {
+            PageEngine::Cpu(mut e) => {
+                let metrics = e.step()?;
+                Ok((e.state(), metrics, e.memory()))
+            }
+            PageEngine::Gpu(mut e) => {
+                e.submit(1)?;
+                let metrics =
+                    e.collect_async().await?.pop().ok_or_else(|| Error::Gpu("a step produced no metrics".into()))?;
+                Ok((e.read_state().await?, metrics, e.memory()))
+            }
+        }
+    }
+
+    /// A fresh run of `e`, keeping the lesson switches.
+    fn restart(&mut self, e: &Experiment, csv: Option<Arc<String>>) -> Result<(), String> {
+        let mut fresh = Runner::new(e, self.gpu.clone(), csv)?;
+        fresh.zero_grad = self.zero_grad;
+        fresh.loader = self.loader.take().map(|l| Loader::new(l.delay_ms, l.prefetch, now_ms()));
+        fresh.steps_per_log = self.steps_per_log;
+        *self = fresh;
+        self.apply_lessons();
+        Ok(())
     }
 
     fn apply_lessons(&mut self) {
@@ -321,32 +416,66 @@ impl Runner {
                 return Ok(vec![metrics]);
             }
         }
+        // Lessons: a fixed number of steps between logs; a slow loader.
+        let cap = if single { 1 } else { self.steps_per_log.unwrap_or(usize::MAX) };
         match &mut self.engine {
             PageEngine::Cpu(engine) => {
                 let mut out = Vec::new();
                 loop {
-                    out.push(engine.step()?);
-                    if single || started.elapsed().as_secs_f64() * 1e3 >= TRAIN_BUDGET_MS || out.len() >= 10_000 {
+                    let waited = wait_for_batches(&mut self.loader, 1).await;
+                    *awaited_ms += waited;
+                    let mut metrics = engine.step()?;
+                    metrics.phases.data_ms += waited;
+                    out.push(metrics);
+                    let budget_spent = self.steps_per_log.is_none() && ms_since(started) >= TRAIN_BUDGET_MS;
+                    if out.len() >= cap || budget_spent || out.len() >= 10_000 {
                         return Ok(out);
                     }
                 }
             }
             PageEngine::Gpu(engine) => {
-                let k = if single { 1 } else { self.steps_per_submit };
+                let mut k = if single { 1 } else { self.steps_per_submit.min(cap) };
+                if let Some(cap) = self.steps_per_log.filter(|_| !single) {
+                    k = cap.min(engine.max_steps_per_submit());
+                }
+                if let Some(loader) = self.loader.as_ref().filter(|l| l.active()) {
+                    // The loop takes the batches that are ready (at least one).
+                    k = k.min(loader.ready(now_ms()).max(1));
+                }
+                let waited = wait_for_batches(&mut self.loader, k).await;
+                *awaited_ms += waited;
                 engine.submit(k)?;
                 let wait = Instant::now();
-                let out = engine.collect_async().await?;
-                *awaited_ms += wait.elapsed().as_secs_f64() * 1e3;
-                if !single {
+                let mut out = engine.collect_async().await?;
+                *awaited_ms += ms_since(wait);
+                for m in &mut out {
+                    m.phases.data_ms += waited / k as f64;
+                }
+                if !single && self.steps_per_log.is_none() {
                     // Aim for the budget: scale K by how far off this frame was.
-                    let ms = started.elapsed().as_secs_f64() * 1e3;
-                    let scale = (TRAIN_BUDGET_MS / ms.max(0.1)).clamp(0.5, 2.0);
+                    let scale = (TRAIN_BUDGET_MS / ms_since(started).max(0.1)).clamp(0.5, 2.0);
                     self.steps_per_submit =
                         ((k as f64 * scale).round() as usize).clamp(1, engine.max_steps_per_submit());
                 }
                 Ok(out)
             }
         }
+    }
+
+    /// Lesson: a loader needing `delay_ms` per batch, `prefetch` ahead
+    /// (delay 0 turns it off).
+    pub fn set_loader(&mut self, delay_ms: f64, prefetch: usize) {
+        self.loader = (delay_ms > 0.0).then(|| Loader::new(delay_ms, prefetch, now_ms()));
+    }
+
+    /// Lesson: log (read back and redraw) every `n` steps exactly, one
+    /// submit per log; None: as often as the frame budget allows.
+    pub fn set_steps_per_log(&mut self, n: Option<usize>) {
+        self.steps_per_log = n.filter(|&n| n > 0);
+    }
+
+    pub fn steps_per_log(&self) -> Option<usize> {
+        self.steps_per_log
     }
 
     /// Whether an automatic checkpoint is due (every `every` steps; 0: off).
@@ -459,6 +588,37 @@ impl Runner {
         self.snapshot_cost_ms = started.elapsed().as_secs_f64() * 1e3;
         snap
     }
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// The page's clock in milliseconds (the loader's timeline).
+fn now_ms() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
+}
+
+/// Waits until the loader has `n` batches for the next steps; returns the
+/// milliseconds waited (0 without the lesson).
+async fn wait_for_batches(loader: &mut Option<Loader>, n: usize) -> f64 {
+    let Some(loader) = loader.as_mut().filter(|l| l.active()) else { return 0.0 };
+    let now = now_ms();
+    let ready_at = loader.take(n, now);
+    if ready_at > now {
+        sleep_ms(ready_at - now).await;
+    }
+    (now_ms() - now).max(0.0)
+}
+
+/// Resolves after `ms` milliseconds (setTimeout).
+async fn sleep_ms(ms: f64) {
+    let promise = js_sys::Promise::new(&mut |resolve, _reject| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms.ceil() as i32);
+        }
+    });
+    let _ = JsFuture::from(promise).await;
 }
 
 /// Resolves at the next animation frame.

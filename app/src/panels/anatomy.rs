@@ -10,6 +10,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::inside::InsideStep;
 use super::layers::LayerPanel;
+use super::lessons::Lessons;
 use super::steps::StepCharts;
 use crate::model::runner::Command;
 use crate::model::timeline::{means, step_flops, PHASES};
@@ -184,6 +185,7 @@ pub fn AnatomyPanel() -> impl IntoView {
             <StepCharts/>
             <InsideStep/>
             <LayerPanel/>
+            <Lessons/>
             <h3>"Checkpoints"</h3>
             <div class="checkpoints">
                 <button data-testid="download-checkpoint" aria-label="Download a checkpoint" on:click=download>"Download .safetensors"</button>

@@ -8,6 +8,7 @@ pub mod header;
 mod hyper;
 mod inside;
 mod layers;
+mod lessons;
 pub mod network;
 pub mod output;
 mod steps;

@@ -1,10 +1,9 @@
 //! Gradient norm and learning rate over steps, with the clipping threshold
 //! and the clipped steps marked: the gradient norm warns before the loss
-//! explodes. And the lesson switches.
+//! explodes.
 
 use leptos::prelude::*;
 
-use crate::model::runner::Command;
 use crate::state::AppState;
 
 const W: f64 = 360.0;
@@ -48,11 +47,6 @@ pub fn StepCharts() -> impl IntoView {
         let clipped_count = h.iter().filter(|p| p.clipped).count();
         (norm, lr, clipped, threshold, clipped_count, 10f64.powf(lo), 10f64.powf(hi), max_lr)
     };
-    let on_zero_grad = move |ev| {
-        let on = !event_target_checked(&ev);
-        state.zero_grad.set(on);
-        state.command(Command::ZeroGrad(on));
-    };
     view! {
         <div class="step-charts">
             <figure data-testid="grad-norm-chart">
@@ -72,15 +66,6 @@ pub fn StepCharts() -> impl IntoView {
                 </svg>
                 <figcaption>{move || format!("learning rate (max {:.2e})", chart().7)}</figcaption>
             </figure>
-            <div class="lessons">
-                <h3>"Lessons"</h3>
-                <label class="field check">
-                    <input type="checkbox" data-testid="lesson-no-zero-grad" aria-label="Forget to zero the gradients"
-                        prop:checked=move || !state.zero_grad.get() on:change=on_zero_grad/>
-                    <span>"Forget to zero the gradients"</span>
-                </label>
-                <p class="note">"Without zeroing, each step's gradient is added to all earlier ones: the gradient norm grows step after step and the updates keep pushing in old directions. Compare the gradient norm with the switch on and off (reset in between)."</p>
-            </div>
         </div>
     }
 }

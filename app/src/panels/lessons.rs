@@ -1,0 +1,197 @@
+//! Lessons from the bench: each a switch or scenario on the live run, with
+//! what to look for and a readout from the engine's own numbers.
+
+use leptos::prelude::*;
+use stepscope_core::experiment::{OptimizerSpec, Schedule};
+
+use crate::model::runner::Command;
+use crate::model::timeline::means;
+use crate::state::{AppState, StepPoint};
+
+/// The high-learning-rate scenario: plain SGD with momentum, far too
+/// fast for this network; optionally with clipping or warmup.
+fn high_lr(state: AppState, clip: Option<f64>, warmup: bool) {
+    state.edit(|e| {
+        e.optimizer = OptimizerSpec::Sgd { lr: 3.0, momentum: 0.9, dampening: 0.0, nesterov: false, weight_decay: 0.0 };
+        e.clip_grad_norm = clip;
+        e.schedule = if warmup {
+            Schedule::WarmupCosine { warmup_steps: 100, total_steps: 1000, min_lr: 0.0 }
+        } else {
+            Schedule::Constant
+        };
+        Ok(())
+    });
+    state.reset();
+}
+
+/// First steps where the gradient norm passed 3× and the loss 2× their
+/// starting level (median of the first 4 steps).
+fn warnings(h: &[StepPoint]) -> Option<(Option<u64>, Option<u64>)> {
+    if h.len() < 5 || h[0].step != 0 {
+        return None;
+    }
+    let median = |mut v: Vec<f32>| {
+        v.sort_by(f32::total_cmp);
+        (v[1] + v[2]) / 2.0
+    };
+    let norm0 = median(h[..4].iter().map(|p| p.grad_norm).collect());
+    let loss0 = median(h[..4].iter().map(|p| p.loss).collect());
+    let norm = h.iter().find(|p| p.grad_norm > 3.0 * norm0).map(|p| p.step + 1);
+    let loss = h.iter().find(|p| p.loss.is_nan() || p.loss > 2.0 * loss0).map(|p| p.step + 1);
+    Some((norm, loss))
+}
+
+#[component]
+pub fn Lessons() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let on_zero_grad = move |ev| {
+        let on = !event_target_checked(&ev);
+        state.zero_grad.set(on);
+        state.command(Command::ZeroGrad(on));
+    };
+
+    // Slow data loader.
+    let loader = RwSignal::new((0.0f64, 0usize));
+    let set_loader = move |delay: Option<f64>, prefetch: Option<usize>| {
+        let (d, p) = loader.get_untracked();
+        let next = (delay.unwrap_or(d), prefetch.unwrap_or(p));
+        loader.set(next);
+        state.command(Command::Loader(next.0, next.1));
+    };
+    let on_delay = move |ev| match event_target_value(&ev).trim().parse::<f64>() {
+        Ok(ms) if (0.0..=1000.0).contains(&ms) => set_loader(Some(ms), None),
+        _ => state
+            .alert
+            .set(Some(format!("Loader delay: `{}` is not a number of ms in 0…1000.", event_target_value(&ev)))),
+    };
+    let on_prefetch = move |ev| match event_target_value(&ev).trim().parse::<usize>() {
+        Ok(n) if n <= 16 => set_loader(None, Some(n)),
+        _ => state.alert.set(Some(format!("Prefetch: `{}` is not a whole number in 0…16.", event_target_value(&ev)))),
+    };
+    let busy = move || {
+        let t = state.timeline.get();
+        let start = t.len().saturating_sub(60);
+        let (wall, parts) = means(&t[start..]);
+        if wall <= 0.0 {
+            return "–".to_string();
+        }
+        let compute = parts[1] + parts[2] + parts[3];
+        format!(
+            "{:.0} % of the step computing; data {:.2} ms of {:.2} ms per step",
+            100.0 * compute / wall,
+            parts[0],
+            wall
+        )
+    };
+
+    // Logging frequency.
+    let on_log_every = move |ev| {
+        let n = event_target_value(&ev).parse::<usize>().ok().filter(|&n| n > 0);
+        state.command(Command::LogEvery(n));
+    };
+    let logging = move || {
+        let t = state.timeline.get();
+        let start = t.len().saturating_sub(60);
+        let (wall, parts) = means(&t[start..]);
+        if wall <= 0.0 {
+            return "–".to_string();
+        }
+        format!("logging {:.3} ms per step, {:.0} % of the step", parts[5], 100.0 * parts[5] / wall)
+    };
+
+    // Learning rate too high.
+    let lr_readout = move || match warnings(&state.step_history.get()) {
+        None => "Run a scenario: the readout compares the gradient norm and the loss with their first steps.".into(),
+        Some((norm, loss)) => {
+            let at = |s: Option<u64>| s.map_or("not yet".to_string(), |s| format!("at step {s}"));
+            format!("gradient norm above 3× its start {}; loss above 2× its start {}", at(norm), at(loss))
+        }
+    };
+
+    // Gradient accumulation.
+    let k = RwSignal::new(4usize);
+    let on_k = move |ev| match event_target_value(&ev).trim().parse::<usize>() {
+        Ok(n) if (2..=64).contains(&n) => k.set(n),
+        _ => state
+            .alert
+            .set(Some(format!("Micro-batches: `{}` is not a whole number in 2…64.", event_target_value(&ev)))),
+    };
+    let accumulation = move || {
+        state.accumulation.get().map(|r| {
+            let kib = |b: u64| format!("{b} B ({:.1} KiB)", b as f64 / 1024.0);
+            format!(
+                "From step {}: one batch of {} vs {} micro-batches of {}: loss {:.6} vs {:.6}; largest parameter difference {:.2e} (largest parameter {:.2}) — {}; stored activations {} vs {}.",
+                r.step,
+                r.k * r.micro_batch,
+                r.k,
+                r.micro_batch,
+                r.loss.0,
+                r.loss.1,
+                r.max_diff,
+                r.max_param,
+                if r.passed() { "the same update up to float32 summation order" } else { "DIFFERENT updates" },
+                kib(r.activation_bytes.0),
+                kib(r.activation_bytes.1),
+            )
+        })
+    };
+
+    view! {
+        <div class="lessons">
+            <h3>"Lessons"</h3>
+            <section>
+                <h4>"A slow data loader"</h4>
+                <div class="row">
+                    <label class="field"><span>"Delay per batch (ms)"</span>
+                        <input type="number" min="0" data-testid="loader-delay-ms" prop:value=move || loader.get().0.to_string() on:change=on_delay/></label>
+                    <label class="field"><span>"Prefetch (batches)"</span>
+                        <input type="number" min="0" data-testid="loader-prefetch" prop:value=move || loader.get().1.to_string() on:change=on_prefetch/></label>
+                </div>
+                <p data-testid="gpu-busy-share">{busy}</p>
+                <p class="note">"A loader that takes longer than a step leaves the GPU idle: the timeline's data part grows while forward, backward and optimizer stay the same. Prefetching loads the next batches while the GPU computes, and hides the delay as long as it is shorter than the step. (The delay is simulated; the rows are the engine's own.)"</p>
+            </section>
+            <section>
+                <h4>"Forgetting to zero the gradients"</h4>
+                <label class="field check">
+                    <input type="checkbox" data-testid="lesson-no-zero-grad" aria-label="Forget to zero the gradients"
+                        prop:checked=move || !state.zero_grad.get() on:change=on_zero_grad/>
+                    <span>"Forget to zero the gradients"</span>
+                </label>
+                <p class="note">"Without zeroing, each step's gradient is added to all earlier ones: the gradient norm grows step after step and the updates keep pushing in old directions. Compare the gradient norm with the switch on and off (reset in between)."</p>
+            </section>
+            <section>
+                <h4>"A learning rate too high"</h4>
+                <div class="row">
+                    <button data-testid="lesson-high-lr" on:click=move |_| high_lr(state, None, false)>"SGD, lr 3"</button>
+                    <button data-testid="lesson-high-lr-clip" on:click=move |_| high_lr(state, Some(1.0), false)>"… with clipping at 1"</button>
+                    <button data-testid="lesson-high-lr-warmup" on:click=move |_| high_lr(state, None, true)>"… with 100 warmup steps"</button>
+                </div>
+                <p data-testid="lesson-lr-readout">{lr_readout}</p>
+                <p class="note">"Each button resets the run with these settings; press Train. The gradient norm (chart above) climbs several-fold a few steps before the loss jumps. Clipping caps each update (red marks on the chart) but does not make the rate right; warmup keeps the first steps small and postpones the trouble until the rate grows into the unstable range."</p>
+            </section>
+            <section>
+                <h4>"Gradient accumulation"</h4>
+                <div class="row">
+                    <label class="field"><span>"Micro-batches k"</span>
+                        <input type="number" min="2" max="64" data-testid="accumulation-k" prop:value=move || k.get().to_string() on:change=on_k/></label>
+                    <button data-testid="accumulation-check" on:click=move |_| state.command(Command::CheckAccumulation(k.get_untracked()))>"Compare one step"</button>
+                </div>
+                <p data-testid="accumulation-result">{accumulation}</p>
+                <p class="note">"k micro-batches of b rows, gradients summed (each loss scaled by 1/k), give the update of one batch of k·b rows, while storing the activations of only b rows at a time."</p>
+            </section>
+            <section>
+                <h4>"Logging every step"</h4>
+                <label class="field"><span>"Read back and redraw every"</span>
+                    <select data-testid="log-every" on:change=on_log_every>
+                        <option value="0">"frame (adaptive)"</option>
+                        <option value="1">"1 step"</option>
+                        <option value="10">"10 steps"</option>
+                        <option value="50">"50 steps"</option>
+                    </select></label>
+                <p data-testid="logging-share">{logging}</p>
+                <p class="note">"Each log reads statistics back from the GPU and redraws: logged every step, that cost lands on every step (and the GPU cannot run steps ahead); every N steps it is shared by N."</p>
+            </section>
+            <p class="note">"Synchronous against background checkpoints: see Checkpoints below."</p>
+        </div>
+    }
+}
