@@ -8,6 +8,12 @@
 //! 2. Steps per second, GPU engine against the CPU engine.
 //! 3. K = 1 step per submit with a readback every step, against K = 64.
 //! 4. Overhead share: (wall time per step − GPU timestamp time per step) / wall.
+//! 5. Activation checkpointing: memory saved and steps per second with it
+//!    on against off, on both engines (`checkpointing.rs`).
+//!
+//! `--only matmul|steps|checkpointing` runs one section.
+
+mod checkpointing;
 
 use std::sync::Arc;
 
@@ -31,11 +37,16 @@ fn gpu_err(e: stepscope_core::Error) -> Failure {
 }
 
 pub fn run(argv: &[String]) -> Result<(), Failure> {
-    let out = match argv {
-        [] => None,
-        [flag, path] if flag == "--out" => Some(path.clone()),
-        _ => return Err(Failure::usage("bench takes only [--out FILE]")),
-    };
+    let (mut out, mut only) = (None, None);
+    let mut args = argv.iter();
+    while let Some(flag) = args.next() {
+        match (flag.as_str(), args.next().map(String::as_str)) {
+            ("--out", Some(path)) => out = Some(path.to_string()),
+            ("--only", Some(section @ ("matmul" | "steps" | "checkpointing"))) => only = Some(section),
+            _ => return Err(Failure::usage("bench takes only [--out FILE] [--only matmul|steps|checkpointing]")),
+        }
+    }
+    let runs = |section: &str| only.is_none_or(|o| o == section);
     let ctx = Arc::new(GpuContext::new_blocking().map_err(gpu_err)?);
     let mut report = String::new();
     let mut line = |s: String| {
@@ -63,7 +74,23 @@ pub fn run(argv: &[String]) -> Result<(), Failure> {
     line(format!("- build: {}", if cfg!(debug_assertions) { "debug (numbers not meaningful)" } else { "release" }));
     line(String::new());
 
-    let peak = fma_peak_gflops(&ctx).map_err(gpu_err)?;
+    if runs("matmul") {
+        matmul_section(&ctx, &mut line)?;
+    }
+    if runs("steps") {
+        steps_section(&ctx, &mut line)?;
+    }
+    if runs("checkpointing") {
+        checkpointing::section(&ctx, &mut line)?;
+    }
+    if let Some(path) = out {
+        files::write_atomic(&path, report.as_bytes())?;
+    }
+    Ok(())
+}
+
+fn matmul_section(ctx: &GpuContext, line: &mut impl FnMut(String)) -> Result<(), Failure> {
+    let peak = fma_peak_gflops(ctx).map_err(gpu_err)?;
     line("## Forward matmul against the FMA peak probe".into());
     line(String::new());
     line(format!("FMA probe peak: {peak:.1} GFLOP/s"));
@@ -71,11 +98,14 @@ pub fn run(argv: &[String]) -> Result<(), Failure> {
     line("| size (B = I = O) | GFLOP/s | share of probe peak |".into());
     line("|---|---|---|".into());
     for n in [256usize, 1024, 2048] {
-        let gflops = matmul_gflops(&ctx, n).map_err(gpu_err)?;
+        let gflops = matmul_gflops(ctx, n).map_err(gpu_err)?;
         line(format!("| {n}² | {gflops:.1} | {:.1} % |", 100.0 * gflops / peak));
     }
     line(String::new());
+    Ok(())
+}
 
+fn steps_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result<(), Failure> {
     line("## Steps per second, GPU engine against CPU engine".into());
     line(String::new());
     line("| model | batch | CPU steps/s | GPU steps/s, K = 1 | GPU steps/s, K = 64 | GPU/CPU (K = 64) | K = 64 / K = 1 | overhead share K = 1 | overhead share K = 64 | GPU steps/s, K = 64, pass per phase |".into());
@@ -84,10 +114,10 @@ pub fn run(argv: &[String]) -> Result<(), Failure> {
         [(&[2usize, 16, 16, 1][..], 32usize), (&[64, 256, 256, 10], 256), (&[784, 512, 512, 10], 1024)]
     {
         let (experiment, data) = synthetic(widths, batch);
-        let cpu = cpu_steps_per_second(&experiment, &data)?;
-        let k1 = gpu_steps(&ctx, &experiment, &data, 1, false)?;
-        let k64 = gpu_steps(&ctx, &experiment, &data, 64, false)?;
-        let k64_phases = gpu_steps(&ctx, &experiment, &data, 64, true)?;
+        let cpu = cpu_steps_per_second(&experiment, &data, false)?;
+        let k1 = gpu_steps(ctx, &experiment, &data, 1, false, false)?;
+        let k64 = gpu_steps(ctx, &experiment, &data, 64, false, false)?;
+        let k64_phases = gpu_steps(ctx, &experiment, &data, 64, true, false)?;
         let name = widths.iter().map(usize::to_string).collect::<Vec<_>>().join("-");
         line(format!(
             "| {name} | {batch} | {cpu:.1} | {:.1} | {:.1} | {:.1}× | {:.1}× | {} | {} | {:.1} |",
@@ -103,9 +133,7 @@ pub fn run(argv: &[String]) -> Result<(), Failure> {
     line(String::new());
     line("K = 1 and K = 64 record a step as one compute pass; the last column splits it into a pass per phase with timestamps (what the page's timeline uses), to show what those pass boundaries cost.".into());
     line("Overhead share = (wall time per step − GPU timestamp time per step) / wall time per step; n/a without timestamp queries.".into());
-    if let Some(path) = out {
-        files::write_atomic(&path, report.as_bytes())?;
-    }
+    line(String::new());
     Ok(())
 }
 
@@ -157,8 +185,9 @@ fn fresh_state(e: &Experiment) -> TrainState {
     }
 }
 
-fn cpu_steps_per_second(e: &Experiment, data: &Dataset) -> Result<f64, Failure> {
+fn cpu_steps_per_second(e: &Experiment, data: &Dataset, checkpointing: bool) -> Result<f64, Failure> {
     let mut engine = CpuEngine::from_state(fresh_state(e), data.clone())?;
+    engine.set_activation_checkpointing(checkpointing)?;
     engine.step()?; // warm-up
     let start = Instant::now();
     let mut steps = 0;
@@ -176,16 +205,19 @@ struct GpuSpeed {
 
 /// Steps per second with `per_submit` steps per submit. `phase_timing`
 /// splits each step into a pass per phase (as the page's timeline needs);
-/// without it a step is one pass.
+/// without it a step is one pass. `checkpointing`: activation
+/// checkpointing on.
 fn gpu_steps(
     ctx: &Arc<GpuContext>,
     e: &Experiment,
     data: &Dataset,
     per_submit: usize,
     phase_timing: bool,
+    checkpointing: bool,
 ) -> Result<GpuSpeed, Failure> {
     let mut engine = GpuEngine::from_state(ctx.clone(), fresh_state(e), data.clone())?;
     engine.phase_timing = phase_timing;
+    engine.set_activation_checkpointing(checkpointing)?;
     engine.run(1, 1)?; // warm-up: first submit, first readback
     let start = Instant::now();
     let mut metrics = Vec::new();

@@ -19,7 +19,7 @@ const USAGE: &str = "usage:
   stepscope inspect FILE
   stepscope export-pytorch CHECKPOINT [--out FILE] [--data-out FILE]
   stepscope predict CHECKPOINT --inputs FILE [--out FILE]
-  stepscope bench [--out FILE]";
+  stepscope bench [--out FILE] [--only matmul|steps|checkpointing]";
 
 /// Prints a line to stdout; a closed pipe (`stepscope inspect F | head`)
 /// is not an error worth a panic.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 #[cfg(not(target_arch = "wasm32"))]
 use super::Evaluation;
-use super::{CpuEngine, StepMetrics, TrainState};
+use super::{CpuEngine, MemoryBytes, StepMetrics, TrainState};
 use crate::data::Dataset;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::data::Table;
@@ -65,6 +65,30 @@ impl Engine {
         match self {
             Engine::Cpu(e) => e.step_count(),
             Engine::Gpu(e) => e.step_count(),
+        }
+    }
+
+    /// Bytes of the engine's training buffers.
+    pub fn memory(&self) -> MemoryBytes {
+        match self {
+            Engine::Cpu(e) => e.memory(),
+            Engine::Gpu(e) => e.memory(),
+        }
+    }
+
+    /// Recompute activations in backward instead of storing them
+    /// (`CpuEngine::set_activation_checkpointing`).
+    pub fn set_activation_checkpointing(&mut self, on: bool) -> Result<()> {
+        match self {
+            Engine::Cpu(e) => e.set_activation_checkpointing(on),
+            Engine::Gpu(e) => e.set_activation_checkpointing(on),
+        }
+    }
+
+    pub fn activation_checkpointing(&self) -> bool {
+        match self {
+            Engine::Cpu(e) => e.activation_checkpointing(),
+            Engine::Gpu(e) => e.activation_checkpointing(),
         }
     }
 

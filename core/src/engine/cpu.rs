@@ -11,8 +11,8 @@ use crate::data::{Batcher, DataPosition, Dataset, Table};
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{
-    activation_backward, dense_backward, init_parameters, loss_backward, loss_forward, regularization_backward, Layout,
-    TensorInfo,
+    activation_backward, dense_backward, dense_forward, init_parameters, loss_backward, loss_forward,
+    regularization_backward, Layout, TensorInfo,
 };
 use crate::optim::{clip_grad_norm, global_grad_norm, learning_rate, optimizer_step, OptimizerState};
 
@@ -28,7 +28,7 @@ pub struct CpuEngine {
     optimizer: OptimizerState,
     inputs: Vec<f32>,        // (B, I)
     targets: Vec<f32>,       // (B, T)
-    acts: Activations,       // z, a: (B, O_l) per layer
+    acts: Activations,       // a: (B, O_l) per layer; z the same, or one (B, max O) when checkpointing
     grad_out: Vec<Vec<f32>>, // ∂L/∂a per layer, (B, O_l)
     grad_pre: Vec<f32>,      // ∂L/∂z of the current layer, (B, max O)
     /// When false, gradients are not zeroed between steps (a common bug,
@@ -132,6 +132,31 @@ impl CpuEngine {
         self.optimizer.step
     }
 
+    /// Activation checkpointing: forward keeps only each layer's output
+    /// a; backward recomputes the pre-activation z of each layer (one
+    /// more `dense_forward` per layer and micro-batch, the same function
+    /// on the same inputs, so the results are unchanged bit for bit).
+    /// Refused part-way through a step taken phase by phase, whose
+    /// backward would need what forward did not keep.
+    pub fn set_activation_checkpointing(&mut self, on: bool) -> Result<()> {
+        if on == self.acts.checkpointing {
+            return Ok(());
+        }
+        if self.partial.is_some() {
+            return Err(Error::Experiment(
+                "finish the step begun phase by phase before switching activation checkpointing".into(),
+            ));
+        }
+        let batch = self.experiment.batch_size;
+        self.acts =
+            if on { Activations::checkpointed(&self.layout, batch) } else { Activations::new(&self.layout, batch) };
+        Ok(())
+    }
+
+    pub fn activation_checkpointing(&self) -> bool {
+        self.acts.checkpointing
+    }
+
     /// Bytes of the engine's training buffers.
     pub fn memory(&self) -> MemoryBytes {
         let scratch: usize = self.grad_out.iter().map(Vec::len).sum::<usize>() + self.grad_pre.len();
@@ -188,7 +213,8 @@ impl CpuEngine {
         let k = self.experiment.grad_accumulation;
         let layers = match phase {
             StepPhase::Forward { .. } => {
-                summarise(&self.layout, &PhaseTensors::Forward { z: &self.acts.z, a: &self.acts.a })
+                // With checkpointing there are no per-layer z's to show.
+                summarise(&self.layout, &PhaseTensors::Forward { z: self.acts.stored_z(), a: &self.acts.a })
             }
             StepPhase::Backward { .. } => summarise(&self.layout, &PhaseTensors::Backward { grads: &self.grads }),
             StepPhase::Optimizer => {
@@ -276,26 +302,35 @@ impl CpuEngine {
     }
 
     /// Backward through the loss and every layer for the current batch;
-    /// accumulates into `grads`. `scale` is 1/k under accumulation.
+    /// accumulates into `grads`. `scale` is 1/k under accumulation. With
+    /// activation checkpointing each layer's z is recomputed first.
     fn backward(&mut self, scale: f32) -> Result<()> {
         let e = &self.experiment;
         let batch = e.batch_size;
         let last = self.layout.layers.len() - 1;
-        loss_backward(&mut self.grad_out[last], self.acts.output(), &self.targets, e.loss, batch, e.outputs(), scale);
+        let acts = &mut self.acts;
+        loss_backward(&mut self.grad_out[last], acts.output(), &self.targets, e.loss, batch, e.outputs(), scale);
         for l in (0..=last).rev() {
             let shape = self.layout.layers[l];
             let n = batch * shape.units;
+            let weight = &self.params[shape.weight_offset..shape.bias_offset];
+            let x = if l == 0 { self.inputs.as_slice() } else { acts.a[l - 1].as_slice() };
+            let z = if acts.checkpointing {
+                // Recompute z[l] = x·Wᵀ + b into the shared scratch: the
+                // same function on the same x, W and b as forward, so the
+                // same bits. a[l] is still stored.
+                let bias = &self.params[shape.bias_offset..shape.bias_offset + shape.units];
+                let z = &mut acts.z[0][..n];
+                dense_forward(z, x, weight, bias, batch, shape.inputs, shape.units);
+                &*z
+            } else {
+                &acts.z[l][..]
+            };
             let dz = &mut self.grad_pre[..n];
-            activation_backward(dz, &self.grad_out[l], &self.acts.z[l], &self.acts.a[l], e.model.layers[l].activation);
+            activation_backward(dz, &self.grad_out[l], z, &acts.a[l], e.model.layers[l].activation);
             let (dweight, rest) = self.grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
             let dbias = &mut rest[..shape.units];
-            let weight = &self.params[shape.weight_offset..shape.bias_offset];
-            let (x, dx) = if l == 0 {
-                (self.inputs.as_slice(), None)
-            } else {
-                let (below, _) = self.grad_out.split_at_mut(l);
-                (self.acts.a[l - 1].as_slice(), Some(below[l - 1].as_mut_slice()))
-            };
+            let dx = if l == 0 { None } else { Some(self.grad_out[l - 1].as_mut_slice()) };
             dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
             let end = shape.bias_offset + shape.units;
             if self.grads[shape.weight_offset..end].iter().any(|g| !g.is_finite()) {

@@ -6,32 +6,59 @@ use crate::data::Table;
 use crate::experiment::{DataSource, Experiment, Loss};
 use crate::model::{activation_forward, dense_forward, loss_forward, Layout};
 
-/// What the forward pass stores for backward, per layer l:
-/// `z[l]` pre-activations and `a[l]` outputs, each (B, O_l).
+/// What the forward pass stores for backward, per layer l: `a[l]` outputs,
+/// (B, O_l), and `z[l]` pre-activations, (B, O_l).
+///
+/// With activation checkpointing, `z` is one shared scratch of (B, max O)
+/// instead: every layer writes its z there and backward recomputes
+/// z[l] = a[l−1]·Wᵀ + b before it needs it (`CpuEngine`'s backward).
+/// Backward still needs every `a[l]` (dense backward's input, and tanh's
+/// and sigmoid's derivative), so only the z's are given up.
 #[derive(Clone, Debug, Default)]
 pub struct Activations {
-    pub z: Vec<Vec<f32>>,
-    pub a: Vec<Vec<f32>>,
+    pub z: Vec<Vec<f32>>, // (B, O_l) per layer, or one (B, max O) when checkpointing
+    pub a: Vec<Vec<f32>>, // (B, O_l) per layer
     pub rows: usize,
+    /// z is one shared scratch, not kept per layer.
+    pub checkpointing: bool,
 }
 
 impl Activations {
+    /// Every layer's z and a kept (training without checkpointing, and
+    /// evaluation).
     pub fn new(layout: &Layout, rows: usize) -> Activations {
         let sizes = || layout.layers.iter().map(|l| vec![0.0; rows * l.units]);
-        Activations { z: sizes().collect(), a: sizes().collect(), rows }
+        Activations { z: sizes().collect(), a: sizes().collect(), rows, checkpointing: false }
+    }
+
+    /// Every layer's a kept; z in one (B, max O) scratch.
+    pub fn checkpointed(layout: &Layout, rows: usize) -> Activations {
+        let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(0);
+        let a = layout.layers.iter().map(|l| vec![0.0; rows * l.units]).collect();
+        Activations { z: vec![vec![0.0; rows * max_units]], a, rows, checkpointing: true }
     }
 
     /// Resizes for `rows` rows, reusing the allocations.
     pub fn resize(&mut self, layout: &Layout, rows: usize) {
-        if self.rows != rows || self.z.len() != layout.layers.len() {
-            *self = Activations::new(layout, rows);
+        if self.rows != rows || self.a.len() != layout.layers.len() {
+            *self = if self.checkpointing {
+                Activations::checkpointed(layout, rows)
+            } else {
+                Activations::new(layout, rows)
+            };
         }
+    }
+
+    /// Every layer's z, when they are kept (not when checkpointing).
+    pub fn stored_z(&self) -> Option<&[Vec<f32>]> {
+        (!self.checkpointing).then_some(self.z.as_slice())
     }
 
     pub fn output(&self) -> &[f32] {
         self.a.last().map_or(&[], |a| a.as_slice())
     }
 
+    /// Bytes held: with checkpointing 4·B·(Σ_l O_l + max O), else 2·4·B·Σ_l O_l.
     pub fn bytes(&self) -> usize {
         4 * self.z.iter().chain(&self.a).map(Vec::len).sum::<usize>()
     }
@@ -50,15 +77,15 @@ pub fn forward_pass(
     let rows = acts.rows;
     let mut first_non_finite = None;
     for (l, shape) in layout.layers.iter().enumerate() {
+        let slot = if acts.checkpointing { 0 } else { l };
+        let z = &mut acts.z[slot][..rows * shape.units];
         let (before, after) = acts.a.split_at_mut(l);
         let x = if l == 0 { inputs } else { &before[l - 1] };
         let weight = &params[shape.weight_offset..shape.bias_offset];
         let bias = &params[shape.bias_offset..shape.bias_offset + shape.units];
-        dense_forward(&mut acts.z[l], x, weight, bias, rows, shape.inputs, shape.units);
-        activation_forward(&mut after[0], &acts.z[l], experiment.model.layers[l].activation);
-        if first_non_finite.is_none()
-            && (acts.z[l].iter().any(|v| !v.is_finite()) || after[0].iter().any(|v| !v.is_finite()))
-        {
+        dense_forward(z, x, weight, bias, rows, shape.inputs, shape.units);
+        activation_forward(&mut after[0], z, experiment.model.layers[l].activation);
+        if first_non_finite.is_none() && (z.iter().any(|v| !v.is_finite()) || after[0].iter().any(|v| !v.is_finite())) {
             first_non_finite = Some(l);
         }
     }

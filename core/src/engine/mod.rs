@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::DataPosition;
 use crate::experiment::Experiment;
+use crate::model::Layout;
 use crate::optim::OptimizerState;
 
 /// What an engine's training memory holds, in bytes, from its actual
@@ -28,8 +29,10 @@ pub struct MemoryBytes {
     pub grads: u64,
     /// Optimizer state: 0, 1 or 2 copies of the parameters.
     pub optimizer: u64,
-    /// What forward stores for backward: pre-activations and outputs of
-    /// every layer for one micro-batch.
+    /// What forward stores for backward for one micro-batch: outputs and
+    /// pre-activations of every layer, 2·4·B·Σ O_l; with activation
+    /// checkpointing outputs and one shared pre-activation scratch,
+    /// 4·B·(Σ O_l + max O).
     pub activations: u64,
     /// Backward's working buffers: ∂L/∂a of every layer and ∂L/∂z of one.
     pub backward_scratch: u64,
@@ -39,6 +42,43 @@ impl MemoryBytes {
     /// Everything alive at once during backward: the peak of a step.
     pub fn peak_backward(&self) -> u64 {
         self.params + self.grads + self.optimizer + self.activations + self.backward_scratch
+    }
+}
+
+/// What activation checkpointing trades per micro-batch, from the model
+/// alone (the engines' `memory()` gives the bytes actually held).
+/// Forward keeps each layer's output a but writes its pre-activation z
+/// into one shared (B, max O) scratch; backward recomputes z[l] = a[l−1]·Wᵀ + b
+/// for each layer before using it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointingTrade {
+    /// The per-layer z's less the scratch that replaces them:
+    /// 4·B·(Σ_l O_l − max_l O_l).
+    pub bytes_saved: u64,
+    /// One more dense forward per layer: 2·B·Σ_l I_l·O_l.
+    pub extra_flops: u64,
+    /// Matmul FLOPs of forward and backward without checkpointing:
+    /// forward 2·B·Σ I·O, weight gradients 2·B·Σ I·O, input gradients
+    /// 2·B·Σ_{l>0} I·O (the first layer's inputs need none).
+    pub step_flops: u64,
+}
+
+impl CheckpointingTrade {
+    pub fn new(layout: &Layout, batch: usize) -> CheckpointingTrade {
+        let b = batch as u64;
+        let units: u64 = layout.layers.iter().map(|l| l.units as u64).sum();
+        let max_units = layout.layers.iter().map(|l| l.units as u64).max().unwrap_or(0);
+        let macs = |skip: usize| -> u64 { layout.layers.iter().skip(skip).map(|l| (l.inputs * l.units) as u64).sum() };
+        CheckpointingTrade {
+            bytes_saved: 4 * b * (units - max_units),
+            extra_flops: 2 * b * macs(0),
+            step_flops: 2 * b * (2 * macs(0) + macs(1)),
+        }
+    }
+
+    /// Predicted share of time added where matmuls dominate: extra / step FLOPs.
+    pub fn flops_added(&self) -> f64 {
+        self.extra_flops as f64 / self.step_flops.max(1) as f64
     }
 }
 

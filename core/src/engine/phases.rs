@@ -96,8 +96,9 @@ impl PhaseReport {
 
 /// The raw tensors a phase produced, as an engine holds them.
 pub enum PhaseTensors<'a> {
-    /// z and a of every layer, each (B, O_l).
-    Forward { z: &'a [Vec<f32>], a: &'a [Vec<f32>] },
+    /// z (when stored: not under activation checkpointing) and a of
+    /// every layer, each (B, O_l).
+    Forward { z: Option<&'a [Vec<f32>]>, a: &'a [Vec<f32>] },
     /// The accumulated gradients (P).
     Backward { grads: &'a [f32] },
     /// Parameters after the update, the update, and the optimizer's
@@ -122,7 +123,10 @@ pub fn summarise(layout: &Layout, tensors: &PhaseTensors) -> Vec<LayerPhase> {
             let all = shape.weight_offset..shape.bias_offset + shape.units;
             let mut update_ratio = None;
             let list = match tensors {
-                PhaseTensors::Forward { z, a } => vec![named("pre-activation", &z[l]), named("activation", &a[l])],
+                PhaseTensors::Forward { z: Some(z), a } => {
+                    vec![named("pre-activation", &z[l]), named("activation", &a[l])]
+                }
+                PhaseTensors::Forward { z: None, a } => vec![named("activation", &a[l])],
                 PhaseTensors::Backward { grads } => vec![
                     named("weight grad", &grads[weights]),
                     named("bias grad", &grads[bias]),

@@ -20,7 +20,7 @@ pub struct Buffers {
     pub momentum_buffer: wgpu::Buffer, // (P) or 16 bytes when unused
     pub batch_inputs: wgpu::Buffer,    // (B, I)
     pub batch_targets: wgpu::Buffer,   // (B, T)
-    pub z: Vec<wgpu::Buffer>,          // (B, O_l) per layer
+    pub z: Vec<wgpu::Buffer>,          // (B, O_l) per layer, or one (B, max O) when checkpointing
     pub a: Vec<wgpu::Buffer>,          // (B, O_l) per layer
     pub grad_out: Vec<wgpu::Buffer>,   // (B, O_l) ∂L/∂a per layer
     pub grad_pre: wgpu::Buffer,        // (B, max O) ∂L/∂z of the current layer
@@ -34,6 +34,13 @@ pub struct Buffers {
     pub tensor_norms: wgpu::Buffer,    // (tensors) per-tensor gradient norms
     pub lamb_norms: wgpu::Buffer,      // (2 · tensors) ‖p‖, ‖r‖
     pub layer_stats: wgpu::Buffer,     // (4 · layers · TENSOR_STATS_STRIDE)
+    /// (4) what backward's recomputation of z writes as its flags: never
+    /// read, so the recomputation cannot report a non-finite value
+    /// (forward already reported any, from the same bits).
+    pub recompute_flags: wgpu::Buffer,
+    /// Activation checkpointing: `z` is one shared scratch and backward
+    /// recomputes each layer's z (see `Plan`).
+    pub checkpointing: bool,
     /// Bytes of each kind, for the memory view.
     pub bytes: MemoryBytes,
 }
@@ -84,7 +91,6 @@ impl Buffers {
         let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(1) as u64;
         let table_rows: Vec<TensorRange> =
             tensors.iter().map(|t| TensorRange { offset: t.offset as u32, len: t.len as u32 }).collect();
-        let activation_bytes: u64 = layout.layers.iter().map(|l| 2 * 4 * batch * l.units as u64).sum();
         let scratch_bytes: u64 =
             layout.layers.iter().map(|l| 4 * batch * l.units as u64).sum::<u64>() + 4 * batch * max_units;
         Buffers {
@@ -96,7 +102,7 @@ impl Buffers {
             momentum_buffer: moment("momentum_buffer", &state.optimizer.momentum_buffer),
             batch_inputs: storage(device, "batch inputs", 4 * batch * e.model.inputs as u64),
             batch_targets: storage(device, "batch targets", 4 * batch * table.target_width as u64),
-            z: per_layer("z"),
+            z: z_buffers(device, layout, batch, false),
             a: per_layer("a"),
             grad_out: per_layer("grad_out"),
             grad_pre: storage(device, "grad_pre", 4 * batch * max_units),
@@ -110,6 +116,8 @@ impl Buffers {
             tensor_norms: storage(device, "tensor norms", 4 * tensors.len() as u64),
             lamb_norms: storage(device, "lamb norms", 8 * tensors.len() as u64),
             layer_stats: storage(device, "layer stats", 4 * (4 * layout.layers.len() * TENSOR_STATS_STRIDE) as u64),
+            recompute_flags: storage_init(device, "recompute flags", bytemuck::cast_slice(&FLAGS_INIT)),
+            checkpointing: false,
             bytes: MemoryBytes {
                 params: p_bytes,
                 grads: p_bytes,
@@ -117,9 +125,44 @@ impl Buffers {
                     * (state.optimizer.exp_avg.len()
                         + state.optimizer.exp_avg_sq.len()
                         + state.optimizer.momentum_buffer.len()) as u64,
-                activations: activation_bytes,
+                activations: activation_bytes(layout, batch, false),
                 backward_scratch: scratch_bytes,
             },
         }
     }
+
+    /// Switches activation checkpointing: replaces the z buffers (the
+    /// old ones are freed once the GPU is done with them) and the memory
+    /// figure. The plan must be rebuilt after, since it binds them.
+    pub fn set_checkpointing(&mut self, device: &wgpu::Device, layout: &Layout, batch: usize, on: bool) {
+        let batch = batch as u64;
+        self.z = z_buffers(device, layout, batch, on);
+        self.bytes.activations = activation_bytes(layout, batch, on);
+        self.checkpointing = on;
+    }
+}
+
+/// z per layer, (B, O_l) each; or with checkpointing one scratch of
+/// (B, max O) that every layer's forward writes and backward refills.
+fn z_buffers(device: &wgpu::Device, layout: &Layout, batch: u64, checkpointing: bool) -> Vec<wgpu::Buffer> {
+    if checkpointing {
+        let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(1) as u64;
+        return vec![storage(device, "z scratch (checkpointing)", 4 * batch * max_units)];
+    }
+    layout
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(l, shape)| storage(device, &format!("z layer {l}"), 4 * batch * shape.units as u64))
+        .collect()
+}
+
+/// Bytes forward keeps for backward: a and z of every layer, 2·4·B·Σ O_l;
+/// with checkpointing a of every layer and one z scratch,
+/// 4·B·(Σ O_l + max O).
+fn activation_bytes(layout: &Layout, batch: u64, checkpointing: bool) -> u64 {
+    let units: u64 = layout.layers.iter().map(|l| l.units as u64).sum();
+    let max_units = layout.layers.iter().map(|l| l.units as u64).max().unwrap_or(0);
+    let z_units = if checkpointing { max_units } else { units };
+    4 * batch * (units + z_units)
 }

@@ -6,6 +6,7 @@
 //! A training step is one submit (or K steps per submit); only small
 //! statistics are read back, asynchronously.
 
+mod activation_checkpointing;
 mod buffers;
 mod context;
 mod engine;

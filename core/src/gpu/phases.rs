@@ -102,15 +102,21 @@ impl GpuEngine {
         let mut metrics = None;
         let layers = match phase {
             StepPhase::Forward { .. } => {
+                // With activation checkpointing z is not kept per layer:
+                // the report shows the outputs a only, as the CPU's does.
+                let keeps_z = !self.buffers.checkpointing;
                 let mut z = Vec::new();
                 let mut a = Vec::new();
                 for (l, shape) in self.layout.layers.iter().enumerate() {
-                    z.push(floats(read_buffer(&self.ctx, &self.buffers.z[l]).await?, batch * shape.units));
+                    if keeps_z {
+                        z.push(floats(read_buffer(&self.ctx, &self.buffers.z[l]).await?, batch * shape.units));
+                    }
                     a.push(floats(read_buffer(&self.ctx, &self.buffers.a[l]).await?, batch * shape.units));
                 }
                 loss = Some(stats[0] - partial.loss_so_far);
                 partial.loss_so_far = stats[0];
-                summarise(&self.layout, &PhaseTensors::Forward { z: &z, a: &a })
+                let z = keeps_z.then_some(z.as_slice());
+                summarise(&self.layout, &PhaseTensors::Forward { z, a: &a })
             }
             StepPhase::Backward { .. } => {
                 let grads = floats(read_buffer(&self.ctx, &self.buffers.grads).await?, p);

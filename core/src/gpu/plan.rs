@@ -113,14 +113,16 @@ impl Plan {
             ),
         ];
 
-        let mut forward = Vec::new();
-        for (l, shape) in layout.layers.iter().enumerate() {
+        // With checkpointing every layer writes its z into the one scratch.
+        let z = |l: usize| if b.checkpointing { &b.z[0] } else { &b.z[l] };
+        let forward_layer = |l: usize, flags: &wgpu::Buffer, label: &str| {
+            let shape = layout.layers[l];
             let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
-            forward.push(dispatch(
+            dispatch(
                 ctx,
                 Kernel::DenseForward,
-                &format!("dense_forward layer {l}"),
-                &[&b.z[l], &b.a[l], x, &b.params, &b.flags],
+                &format!("{label} layer {l}"),
+                &[z(l), &b.a[l], x, &b.params, flags],
                 &DenseForwardParams {
                     batch: u(batch),
                     inputs: u(shape.inputs),
@@ -132,8 +134,10 @@ impl Plan {
                     _pad: 0,
                 },
                 [u(shape.units.div_ceil(64)), u(batch.div_ceil(64)), 1],
-            ));
-        }
+            )
+        };
+        let mut forward: Vec<Dispatch> =
+            (0..layout.layers.len()).map(|l| forward_layer(l, &b.flags, "dense_forward")).collect();
         let outputs = e.outputs();
         forward.push(dispatch(
             ctx,
@@ -168,11 +172,18 @@ impl Plan {
         )];
         for (l, shape) in layout.layers.iter().enumerate().rev() {
             let count = batch * shape.units;
+            if b.checkpointing {
+                // Recompute z[l] (and a[l], rewritten with the same bits)
+                // with forward's kernel on forward's inputs: a[l − 1] is
+                // untouched until layer l − 1's turn. Its flags go to a
+                // buffer nobody reads: forward reported any NaN already.
+                backward.push(forward_layer(l, &b.recompute_flags, "dense_forward (recompute)"));
+            }
             backward.push(dispatch(
                 ctx,
                 Kernel::ActivationBackward,
                 &format!("activation_backward layer {l}"),
-                &[&b.grad_pre, &b.grad_out[l], &b.z[l], &b.a[l]],
+                &[&b.grad_pre, &b.grad_out[l], z(l), &b.a[l]],
                 &ActivationBackwardParams {
                     count: u(count),
                     activation: activation_code(e.model.layers[l].activation),
