@@ -95,6 +95,11 @@ pub struct AppState {
     /// After a loss spike or NaN at this step: offer the newest checkpoint
     /// from before it.
     pub rollback_offer: RwSignal<Option<u64>>,
+    /// Recompute pre-activations in backward instead of storing them.
+    pub activation_checkpointing: RwSignal<bool>,
+    /// Backward ms of recent steps without and with activation
+    /// checkpointing (at most 60 each), for the time it adds.
+    pub backward_by_mode: RwSignal<[Vec<f64>; 2]>,
     /// The last gradient-accumulation comparison.
     pub accumulation: RwSignal<Option<AccumulationReport>>,
     pub commands: StoredValue<Commands>,
@@ -146,6 +151,8 @@ impl AppState {
             last_checkpoint: RwSignal::new(None),
             rollback_offer: RwSignal::new(None),
             accumulation: RwSignal::new(None),
+            activation_checkpointing: RwSignal::new(false),
+            backward_by_mode: RwSignal::new(Default::default()),
             commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
         }
     }
@@ -163,6 +170,7 @@ impl AppState {
             Ok(new) if new == old => {}
             Ok(new) => {
                 self.alert.set(None);
+                self.backward_by_mode.set(Default::default());
                 url::write_url(&new);
                 if needs_reset(&old, &new) {
                     self.clear_run();
@@ -194,6 +202,7 @@ impl AppState {
         self.step_history.set(Vec::new());
         self.timeline.set(Vec::new());
         self.layer_history.set(Vec::new());
+        self.backward_by_mode.set(Default::default());
         self.phase_report.set(None);
         self.rollback_offer.set(None);
         self.step.set(0);
@@ -493,6 +502,13 @@ impl AppState {
             }
             let excess = t.len().saturating_sub(TIMELINE_LIMIT);
             t.drain(..excess);
+        });
+        let mode = usize::from(self.activation_checkpointing.get_untracked());
+        self.backward_by_mode.update(|b| {
+            let recent = &mut b[mode];
+            recent.extend(metrics.iter().map(|m| m.phases.backward_ms));
+            let excess = recent.len().saturating_sub(60);
+            recent.drain(..excess);
         });
     }
 

@@ -61,6 +61,8 @@ pub enum Command {
     /// Lesson: one step with k micro-batches of b against one batch of
     /// k·b, from the current state.
     CheckAccumulation(usize),
+    /// Recompute pre-activations in backward instead of storing them.
+    ActivationCheckpointing(bool),
 }
 
 /// What a command produced for the page.
@@ -151,6 +153,7 @@ pub struct Runner {
     snapshot_cost_ms: f64,
     /// Lesson switches, kept across engine rebuilds.
     zero_grad: bool,
+    activation_checkpointing: bool,
 }
 
 /// Time for training per animation frame, leaving room for drawing.
@@ -202,6 +205,7 @@ impl Runner {
             last_snapshot_at: None,
             snapshot_cost_ms: 0.0,
             zero_grad: true,
+            activation_checkpointing: false,
         })
     }
 
@@ -273,7 +277,7 @@ impl Runner {
                 let engine =
                     build(&self.gpu, state, data).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
                 self.engine = engine;
-                self.apply_lessons();
+                self.apply_lessons()?;
                 return Ok(Some(Outcome::Restored(Box::new(e), step)));
             }
             Command::VerifyRestore => {
@@ -292,11 +296,11 @@ impl Runner {
                 state.experiment = e;
                 let data = self.data().clone();
                 self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;
-                self.apply_lessons();
+                self.apply_lessons()?;
             }
             Command::ZeroGrad(on) => {
                 self.zero_grad = on;
-                self.apply_lessons();
+                self.apply_lessons()?;
             }
             Command::Rollback(before) => {
                 let saved = latest_before(&self.ring, before)
@@ -304,7 +308,7 @@ impl Runner {
                 let e = saved.state.experiment.clone();
                 let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
                 self.engine = build(&self.gpu, saved.state, data).map_err(|err| err.to_string())?;
-                self.apply_lessons();
+                self.apply_lessons()?;
                 self.last_checkpoint = saved.step;
                 return Ok(Some(Outcome::RolledBack(Box::new(e), saved.step)));
             }
@@ -315,6 +319,10 @@ impl Runner {
             Command::ExportData => {
                 let csv = stepscope_core::export::training_csv(&self.data().train);
                 return Ok(Some(Outcome::File("stepscope-train.csv".into(), csv.into_bytes())));
+            }
+            Command::ActivationCheckpointing(on) => {
+                self.activation_checkpointing = on;
+                self.apply_lessons()?;
             }
             Command::Loader(delay_ms, prefetch) => self.set_loader(delay_ms, prefetch),
             Command::LogEvery(n) => self.set_steps_per_log(n),
@@ -379,18 +387,28 @@ impl Runner {
     fn restart(&mut self, e: &Experiment, csv: Option<Arc<String>>) -> Result<(), String> {
         let mut fresh = Runner::new(e, self.gpu.clone(), csv)?;
         fresh.zero_grad = self.zero_grad;
+        fresh.activation_checkpointing = self.activation_checkpointing;
         fresh.loader = self.loader.take().map(|l| Loader::new(l.delay_ms, l.prefetch, now_ms()));
         fresh.steps_per_log = self.steps_per_log;
         *self = fresh;
-        self.apply_lessons();
-        Ok(())
+        self.apply_lessons()
     }
 
-    fn apply_lessons(&mut self) {
-        match &mut self.engine {
-            PageEngine::Cpu(e) => e.zero_grad = self.zero_grad,
-            PageEngine::Gpu(e) => e.zero_grad = self.zero_grad,
-        }
+    /// Engine switches kept across rebuilds. Called between frames, at a
+    /// step boundary, with nothing in flight, where setting them cannot fail.
+    fn apply_lessons(&mut self) -> Result<(), String> {
+        let on = self.activation_checkpointing;
+        let set = match &mut self.engine {
+            PageEngine::Cpu(e) => {
+                e.zero_grad = self.zero_grad;
+                e.set_activation_checkpointing(on)
+            }
+            PageEngine::Gpu(e) => {
+                e.zero_grad = self.zero_grad;
+                e.set_activation_checkpointing(on)
+            }
+        };
+        set.map_err(|err| format!("Activation checkpointing was not switched: {err}"))
     }
 
     /// Bytes of the engine's training buffers.

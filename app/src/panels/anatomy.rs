@@ -5,7 +5,8 @@
 //! download, restore and verify.
 
 use leptos::prelude::*;
-use stepscope_core::engine::Timing;
+use stepscope_core::engine::{CheckpointingTrade, Timing};
+use stepscope_core::model::Layout;
 use wasm_bindgen_futures::JsFuture;
 
 use super::inside::InsideStep;
@@ -110,6 +111,29 @@ pub fn AnatomyPanel() -> impl IntoView {
             format!("{:.4}{clip}", m.grad_norm)
         })
     };
+    let on_checkpointing = move |ev| {
+        let on = event_target_checked(&ev);
+        state.activation_checkpointing.set(on);
+        state.command(Command::ActivationCheckpointing(on));
+    };
+    let trade = move || {
+        let e = state.experiment.get();
+        let t = CheckpointingTrade::new(&Layout::new(&e), e.batch_size);
+        let mean = |v: &Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let [off, on] = state.backward_by_mode.get();
+        let measured = match (mean(&off), mean(&on)) {
+            (Some(a), Some(b)) => {
+                format!("backward measured {a:.3} ms without, {b:.3} ms with ({:+.0} %)", 100.0 * (b - a) / a.max(1e-9))
+            }
+            _ => "train with it off and on to measure the time it adds to backward".into(),
+        };
+        format!(
+            "Recomputing z saves {} B of stored activations per micro-batch (4·B·(ΣO − max O)) for {} extra FLOPs per micro-batch (+{:.0} % of the step's matmuls); {measured}.",
+            t.bytes_saved,
+            t.extra_flops,
+            100.0 * t.flops_added()
+        )
+    };
     let download = move |_| state.command(Command::SaveCheckpoint);
     let on_every = move |ev| match event_target_value(&ev).trim().parse::<u64>() {
         Ok(n) => {
@@ -181,6 +205,11 @@ pub fn AnatomyPanel() -> impl IntoView {
                 <tr><td>"Stored activations"</td><td data-testid="memory-activations-bytes">{move || memory.get().activations}</td><td>{move || bytes(memory.get().activations)}</td></tr>
                 <tr><td>"Peak during backward"</td><td data-testid="memory-peak-bytes">{move || memory.get().peak_backward()}</td><td>{move || bytes(memory.get().peak_backward())}</td></tr>
             </table>
+            <label class="field check">
+                <input type="checkbox" data-testid="activation-checkpointing" prop:checked=move || state.activation_checkpointing.get() on:change=on_checkpointing/>
+                <span>"Activation checkpointing: recompute pre-activations in backward instead of storing them"</span>
+            </label>
+            <p class="note" data-testid="checkpointing-trade">{trade}</p>
             <p>"Gradient norm: " <span data-testid="grad-norm">{grad_norm}</span></p>
             <StepCharts/>
             <InsideStep/>

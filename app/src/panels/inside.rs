@@ -62,7 +62,7 @@ fn layer_row(layer: &LayerPhase) -> impl IntoView {
 const HINTS: [(&str, &str); 3] = [
     (
         "forward",
-        "Forward stored each layer's pre-activation z and activation a for backward. Watch for saturation: tanh/sigmoid outputs piled at ±1, or ReLU outputs all 0 (dead units).",
+        "Forward stored each layer's activation a for backward, and its pre-activation z unless activation checkpointing is on (then backward recomputes z). Watch for saturation: tanh/sigmoid outputs piled at ±1, or ReLU outputs all 0 (dead units).",
     ),
     (
         "backward",

@@ -127,7 +127,7 @@ pub fn LayerPanel() -> impl IntoView {
                         .map(|l| {
                             view! {
                                 <li><span class="swatch" style=format!("background:{}", LINE_COLORS[l % LINE_COLORS.len()])></span>
-                                    {format!("layer {l}: ")}<span data-testid=format!("layer-grad-norm-{l}")>{format!("{:.4e}", grad_norm(s, l))}</span></li>
+                                    {format!("layer {l}: ")}<span data-testid=format!("grad-norm-layer-{l}")>{format!("{:.4e}", grad_norm(s, l))}</span></li>
                             }
                         })
                         .collect_view()
@@ -153,7 +153,7 @@ pub fn LayerPanel() -> impl IntoView {
             <h3>"Layers over time"</h3>
             <p class="note">"Each column is one sample of the run (every 250 ms or more while training); darker where more values fall. Activations are of the last micro-batch; gradients and updates of the last step."</p>
             {grids}
-            <figure data-testid="layer-grad-norm-chart">
+            <figure data-testid="grad-norm-per-layer-chart">
                 <svg viewBox=format!("0 0 {w} {h}") width=w height=h role="img" aria-label="Gradient norm per layer over time (log scale)">
                     {move || chart().0}
                 </svg>
