@@ -6,25 +6,14 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use serde_json::json;
 use stepscope_core::engine::{CheckpointingTrade, StepPhase};
-use stepscope_core::gpu::{GpuContext, GpuEngine};
-use stepscope_core::model::regularization_forward;
+use stepscope_core::gpu::GpuEngine;
 use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics, TrainState};
 
 const ACTIVATIONS: [&str; 7] = ["linear", "relu", "leaky_relu", "tanh", "sigmoid", "gelu_tanh", "silu"];
 
-fn shared() -> Arc<GpuContext> {
-    static CTX: std::sync::OnceLock<Arc<GpuContext>> = std::sync::OnceLock::new();
-    CTX.get_or_init(|| Arc::new(GpuContext::new_blocking().expect("GPU tests need an adapter"))).clone()
-}
-
-fn gpu_engine(e: &Experiment) -> GpuEngine {
-    let cpu = common::engine(e);
-    GpuEngine::from_state(shared(), cpu.state(), cpu.data().clone()).unwrap()
-}
+use common::{gpu_engine, shared_gpu as shared};
 
 /// Four layers (three hidden, widths differing so the shared z scratch is
 /// wider than most layers), accumulation over 3 micro-batches, clipping.
@@ -233,60 +222,6 @@ fn non_finite_values_name_layer_and_phase_with_checkpointing() {
         assert_eq!((cpu.step_count(), gpu.step_count()), (0, 0));
         assert_eq!(bits(cpu.params()), bits(&state.params), "{expected}: kept");
         assert_eq!(bits(&gpu.state().unwrap().params), bits(&state.params), "{expected}: kept");
-    }
-}
-
-/// Finite differences of the whole network's loss against the gradient
-/// the engine computes with checkpointing on. As `gradient_check.rs`:
-/// central differences with h = 1e-3 on the f32 network, accepting
-/// |analytic − numeric| ≤ 1e-3 + 2 %·|numeric| (rounding of the O(1) f32
-/// objective ≈ 1e-4 after dividing by 2h; truncation ≈ 1e-6).
-#[test]
-fn gradient_matches_finite_differences_with_checkpointing() {
-    for (loss, outputs, act1, act2, source) in [
-        ("bce_with_logits", 1, "tanh", "sigmoid", "xor"),
-        ("cross_entropy", 2, "gelu_tanh", "silu", "circle"),
-        ("mse", 1, "leaky_relu", "tanh", "reg_gauss"),
-    ] {
-        let e = common::experiment(json!({
-            "model": {"inputs": 3, "layers": [
-                {"units": 5, "activation": act1},
-                {"units": 4, "activation": act2},
-                {"units": outputs, "activation": "linear"}]},
-            "loss": loss,
-            "optimizer": {"kind": "sgd", "lr": 0.0},
-            "batch_size": 12,
-            "regularization": {"kind": "l2", "rate": 0.01},
-            "data": {"source": source, "samples": 15, "noise": 0.1, "train_fraction": 0.8,
-                     "features": ["x1", "x2", "x1_x2"], "shuffle": false}
-        }));
-        let mut engine = common::engine(&e);
-        assert_eq!(engine.data().train.rows(), 12);
-        engine.set_activation_checkpointing(true).unwrap();
-        engine.step().unwrap(); // lr 0: parameters unchanged, gradients kept
-        let params = engine.params().to_vec();
-        let analytic = engine.grads().to_vec();
-        // The objective: data loss over the whole table plus regularization.
-        let objective = |p: &[f32]| -> f64 {
-            let mut state = engine.state();
-            state.params = p.to_vec();
-            let probe = CpuEngine::from_state(state, engine.data().clone()).unwrap();
-            let reg = regularization_forward(p, probe.tensors(), e.regularization.as_ref().unwrap());
-            probe.evaluate(&probe.data().train).unwrap().loss as f64 + reg as f64
-        };
-        let h = 1e-3f32;
-        for i in 0..params.len() {
-            let (mut plus, mut minus) = (params.clone(), params.clone());
-            plus[i] += h;
-            minus[i] -= h;
-            let numeric = (objective(&plus) - objective(&minus)) / (2.0 * h as f64);
-            let diff = (analytic[i] as f64 - numeric).abs();
-            assert!(
-                diff <= 1e-3 + 0.02 * numeric.abs(),
-                "{loss}/{act1}/{act2}: dparam[{i}] analytic {} numeric {numeric}",
-                analytic[i]
-            );
-        }
     }
 }
 

@@ -12,19 +12,9 @@ use serde_json::json;
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
 use stepscope_core::data::Dataset;
 use stepscope_core::gpu::{GpuContext, GpuEngine};
-use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics};
+use stepscope_core::{CpuEngine, Error, StepMetrics};
 
-fn shared() -> Arc<GpuContext> {
-    // One device per test binary; wrapping the 'static context in an Arc
-    // would need ownership, so tests that need an Arc make their own.
-    static CTX: std::sync::OnceLock<Arc<GpuContext>> = std::sync::OnceLock::new();
-    CTX.get_or_init(|| Arc::new(GpuContext::new_blocking().expect("GPU tests need an adapter"))).clone()
-}
-
-fn gpu_engine(e: &Experiment) -> GpuEngine {
-    let cpu = common::engine(e);
-    GpuEngine::from_state(shared(), cpu.state(), cpu.data().clone()).unwrap()
-}
+use common::{gpu_engine, shared_gpu as shared};
 
 /// GPU and CPU differ only in summation order inside matmuls and
 /// reductions (about I·2⁻²⁴ relative per sum) and in exp/tanh

@@ -51,8 +51,12 @@ fn whole_network_gradient_matches_finite_differences() {
             "data": {"source": source, "samples": 15, "noise": 0.1, "train_fraction": 0.8,
                      "features": ["x1", "x2", "x1_x2"], "shuffle": false}
         }));
+        // Also with activation checkpointing: backward's recomputed z must
+        // give the same derivative.
+        let checkpointing = i % 2 == 1;
         let mut engine = common::engine(&e);
         assert_eq!(engine.data().train.rows(), 12);
+        engine.set_activation_checkpointing(checkpointing).unwrap();
         engine.step().unwrap(); // lr 0: parameters unchanged, gradients kept
         let params = engine.params().to_vec();
         let analytic = engine.grads().to_vec();
@@ -70,7 +74,7 @@ fn whole_network_gradient_matches_finite_differences() {
             let diff = (analytic[p] as f64 - numeric).abs();
             assert!(
                 diff <= 1e-3 + 0.02 * numeric.abs(),
-                "{loss}/{act1}/{act2}: dparam[{p}] analytic {} numeric {numeric}",
+                "{loss}/{act1}/{act2} (checkpointing {checkpointing}): dparam[{p}] analytic {} numeric {numeric}",
                 analytic[p]
             );
         }

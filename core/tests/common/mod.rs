@@ -1,8 +1,24 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+
 use stepscope_core::data::Dataset;
+use stepscope_core::gpu::{GpuContext, GpuEngine};
 use stepscope_core::{CpuEngine, Experiment};
+
+/// One GPU device per test binary, shared. Fails (does not skip) without
+/// an adapter: CI installs lavapipe.
+pub fn shared_gpu() -> Arc<GpuContext> {
+    static CTX: std::sync::OnceLock<Arc<GpuContext>> = std::sync::OnceLock::new();
+    CTX.get_or_init(|| Arc::new(GpuContext::new_blocking().expect("GPU tests need an adapter"))).clone()
+}
+
+/// A fresh run of `e` on the shared GPU (initialised as the CPU engine).
+pub fn gpu_engine(e: &Experiment) -> GpuEngine {
+    let cpu = engine(e);
+    GpuEngine::from_state(shared_gpu(), cpu.state(), cpu.data().clone()).unwrap()
+}
 
 /// A small experiment; `patch` is merged over the defaults (JSON object).
 pub fn experiment(patch: serde_json::Value) -> Experiment {
