@@ -42,7 +42,7 @@ fn uniform<T: bytemuck::Pod>(device: &wgpu::Device, label: &str, value: &T) -> w
 
 /// Binds `buffers` to bindings 0, 1, 2, … of `kernel`'s group 0, then its
 /// `Params` uniform last.
-fn dispatch<T: bytemuck::Pod>(
+pub(super) fn dispatch<T: bytemuck::Pod>(
     ctx: &GpuContext,
     kernel: Kernel,
     label: &str,
@@ -66,7 +66,7 @@ fn dispatch<T: bytemuck::Pod>(
     Dispatch { kernel, bind_group, grid }
 }
 
-fn u(x: usize) -> u32 {
+pub(super) fn u(x: usize) -> u32 {
     x as u32
 }
 
@@ -381,32 +381,7 @@ impl Plan {
             [1, 1, 1],
         ));
 
-        // Statistics: per layer, activations, gradients, weights, updates.
-        let mut layer_stats = Vec::new();
-        for (l, shape) in layout.layers.iter().enumerate() {
-            let range = (shape.weight_offset, shape.bias_offset + shape.units - shape.weight_offset);
-            let regions: [(&wgpu::Buffer, usize, usize); 4] = [
-                (&b.a[l], 0, batch * shape.units),
-                (&b.grads, range.0, range.1),
-                (&b.params, range.0, range.1),
-                (&b.updates, range.0, range.1),
-            ];
-            for (kind, (src, offset, len)) in regions.into_iter().enumerate() {
-                layer_stats.push(dispatch(
-                    ctx,
-                    Kernel::TensorStats,
-                    &format!("tensor_stats layer {l} kind {kind}"),
-                    &[&b.layer_stats, src],
-                    &TensorStatsParams {
-                        offset: u(offset),
-                        len: u(len),
-                        out_offset: u((4 * l + kind) * TENSOR_STATS_STRIDE),
-                        _pad: 0,
-                    },
-                    [1, 1, 1],
-                ));
-            }
-        }
+        let layer_stats = super::readout::layer_stats_plan(ctx, b, layout, batch);
         Plan { data, forward, backward, regularize, optimizer, layer_stats }
     }
 }

@@ -1,0 +1,58 @@
+//! The gradient-accumulation lesson: the next step taken twice from the
+//! current state, as one big batch and as accumulated micro-batches.
+
+use stepscope_core::engine::MemoryBytes;
+use stepscope_core::{Error, StepMetrics, TrainState};
+
+use super::{build, AccumulationReport, PageEngine, Runner};
+
+impl Runner {
+    /// Takes the next step twice from the current state, in separate
+    /// engines of the same backend: as one batch of k·b rows, and as k
+    /// micro-batches of b rows with accumulation. The rows are the same
+    /// (the batcher hands them out in order either way), so the updates
+    /// agree up to float32 summation order; the activations stored differ
+    /// k-fold. The run itself is not touched.
+    pub(super) async fn check_accumulation(&mut self, k: usize) -> Result<AccumulationReport, String> {
+        if !(2..=64).contains(&k) {
+            return Err(format!("Micro-batches: {k} is outside 2…64."));
+        }
+        let state = self.state().await.map_err(|err| err.to_string())?;
+        let b = state.experiment.batch_size;
+        let mut one = state.clone();
+        one.experiment.batch_size = k * b;
+        one.experiment.grad_accumulation = 1;
+        let mut accumulated = state.clone();
+        accumulated.experiment.grad_accumulation = k;
+        let fail = |err: Error| format!("The accumulation check did not run: {err}");
+        let (one_state, one_metrics, one_memory) = self.one_step(one).await.map_err(fail)?;
+        let (acc_state, acc_metrics, acc_memory) = self.one_step(accumulated).await.map_err(fail)?;
+        let max_diff = one_state.params.iter().zip(&acc_state.params).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        let max_param = one_state.params.iter().map(|p| p.abs()).fold(0.0, f32::max);
+        Ok(AccumulationReport {
+            step: state.step(),
+            k,
+            micro_batch: b,
+            loss: (one_metrics.loss, acc_metrics.loss),
+            max_diff,
+            max_param,
+            activation_bytes: (one_memory.activations, acc_memory.activations),
+        })
+    }
+
+    /// One step of `state` in a fresh engine of the current backend.
+    async fn one_step(&self, state: TrainState) -> Result<(TrainState, StepMetrics, MemoryBytes), Error> {
+        match build(&self.gpu, state, self.data().clone())? {
+            PageEngine::Cpu(mut e) => {
+                let metrics = e.step()?;
+                Ok((e.state(), metrics, e.memory()))
+            }
+            PageEngine::Gpu(mut e) => {
+                e.submit(1)?;
+                let metrics =
+                    e.collect_async().await?.pop().ok_or_else(|| Error::Gpu("a step produced no metrics".into()))?;
+                Ok((e.read_state().await?, metrics, e.memory()))
+            }
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! What the controls ask of the training loop, and what it answers.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use stepscope_core::engine::PhaseReport;
+use stepscope_core::Experiment;
+
+/// What the controls ask of the loop.
+#[derive(Clone, Debug)]
+pub enum Command {
+    /// Fresh parameters for this experiment (model, data or seed changed).
+    Reset(Experiment),
+    /// Continue the run under changed hyperparameters.
+    Apply(Experiment),
+    /// One optimizer step.
+    StepOnce,
+    /// New CSV text for `"source": "csv"`, with the experiment it implies.
+    UseCsv(Arc<String>, Experiment),
+    /// The current run as checkpoint bytes, for a download.
+    SaveCheckpoint,
+    /// Continue from an uploaded checkpoint (refused whole if bad).
+    RestoreCheckpoint(Arc<Vec<u8>>),
+    /// Restore the current run into a fresh engine and compare.
+    VerifyRestore,
+    /// The "forgot to zero the gradients" lesson: false keeps gradients
+    /// piling up across steps, as a loop without `optimizer.zero_grad()`.
+    ZeroGrad(bool),
+    /// Step-by-phase mode: run the next phase of the current step.
+    StepPhase,
+    /// Back to the newest automatic checkpoint from before this step.
+    Rollback(u64),
+    /// A PyTorch script that continues this run from its checkpoint.
+    ExportPytorch,
+    /// The training rows as CSV (for the PyTorch script's `--data`).
+    ExportData,
+    /// Lesson: a loader taking this many ms per batch, prefetching this
+    /// many batches (0 ms: off).
+    Loader(f64, usize),
+    /// Lesson: log every this many steps exactly (None: as the frame
+    /// budget allows).
+    LogEvery(Option<usize>),
+    /// Lesson: one step with k micro-batches of b against one batch of
+    /// k·b, from the current state.
+    CheckAccumulation(usize),
+    /// Recompute pre-activations in backward instead of storing them.
+    ActivationCheckpointing(bool),
+}
+
+/// What a command produced for the page.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Checkpoint(Vec<u8>, u64),
+    Restored(Box<Experiment>, u64),
+    Verified(String, bool),
+    Phase(Box<PhaseReport>),
+    /// Rolled back to the checkpoint of this step (its experiment).
+    RolledBack(Box<Experiment>, u64),
+    /// A file to download: name and contents.
+    File(String, Vec<u8>),
+    Accumulation(AccumulationReport),
+}
+
+/// One step as one batch of k·b rows against k micro-batches of b rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AccumulationReport {
+    pub step: u64,
+    pub k: usize,
+    pub micro_batch: usize,
+    /// Loss of the step: one batch, accumulated.
+    pub loss: (f32, f32),
+    /// Largest |θ_one − θ_accumulated| after the step, and largest |θ|.
+    pub max_diff: f32,
+    pub max_param: f32,
+    /// Stored activations: one batch, accumulated.
+    pub activation_bytes: (u64, u64),
+}
+
+impl AccumulationReport {
+    pub fn passed(&self) -> bool {
+        self.max_diff <= 1e-5 * self.max_param.max(1.0)
+    }
+}
+
+pub type Commands = Arc<Mutex<VecDeque<Command>>>;
+
+pub fn push(commands: &Commands, command: Command) {
+    commands.lock().unwrap_or_else(|p| p.into_inner()).push_back(command);
+}
+
+/// Which engine runs, and why.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BackendInfo {
+    pub gpu: bool,
+    /// "WebGPU" or "CPU (WebAssembly)".
+    pub name: String,
+    /// The adapter, when on the GPU.
+    pub adapter: String,
+    /// Why the CPU runs, when it does.
+    pub fallback_reason: Option<String>,
+}

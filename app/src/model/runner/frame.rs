@@ -1,0 +1,204 @@
+//! One frame of the loop: train to the budget (or, in the lessons, N steps
+//! per log and batches from a slow loader), then the views and per-layer
+//! statistics from the engine.
+
+use std::sync::Arc;
+
+use stepscope_core::engine::evaluate;
+use stepscope_core::model::Layout;
+use stepscope_core::stats::{tensor_stats, TensorStats};
+use stepscope_core::{Error, StepMetrics};
+use wasm_bindgen_futures::JsFuture;
+use web_time::Instant;
+
+use super::{PageEngine, Runner, TRAIN_BUDGET_MS};
+use crate::model::loader::Loader;
+use crate::model::views::{snapshot, Snapshot};
+
+impl Runner {
+    /// Trains for one frame: `single` runs exactly one step. Also returns
+    /// the milliseconds spent awaiting the GPU (the page was free then).
+    pub async fn train_frame(&mut self, single: bool) -> (Result<Vec<StepMetrics>, Error>, f64) {
+        let mut awaited_ms = 0.0;
+        let result = self.train_frame_inner(single, &mut awaited_ms).await;
+        (result, awaited_ms)
+    }
+
+    async fn train_frame_inner(&mut self, single: bool, awaited_ms: &mut f64) -> Result<Vec<StepMetrics>, Error> {
+        let started = Instant::now();
+        if let Some(metrics) = self.finish_partial_step().await? {
+            if single {
+                return Ok(vec![metrics]);
+            }
+        }
+        // Lessons: a fixed number of steps between logs; a slow loader.
+        let cap = if single { 1 } else { self.steps_per_log.unwrap_or(usize::MAX) };
+        match &mut self.engine {
+            PageEngine::Cpu(engine) => {
+                let mut out = Vec::new();
+                loop {
+                    let waited = wait_for_batches(&mut self.loader, 1).await;
+                    *awaited_ms += waited;
+                    let mut metrics = engine.step()?;
+                    metrics.phases.data_ms += waited;
+                    out.push(metrics);
+                    let budget_spent = self.steps_per_log.is_none() && ms_since(started) >= TRAIN_BUDGET_MS;
+                    if out.len() >= cap || budget_spent || out.len() >= 10_000 {
+                        return Ok(out);
+                    }
+                }
+            }
+            PageEngine::Gpu(engine) => {
+                let mut k = if single { 1 } else { self.steps_per_submit.min(cap) };
+                if let Some(cap) = self.steps_per_log.filter(|_| !single) {
+                    k = cap.min(engine.max_steps_per_submit());
+                }
+                if let Some(loader) = self.loader.as_ref().filter(|l| l.active()) {
+                    // The loop takes the batches that are ready (at least one).
+                    k = k.min(loader.ready(now_ms()).max(1));
+                }
+                let waited = wait_for_batches(&mut self.loader, k).await;
+                *awaited_ms += waited;
+                engine.submit(k)?;
+                let wait = Instant::now();
+                let mut out = engine.collect_async().await?;
+                *awaited_ms += ms_since(wait);
+                for m in &mut out {
+                    m.phases.data_ms += waited / k as f64;
+                }
+                if !single && self.steps_per_log.is_none() {
+                    // Aim for the budget: scale K by how far off this frame was.
+                    let scale = (TRAIN_BUDGET_MS / ms_since(started).max(0.1)).clamp(0.5, 2.0);
+                    self.steps_per_submit =
+                        ((k as f64 * scale).round() as usize).clamp(1, engine.max_steps_per_submit());
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Lesson: a loader needing `delay_ms` per batch, `prefetch` ahead
+    /// (delay 0 turns it off).
+    pub fn set_loader(&mut self, delay_ms: f64, prefetch: usize) {
+        self.loader = (delay_ms > 0.0).then(|| Loader::new(delay_ms, prefetch, now_ms()));
+    }
+
+    /// Lesson: log (read back and redraw) every `n` steps exactly, one
+    /// submit per log; None: as often as the frame budget allows.
+    pub fn set_steps_per_log(&mut self, n: Option<usize>) {
+        self.steps_per_log = n.filter(|&n| n > 0);
+    }
+
+    pub fn steps_per_log(&self) -> Option<usize> {
+        self.steps_per_log
+    }
+
+    /// Whether the views are due: at most every 50 ms, and less often when
+    /// computing them is slow, so drawing never starves training.
+    pub fn snapshot_due(&self) -> bool {
+        match self.last_snapshot_at {
+            None => true,
+            Some(t) => t.elapsed().as_secs_f64() * 1e3 >= (50.0f64).max(4.0 * self.snapshot_cost_ms),
+        }
+    }
+
+    /// The views, from the engine's current parameters; and the
+    /// milliseconds spent awaiting the GPU's readback.
+    pub async fn snapshot(&mut self) -> (Result<Arc<Snapshot>, Error>, f64) {
+        let wait = Instant::now();
+        let tensors = match &self.engine {
+            PageEngine::Gpu(e) => Some(e.read_tensors().await),
+            PageEngine::Cpu(_) => None,
+        };
+        let awaited_ms = wait.elapsed().as_secs_f64() * 1e3;
+        let result = match tensors {
+            Some(Err(err)) => Err(err),
+            Some(Ok(t)) => Ok(self.views(Some(t))),
+            None => Ok(self.views(None)),
+        };
+        (result, awaited_ms)
+    }
+
+    /// Per layer: statistics of [activations, gradients, weights,
+    /// updates] of the last step, from the engine (the GPU's
+    /// `tensor_stats` kernel, or its CPU twin on the CPU engine).
+    pub async fn layer_stats(&mut self) -> Result<Vec<[TensorStats; 4]>, Error> {
+        match &mut self.engine {
+            PageEngine::Gpu(e) => e.read_layer_stats().await,
+            PageEngine::Cpu(e) => Ok(e
+                .layout()
+                .layers
+                .iter()
+                .enumerate()
+                .map(|(l, shape)| {
+                    let range = shape.weight_offset..shape.bias_offset + shape.units;
+                    [
+                        tensor_stats(&e.activations().a[l]),
+                        tensor_stats(&e.grads()[range.clone()]),
+                        tensor_stats(&e.params()[range.clone()]),
+                        tensor_stats(&e.updates()[range]),
+                    ]
+                })
+                .collect()),
+        }
+    }
+
+    fn views(&mut self, gpu_tensors: Option<[Vec<f32>; 3]>) -> Arc<Snapshot> {
+        let started = Instant::now();
+        let tensors = match (&self.engine, gpu_tensors) {
+            (_, Some(t)) => t,
+            (PageEngine::Cpu(e), None) => [e.params().to_vec(), e.grads().to_vec(), e.updates().to_vec()],
+            (PageEngine::Gpu(_), None) => unreachable!("GPU views always come with read-back tensors"),
+        };
+        let e = self.experiment().clone();
+        let layout = Layout::new(&e);
+        let data = self.data();
+        let train = evaluate(&tensors[0], &layout, &e, &data.train);
+        let test = evaluate(&tensors[0], &layout, &e, &data.test);
+        let snap = snapshot(&e, &layout, data, self.step_count(), tensors, train, test);
+        self.last_snapshot_at = Some(Instant::now());
+        self.snapshot_cost_ms = started.elapsed().as_secs_f64() * 1e3;
+        snap
+    }
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// The page's clock in milliseconds (the loader's timeline).
+pub(super) fn now_ms() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
+}
+
+/// Waits until the loader has `n` batches for the next steps; returns the
+/// milliseconds waited (0 without the lesson).
+async fn wait_for_batches(loader: &mut Option<Loader>, n: usize) -> f64 {
+    let Some(loader) = loader.as_mut().filter(|l| l.active()) else { return 0.0 };
+    let now = now_ms();
+    let ready_at = loader.take(n, now);
+    if ready_at > now {
+        sleep_ms(ready_at - now).await;
+    }
+    (now_ms() - now).max(0.0)
+}
+
+/// Resolves after `ms` milliseconds (setTimeout).
+async fn sleep_ms(ms: f64) {
+    let promise = js_sys::Promise::new(&mut |resolve, _reject| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms.ceil() as i32);
+        }
+    });
+    let _ = JsFuture::from(promise).await;
+}
+
+/// Resolves at the next animation frame.
+pub async fn next_frame() {
+    let promise = js_sys::Promise::new(&mut |resolve, _reject| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.request_animation_frame(&resolve);
+        }
+    });
+    let _ = JsFuture::from(promise).await;
+}

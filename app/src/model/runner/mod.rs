@@ -1,0 +1,313 @@
+//! The training loop. One async task owns the engine; controls talk to it
+//! through a command queue, so nothing else ever holds the engine across
+//! an await. Each animation frame: apply commands, train for a time budget
+//! (CPU: steps until the budget is spent; GPU: one submit of K steps, K
+//! adapted to the budget, awaited without blocking), then refresh the
+//! views from the engine's real parameters.
+
+use std::sync::Arc;
+
+use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint, verify_restore};
+use stepscope_core::data::Dataset;
+use stepscope_core::engine::MemoryBytes;
+use stepscope_core::gpu::{GpuContext, GpuEngine};
+use stepscope_core::model::{init_parameters, Layout};
+use stepscope_core::optim::OptimizerState;
+use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics, TrainState};
+use web_time::Instant;
+
+use super::checkpoints::{latest_before, remember, Pending, Ring};
+use super::loader::Loader;
+
+mod accumulation;
+mod commands;
+mod frame;
+
+pub use commands::{push, AccumulationReport, BackendInfo, Command, Commands, Outcome};
+pub use frame::next_frame;
+use frame::now_ms;
+
+enum PageEngine {
+    Cpu(Box<CpuEngine>),
+    Gpu(Box<GpuEngine>),
+}
+
+pub struct Runner {
+    engine: PageEngine,
+    gpu: Option<Arc<GpuContext>>,
+    csv: Option<Arc<String>>,
+    /// Steps per GPU submit, adapted to the frame budget.
+    steps_per_submit: usize,
+    /// The newest automatic checkpoints (model::checkpoints): rollback
+    /// and device-loss recovery restore from here.
+    ring: Ring,
+    /// The step of the last automatic checkpoint.
+    last_checkpoint: u64,
+    /// Lesson: the simulated slow loader, when on.
+    loader: Option<Loader>,
+    /// Lesson: steps between logs, when fixed.
+    steps_per_log: Option<usize>,
+    last_snapshot_at: Option<Instant>,
+    snapshot_cost_ms: f64,
+    /// Lesson switches, kept across engine rebuilds.
+    zero_grad: bool,
+    activation_checkpointing: bool,
+}
+
+/// Time for training per animation frame, leaving room for drawing.
+const TRAIN_BUDGET_MS: f64 = 8.0;
+
+fn fresh_state(e: &Experiment) -> TrainState {
+    let layout = Layout::new(e);
+    TrainState {
+        experiment: e.clone(),
+        params: init_parameters(&layout, e.seed),
+        optimizer: OptimizerState::new(&e.optimizer, layout.parameter_count),
+        data_position: stepscope_core::data::DataPosition::start(e.seed),
+    }
+}
+
+fn build(gpu: &Option<Arc<GpuContext>>, state: TrainState, data: Dataset) -> Result<PageEngine, Error> {
+    Ok(match gpu {
+        Some(ctx) => PageEngine::Gpu(Box::new(GpuEngine::from_state(ctx.clone(), state, data)?)),
+        None => PageEngine::Cpu(Box::new(CpuEngine::from_state(state, data)?)),
+    })
+}
+
+impl Runner {
+    pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<Arc<String>>) -> Result<Runner, String> {
+        Runner::from_state(fresh_state(e), gpu, csv)
+    }
+
+    /// Continues `state` (an autosaved run).
+    pub fn from_state(
+        state: TrainState,
+        gpu: Option<Arc<GpuContext>>,
+        csv: Option<Arc<String>>,
+    ) -> Result<Runner, String> {
+        let data =
+            Dataset::load(&state.experiment, csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
+        let ring = Ring::default();
+        remember(&ring, state.clone());
+        let last_checkpoint = state.step();
+        let engine = build(&gpu, state, data).map_err(|err| err.to_string())?;
+        Ok(Runner {
+            engine,
+            gpu,
+            csv,
+            steps_per_submit: 1,
+            ring,
+            last_checkpoint,
+            loader: None,
+            steps_per_log: None,
+            last_snapshot_at: None,
+            snapshot_cost_ms: 0.0,
+            zero_grad: true,
+            activation_checkpointing: false,
+        })
+    }
+
+    pub fn experiment(&self) -> &Experiment {
+        match &self.engine {
+            PageEngine::Cpu(e) => e.experiment(),
+            PageEngine::Gpu(e) => e.experiment(),
+        }
+    }
+
+    fn data(&self) -> &Dataset {
+        match &self.engine {
+            PageEngine::Cpu(e) => e.data(),
+            PageEngine::Gpu(e) => e.data(),
+        }
+    }
+
+    pub fn step_count(&self) -> u64 {
+        match &self.engine {
+            PageEngine::Cpu(e) => e.step_count(),
+            PageEngine::Gpu(e) => e.step_count(),
+        }
+    }
+
+    pub fn steps_per_submit(&self) -> usize {
+        self.steps_per_submit
+    }
+
+    async fn state(&mut self) -> Result<TrainState, Error> {
+        match &mut self.engine {
+            PageEngine::Cpu(e) => Ok(e.state()),
+            PageEngine::Gpu(e) => e.read_state().await,
+        }
+    }
+
+    /// Finishes a step begun phase by phase, so that state reads and whole
+    /// steps start at a step boundary.
+    pub async fn finish_partial_step(&mut self) -> Result<Option<StepMetrics>, Error> {
+        match &mut self.engine {
+            PageEngine::Cpu(e) if e.mid_step() => e.step().map(Some),
+            PageEngine::Cpu(_) => Ok(None),
+            PageEngine::Gpu(e) => e.finish_step().await,
+        }
+    }
+
+    /// Applies a command. On error the current run is left as it was.
+    pub async fn handle(&mut self, command: Command) -> Result<Option<Outcome>, String> {
+        if let Command::StepPhase = command {
+            let report = match &mut self.engine {
+                PageEngine::Cpu(e) => e.step_phase(),
+                PageEngine::Gpu(e) => e.step_phase().await,
+            };
+            return report.map(|r| Some(Outcome::Phase(Box::new(r)))).map_err(|err| err.to_string());
+        }
+        self.finish_partial_step().await.map_err(|err| err.to_string())?;
+        match command {
+            Command::SaveCheckpoint => {
+                let state = self.state().await.map_err(|err| err.to_string())?;
+                let bytes = save_checkpoint(&state).map_err(|err| err.to_string())?;
+                return Ok(Some(Outcome::Checkpoint(bytes, state.step())));
+            }
+            Command::RestoreCheckpoint(bytes) => {
+                // Everything is checked before the current run is replaced.
+                let state = load_checkpoint(&bytes).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
+                let e = state.experiment.clone();
+                let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str))
+                    .map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
+                let step = state.step();
+                let engine =
+                    build(&self.gpu, state, data).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
+                self.engine = engine;
+                self.apply_lessons()?;
+                return Ok(Some(Outcome::Restored(Box::new(e), step)));
+            }
+            Command::VerifyRestore => {
+                let state = self.state().await.map_err(|err| err.to_string())?;
+                let report = verify_restore(&state, self.data(), 5).map_err(|err| err.to_string())?;
+                return Ok(Some(Outcome::Verified(report.summary(), report.passed())));
+            }
+            Command::Reset(e) => self.restart(&e, self.csv.clone())?,
+            Command::UseCsv(text, e) => self.restart(&e, Some(text))?,
+            Command::Apply(e) => {
+                let mut state = self.state().await.map_err(|err| err.to_string())?;
+                if std::mem::discriminant(&state.experiment.optimizer) != std::mem::discriminant(&e.optimizer) {
+                    // A different optimizer starts fresh: its state and step.
+                    state.optimizer = OptimizerState::new(&e.optimizer, state.params.len());
+                }
+                state.experiment = e;
+                let data = self.data().clone();
+                self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;
+                self.apply_lessons()?;
+            }
+            Command::ZeroGrad(on) => {
+                self.zero_grad = on;
+                self.apply_lessons()?;
+            }
+            Command::Rollback(before) => {
+                let saved = latest_before(&self.ring, before)
+                    .ok_or_else(|| format!("No checkpoint from before step {before} is kept."))?;
+                let e = saved.state.experiment.clone();
+                let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
+                self.engine = build(&self.gpu, saved.state, data).map_err(|err| err.to_string())?;
+                self.apply_lessons()?;
+                self.last_checkpoint = saved.step;
+                return Ok(Some(Outcome::RolledBack(Box::new(e), saved.step)));
+            }
+            Command::ExportPytorch => {
+                let script = stepscope_core::export::pytorch_script(self.experiment());
+                return Ok(Some(Outcome::File("stepscope_continue.py".into(), script.into_bytes())));
+            }
+            Command::ExportData => {
+                let csv = stepscope_core::export::training_csv(&self.data().train);
+                return Ok(Some(Outcome::File("stepscope-train.csv".into(), csv.into_bytes())));
+            }
+            Command::ActivationCheckpointing(on) => {
+                self.activation_checkpointing = on;
+                self.apply_lessons()?;
+            }
+            Command::Loader(delay_ms, prefetch) => self.set_loader(delay_ms, prefetch),
+            Command::LogEvery(n) => self.set_steps_per_log(n),
+            Command::CheckAccumulation(k) => {
+                return self.check_accumulation(k).await.map(|r| Some(Outcome::Accumulation(r)));
+            }
+            Command::StepOnce | Command::StepPhase => {}
+        }
+        Ok(None)
+    }
+
+    /// A fresh run of `e`, keeping the lesson switches.
+    fn restart(&mut self, e: &Experiment, csv: Option<Arc<String>>) -> Result<(), String> {
+        let mut fresh = Runner::new(e, self.gpu.clone(), csv)?;
+        fresh.zero_grad = self.zero_grad;
+        fresh.activation_checkpointing = self.activation_checkpointing;
+        fresh.loader = self.loader.take().map(|l| Loader::new(l.delay_ms, l.prefetch, now_ms()));
+        fresh.steps_per_log = self.steps_per_log;
+        *self = fresh;
+        self.apply_lessons()
+    }
+
+    /// Engine switches kept across rebuilds. Called between frames, at a
+    /// step boundary, with nothing in flight, where setting them cannot fail.
+    fn apply_lessons(&mut self) -> Result<(), String> {
+        let on = self.activation_checkpointing;
+        let set = match &mut self.engine {
+            PageEngine::Cpu(e) => {
+                e.zero_grad = self.zero_grad;
+                e.set_activation_checkpointing(on)
+            }
+            PageEngine::Gpu(e) => {
+                e.zero_grad = self.zero_grad;
+                e.set_activation_checkpointing(on)
+            }
+        };
+        set.map_err(|err| format!("Activation checkpointing was not switched: {err}"))
+    }
+
+    /// Bytes of the engine's training buffers.
+    pub fn memory(&self) -> MemoryBytes {
+        match &self.engine {
+            PageEngine::Cpu(e) => e.memory(),
+            PageEngine::Gpu(e) => e.memory(),
+        }
+    }
+
+    /// Whether an automatic checkpoint is due (every `every` steps; 0: off).
+    /// Due once a multiple of `every` was passed since the last one (a
+    /// frame trains several steps, so it lands on the frame's last step).
+    pub fn checkpoint_due(&self, every: u64) -> bool {
+        every > 0 && self.step_count() / every > self.last_checkpoint / every
+    }
+
+    /// Starts an automatic checkpoint of the current step: the GPU copies
+    /// are queued (or the CPU state cloned); `Pending::complete` does the
+    /// rest, awaited now (synchronous) or in a task (background).
+    pub fn begin_checkpoint(&mut self) -> Result<Pending, Error> {
+        let pending = match &mut self.engine {
+            PageEngine::Cpu(e) => Pending::Ready(Box::new(e.state())),
+            PageEngine::Gpu(e) => Pending::Gpu(Box::new(e.begin_read_state()?)),
+        };
+        self.last_checkpoint = self.step_count();
+        Ok(pending)
+    }
+
+    pub fn ring(&self) -> Ring {
+        self.ring.clone()
+    }
+
+    pub fn csv(&self) -> Option<Arc<String>> {
+        self.csv.clone()
+    }
+
+    /// After a device loss: a new device, and the run from the last good
+    /// state (or from the start).
+    // The engine takes an `Arc<GpuContext>` so that it is shareable
+    // natively; the page is single-threaded, where the Arc costs nothing.
+    #[allow(clippy::arc_with_non_send_sync)]
+    pub async fn recover_device(&mut self) -> Result<String, String> {
+        let ctx = GpuContext::new().await.map_err(|e| format!("no GPU after the device was lost: {e}"))?;
+        self.gpu = Some(Arc::new(ctx));
+        let e = self.experiment().clone();
+        let state = latest_before(&self.ring, u64::MAX).map_or_else(|| fresh_state(&e), |s| s.state);
+        let step = state.step();
+        let data = self.data().clone();
+        self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;
+        Ok(format!("The GPU device was lost; training resumed on a new device from step {step}."))
+    }
+}

@@ -1,0 +1,217 @@
+//! The page's shared state: a small typed context of signals, and the
+//! training loop that feeds them.
+
+use std::sync::{Arc, Mutex};
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use stepscope_core::engine::{MemoryBytes, PhaseReport};
+use stepscope_core::stats::TensorStats;
+use stepscope_core::{Experiment, StepMetrics};
+
+use crate::model::checkpoints::{clear_autosave, CheckpointReport};
+use crate::model::edit::{default_experiment, edited, needs_reset};
+use crate::model::runner::{push, AccumulationReport, BackendInfo, Command, Commands};
+use crate::model::timeline::StepTiming;
+use crate::model::url;
+use crate::model::views::Snapshot;
+
+mod records;
+mod training;
+
+/// One point of the loss curves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HistoryPoint {
+    pub step: u64,
+    pub train: f32,
+    pub test: Option<f32>,
+}
+
+/// One optimizer step for the gradient-norm and learning-rate charts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepPoint {
+    pub step: u64,
+    pub loss: f32,
+    pub grad_norm: f32,
+    pub lr: f64,
+    pub clipped: bool,
+}
+
+/// Per-layer statistics of [activations, gradients, weights, updates] at
+/// one step, for the distributions over time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerSample {
+    pub step: u64,
+    pub layers: Vec<[TensorStats; 4]>,
+}
+
+/// What the network diagram's links show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkMode {
+    Weight,
+    Gradient,
+    Update,
+}
+
+#[derive(Clone, Copy)]
+pub struct AppState {
+    pub experiment: RwSignal<Experiment>,
+    pub running: RwSignal<bool>,
+    pub step: RwSignal<u64>,
+    pub last_metrics: RwSignal<Option<StepMetrics>>,
+    pub history: RwSignal<Vec<HistoryPoint>>,
+    pub snapshot: RwSignal<Option<Arc<Snapshot>>>,
+    pub backend: RwSignal<BackendInfo>,
+    /// Errors and warnings for the user (shown with role="alert").
+    pub alert: RwSignal<Option<String>>,
+    /// Informational notices (device recovered, …).
+    pub notice: RwSignal<Option<String>>,
+    pub link_mode: RwSignal<LinkMode>,
+    pub steps_per_frame: RwSignal<usize>,
+    pub csv_name: RwSignal<Option<String>>,
+    /// Main-thread time the training loop spent per frame (its own work,
+    /// not the time it awaited the GPU): the latest and the worst since
+    /// training last started, in ms.
+    pub frame_busy_ms: RwSignal<(f64, f64)>,
+    /// Where the recent steps' time went (model::timeline).
+    pub timeline: RwSignal<Vec<StepTiming>>,
+    pub memory: RwSignal<MemoryBytes>,
+    /// The last "verify restore" result: summary and pass.
+    pub verify_result: RwSignal<Option<(String, bool)>>,
+    /// Per step: gradient norm, learning rate, clipped.
+    pub step_history: RwSignal<Vec<StepPoint>>,
+    /// Lesson: gradients are zeroed between steps (the correct loop).
+    pub zero_grad: RwSignal<bool>,
+    /// Step-by-phase mode: what the last phase produced.
+    pub phase_report: RwSignal<Option<Arc<PhaseReport>>>,
+    /// Per-layer statistics over time (thinned like the curves).
+    pub layer_history: RwSignal<Vec<LayerSample>>,
+    /// Automatic checkpoints every N steps (0: off).
+    pub checkpoint_every: RwSignal<u64>,
+    /// Automatic checkpoints in the background (true) or synchronously.
+    pub checkpoint_background: RwSignal<bool>,
+    /// What the last automatic checkpoint cost, or why it failed.
+    pub last_checkpoint: RwSignal<Option<Result<CheckpointReport, String>>>,
+    /// After a loss spike or NaN at this step: offer the newest checkpoint
+    /// from before it.
+    pub rollback_offer: RwSignal<Option<u64>>,
+    /// Recompute pre-activations in backward instead of storing them.
+    pub activation_checkpointing: RwSignal<bool>,
+    /// Backward ms of recent steps without and with activation
+    /// checkpointing (at most 60 each), for the time it adds.
+    pub backward_by_mode: RwSignal<[Vec<f64>; 2]>,
+    /// The last gradient-accumulation comparison.
+    pub accumulation: RwSignal<Option<AccumulationReport>>,
+    pub commands: StoredValue<Commands>,
+}
+
+/// Steps kept for the timeline.
+const TIMELINE_LIMIT: usize = 240;
+
+/// Most points kept for the curves; older ones are thinned by half.
+const HISTORY_LIMIT: usize = 600;
+
+/// Most per-layer samples kept (columns of the distributions over time).
+const LAYER_HISTORY_LIMIT: usize = 120;
+
+/// Least time between per-layer samples: each costs a GPU pass and a
+/// readback, counted under logging in the timeline.
+const LAYER_SAMPLE_MS: f64 = 250.0;
+
+impl AppState {
+    pub fn new() -> AppState {
+        let (experiment, alert) = match url::experiment_from_url() {
+            Ok(Some(e)) => (e, None),
+            Ok(None) => (default_experiment(), None),
+            Err(message) => (default_experiment(), Some(message)),
+        };
+        AppState {
+            experiment: RwSignal::new(experiment),
+            running: RwSignal::new(false),
+            step: RwSignal::new(0),
+            last_metrics: RwSignal::new(None),
+            history: RwSignal::new(Vec::new()),
+            snapshot: RwSignal::new(None),
+            backend: RwSignal::new(BackendInfo { name: "starting…".into(), ..BackendInfo::default() }),
+            alert: RwSignal::new(alert),
+            notice: RwSignal::new(None),
+            link_mode: RwSignal::new(LinkMode::Weight),
+            steps_per_frame: RwSignal::new(0),
+            csv_name: RwSignal::new(None),
+            frame_busy_ms: RwSignal::new((0.0, 0.0)),
+            timeline: RwSignal::new(Vec::new()),
+            memory: RwSignal::new(MemoryBytes::default()),
+            verify_result: RwSignal::new(None),
+            step_history: RwSignal::new(Vec::new()),
+            zero_grad: RwSignal::new(true),
+            phase_report: RwSignal::new(None),
+            layer_history: RwSignal::new(Vec::new()),
+            checkpoint_every: RwSignal::new(100),
+            checkpoint_background: RwSignal::new(true),
+            last_checkpoint: RwSignal::new(None),
+            rollback_offer: RwSignal::new(None),
+            accumulation: RwSignal::new(None),
+            activation_checkpointing: RwSignal::new(false),
+            backward_by_mode: RwSignal::new(Default::default()),
+            commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
+        }
+    }
+
+    pub fn command(&self, command: Command) {
+        push(&self.commands.get_value(), command);
+    }
+
+    /// Applies a control's edit: validated, written to the URL, and sent to
+    /// the loop as a reset (model, data, seed) or a live change. A refused
+    /// edit shows its message and changes nothing.
+    pub fn edit(&self, f: impl FnOnce(&mut Experiment) -> Result<(), String>) {
+        let old = self.experiment.get_untracked();
+        match edited(&old, f) {
+            Ok(new) if new == old => {}
+            Ok(new) => {
+                self.alert.set(None);
+                self.backward_by_mode.set(Default::default());
+                url::write_url(&new);
+                if needs_reset(&old, &new) {
+                    self.clear_run();
+                    self.command(Command::Reset(new.clone()));
+                } else {
+                    self.command(Command::Apply(new.clone()));
+                }
+                self.experiment.set(new);
+            }
+            Err(message) => self.alert.set(Some(message)),
+        }
+    }
+
+    pub fn reset(&self) {
+        self.alert.set(None);
+        self.clear_run();
+        // A reset starts over for good: the autosaved run is forgotten.
+        let last_checkpoint = self.last_checkpoint;
+        spawn_local(async move {
+            if let Err(message) = clear_autosave().await {
+                last_checkpoint.set(Some(Err(message)));
+            }
+        });
+        self.command(Command::Reset(self.experiment.get_untracked()));
+    }
+
+    fn clear_run(&self) {
+        self.history.set(Vec::new());
+        self.step_history.set(Vec::new());
+        self.timeline.set(Vec::new());
+        self.layer_history.set(Vec::new());
+        self.backward_by_mode.set(Default::default());
+        self.phase_report.set(None);
+        self.rollback_offer.set(None);
+        self.step.set(0);
+        self.last_metrics.set(None);
+    }
+}
+
+impl Default for AppState {
+    fn default() -> Self {
+        AppState::new()
+    }
+}

@@ -1,0 +1,147 @@
+//! What the loop records for the views: the timeline, the curves, the
+//! per-layer samples, and what commands produced.
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+use stepscope_core::StepMetrics;
+
+use super::{AppState, HistoryPoint, LayerSample, StepPoint, HISTORY_LIMIT, LAYER_HISTORY_LIMIT, TIMELINE_LIMIT};
+use crate::model::runner::Outcome;
+use crate::model::timeline::{assign, StepTiming};
+use crate::model::url;
+use crate::model::views::Snapshot;
+
+impl AppState {
+    /// Spreads a frame's wall time over its steps and records each step's
+    /// parts (model::timeline).
+    pub(super) fn record_timeline(&self, metrics: &[StepMetrics], frame_ms: f64, checkpoint_ms: f64, logging_ms: f64) {
+        self.step_history.update(|h| {
+            h.extend(metrics.iter().map(|m| StepPoint {
+                step: m.step,
+                loss: m.loss,
+                grad_norm: m.grad_norm,
+                lr: m.lr,
+                clipped: m.clipped,
+            }));
+            if h.len() > HISTORY_LIMIT {
+                // Thin by half, keeping every clipped step visible.
+                let thinned: Vec<StepPoint> =
+                    h.iter().enumerate().filter(|(i, p)| i % 2 == 0 || p.clipped).map(|(_, p)| *p).collect();
+                *h = thinned;
+            }
+        });
+        let k = metrics.len() as f64;
+        self.timeline.update(|t| {
+            for m in metrics {
+                let p = &m.phases;
+                let measured =
+                    [p.data_ms, p.forward_ms, p.backward_ms, p.optimizer_ms, checkpoint_ms / k, logging_ms / k];
+                let wall_ms = frame_ms / k;
+                t.push(StepTiming { step: m.step, wall_ms, parts: assign(wall_ms, measured) });
+            }
+            let excess = t.len().saturating_sub(TIMELINE_LIMIT);
+            t.drain(..excess);
+        });
+        let mode = usize::from(self.activation_checkpointing.get_untracked());
+        self.backward_by_mode.update(|b| {
+            let recent = &mut b[mode];
+            recent.extend(metrics.iter().map(|m| m.phases.backward_ms));
+            let excess = recent.len().saturating_sub(60);
+            recent.drain(..excess);
+        });
+    }
+
+    pub(super) fn outcome(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Checkpoint(bytes, step) => {
+                if let Err(message) = download(&bytes, &format!("stepscope-step{step}.safetensors")) {
+                    self.alert.set(Some(message));
+                }
+            }
+            Outcome::Restored(e, step) => {
+                self.alert.set(None);
+                self.notice.set(Some(format!("Restored the uploaded checkpoint: step {step}.")));
+                self.history.set(Vec::new());
+                url::write_url(&e);
+                self.experiment.set(*e);
+            }
+            Outcome::Verified(summary, passed) => self.verify_result.set(Some((summary, passed))),
+            Outcome::Accumulation(report) => self.accumulation.set(Some(report)),
+            Outcome::File(name, bytes) => {
+                if let Err(message) = download(&bytes, &name) {
+                    self.alert.set(Some(message));
+                }
+            }
+            Outcome::RolledBack(e, step) => {
+                self.alert.set(None);
+                self.rollback_offer.set(None);
+                self.notice.set(Some(format!(
+                    "Back at the checkpoint of step {step}, with the hyperparameters it was saved with."
+                )));
+                self.history.update(|h| h.retain(|p| p.step <= step));
+                self.step_history.update(|h| h.retain(|p| p.step < step));
+                url::write_url(&e);
+                self.experiment.set(*e);
+            }
+            Outcome::Phase(report) => {
+                if let Some(m) = &report.metrics {
+                    self.step_history.update(|h| {
+                        h.push(StepPoint {
+                            step: m.step,
+                            loss: m.loss,
+                            grad_norm: m.grad_norm,
+                            lr: m.lr,
+                            clipped: m.clipped,
+                        })
+                    });
+                    self.last_metrics.set(Some(m.clone()));
+                }
+                self.phase_report.set(Some(Arc::from(report)));
+            }
+        }
+    }
+
+    pub(super) fn record_layers(&self, sample: LayerSample) {
+        self.layer_history.update(|h| {
+            h.push(sample);
+            if h.len() > LAYER_HISTORY_LIMIT {
+                let thinned: Vec<LayerSample> = h.iter().step_by(2).cloned().collect();
+                *h = thinned;
+            }
+        });
+    }
+
+    pub(super) fn record_history(&self, snap: &Snapshot) {
+        let Some(train) = snap.train else { return };
+        let point = HistoryPoint { step: snap.step, train: train.loss, test: snap.test.map(|t| t.loss) };
+        self.history.update(|h| {
+            if h.last().is_some_and(|p| p.step == point.step) {
+                h.pop();
+            }
+            h.push(point);
+            if h.len() > HISTORY_LIMIT {
+                let thinned: Vec<HistoryPoint> = h.iter().step_by(2).copied().collect();
+                *h = thinned;
+            }
+        });
+    }
+}
+
+/// Offers `bytes` as a file download.
+fn download(bytes: &[u8], name: &str) -> Result<(), String> {
+    use wasm_bindgen::JsCast;
+    let fail = |_| format!("The browser refused the download of {name}.");
+    let array = js_sys::Uint8Array::from(bytes);
+    let parts = js_sys::Array::of1(&array);
+    let blob = web_sys::Blob::new_with_u8_array_sequence(&parts).map_err(fail)?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(fail)?;
+    let document = web_sys::window().and_then(|w| w.document()).ok_or("no document")?;
+    let anchor: web_sys::HtmlAnchorElement =
+        document.create_element("a").map_err(fail)?.dyn_into().map_err(|_| "no anchor")?;
+    anchor.set_href(&url);
+    anchor.set_download(name);
+    anchor.click();
+    let _ = web_sys::Url::revoke_object_url(&url);
+    Ok(())
+}

@@ -1,0 +1,294 @@
+//! The training loop that owns the engine (through `model::runner`) and
+//! feeds the page's signals: each animation frame, commands, training,
+//! spike checks, automatic checkpoints, then the views.
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use stepscope_core::gpu::GpuContext;
+use stepscope_core::{Error, Experiment, StepMetrics};
+use web_time::Instant;
+
+use super::{AppState, LayerSample, LAYER_SAMPLE_MS};
+use crate::model::checkpoints::{load_autosave, CheckpointReport};
+use crate::model::edit::{default_experiment, needs_reset};
+use crate::model::runner::{next_frame, BackendInfo, Command, Runner};
+use crate::model::spikes::{Detector, Verdict, WINDOW};
+use crate::model::url;
+
+impl AppState {
+    /// Starts the loop that owns the engine (see `model::runner`).
+    pub fn start_training_loop(self) {
+        spawn_local(async move { self.training_loop().await });
+    }
+
+    async fn training_loop(self) {
+        let gpu = if url::cpu_forced() {
+            Err("the CPU engine was asked for (?backend=cpu)".to_string())
+        } else if !webgpu_available() {
+            Err("this browser has no WebGPU (navigator.gpu is missing)".to_string())
+        } else {
+            GpuContext::new().await.map(Arc::new).map_err(|e| format!("WebGPU is present but unusable: {e}"))
+        };
+        let (gpu, info) = match gpu {
+            Ok(ctx) => {
+                let info =
+                    BackendInfo { gpu: true, name: "WebGPU".into(), adapter: ctx.describe(), fallback_reason: None };
+                (Some(ctx), info)
+            }
+            Err(reason) => {
+                let info = BackendInfo {
+                    gpu: false,
+                    name: "CPU (WebAssembly)".into(),
+                    adapter: String::new(),
+                    fallback_reason: Some(reason),
+                };
+                (None, info)
+            }
+        };
+        self.backend.set(info);
+        let experiment = self.experiment.get_untracked();
+        url::write_url(&experiment);
+        let restored = self.restore_autosave(&experiment, &gpu).await;
+        let mut runner = match restored.map_or_else(|| Runner::new(&experiment, gpu.clone(), None), Ok) {
+            Ok(r) => r,
+            Err(message) => {
+                self.alert.set(Some(format!("{message}. Showing the default experiment.")));
+                let e = default_experiment();
+                self.experiment.set(e.clone());
+                url::write_url(&e);
+                Runner::new(&e, gpu, None).expect("the default experiment always builds")
+            }
+        };
+        let mut dirty = true;
+        let mut was_running = false;
+        let mut last_layer_sample: Option<Instant> = None;
+        let mut detector = Detector::default();
+        loop {
+            next_frame().await;
+            let frame_start = Instant::now();
+            let mut awaited_ms = 0.0;
+            let commands: Vec<Command> =
+                self.commands.get_value().lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+            let mut single = false;
+            for command in commands {
+                single |= matches!(command, Command::StepOnce);
+                if matches!(
+                    command,
+                    Command::Reset(_) | Command::UseCsv(..) | Command::RestoreCheckpoint(_) | Command::Rollback(_)
+                ) {
+                    detector.clear();
+                }
+                let t = Instant::now();
+                let handled = runner.handle(command).await;
+                awaited_ms += ms(t);
+                match handled {
+                    Ok(Some(outcome)) => self.outcome(outcome),
+                    Ok(None) => {}
+                    Err(message) => self.alert.set(Some(message)),
+                }
+                dirty = true;
+            }
+            let running = self.running.get_untracked();
+            if running && !was_running {
+                self.frame_busy_ms.set((0.0, 0.0));
+            }
+            was_running = running;
+            let mut frame_metrics = Vec::new();
+            let (mut checkpoint_ms, mut logging_ms) = (0.0, 0.0);
+            if running || single {
+                let (result, gpu_wait_ms) = runner.train_frame(single && !running).await;
+                awaited_ms += gpu_wait_ms;
+                match result {
+                    Ok(metrics) => {
+                        frame_metrics = metrics.clone();
+                        if let Some(last) = metrics.last() {
+                            self.last_metrics.set(Some(last.clone()));
+                        }
+                        self.steps_per_frame.set(metrics.len());
+                        dirty = true;
+                        let spiked = self.judge(&mut detector, &metrics);
+                        if !spiked && runner.checkpoint_due(self.checkpoint_every.get_untracked()) {
+                            checkpoint_ms = self.checkpoint(&mut runner).await;
+                            awaited_ms += checkpoint_ms;
+                        }
+                    }
+                    Err(Error::NonFinite(message)) => {
+                        self.running.set(false);
+                        self.alert.set(Some(format!(
+                            "Training paused: {message}. Go back to the last good checkpoint, or lower the learning rate (or turn on clipping) and press reset."
+                        )));
+                        self.rollback_offer.set(Some(runner.step_count() + 1));
+                        dirty = true;
+                    }
+                    Err(Error::Gpu(message)) => {
+                        self.alert.set(Some(format!("GPU error: {message}")));
+                        match runner.recover_device().await {
+                            Ok(notice) => self.notice.set(Some(notice)),
+                            Err(message) => {
+                                self.running.set(false);
+                                self.alert.set(Some(message));
+                            }
+                        }
+                        dirty = true;
+                    }
+                    Err(other) => {
+                        self.running.set(false);
+                        self.alert.set(Some(other.to_string()));
+                    }
+                }
+            }
+            self.step.set(runner.step_count());
+            self.memory.set(runner.memory());
+            // Logging: as the frame budget allows, or (lesson) after every
+            // frame of exactly N steps.
+            let log_now = runner.steps_per_log().is_some() && !frame_metrics.is_empty();
+            if dirty && (log_now || runner.snapshot_due()) {
+                let t = Instant::now();
+                let (snapshot, read_ms) = runner.snapshot().await;
+                awaited_ms += read_ms;
+                match snapshot {
+                    Ok(snap) => {
+                        self.record_history(&snap);
+                        self.snapshot.set(Some(snap));
+                        dirty = false;
+                    }
+                    Err(err) => self.alert.set(Some(err.to_string())),
+                }
+                let step = runner.step_count();
+                let due = log_now || last_layer_sample.is_none_or(|t: Instant| ms(t) >= LAYER_SAMPLE_MS);
+                if due && self.layer_history.with_untracked(|h| h.last().is_none_or(|s| s.step != step)) {
+                    let t = Instant::now();
+                    last_layer_sample = Some(t);
+                    let stats = runner.layer_stats().await;
+                    awaited_ms += ms(t);
+                    match stats {
+                        Ok(layers) => self.record_layers(LayerSample { step, layers }),
+                        Err(err) => self.alert.set(Some(err.to_string())),
+                    }
+                }
+                logging_ms = ms(t);
+            }
+            if !frame_metrics.is_empty() {
+                self.record_timeline(&frame_metrics, ms(frame_start), checkpoint_ms, logging_ms);
+            }
+            if running {
+                // Awaited time includes GPU readbacks and the device's own
+                // work, during which the page is free; the rest blocked it.
+                let busy = (ms(frame_start) - awaited_ms).max(0.0);
+                self.frame_busy_ms.update(|(last, worst)| {
+                    *last = busy;
+                    *worst = worst.max(busy);
+                });
+            }
+        }
+    }
+
+    /// Looks for loss spikes and gradient-norm jumps in a frame's steps;
+    /// on a spike, pauses and offers the last good checkpoint. Returns
+    /// whether a step spiked.
+    fn judge(&self, detector: &mut Detector, metrics: &[StepMetrics]) -> bool {
+        for m in metrics {
+            match detector.observe(m.loss, m.grad_norm) {
+                Verdict::Normal => {}
+                Verdict::GradJump(norm, median) => self.notice.set(Some(format!(
+                    "The gradient norm jumped to {norm:.3} at step {} (median {median:.3} over the last {WINDOW} steps): the loss often follows.",
+                    m.step + 1
+                ))),
+                Verdict::LossSpike(loss, median, norm, norm_median) => {
+                    self.running.set(false);
+                    self.alert.set(Some(format!(
+                        "Loss spike at step {}: {loss:.4} against a median of {median:.4} over the last {WINDOW} steps (gradient norm {norm:.3}, median {norm_median:.3}). Training paused.",
+                        m.step + 1
+                    )));
+                    self.rollback_offer.set(Some(m.step + 1));
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Takes an automatic checkpoint; returns the milliseconds the loop
+    /// waited for it (all of it when synchronous, the queuing when in the
+    /// background).
+    async fn checkpoint(&self, runner: &mut Runner) -> f64 {
+        let started = Instant::now();
+        let background = self.checkpoint_background.get_untracked();
+        let pending = match runner.begin_checkpoint() {
+            Ok(p) => p,
+            Err(err) => {
+                self.last_checkpoint.set(Some(Err(err.to_string())));
+                return ms(started);
+            }
+        };
+        let (ring, csv) = (runner.ring(), runner.csv());
+        let last = self.last_checkpoint;
+        if background {
+            let loop_ms = ms(started);
+            spawn_local(async move {
+                let report = pending.complete(ring, csv, started, true).await;
+                last.set(Some(report.map(|r| CheckpointReport { loop_ms, ..r })));
+            });
+            loop_ms
+        } else {
+            let report = pending.complete(ring, csv, started, false).await;
+            let loop_ms = ms(started);
+            last.set(Some(report.map(|r| CheckpointReport { loop_ms, ..r })));
+            loop_ms
+        }
+    }
+
+    /// The run autosaved in this browser, when it fits the page's
+    /// experiment (the same model, data and seed; the URL's
+    /// hyperparameters then apply).
+    async fn restore_autosave(&self, experiment: &Experiment, gpu: &Option<Arc<GpuContext>>) -> Option<Runner> {
+        let (state, csv) = match load_autosave().await {
+            Ok(Some(found)) => found,
+            Ok(None) => return None,
+            Err(message) => {
+                self.last_checkpoint.set(Some(Err(message)));
+                return None;
+            }
+        };
+        let explicit = matches!(url::experiment_from_url(), Ok(Some(_)));
+        if explicit && needs_reset(&state.experiment, experiment) {
+            return None;
+        }
+        let step = state.step();
+        let saved = state.experiment.clone();
+        match Runner::from_state(state, gpu.clone(), csv.clone()) {
+            Ok(runner) => {
+                if explicit && saved != *experiment {
+                    self.command(Command::Apply(experiment.clone()));
+                } else {
+                    self.experiment.set(saved.clone());
+                    url::write_url(&saved);
+                }
+                if csv.is_some() {
+                    self.csv_name.set(Some("the autosaved CSV".into()));
+                }
+                self.step.set(step);
+                self.notice.set(Some(format!(
+                    "Restored the run autosaved in this browser at step {step}. Reset starts over."
+                )));
+                Some(runner)
+            }
+            Err(message) => {
+                self.last_checkpoint.set(Some(Err(format!("the autosaved run did not restore: {message}"))));
+                None
+            }
+        }
+    }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+/// Whether `navigator.gpu` exists.
+fn webgpu_available() -> bool {
+    let Some(window) = web_sys::window() else { return false };
+    js_sys::Reflect::get(&window.navigator(), &"gpu".into()).is_ok_and(|g| !g.is_undefined() && !g.is_null())
+}
