@@ -323,9 +323,17 @@ impl GpuEngine {
     /// Native: waits for every submit in flight and returns their metrics.
     pub fn collect(&mut self) -> Result<Vec<StepMetrics>> {
         self.ctx.wait_idle()?;
-        let out = self.try_collect()?;
-        if !self.in_flight.is_empty() {
-            return Err(Error::Gpu("a readback did not complete after waiting for the GPU".into()));
+        let mut out = self.try_collect()?;
+        // With the device shared between threads, another thread's poll
+        // may be the one running our map callbacks, a moment after our
+        // wait returned: poll until they have run (bounded).
+        let started = Instant::now();
+        while !self.in_flight.is_empty() {
+            if started.elapsed().as_secs_f64() > 10.0 {
+                return Err(Error::Gpu("a readback did not complete after waiting for the GPU".into()));
+            }
+            std::thread::yield_now();
+            out.extend(self.try_collect()?);
         }
         Ok(out)
     }
