@@ -188,10 +188,10 @@ impl AppState {
         self.alert.set(None);
         self.clear_run();
         // A reset starts over for good: the autosaved run is forgotten.
-        let last_checkpoint = self.last_checkpoint;
+        let alert = self.alert;
         spawn_local(async move {
             if let Err(message) = clear_autosave().await {
-                last_checkpoint.set(Some(Err(message)));
+                alert.set(Some(format!("The autosaved run could not be forgotten: {message}")));
             }
         });
         self.command(Command::Reset(self.experiment.get_untracked()));

@@ -219,25 +219,44 @@ impl AppState {
         let pending = match runner.begin_checkpoint() {
             Ok(p) => p,
             Err(err) => {
-                self.last_checkpoint.set(Some(Err(err.to_string())));
+                self.report_checkpoint(Err(err.to_string()));
                 return ms(started);
             }
         };
         let (ring, csv) = (runner.ring(), runner.csv());
-        let last = self.last_checkpoint;
+        let state = *self;
         if background {
             let loop_ms = ms(started);
             spawn_local(async move {
                 let report = pending.complete(ring, csv, started, true).await;
-                last.set(Some(report.map(|r| CheckpointReport { loop_ms, ..r })));
+                state.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r }));
             });
             loop_ms
         } else {
             let report = pending.complete(ring, csv, started, false).await;
             let loop_ms = ms(started);
-            last.set(Some(report.map(|r| CheckpointReport { loop_ms, ..r })));
+            state.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r }));
             loop_ms
         }
+    }
+
+    /// Shows what a checkpoint cost; a failure (or a store that refused
+    /// it) is also a warning in the alert, once until checkpoints succeed
+    /// again.
+    fn report_checkpoint(&self, report: Result<CheckpointReport, String>) {
+        let problem = match &report {
+            Err(message) => Some(format!("Automatic checkpoint failed: {message}")),
+            Ok(r) => r.stored.as_ref().err().map(|m| format!("Automatic checkpoints stay in memory only: {m}")),
+        };
+        let was_fine = self.last_checkpoint.with_untracked(|l| match l {
+            Some(Ok(r)) => r.stored.is_ok(),
+            Some(Err(_)) => false,
+            None => true,
+        });
+        if let (Some(message), true) = (problem, was_fine) {
+            self.alert.set(Some(message));
+        }
+        self.last_checkpoint.set(Some(report));
     }
 
     /// The run autosaved in this browser, when it fits the page's
@@ -248,7 +267,7 @@ impl AppState {
             Ok(Some(found)) => found,
             Ok(None) => return None,
             Err(message) => {
-                self.last_checkpoint.set(Some(Err(message)));
+                self.alert.set(Some(format!("The autosaved run was not restored: {message}")));
                 return None;
             }
         };
@@ -276,7 +295,7 @@ impl AppState {
                 Some(runner)
             }
             Err(message) => {
-                self.last_checkpoint.set(Some(Err(format!("the autosaved run did not restore: {message}"))));
+                self.alert.set(Some(format!("The autosaved run was not restored: {message}")));
                 None
             }
         }
