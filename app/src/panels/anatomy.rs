@@ -229,7 +229,7 @@ pub fn AnatomyPanel() -> impl IntoView {
                 <button data-testid="export-data" aria-label="Download the training rows as CSV" on:click=move |_| state.command(Command::ExportData)>"Training rows (.csv)"</button>
             </div>
             <p class="note">"Continue this run outside the browser: download a checkpoint, the script and the training rows, then "<code>"python stepscope_continue.py stepscope-stepN.safetensors --data stepscope-train.csv"</code>". The script rebuilds the same model, optimizer and schedule in PyTorch, loads the checkpoint, and feeds the rows in Stepscope's order (docs/export.md)."</p>
-            <div class="row">
+            <div class="row autosave">
                 <label class="field">
                     <span>"Automatic checkpoint every (steps, 0 = off)"</span>
                     <input type="number" min="0" data-testid="checkpoint-every" prop:value=move || state.checkpoint_every.get().to_string() on:change=on_every/>
