@@ -341,12 +341,15 @@ test('step by phase shows what each phase produced, and layers fill in over time
     }
     assert.match(await text(page, 'phase-summary'), /^step loss \d/);
 
-    // Training on: the per-layer distributions gain columns, and every
-    // layer's gradient norm is shown.
-    await page.getByTestId('train-toggle').click();
-    await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 60, null, { timeout: 60_000 });
+    // Whole steps, a sample each (samples are at least 250 ms apart): the
+    // per-layer distributions gain columns, and every layer's gradient
+    // norm is shown.
+    for (let i = 1; i <= 6; i++) {
+      await page.getByTestId('step-once').click();
+      await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), 2 + i);
+      await page.waitForTimeout(300);
+    }
     await page.waitForFunction(() => document.querySelector('[data-testid=distribution-2-updates]').width >= 5, null, { timeout: 30_000 });
-    await page.getByTestId('train-toggle').click();
     for (const l of [0, 1, 2]) {
       const norm = await number(page, `grad-norm-layer-${l}`);
       assert.ok(norm > 0 && Number.isFinite(norm), `layer ${l} gradient norm ${norm}`);
@@ -367,7 +370,7 @@ async function setField(page, id, value) {
   await page.getByTestId(id).press('Enter');
 }
 
-test('automatic checkpoints survive a reload; synchronous ones stall the loop', async () => {
+test('automatic checkpoints survive a reload; synchronous ones stall the loop', async (t) => {
   const { page } = await open(base);
   await setField(page, 'checkpoint-every', 10);
   // Synchronous: the loop waits for readback, serialization and IndexedDB.
@@ -387,6 +390,7 @@ test('automatic checkpoints survive a reload; synchronous ones stall the loop', 
   const total = Number(bgStatus.match(/took ([\d.]+) ms beside/)[1]);
   assert.ok(waited < stalled, `background wait ${waited} ms vs synchronous stall ${stalled} ms`);
   assert.ok(waited <= total, bgStatus);
+  t.diagnostic(`checkpoint: synchronous stall ${stalled} ms; background loop wait ${waited} ms (readback, serialization and storage ${total} ms beside training)`);
 
   // A reload continues from the newest automatic checkpoint.
   const saved = Number(bgStatus.match(/^Step (\d+)/)[1]);
@@ -429,7 +433,7 @@ test('a loss spike pauses training and one click goes back to the last good chec
   await page.close();
 });
 
-test('the exported PyTorch script continues the page\'s run', async () => {
+test('the exported PyTorch script continues the page\'s run', async (t) => {
   const { page } = await open(base);
   for (let i = 1; i <= 3; i++) {
     await page.getByTestId('step-once').click();
@@ -457,10 +461,11 @@ test('the exported PyTorch script continues the page\'s run', async () => {
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '4');
   const pageNorm = Number.parseFloat(await text(page, 'grad-norm'));
   assert.ok(Math.abs(torchNorm - pageNorm) <= 2e-4, `PyTorch ${torchNorm} vs page ${pageNorm}\n${out}`);
+  t.diagnostic(`next step's gradient norm: PyTorch ${torchNorm}, page ${pageNorm}`);
   await page.close();
 });
 
-test('lessons: a slow loader shows as data time, prefetch hides it; logging every step costs every step', async () => {
+test('lessons: a slow loader shows as data time, prefetch hides it; logging every step costs every step', async (t) => {
   const { page } = await open(base);
   const dataMs = async () => Number((await text(page, 'gpu-busy-share')).match(/data ([\d.]+) ms/)[1]);
   await setField(page, 'loader-delay-ms', 12);
@@ -472,6 +477,7 @@ test('lessons: a slow loader shows as data time, prefetch hides it; logging ever
   await trainUntil(page, (await stepCount(page)) + 90);
   const prefetched = await dataMs();
   assert.ok(prefetched < slow / 2, `prefetch should hide most of it: ${prefetched} vs ${slow} ms`);
+  t.diagnostic(`loader 12 ms/batch: data ${slow} ms per step without prefetch, ${prefetched} ms with prefetch 4`);
   await setField(page, 'loader-delay-ms', 0);
 
   const loggingMs = async () => Number((await text(page, 'logging-share')).match(/logging ([\d.]+) ms per step/)[1]);
@@ -482,10 +488,11 @@ test('lessons: a slow loader shows as data time, prefetch hides it; logging ever
   await trainUntil(page, (await stepCount(page)) + 300);
   const sparse = await loggingMs();
   assert.ok(sparse * 3 < every, `logging every 50 steps should cost far less per step: ${sparse} vs ${every} ms`);
+  t.diagnostic(`logging: ${every} ms per step logging every step, ${sparse} ms every 50 steps`);
   await page.close();
 });
 
-test('lessons: a too-high learning rate warns in the gradient norm first; accumulation equals one big batch', async () => {
+test('lessons: a too-high learning rate warns in the gradient norm first; accumulation equals one big batch', async (t) => {
   const { page } = await open(base);
   await page.getByTestId('accumulation-check').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=accumulation-result]').textContent !== '');
@@ -494,6 +501,7 @@ test('lessons: a too-high learning rate warns in the gradient norm first; accumu
   assert.match(acc, /the same update up to float32 summation order/, acc);
   const [big, small] = [...acc.matchAll(/(\d+) B \(/g)].map((m) => Number(m[1]));
   assert.equal(big, 4 * small, acc);
+  t.diagnostic(acc);
 
   const readout = async () => text(page, 'lesson-lr-readout');
   const stepOf = (s, what) => { const m = s.match(new RegExp(`${what} above \\d× its start at step (\\d+)`)); return m ? Number(m[1]) : Infinity; };
@@ -512,6 +520,7 @@ test('lessons: a too-high learning rate warns in the gradient norm first; accumu
   await trainUntil(page, 14);
   const warm = await readout();
   assert.ok(stepOf(warm, 'loss') > stepOf(plain, 'loss'), `warmup postpones the blow-up: ${warm} vs ${plain}`);
+  t.diagnostic(`high lr: ${plain}; with warmup: ${warm}`);
 
   await page.getByTestId('lesson-high-lr-clip').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
@@ -523,7 +532,7 @@ test('lessons: a too-high learning rate warns in the gradient norm first; accumu
   await page.close();
 });
 
-test('activation checkpointing stores less, recomputes in backward, and changes no result', async () => {
+test('activation checkpointing stores less, recomputes in backward, and changes no result', async (t) => {
   for (const url of [base, `${base}?backend=cpu`]) {
     const { page } = await open(url);
     const run = async () => {
@@ -555,6 +564,7 @@ test('activation checkpointing stores less, recomputes in backward, and changes 
     await page.getByTestId('activation-checkpointing').uncheck();
     await trainUntil(page, 120);
     assert.match(await text(page, 'checkpointing-trade'), /backward measured [\d.]+ ms without, [\d.]+ ms with/);
+    t.diagnostic(`${url}: ${await text(page, 'checkpointing-trade')}`);
     await page.close();
   }
 });

@@ -14,7 +14,7 @@ use super::{AppState, LayerSample, LAYER_SAMPLE_MS};
 use crate::model::checkpoints::{load_autosave, CheckpointReport};
 use crate::model::edit::{default_experiment, needs_reset};
 use crate::model::runner::{next_frame, BackendInfo, Command, Runner};
-use crate::model::spikes::{Detector, Verdict, WINDOW};
+use crate::model::spikes::{Detector, Verdict, SMOOTH, WINDOW};
 use crate::model::url;
 
 impl AppState {
@@ -199,7 +199,7 @@ impl AppState {
                 Verdict::LossSpike(loss, median, norm, norm_median) => {
                     self.running.set(false);
                     self.alert.set(Some(format!(
-                        "Loss spike at step {}: {loss:.4} against a median of {median:.4} over the last {WINDOW} steps (gradient norm {norm:.3}, median {norm_median:.3}). Training paused.",
+                        "Loss spike at step {}: the loss averaged over the last {SMOOTH} steps is {loss:.4}, against a median of {median:.4} over the {WINDOW} steps before (gradient norm {norm:.3}, median {norm_median:.3}). Training paused.",
                         m.step + 1
                     )));
                     self.rollback_offer.set(Some(m.step + 1));
