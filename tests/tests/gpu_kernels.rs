@@ -17,6 +17,8 @@ mod gpu_dense_forward;
 mod gpu_misc;
 #[path = "../../core/tests/gpu_optim.rs"]
 mod gpu_optim;
+#[path = "../../core/tests/gpu_optim_adaptive.rs"]
+mod gpu_optim_adaptive;
 
 /// The kernels above ran on WebGPU (not a fallback of some other kind);
 /// names the adapter in the log.

@@ -7,6 +7,8 @@
 //! on WebGPU (the crate in `tests/` includes these files by path).
 #![allow(dead_code)]
 
+pub mod optim;
+
 use stepscope_core::gpu::harness::{run_kernel, Arg};
 use stepscope_core::gpu::params::FLAGS_INIT;
 use stepscope_core::gpu::{GpuContext, Kernel};
