@@ -1,8 +1,11 @@
 //! The whole experiment lives in the URL, so a link restores it:
-//! `#e=<the experiment JSON, URI-encoded>`. `?backend=cpu` forces the CPU
-//! engine (for comparing backends and for tests).
+//! `#e=<the experiment JSON, URI-encoded>`. `?engine=cpu|gpu` pins an
+//! engine (the default, auto, trains on the faster one); the older
+//! `?backend=cpu` still pins the CPU.
 
 use stepscope_core::Experiment;
+
+use super::runner::Pin;
 
 const KEY: &str = "#e=";
 
@@ -42,8 +45,32 @@ pub fn write_url(e: &Experiment) {
     }
 }
 
-/// Whether `?backend=cpu` asks for the CPU engine.
-pub fn cpu_forced() -> bool {
+/// The engine the URL pins (`?engine=cpu|gpu|auto`, or `?backend=cpu`).
+pub fn engine_pin() -> Pin {
     let search = window().and_then(|w| w.location().search().ok()).unwrap_or_default();
-    search.contains("backend=cpu")
+    parse_pin(&search)
+}
+
+/// The pin in a query string; anything unknown is auto.
+pub fn parse_pin(search: &str) -> Pin {
+    let value = |key: &str| {
+        search.trim_start_matches('?').split('&').find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+    };
+    match (value("engine").and_then(Pin::parse), value("backend")) {
+        (Some(pin), _) => pin,
+        (None, Some("cpu")) => Pin::Cpu,
+        _ => Pin::Auto,
+    }
+}
+
+/// Keeps `pin` in the URL's query (auto: no query), with the fragment.
+pub fn write_pin(pin: Pin) {
+    let Some(w) = window() else { return };
+    let location = w.location();
+    let path = location.pathname().unwrap_or_default();
+    let hash = location.hash().unwrap_or_default();
+    let query = if pin == Pin::Auto { String::new() } else { format!("?engine={}", pin.name()) };
+    if let Ok(history) = w.history() {
+        let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&format!("{path}{query}{hash}")));
+    }
 }

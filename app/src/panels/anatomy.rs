@@ -78,14 +78,19 @@ pub fn AnatomyPanel() -> impl IntoView {
                 {recent().len()}" steps"</p>
         }
     };
-    let timing_note = move || match state.last_metrics.get().map(|m| m.timing) {
+    let timing_note = move || {
+        match state.last_metrics.get().map(|m| m.timing) {
         Some(Timing::GpuTimestamps) => "GPU phases from timestamp queries; data adds the CPU's preparation.",
         Some(Timing::GpuCoarse) => {
             "This adapter has no timestamp queries: the GPU's work is reported whole under forward (coarse)."
         }
         Some(Timing::GpuTotal) => "GPU time per step is measured whole (one pass per step).",
+        Some(Timing::GpuFused) => {
+            "Fused step: one GPU dispatch runs every phase of several steps, so its GPU time is one number (shared evenly per step). Step by phase uses the phased kernels."
+        }
         Some(Timing::Cpu) => "Each phase timed by the clock on the CPU engine.",
         None => "",
+    }
     };
     let flops = move || {
         let e = state.experiment.get();

@@ -34,6 +34,9 @@ pub fn Controls() -> impl IntoView {
             <button data-testid="reset" aria-label="Reset the run" on:click=reset>"Reset"</button>
             <div class="counter">
                 "Step " <span data-testid="step-count">{move || state.step.get()}</span>
+                <span class="rate" title="Optimizer steps per second over the last half second of training">
+                    <span data-testid="steps-per-second">{move || super::header::thousands(state.steps_per_second.get())}</span>" steps/s"
+                </span>
                 <span class="speed">{speed}</span>
                 <span class="busy" title="Main-thread time the training loop takes per frame (not the GPU's)">
                     {move || { let (last, _) = state.frame_busy_ms.get(); format!("page {last:.1} ms/frame, worst ") }}

@@ -2,6 +2,7 @@
 
 use leptos::prelude::*;
 
+use crate::model::runner::{BackendInfo, Pin};
 use crate::state::AppState;
 
 #[component]
@@ -10,13 +11,19 @@ pub fn Header() -> impl IntoView {
     let backend = state.backend;
     let label = move || {
         let b = backend.get();
-        if b.gpu {
-            format!("{} · {}", b.name, b.adapter)
-        } else {
-            b.name.clone()
+        match (b.gpu, b.fused) {
+            (true, true) => format!("{} · {} · fused step", b.name, b.adapter),
+            (true, false) => format!("{} · {}", b.name, b.adapter),
+            _ => b.name.clone(),
         }
     };
-    let reason = move || backend.get().fallback_reason.map(|r| format!("Running on the CPU because {r}."));
+    let reason = move || why(&backend.get());
+    let pin = state.engine_pin;
+    let on_pin = move |ev: leptos::ev::Event| {
+        if let Some(p) = Pin::parse(&event_target_value(&ev)) {
+            state.pin_engine(p);
+        }
+    };
     let dismiss = move |_| state.alert.set(None);
     let rollback = move |_| {
         if let Some(step) = state.rollback_offer.get_untracked() {
@@ -29,7 +36,13 @@ pub fn Header() -> impl IntoView {
             <h1>"Stepscope"</h1>
             <p class="tagline">"Watch a neural network train, and see what each step costs."</p>
             <div class="backend">
-                "Backend: " <span data-testid="backend-name">{label}</span>
+                "Backend: " <span data-testid="backend-name" data-settled=move || backend.get().settled.to_string()>{label}</span>
+                <select data-testid="engine-pin" aria-label="Engine" on:change=on_pin
+                    prop:value=move || pin.get().name()>
+                    <option value="auto">"fastest (measured)"</option>
+                    <option value="cpu">"CPU"</option>
+                    <option value="gpu">"WebGPU"</option>
+                </select>
                 <span class="reason" data-testid="backend-reason">{reason}</span>
             </div>
         </header>
@@ -46,4 +59,41 @@ pub fn Header() -> impl IntoView {
             <div class="notice" role="status" data-testid="notice">{move || state.notice.get().unwrap_or_default()}</div>
         </Show>
     }
+}
+
+/// Why this engine runs: both measured figures, the pin, or why the GPU
+/// cannot be used.
+fn why(b: &BackendInfo) -> Option<String> {
+    if let Some(reason) = &b.fallback_reason {
+        return Some(format!("Running on the CPU because {reason}."));
+    }
+    let race = b.race.as_ref()?;
+    let path = if race.fused { "fused step" } else { "phased kernels" };
+    let figures = format!(
+        "CPU (WebAssembly) {} steps/s; WebGPU ({}, {path}) {} steps/s for this network",
+        thousands(race.cpu_steps_per_s),
+        b.adapter,
+        thousands(race.gpu_steps_per_s)
+    );
+    Some(match (b.pin, race.gpu_wins()) {
+        (Pin::Auto, true) => format!("WebGPU is faster here: {figures}."),
+        (Pin::Auto, false) => format!("The CPU is faster here: {figures}."),
+        _ => format!("Pinned: {figures}."),
+    })
+}
+
+/// 18900.4 → "18,900"; below 10, one decimal.
+pub fn thousands(x: f64) -> String {
+    if x < 10.0 {
+        return format!("{x:.1}");
+    }
+    let digits = format!("{:.0}", x);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

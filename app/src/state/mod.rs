@@ -11,11 +11,12 @@ use stepscope_core::{Experiment, StepMetrics};
 
 use crate::model::checkpoints::{clear_autosave, CheckpointReport};
 use crate::model::edit::{default_experiment, edited, needs_reset};
-use crate::model::runner::{push, AccumulationReport, BackendInfo, Command, Commands};
+use crate::model::runner::{push, AccumulationReport, BackendInfo, Command, Commands, Pin};
 use crate::model::timeline::StepTiming;
 use crate::model::url;
 use crate::model::views::Snapshot;
 
+mod engine;
 mod records;
 mod training;
 
@@ -62,6 +63,10 @@ pub struct AppState {
     pub history: RwSignal<Vec<HistoryPoint>>,
     pub snapshot: RwSignal<Option<Arc<Snapshot>>>,
     pub backend: RwSignal<BackendInfo>,
+    /// The engine the user pinned (the URL's `?engine=`), or auto.
+    pub engine_pin: RwSignal<Pin>,
+    /// Optimizer steps per second over the last second or so of training.
+    pub steps_per_second: RwSignal<f64>,
     /// Errors and warnings for the user (shown with role="alert").
     pub alert: RwSignal<Option<String>>,
     /// Informational notices (device recovered, …).
@@ -133,6 +138,8 @@ impl AppState {
             history: RwSignal::new(Vec::new()),
             snapshot: RwSignal::new(None),
             backend: RwSignal::new(BackendInfo { name: "starting…".into(), ..BackendInfo::default() }),
+            engine_pin: RwSignal::new(url::engine_pin()),
+            steps_per_second: RwSignal::new(0.0),
             alert: RwSignal::new(alert),
             notice: RwSignal::new(None),
             link_mode: RwSignal::new(LinkMode::Weight),

@@ -2,18 +2,16 @@
 //! feeds the page's signals: each animation frame, commands, training,
 //! spike checks, automatic checkpoints, then the views.
 
-use std::sync::Arc;
-
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use stepscope_core::gpu::GpuContext;
 use stepscope_core::{Error, Experiment, StepMetrics};
 use web_time::Instant;
 
+use super::engine::Chooser;
 use super::{AppState, LayerSample, LAYER_SAMPLE_MS};
 use crate::model::checkpoints::{load_autosave, CheckpointReport};
 use crate::model::edit::{default_experiment, needs_reset};
-use crate::model::runner::{next_frame, BackendInfo, Command, Runner};
+use crate::model::runner::{next_frame, Command, Runner};
 use crate::model::spikes::{Detector, Verdict, SMOOTH, WINDOW};
 use crate::model::url;
 
@@ -24,47 +22,28 @@ impl AppState {
     }
 
     async fn training_loop(self) {
-        let gpu = if url::cpu_forced() {
-            Err("the CPU engine was asked for (?backend=cpu)".to_string())
-        } else if !webgpu_available() {
-            Err("this browser has no WebGPU (navigator.gpu is missing)".to_string())
-        } else {
-            GpuContext::new().await.map(Arc::new).map_err(|e| format!("WebGPU is present but unusable: {e}"))
-        };
-        let (gpu, info) = match gpu {
-            Ok(ctx) => {
-                let info =
-                    BackendInfo { gpu: true, name: "WebGPU".into(), adapter: ctx.describe(), fallback_reason: None };
-                (Some(ctx), info)
-            }
-            Err(reason) => {
-                let info = BackendInfo {
-                    gpu: false,
-                    name: "CPU (WebAssembly)".into(),
-                    adapter: String::new(),
-                    fallback_reason: Some(reason),
-                };
-                (None, info)
-            }
-        };
-        self.backend.set(info);
+        // Training starts on the CPU engine at once; the GPU device is
+        // created meanwhile and the engines are raced (state::engine).
+        let mut chooser = Chooser::default();
         let experiment = self.experiment.get_untracked();
         url::write_url(&experiment);
-        let restored = self.restore_autosave(&experiment, &gpu).await;
-        let mut runner = match restored.map_or_else(|| Runner::new(&experiment, gpu.clone(), None), Ok) {
+        let restored = self.restore_autosave(&experiment).await;
+        let mut runner = match restored.map_or_else(|| Runner::new(&experiment, None, None), Ok) {
             Ok(r) => r,
             Err(message) => {
                 self.alert.set(Some(format!("{message}. Showing the default experiment.")));
                 let e = default_experiment();
                 self.experiment.set(e.clone());
                 url::write_url(&e);
-                Runner::new(&e, gpu, None).expect("the default experiment always builds")
+                Runner::new(&e, None, None).expect("the default experiment always builds")
             }
         };
         let mut dirty = true;
         let mut was_running = false;
         let mut last_layer_sample: Option<Instant> = None;
         let mut detector = Detector::default();
+        // Steps and the time since the steps-per-second figure was last set.
+        let mut rate_window = (Instant::now(), 0usize);
         loop {
             next_frame().await;
             let frame_start = Instant::now();
@@ -72,6 +51,7 @@ impl AppState {
             let commands: Vec<Command> =
                 self.commands.get_value().lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
             let mut single = false;
+            let had_commands = !commands.is_empty();
             for command in commands {
                 single |= matches!(command, Command::StepOnce);
                 if matches!(
@@ -90,6 +70,15 @@ impl AppState {
                 }
                 dirty = true;
             }
+            if had_commands {
+                // A rebuilt GPU engine takes its calibrated path (cached).
+                if let Err(message) = runner.calibrate().await {
+                    self.alert.set(Some(message));
+                }
+            }
+            let t = Instant::now();
+            self.choose_engine(&mut runner, &mut chooser).await;
+            awaited_ms += ms(t);
             let running = self.running.get_untracked();
             if running && !was_running {
                 self.frame_busy_ms.set((0.0, 0.0));
@@ -172,6 +161,14 @@ impl AppState {
             }
             if !frame_metrics.is_empty() {
                 self.record_timeline(&frame_metrics, ms(frame_start), checkpoint_ms, logging_ms);
+            }
+            rate_window.1 += frame_metrics.len();
+            let window_ms = ms(rate_window.0);
+            if !running {
+                rate_window = (Instant::now(), 0);
+            } else if window_ms >= 500.0 {
+                self.steps_per_second.set(rate_window.1 as f64 * 1e3 / window_ms);
+                rate_window = (Instant::now(), 0);
             }
             if running {
                 // Awaited time includes GPU readbacks and the device's own
@@ -262,7 +259,7 @@ impl AppState {
     /// The run autosaved in this browser, when it fits the page's
     /// experiment (the same model, data and seed; the URL's
     /// hyperparameters then apply).
-    async fn restore_autosave(&self, experiment: &Experiment, gpu: &Option<Arc<GpuContext>>) -> Option<Runner> {
+    async fn restore_autosave(&self, experiment: &Experiment) -> Option<Runner> {
         let (state, csv) = match load_autosave().await {
             Ok(Some(found)) => found,
             Ok(None) => return None,
@@ -277,7 +274,7 @@ impl AppState {
         }
         let step = state.step();
         let saved = state.experiment.clone();
-        match Runner::from_state(state, gpu.clone(), csv.clone()) {
+        match Runner::from_state(state, None, csv.clone()) {
             Ok(runner) => {
                 if explicit && saved != *experiment {
                     self.command(Command::Apply(experiment.clone()));
@@ -307,7 +304,7 @@ fn ms(since: Instant) -> f64 {
 }
 
 /// Whether `navigator.gpu` exists.
-fn webgpu_available() -> bool {
+pub(super) fn webgpu_available() -> bool {
     let Some(window) = web_sys::window() else { return false };
     js_sys::Reflect::get(&window.navigator(), &"gpu".into()).is_ok_and(|g| !g.is_undefined() && !g.is_null())
 }

@@ -7,12 +7,12 @@ use super::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use super::{
     evaluate, forward_pass, Activations, Evaluation, MemoryBytes, Phase, PhaseTimes, StepMetrics, Timing, TrainState,
 };
-use crate::data::{Batcher, DataPosition, Dataset, Table};
+use crate::data::{Batcher, Dataset, Table};
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{
-    activation_backward, dense_backward, dense_forward, init_parameters, loss_backward, loss_forward,
-    regularization_backward, Layout, TensorInfo,
+    activation_backward, dense_backward, dense_forward, loss_backward, loss_forward, regularization_backward, Layout,
+    TensorInfo,
 };
 use crate::optim::{clip_grad_norm, global_grad_norm, learning_rate, optimizer_step, OptimizerState};
 
@@ -55,14 +55,7 @@ impl Default for Partial {
 impl CpuEngine {
     /// A fresh run: parameters initialised from the seed.
     pub fn new(experiment: &Experiment, data: Dataset) -> Result<CpuEngine> {
-        let layout = Layout::new(experiment);
-        let state = TrainState {
-            experiment: experiment.clone(),
-            params: init_parameters(&layout, experiment.seed),
-            optimizer: OptimizerState::new(&experiment.optimizer, layout.parameter_count),
-            data_position: DataPosition::start(experiment.seed),
-        };
-        CpuEngine::from_state(state, data)
+        CpuEngine::from_state(TrainState::fresh(experiment), data)
     }
 
     /// Continues the run `state` (e.g. from a checkpoint).

@@ -93,6 +93,18 @@ pub struct TrainState {
 }
 
 impl TrainState {
+    /// A fresh run of `e`: parameters initialised from its seed, empty
+    /// optimizer state, data from the first row.
+    pub fn fresh(e: &Experiment) -> TrainState {
+        let layout = Layout::new(e);
+        TrainState {
+            experiment: e.clone(),
+            params: crate::model::init_parameters(&layout, e.seed),
+            optimizer: OptimizerState::new(&e.optimizer, layout.parameter_count),
+            data_position: DataPosition::start(e.seed),
+        }
+    }
+
     /// Optimizer steps taken.
     pub fn step(&self) -> u64 {
         self.optimizer.step
@@ -151,6 +163,10 @@ pub enum Timing {
     /// read 0 because they were not timed apart. `data_ms` is the CPU's
     /// row and scalar preparation.
     GpuTotal,
+    /// GPU engine on the fused path: a submit's K steps are one dispatch,
+    /// so its GPU time is one number, shared evenly as each step's
+    /// `gpu_ms`; forward, backward and optimizer read 0.
+    GpuFused,
 }
 
 /// Where training phases are, for reporting the first non-finite value.

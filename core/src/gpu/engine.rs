@@ -15,6 +15,7 @@ use std::sync::Arc;
 use web_time::Instant;
 
 use super::buffers::{Buffers, MAX_STEPS_PER_SUBMIT};
+use super::fused::FusedStep;
 use super::params::*;
 use super::passes::{non_finite, pollster_free_pop, record_pass, PassKind};
 use super::plan::{Dispatch, Plan};
@@ -64,6 +65,13 @@ pub struct GpuEngine {
     pub phase_timing: bool,
     /// A step begun phase by phase (`step_phase`) and not yet finished.
     pub(super) partial: Option<super::phases::GpuPartial>,
+    /// The fused step, when the experiment allows it (`fused_unsupported`).
+    pub(super) fused: Option<FusedStep>,
+    /// Whether submits run the fused step (when available and activation
+    /// checkpointing is off) rather than the phased dispatch lists. Both
+    /// give the same run within the twin tolerances; `calibrate` picks the
+    /// faster on this adapter.
+    pub use_fused: bool,
 }
 
 /// Timestamp queries available per submit (wgpu's query set limit).
@@ -98,6 +106,7 @@ impl GpuEngine {
         let buffers =
             Buffers::new(&ctx.device, &state, &layout, &tensors, &data.train, max_steps_per_submit * rows_per_step);
         let plan = Plan::new(&ctx, &buffers, &experiment, &layout, &tensors, data.train.target_width);
+        let fused = FusedStep::new(&ctx, &buffers, &experiment, &layout, data.train.target_width);
         let timestamps = ctx.timestamps.then(|| {
             let query_set = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("phase timestamps"),
@@ -134,6 +143,8 @@ impl GpuEngine {
             zero_grad: true,
             phase_timing: true,
             partial: None,
+            fused,
+            use_fused: false,
         })
     }
 
@@ -157,6 +168,14 @@ impl GpuEngine {
     }
     pub fn max_steps_per_submit(&self) -> usize {
         self.max_steps_per_submit
+    }
+    /// Whether this experiment can run the fused step.
+    pub fn fused_available(&self) -> bool {
+        self.fused.is_some()
+    }
+    /// Whether the next submit runs the fused step.
+    pub fn runs_fused(&self) -> bool {
+        self.use_fused && self.fused.is_some() && !self.buffers.checkpointing
     }
     /// Whether per-phase times come from GPU timestamp queries.
     pub fn has_timestamps(&self) -> bool {
@@ -198,15 +217,29 @@ impl GpuEngine {
         queue.write_buffer(&self.buffers.flags, 0, bytemuck::cast_slice(&FLAGS_INIT));
         let cpu_data_ms = started.elapsed().as_secs_f64() * 1e3;
 
+        let fused = self.fused.as_ref().filter(|_| self.runs_fused());
         let passes_per_step = if self.phase_timing { 3 * k + 1 } else { 1 };
-        let use_timestamps = self.timestamps.is_some() && 2 * steps * passes_per_step <= MAX_QUERIES;
+        let use_timestamps =
+            self.timestamps.is_some() && (fused.is_some() || 2 * steps * passes_per_step <= MAX_QUERIES);
         let mut passes = Vec::new();
         let device = &self.ctx.device;
         let timestamps = if use_timestamps { self.timestamps.as_ref() } else { None };
         let mut encoder =
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("training steps") });
-        encoder.clear_buffer(&self.buffers.stats, 0, None);
-        for s in 0..steps {
+        if let Some(fused) = fused {
+            let timestamp_writes = timestamps.map(|(query_set, _)| {
+                passes.push((0, PassKind::Fused));
+                wgpu::ComputePassTimestampWrites {
+                    query_set,
+                    beginning_of_pass_write_index: Some(0),
+                    end_of_pass_write_index: Some(1),
+                }
+            });
+            fused.record(&self.ctx, &mut encoder, &self.buffers, steps, self.zero_grad, timestamp_writes);
+        } else {
+            encoder.clear_buffer(&self.buffers.stats, 0, None);
+        }
+        for s in (0..steps).filter(|_| fused.is_none()) {
             if self.zero_grad {
                 encoder.clear_buffer(&self.buffers.grads, 0, None);
             }
@@ -362,6 +395,10 @@ impl GpuEngine {
             let period_ms = self.ctx.queue.get_timestamp_period() as f64 * 1e-6;
             for (i, &(s, kind)) in done.passes.iter().enumerate() {
                 let ms = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period_ms;
+                if kind == PassKind::Fused {
+                    gpu_ms.iter_mut().for_each(|g| *g = Some(ms / steps as f64));
+                    continue;
+                }
                 *gpu_ms[s].get_or_insert(0.0) += ms;
                 let p = &mut per_step[s];
                 match kind {
@@ -369,13 +406,15 @@ impl GpuEngine {
                     PassKind::Forward => p.forward_ms += ms,
                     PassKind::Backward => p.backward_ms += ms,
                     PassKind::Optimizer => p.optimizer_ms += ms,
-                    PassKind::Step => {}
+                    PassKind::Step | PassKind::Fused => {}
                 }
             }
             for p in per_step.iter_mut() {
                 p.data_ms += done.cpu_data_ms / steps as f64;
             }
-            if self.phase_timing {
+            if done.passes[0].1 == PassKind::Fused {
+                Timing::GpuFused
+            } else if self.phase_timing {
                 Timing::GpuTimestamps
             } else {
                 Timing::GpuTotal

@@ -25,6 +25,7 @@ pub enum Kernel {
     LambStep,
     TensorStats,
     FmaPeak,
+    TrainStepFused,
 }
 
 impl Kernel {
@@ -47,6 +48,7 @@ impl Kernel {
         Kernel::LambStep,
         Kernel::TensorStats,
         Kernel::FmaPeak,
+        Kernel::TrainStepFused,
     ];
 
     pub fn name(self) -> &'static str {
@@ -69,6 +71,7 @@ impl Kernel {
             Kernel::LambStep => "lamb_step",
             Kernel::TensorStats => "tensor_stats",
             Kernel::FmaPeak => "fma_peak",
+            Kernel::TrainStepFused => "train_step_fused",
         }
     }
 
@@ -92,6 +95,7 @@ impl Kernel {
             Kernel::LambStep => include_str!("../../../shaders/lamb_step.wgsl"),
             Kernel::TensorStats => include_str!("../../../shaders/tensor_stats.wgsl"),
             Kernel::FmaPeak => include_str!("../../../shaders/fma_peak.wgsl"),
+            Kernel::TrainStepFused => include_str!("../../../shaders/train_step_fused.wgsl"),
         }
     }
 }

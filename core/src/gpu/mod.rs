@@ -8,8 +8,10 @@
 
 mod activation_checkpointing;
 mod buffers;
+mod calibrate;
 mod context;
 mod engine;
+mod fused;
 pub mod harness;
 mod kernels;
 pub mod params;
@@ -20,7 +22,9 @@ mod readback;
 mod readout;
 
 pub use buffers::MAX_STEPS_PER_SUBMIT;
+pub use calibrate::Calibration;
 pub use engine::GpuEngine;
+pub use fused::{fused_unsupported, FusedLayer, FusedParams, FusedRun, MAX_FUSED_LAYERS};
 pub use readout::PendingState;
 
 pub use context::GpuContext;

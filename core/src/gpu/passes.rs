@@ -17,6 +17,8 @@ pub enum PassKind {
     Optimizer,
     /// A whole step in one pass (phase timing off).
     Step,
+    /// Every step of a submit in one dispatch (the fused step).
+    Fused,
 }
 
 /// Records one compute pass of `dispatches`, with a timestamp pair when
@@ -57,6 +59,7 @@ fn pass_label(kind: PassKind) -> &'static str {
         PassKind::Backward => "backward",
         PassKind::Optimizer => "optimizer",
         PassKind::Step => "step",
+        PassKind::Fused => "fused steps",
     }
 }
 

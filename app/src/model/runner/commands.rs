@@ -94,8 +94,17 @@ pub struct BackendInfo {
     pub gpu: bool,
     /// "WebGPU" or "CPU (WebAssembly)".
     pub name: String,
-    /// The adapter, when on the GPU.
+    /// The GPU adapter, once its device exists.
     pub adapter: String,
-    /// Why the CPU runs, when it does.
+    /// Why the GPU is not used, when it cannot be.
     pub fallback_reason: Option<String>,
+    /// Both engines measured on this network, when they were.
+    pub race: Option<super::Race>,
+    /// The engine the user pinned (auto: the faster).
+    pub pin: super::Pin,
+    /// Whether the GPU engine runs the fused step.
+    pub fused: bool,
+    /// Whether the choice is made (false while the GPU device is being
+    /// created or the engines measured).
+    pub settled: bool,
 }

@@ -11,7 +11,6 @@ use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint, verify_restor
 use stepscope_core::data::Dataset;
 use stepscope_core::engine::MemoryBytes;
 use stepscope_core::gpu::{GpuContext, GpuEngine};
-use stepscope_core::model::{init_parameters, Layout};
 use stepscope_core::optim::OptimizerState;
 use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics, TrainState};
 use web_time::Instant;
@@ -21,9 +20,11 @@ use super::loader::Loader;
 
 mod accumulation;
 mod commands;
+mod engine_choice;
 mod frame;
 
 pub use commands::{push, AccumulationReport, BackendInfo, Command, Commands, Outcome};
+pub use engine_choice::{shape_key, Pin, Race};
 pub use frame::next_frame;
 use frame::now_ms;
 
@@ -34,7 +35,13 @@ enum PageEngine {
 
 pub struct Runner {
     engine: PageEngine,
+    /// The GPU device the engine runs on; None on the CPU engine.
     gpu: Option<Arc<GpuContext>>,
+    /// The GPU device, once created (asynchronously, after the page
+    /// started training on the CPU), whichever engine runs.
+    ctx: Option<Arc<GpuContext>>,
+    /// Engine races measured so far, by shape (`engine_choice`).
+    races: Vec<(String, Race)>,
     csv: Option<Arc<String>>,
     /// Steps per GPU submit, adapted to the frame budget.
     steps_per_submit: usize,
@@ -57,16 +64,6 @@ pub struct Runner {
 /// Time for training per animation frame, leaving room for drawing.
 const TRAIN_BUDGET_MS: f64 = 8.0;
 
-fn fresh_state(e: &Experiment) -> TrainState {
-    let layout = Layout::new(e);
-    TrainState {
-        experiment: e.clone(),
-        params: init_parameters(&layout, e.seed),
-        optimizer: OptimizerState::new(&e.optimizer, layout.parameter_count),
-        data_position: stepscope_core::data::DataPosition::start(e.seed),
-    }
-}
-
 fn build(gpu: &Option<Arc<GpuContext>>, state: TrainState, data: Dataset) -> Result<PageEngine, Error> {
     Ok(match gpu {
         Some(ctx) => PageEngine::Gpu(Box::new(GpuEngine::from_state(ctx.clone(), state, data)?)),
@@ -76,7 +73,7 @@ fn build(gpu: &Option<Arc<GpuContext>>, state: TrainState, data: Dataset) -> Res
 
 impl Runner {
     pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<Arc<String>>) -> Result<Runner, String> {
-        Runner::from_state(fresh_state(e), gpu, csv)
+        Runner::from_state(TrainState::fresh(e), gpu, csv)
     }
 
     /// Continues `state` (an autosaved run).
@@ -93,7 +90,9 @@ impl Runner {
         let engine = build(&gpu, state, data).map_err(|err| err.to_string())?;
         Ok(Runner {
             engine,
+            ctx: gpu.clone(),
             gpu,
+            races: Vec::new(),
             csv,
             steps_per_submit: 1,
             ring,
@@ -126,6 +125,11 @@ impl Runner {
             PageEngine::Cpu(e) => e.step_count(),
             PageEngine::Gpu(e) => e.step_count(),
         }
+    }
+
+    /// The GPU device has been created: the engine may switch to it.
+    pub fn set_context(&mut self, ctx: Arc<GpuContext>) {
+        self.ctx = Some(ctx);
     }
 
     pub fn steps_per_submit(&self) -> usize {
@@ -235,6 +239,8 @@ impl Runner {
     /// A fresh run of `e`, keeping the lesson switches.
     fn restart(&mut self, e: &Experiment, csv: Option<Arc<String>>) -> Result<(), String> {
         let mut fresh = Runner::new(e, self.gpu.clone(), csv)?;
+        fresh.ctx = self.ctx.clone();
+        fresh.races = std::mem::take(&mut self.races);
         fresh.zero_grad = self.zero_grad;
         fresh.activation_checkpointing = self.activation_checkpointing;
         fresh.loader = self.loader.take().map(|l| Loader::new(l.delay_ms, l.prefetch, now_ms()));
@@ -303,8 +309,9 @@ impl Runner {
     pub async fn recover_device(&mut self) -> Result<String, String> {
         let ctx = GpuContext::new().await.map_err(|e| format!("no GPU after the device was lost: {e}"))?;
         self.gpu = Some(Arc::new(ctx));
+        self.ctx = self.gpu.clone();
         let e = self.experiment().clone();
-        let state = latest_before(&self.ring, u64::MAX).map_or_else(|| fresh_state(&e), |s| s.state);
+        let state = latest_before(&self.ring, u64::MAX).map_or_else(|| TrainState::fresh(&e), |s| s.state);
         let step = state.step();
         let data = self.data().clone();
         self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;

@@ -1,0 +1,167 @@
+//! The faster engine, automatically: both engines give the same run
+//! (within the twin tolerances), so the page may train on whichever is
+//! faster for the experiment at hand, and switching changes speed and
+//! nothing else. Each is measured briefly on probes of the actual
+//! experiment (fresh parameters; speed does not depend on their values),
+//! without touching the run and without freezing the page: the CPU probe
+//! steps in slices of a few milliseconds between animation frames, the GPU
+//! probe is awaited. Results are kept per shape, so going back to a shape
+//! costs nothing.
+
+use stepscope_core::data::Dataset;
+use stepscope_core::gpu::GpuEngine;
+use stepscope_core::{CpuEngine, Error, Experiment, TrainState};
+use web_time::Instant;
+
+use super::{build, next_frame, Runner};
+
+/// Which engine the user asked for (the URL's `?engine=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pin {
+    /// The faster one, measured.
+    #[default]
+    Auto,
+    Cpu,
+    Gpu,
+}
+
+impl Pin {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pin::Auto => "auto",
+            Pin::Cpu => "cpu",
+            Pin::Gpu => "gpu",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Pin> {
+        match s {
+            "auto" => Some(Pin::Auto),
+            "cpu" => Some(Pin::Cpu),
+            "gpu" => Some(Pin::Gpu),
+            _ => None,
+        }
+    }
+}
+
+/// Both engines' speed on one experiment, measured side by side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Race {
+    pub cpu_steps_per_s: f64,
+    pub gpu_steps_per_s: f64,
+    /// Whether the GPU runs the fused step (else the phased kernels).
+    pub fused: bool,
+}
+
+impl Race {
+    pub fn gpu_wins(&self) -> bool {
+        self.gpu_steps_per_s > self.cpu_steps_per_s
+    }
+}
+
+/// Stepping time the CPU probe is given, in slices of at most 6 ms.
+const CPU_BUDGET_MS: f64 = 120.0;
+const CPU_SLICE_MS: f64 = 6.0;
+/// Wall time the GPU probe is given (awaited, the page stays free).
+const GPU_BUDGET_MS: f64 = 150.0;
+
+/// What the speed depends on (the race is kept per shape).
+pub fn shape_key(e: &Experiment) -> String {
+    let units: Vec<String> = e.model.layers.iter().map(|l| l.units.to_string()).collect();
+    format!(
+        "{}-{}|B{}x{}|{:?}|{}|clip={}",
+        e.model.inputs,
+        units.join("-"),
+        e.batch_size,
+        e.grad_accumulation,
+        e.loss,
+        e.optimizer.name(),
+        e.clip_grad_norm.is_some()
+    )
+}
+
+impl Runner {
+    /// Whether a GPU device is available to switch to.
+    pub fn has_gpu_context(&self) -> bool {
+        self.ctx.is_some()
+    }
+
+    pub fn on_gpu(&self) -> bool {
+        self.gpu.is_some()
+    }
+
+    /// Whether the GPU engine runs the fused step now.
+    pub fn runs_fused(&self) -> bool {
+        matches!(&self.engine, super::PageEngine::Gpu(e) if e.runs_fused())
+    }
+
+    /// The race for the current experiment: measured now, or kept from
+    /// an earlier measurement of the same shape.
+    pub async fn race(&mut self) -> Result<Race, Error> {
+        let Some(ctx) = self.ctx.clone() else {
+            return Err(Error::Gpu("no GPU device to measure".into()));
+        };
+        let e = self.experiment().clone();
+        let key = shape_key(&e);
+        if let Some((_, race)) = self.races.iter().find(|(k, _)| *k == key) {
+            return Ok(race.clone());
+        }
+        let data = self.data().clone();
+        let cpu_steps_per_s = cpu_speed(&e, data.clone()).await?;
+        let mut probe = GpuEngine::from_state(ctx, TrainState::fresh(&e), data)?;
+        probe.phase_timing = false;
+        probe.calibrate().await?;
+        let gpu_steps_per_s = probe.steps_per_second(GPU_BUDGET_MS).await?;
+        let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused: probe.runs_fused() };
+        self.races.push((key, race.clone()));
+        Ok(race)
+    }
+
+    /// Continues the run on the GPU (true) or the CPU engine: the state
+    /// moves across, so the run goes on exactly where it was.
+    pub async fn switch_engine(&mut self, to_gpu: bool) -> Result<(), String> {
+        if to_gpu == self.gpu.is_some() {
+            return Ok(());
+        }
+        if to_gpu && self.ctx.is_none() {
+            return Err("no WebGPU device to switch to".into());
+        }
+        self.finish_partial_step().await.map_err(|err| err.to_string())?;
+        let state = self.state().await.map_err(|err| err.to_string())?;
+        let data = self.data().clone();
+        let gpu = if to_gpu { self.ctx.clone() } else { None };
+        let engine = build(&gpu, state, data).map_err(|err| err.to_string())?;
+        self.gpu = gpu;
+        self.engine = engine;
+        self.apply_lessons()?;
+        self.calibrate().await
+    }
+
+    /// Picks the GPU engine's faster path (fused or phased) for this
+    /// experiment on this adapter (cached per shape by the core).
+    pub async fn calibrate(&mut self) -> Result<(), String> {
+        if let super::PageEngine::Gpu(engine) = &mut self.engine {
+            engine.calibrate().await.map_err(|err| err.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// Steps per second of the CPU engine on a probe of `e`, stepping in
+/// slices between animation frames so the page keeps drawing.
+async fn cpu_speed(e: &Experiment, data: Dataset) -> Result<f64, Error> {
+    let mut probe = CpuEngine::from_state(TrainState::fresh(e), data)?;
+    let (mut steps, mut stepping_ms) = (0usize, 0.0);
+    while stepping_ms < CPU_BUDGET_MS {
+        let slice = Instant::now();
+        while slice.elapsed().as_secs_f64() * 1e3 < CPU_SLICE_MS {
+            match probe.step() {
+                Ok(_) | Err(Error::NonFinite(_)) => steps += 1,
+                Err(err) => return Err(err),
+            }
+        }
+        stepping_ms += slice.elapsed().as_secs_f64() * 1e3;
+        next_frame().await;
+    }
+    Ok(steps as f64 * 1e3 / stepping_ms)
+}

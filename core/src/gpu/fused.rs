@@ -1,0 +1,263 @@
+//! The fused training step (`shaders/train_step_fused.wgsl`): K whole steps
+//! in one dispatch of one workgroup, for networks small enough that a
+//! phased step's ~20 dispatches cost more than their arithmetic.
+//!
+//! The kernel keeps gradients, updates, per-step statistics, the flags and
+//! every activation in one `work` buffer (eight storage bindings, the
+//! WebGPU default limit), so a submit copies the gradients in, dispatches
+//! once, and copies gradients, updates, statistics and flags back to the
+//! buffers the phased path, the readback and the views use. Parameters and
+//! optimizer moments are the engine's own buffers: a run can switch
+//! between the paths at any submit, and checkpoints do not care which ran.
+
+use wgpu::util::DeviceExt;
+
+use super::buffers::{Buffers, MAX_STEPS_PER_SUBMIT};
+use super::params::{activation_code, loss_code, STEP_STATS_STRIDE};
+use super::{GpuContext, Kernel};
+use crate::experiment::{Experiment, OptimizerSpec, RegularizationKind};
+use crate::model::Layout;
+
+/// Layers the kernel's `Params` has room for (its norms: 2 tensors each).
+pub const MAX_FUSED_LAYERS: usize = 16;
+
+/// One layer of `Params.layers` in `shaders/train_step_fused.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct FusedLayer {
+    /// inputs, units, weight offset, bias offset (in params)
+    pub shape: [u32; 4],
+    /// activation code, z, a, dz (offsets in work)
+    pub place: [u32; 4],
+}
+
+/// `Params` of `shaders/train_step_fused.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct FusedParams {
+    pub batch: u32,
+    pub inputs: u32,
+    pub target_width: u32,
+    pub n_layers: u32,
+    pub count: u32,
+    pub loss: u32,
+    pub micro_batches: u32,
+    pub loss_scale: f32,
+    pub optimizer: u32,
+    pub decoupled: u32,
+    pub use_momentum: u32,
+    pub nesterov: u32,
+    pub momentum: f32,
+    pub one_minus_dampening: f32,
+    pub weight_decay: f32,
+    pub one_minus_beta1: f32,
+    pub beta2: f32,
+    pub one_minus_beta2: f32,
+    pub eps: f32,
+    pub clip_enabled: u32,
+    pub max_norm: f32,
+    pub regularization: u32,
+    pub regularization_rate: f32,
+    pub updates_offset: u32,
+    pub stats_offset: u32,
+    pub flags_offset: u32,
+    pub x_offset: u32,
+    pub t_offset: u32,
+    pub layers: [FusedLayer; MAX_FUSED_LAYERS],
+}
+
+/// `Run` of `shaders/train_step_fused.wgsl`: what changes per submit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct FusedRun {
+    pub steps: u32,
+    pub zero_grad: u32,
+    pub _pad: [u32; 2],
+}
+
+/// Why the fused step does not apply to an experiment, if it does not.
+pub fn fused_unsupported(e: &Experiment, layout: &Layout) -> Option<String> {
+    if matches!(e.optimizer, OptimizerSpec::Lamb { .. }) {
+        return Some("LAMB's per-tensor trust ratios run on the phased path".into());
+    }
+    if layout.layers.len() > MAX_FUSED_LAYERS {
+        return Some(format!("more than {MAX_FUSED_LAYERS} layers"));
+    }
+    None
+}
+
+/// The fused step of one engine: its work buffer, uniforms and bind group.
+pub struct FusedStep {
+    work: wgpu::Buffer,
+    run: wgpu::Buffer,
+    bind_group: wgpu::BindGroup,
+    params: FusedParams,
+    /// Bytes of the gradients (and of the updates) in `work`.
+    p_bytes: u64,
+}
+
+impl FusedStep {
+    /// Lays out the work buffer and binds the engine's buffers. None when
+    /// the experiment needs the phased path (`fused_unsupported`).
+    pub fn new(
+        ctx: &GpuContext,
+        b: &Buffers,
+        e: &Experiment,
+        layout: &Layout,
+        target_width: usize,
+    ) -> Option<FusedStep> {
+        if fused_unsupported(e, layout).is_some() {
+            return None;
+        }
+        let u = |x: usize| x as u32;
+        let batch = e.batch_size;
+        let count = layout.parameter_count;
+        // Word offsets in work: grads, updates, stats, flags, x, t, then
+        // z, a, dz of each layer.
+        let updates_offset = count;
+        let stats_offset = 2 * count;
+        let flags_offset = stats_offset + STEP_STATS_STRIDE * MAX_STEPS_PER_SUBMIT;
+        let x_offset = flags_offset + 4;
+        let t_offset = x_offset + batch * e.model.inputs;
+        let mut next = t_offset + batch * target_width;
+        let mut layers = [FusedLayer::default(); MAX_FUSED_LAYERS];
+        for (l, shape) in layout.layers.iter().enumerate() {
+            let n = batch * shape.units;
+            layers[l] = FusedLayer {
+                shape: [u(shape.inputs), u(shape.units), u(shape.weight_offset), u(shape.bias_offset)],
+                place: [activation_code(e.model.layers[l].activation), u(next), u(next + n), u(next + 2 * n)],
+            };
+            next += 3 * n;
+        }
+        let (optimizer, decoupled, use_momentum, nesterov, momentum, one_minus_dampening, weight_decay, betas, eps) =
+            match e.optimizer {
+                OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } => (
+                    0,
+                    0,
+                    u32::from(momentum != 0.0),
+                    u32::from(nesterov),
+                    momentum,
+                    1.0 - dampening,
+                    weight_decay,
+                    [0.0; 2],
+                    0.0,
+                ),
+                OptimizerSpec::Adam { betas, eps, weight_decay, .. } => {
+                    (1, 0, 0, 0, 0.0, 0.0, weight_decay, betas, eps)
+                }
+                OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => {
+                    (1, 1, 0, 0, 0.0, 0.0, weight_decay, betas, eps)
+                }
+                OptimizerSpec::Lamb { .. } => return None,
+            };
+        let (regularization, regularization_rate) = match &e.regularization {
+            Some(r) if r.kind == RegularizationKind::L1 => (1, r.rate as f32),
+            Some(r) => (2, r.rate as f32),
+            None => (0, 0.0),
+        };
+        let params = FusedParams {
+            batch: u(batch),
+            inputs: u(e.model.inputs),
+            target_width: u(target_width),
+            n_layers: u(layout.layers.len()),
+            count: u(count),
+            loss: loss_code(e.loss),
+            micro_batches: u(e.grad_accumulation),
+            loss_scale: 1.0 / e.grad_accumulation as f32,
+            optimizer,
+            decoupled,
+            use_momentum,
+            nesterov,
+            momentum: momentum as f32,
+            one_minus_dampening: one_minus_dampening as f32,
+            weight_decay: weight_decay as f32,
+            one_minus_beta1: (1.0 - betas[0]) as f32,
+            beta2: betas[1] as f32,
+            one_minus_beta2: (1.0 - betas[1]) as f32,
+            eps: eps as f32,
+            clip_enabled: u32::from(e.clip_grad_norm.is_some()),
+            max_norm: e.clip_grad_norm.unwrap_or(0.0) as f32,
+            regularization,
+            regularization_rate,
+            updates_offset: u(updates_offset),
+            stats_offset: u(stats_offset),
+            flags_offset: u(flags_offset),
+            x_offset: u(x_offset),
+            t_offset: u(t_offset),
+            layers,
+        };
+        let device = &ctx.device;
+        let work = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("fused step work"),
+            size: 4 * next as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("fused step params"),
+            contents: bytemuck::bytes_of(&params),
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+        let run = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("fused step run"),
+            size: std::mem::size_of::<FusedRun>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let moment1 = if optimizer == 0 { &b.momentum_buffer } else { &b.exp_avg };
+        let buffers = [
+            &b.params,
+            moment1,
+            &b.exp_avg_sq,
+            &work,
+            &b.table_inputs,
+            &b.table_targets,
+            &b.rows,
+            &b.scalars,
+            &uniform,
+            &run,
+        ];
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, buffer)| wgpu::BindGroupEntry { binding: i as u32, resource: buffer.as_entire_binding() })
+            .collect();
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("train_step_fused"),
+            layout: &ctx.pipelines.get(Kernel::TrainStepFused).get_bind_group_layout(0),
+            entries: &entries,
+        });
+        Some(FusedStep { work, run, bind_group, params, p_bytes: 4 * count as u64 })
+    }
+
+    /// Records `steps` fused steps: gradients in, one dispatch, then
+    /// gradients, updates, statistics and flags out to `b`. The rows and
+    /// scalars of the steps must already be written.
+    pub fn record(
+        &self,
+        ctx: &GpuContext,
+        encoder: &mut wgpu::CommandEncoder,
+        b: &Buffers,
+        steps: usize,
+        zero_grad: bool,
+        timestamp_writes: Option<wgpu::ComputePassTimestampWrites>,
+    ) {
+        let run = FusedRun { steps: steps as u32, zero_grad: u32::from(zero_grad), _pad: [0; 2] };
+        ctx.queue.write_buffer(&self.run, 0, bytemuck::bytes_of(&run));
+        let p = self.p_bytes;
+        let word = |offset: u32| 4 * offset as u64;
+        encoder.copy_buffer_to_buffer(&b.grads, 0, &self.work, 0, p);
+        {
+            let mut pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("fused steps"), timestamp_writes });
+            pass.set_pipeline(ctx.pipelines.get(Kernel::TrainStepFused));
+            pass.set_bind_group(0, &self.bind_group, &[]);
+            pass.dispatch_workgroups(1, 1, 1);
+        }
+        encoder.copy_buffer_to_buffer(&self.work, 0, &b.grads, 0, p);
+        encoder.copy_buffer_to_buffer(&self.work, word(self.params.updates_offset), &b.updates, 0, p);
+        let stats_bytes = (4 * STEP_STATS_STRIDE * steps) as u64;
+        encoder.copy_buffer_to_buffer(&self.work, word(self.params.stats_offset), &b.stats, 0, stats_bytes);
+        encoder.copy_buffer_to_buffer(&self.work, word(self.params.flags_offset), &b.flags, 0, 16);
+    }
+}

@@ -1,0 +1,147 @@
+//! The fused training step (`shaders/train_step_fused.wgsl`, K whole steps
+//! in one dispatch) against the CPU engine, its twin: the same whole-run
+//! cases as the phased path, switching paths mid-run and through
+//! checkpoints, non-finite values, the zero-grad lesson, and calibration.
+
+mod common;
+
+use common::{assert_close_params, assert_close_runs, assert_same_run, gpu_engine};
+use serde_json::json;
+use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
+use stepscope_core::engine::Timing;
+use stepscope_core::gpu::GpuEngine;
+use stepscope_core::{Error, StepMetrics};
+
+fn fused_engine(e: &stepscope_core::Experiment) -> GpuEngine {
+    let mut gpu = gpu_engine(e);
+    gpu.use_fused = true;
+    gpu
+}
+
+/// Tolerances as for the phased path (`assert_close_runs`): the fused
+/// kernel performs the same operations per element; only the order of sums
+/// over the batch (row order, as the CPU) and of the squared norms (64
+/// strided partials) differ, a few ulps per sum.
+#[test]
+fn fused_steps_match_the_cpu_engine_for_every_optimizer_loss_and_schedule() {
+    let mut fused_cases = 0;
+    for (name, e) in common::training_matrix() {
+        let mut cpu = common::engine(&e);
+        let mut gpu = fused_engine(&e);
+        let lamb = name.contains("lamb");
+        assert_eq!(gpu.runs_fused(), !lamb, "{name}: LAMB alone runs phased");
+        fused_cases += usize::from(gpu.runs_fused());
+        let cpu_metrics: Vec<StepMetrics> = (0..12).map(|_| cpu.step().unwrap()).collect();
+        // 12 steps as submits of 5, 5 and 2: K steps in one dispatch.
+        let gpu_metrics = gpu.run(12, 5).unwrap();
+        assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+        if gpu.runs_fused() && gpu.has_timestamps() {
+            assert!(gpu_metrics.iter().all(|m| m.timing == Timing::GpuFused), "{name}");
+        }
+    }
+    assert_eq!(fused_cases, 15);
+}
+
+#[test]
+fn l1_regularization_and_deep_narrow_networks_match_on_the_fused_path() {
+    let mut layers: Vec<serde_json::Value> = (0..7).map(|_| json!({"units": 5, "activation": "silu"})).collect();
+    layers.push(json!({"units": 1, "activation": "linear"}));
+    let e = common::experiment(json!({
+        "model": {"inputs": 2, "layers": layers},
+        "regularization": {"kind": "l1", "rate": 0.002},
+        "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}, "batch_size": 70
+    }));
+    let mut cpu = common::engine(&e);
+    let mut gpu = fused_engine(&e);
+    assert!(gpu.runs_fused());
+    let cpu_metrics: Vec<StepMetrics> = (0..20).map(|_| cpu.step().unwrap()).collect();
+    let gpu_metrics = gpu.run(20, 20).unwrap();
+    assert_same_run("l1, 8 layers", &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+}
+
+/// Parameters and optimizer moments are the engine's own buffers on both
+/// paths: a run may switch at any submit, and through a checkpoint.
+#[test]
+fn a_run_switching_paths_and_through_checkpoints_equals_the_cpu_run() {
+    let e = common::experiment(json!({"grad_accumulation": 2, "clip_grad_norm": 0.3,
+        "schedule": {"kind": "warmup_cosine", "warmup_steps": 3, "total_steps": 30}}));
+    let mut cpu = common::engine(&e);
+    let cpu_metrics: Vec<StepMetrics> = (0..24).map(|_| cpu.step().unwrap()).collect();
+
+    let mut gpu = gpu_engine(&e);
+    let mut metrics = gpu.run(6, 3).unwrap();
+    gpu.use_fused = true;
+    metrics.extend(gpu.run(6, 6).unwrap());
+    gpu.use_fused = false;
+    metrics.extend(gpu.run(6, 2).unwrap());
+    // Through a checkpoint into a fresh engine that runs fused.
+    let bytes = save_checkpoint(&gpu.state().unwrap()).unwrap();
+    let mut restored =
+        GpuEngine::from_state(common::shared_gpu(), load_checkpoint(&bytes).unwrap(), gpu.data().clone()).unwrap();
+    restored.use_fused = true;
+    metrics.extend(restored.run(6, 4).unwrap());
+    assert_same_run("switching", &cpu, &cpu_metrics, &mut restored, &metrics);
+}
+
+#[test]
+fn non_finite_values_stop_the_fused_step_as_the_phased_one() {
+    let e = common::experiment(json!({"optimizer": {"kind": "sgd", "lr": 1e30}, "loss": "mse"}));
+    let mut phased = gpu_engine(&e);
+    let mut fused = fused_engine(&e);
+    let phased_err = phased.run(10, 10).unwrap_err();
+    let fused_err = fused.run(10, 10).unwrap_err();
+    assert!(matches!(fused_err, Error::NonFinite(_)), "{fused_err}");
+    assert_eq!(fused_err.to_string(), phased_err.to_string(), "same step, phase and layer");
+    assert_eq!(fused.step_count(), phased.step_count());
+    let (p, f) = (phased.state().unwrap(), fused.state().unwrap());
+    assert!(f.params.iter().all(|x| x.is_finite()));
+    assert_close_params("after NaN", &p.params, &f.params);
+}
+
+#[test]
+fn forgetting_to_zero_gradients_piles_them_up_on_the_fused_path_too() {
+    let e = common::experiment(json!({"optimizer": {"kind": "sgd", "lr": 0.01}}));
+    let mut cpu = common::engine(&e);
+    let mut gpu = fused_engine(&e);
+    cpu.zero_grad = false;
+    gpu.zero_grad = false;
+    let piled: Vec<StepMetrics> = (0..20).map(|_| cpu.step().unwrap()).collect();
+    let piled_gpu = gpu.run(20, 7).unwrap();
+    assert_close_runs("no zero_grad, fused", &piled, &piled_gpu);
+}
+
+/// The views read gradients and updates from the engine's buffers: the
+/// fused path leaves them as the phased path does.
+#[test]
+fn the_fused_path_leaves_gradients_and_updates_for_the_views() {
+    let e = common::experiment(json!({}));
+    let (mut phased, mut fused) = (gpu_engine(&e), fused_engine(&e));
+    phased.run(3, 3).unwrap();
+    fused.run(3, 3).unwrap();
+    let [p_params, p_grads, p_updates] = pollster::block_on(phased.read_tensors()).unwrap();
+    let [f_params, f_grads, f_updates] = pollster::block_on(fused.read_tensors()).unwrap();
+    assert_close_params("params", &p_params, &f_params);
+    assert_close_params("grads", &p_grads, &f_grads);
+    assert_close_params("updates", &p_updates, &f_updates);
+    assert!(f_updates.iter().any(|&u| u != 0.0));
+}
+
+#[test]
+fn calibration_measures_both_paths_and_caches_by_adapter_and_shape() {
+    let e = common::experiment(json!({"batch_size": 24}));
+    let mut gpu = gpu_engine(&e);
+    let first = pollster::block_on(gpu.calibrate()).unwrap().expect("adam can run fused");
+    assert!(first.fused_steps_per_s > 0.0 && first.phased_steps_per_s > 0.0, "{first:?}");
+    assert!(!first.cached);
+    assert_eq!(gpu.use_fused, first.fused_wins());
+    assert_eq!(gpu.step_count(), 0, "calibration runs on a probe, not on the run");
+    let mut again = gpu_engine(&e);
+    let second = pollster::block_on(again.calibrate()).unwrap().unwrap();
+    assert!(second.cached);
+    assert_eq!(second.fused_steps_per_s, first.fused_steps_per_s);
+    // LAMB has no fused path: nothing to calibrate.
+    let lamb = common::experiment(json!({"optimizer": {"kind": "lamb", "lr": 0.01}}));
+    let mut gpu = gpu_engine(&lamb);
+    assert_eq!(pollster::block_on(gpu.calibrate()).unwrap(), None);
+    assert!(!gpu.runs_fused());
+}
