@@ -22,8 +22,7 @@ use wgpu::util::DeviceExt;
 
 use stepscope_core::data::{Dataset, Table};
 use stepscope_core::gpu::params::{DenseForwardParams, FmaPeakParams, FLAGS_INIT};
-use stepscope_core::gpu::{GpuContext, GpuEngine, Kernel};
-use stepscope_core::model::{init_parameters, Layout};
+use stepscope_core::gpu::{fused_unsupported, GpuContext, GpuEngine, Kernel};
 use stepscope_core::rng::Rng;
 use stepscope_core::{CpuEngine, Experiment, TrainState};
 
@@ -108,30 +107,55 @@ fn matmul_section(ctx: &GpuContext, line: &mut impl FnMut(String)) -> Result<(),
 fn steps_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result<(), Failure> {
     line("## Steps per second, GPU engine against CPU engine".into());
     line(String::new());
-    line("| model | batch | CPU steps/s | GPU steps/s, K = 1 | GPU steps/s, K = 64 | GPU/CPU (K = 64) | K = 64 / K = 1 | overhead share K = 1 | overhead share K = 64 | GPU steps/s, K = 64, pass per phase |".into());
-    line("|---|---|---|---|---|---|---|---|---|---|".into());
+    line("| model | batch | dispatches per step (phased) | CPU steps/s | phased K = 1 | phased K = 64 | fused K = 1 | fused K = 64 | calibration picks | GPU/CPU (picked, K = 64) | K = 64 / K = 1 (picked) | overhead share K = 64 (phased, fused) | phased K = 64, pass per phase |".into());
+    line("|---|---|---|---|---|---|---|---|---|---|---|---|---|".into());
     for (widths, batch) in
         [(&[2usize, 16, 16, 1][..], 32usize), (&[64, 256, 256, 10], 256), (&[784, 512, 512, 10], 1024)]
     {
         let (experiment, data) = synthetic(widths, batch);
         let cpu = cpu_steps_per_second(&experiment, &data, false)?;
-        let k1 = gpu_steps(ctx, &experiment, &data, 1, false, false)?;
-        let k64 = gpu_steps(ctx, &experiment, &data, 64, false, false)?;
-        let k64_phases = gpu_steps(ctx, &experiment, &data, 64, true, false)?;
+        let k1 = gpu_steps(ctx, &experiment, &data, 1, Path::Phased, false)?;
+        let k64 = gpu_steps(ctx, &experiment, &data, 64, Path::Phased, false)?;
+        let layout = stepscope_core::model::Layout::new(&experiment);
+        let fused_applies = fused_unsupported(&experiment, &layout).is_none();
+        let fused = |k| fused_applies.then(|| gpu_steps(ctx, &experiment, &data, k, Path::Fused, false)).transpose();
+        let (fused_k1, fused_k64) = (fused(1)?, fused(64)?);
+        let fused_cell =
+            |speed: &Option<GpuSpeed>| speed.as_ref().map_or("—".into(), |s| format!("{:.1}", s.steps_per_second));
+        let k64_phases = gpu_steps(ctx, &experiment, &data, 64, Path::PassPerPhase, false)?;
+        let mut engine = GpuEngine::from_state(ctx.clone(), TrainState::fresh(&experiment), data.clone())?;
+        let calibration = pollster::block_on(engine.calibrate())?;
+        let (picked_k1, picked_k64) = match (&fused_k1, &fused_k64) {
+            (Some(f1), Some(f64)) if engine.runs_fused() => (f1, f64),
+            _ => (&k1, &k64),
+        };
+        let picked = match calibration.fused_steps_per_s() {
+            Some(fused) => format!(
+                "{} (predicted {:.0} fused, {:.0} phased)",
+                if calibration.fused_wins() { "fused" } else { "phased" },
+                fused,
+                calibration.phased_steps_per_s()
+            ),
+            None => "phased (no fused path)".into(),
+        };
+        let share = |s: Option<f64>| s.map_or("n/a".into(), |s| format!("{:.0} %", 100.0 * s));
         let name = widths.iter().map(usize::to_string).collect::<Vec<_>>().join("-");
         line(format!(
-            "| {name} | {batch} | {cpu:.1} | {:.1} | {:.1} | {:.1}× | {:.1}× | {} | {} | {:.1} |",
+            "| {name} | {batch} | {} | {cpu:.1} | {:.1} | {:.1} | {} | {} | {picked} | {:.2}× | {:.1}× | {}, {} | {:.1} |",
+            engine.dispatches_per_step(),
             k1.steps_per_second,
             k64.steps_per_second,
-            k64.steps_per_second / cpu,
-            k64.steps_per_second / k1.steps_per_second,
-            k1.overhead_share.map_or("n/a".into(), |s| format!("{:.0} %", 100.0 * s)),
-            k64.overhead_share.map_or("n/a".into(), |s| format!("{:.0} %", 100.0 * s)),
+            fused_cell(&fused_k1),
+            fused_cell(&fused_k64),
+            picked_k64.steps_per_second / cpu,
+            picked_k64.steps_per_second / picked_k1.steps_per_second,
+            share(k64.overhead_share),
+            fused_k64.as_ref().map_or("—".into(), |f| share(f.overhead_share)),
             k64_phases.steps_per_second,
         ));
     }
     line(String::new());
-    line("K = 1 and K = 64 record a step as one compute pass; the last column splits it into a pass per phase with timestamps (what the page's timeline uses), to show what those pass boundaries cost.".into());
+    line("Phased columns record a step as one compute pass of its dispatch lists; fused columns run every step of a submit in one dispatch of one workgroup (`train_step_fused.wgsl`), which is one dispatch per submit. The calibration (`GpuEngine::calibrate`) measures both paths briefly on this adapter and picks one; the picked columns use its choice. The last column splits each phased step into a pass per phase with timestamps (what the page's timeline uses), to show what those pass boundaries cost.".into());
     line("Overhead share = (wall time per step − GPU timestamp time per step) / wall time per step; n/a without timestamp queries.".into());
     line(String::new());
     Ok(())
@@ -175,18 +199,8 @@ fn synthetic(widths: &[usize], batch: usize) -> (Experiment, Dataset) {
     (experiment, Dataset { train: table, ..Dataset::default() })
 }
 
-fn fresh_state(e: &Experiment) -> TrainState {
-    let layout = Layout::new(e);
-    TrainState {
-        experiment: e.clone(),
-        params: init_parameters(&layout, e.seed),
-        optimizer: stepscope_core::optim::OptimizerState::new(&e.optimizer, layout.parameter_count),
-        data_position: stepscope_core::data::DataPosition::start(e.seed),
-    }
-}
-
 fn cpu_steps_per_second(e: &Experiment, data: &Dataset, checkpointing: bool) -> Result<f64, Failure> {
-    let mut engine = CpuEngine::from_state(fresh_state(e), data.clone())?;
+    let mut engine = CpuEngine::from_state(TrainState::fresh(e), data.clone())?;
     engine.set_activation_checkpointing(checkpointing)?;
     engine.step()?; // warm-up
     let start = Instant::now();
@@ -203,20 +217,30 @@ struct GpuSpeed {
     overhead_share: Option<f64>,
 }
 
-/// Steps per second with `per_submit` steps per submit. `phase_timing`
-/// splits each step into a pass per phase (as the page's timeline needs);
-/// without it a step is one pass. `checkpointing`: activation
-/// checkpointing on.
+/// How the GPU engine records a step.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Path {
+    /// The phased dispatch lists, a step in one compute pass.
+    Phased,
+    /// The phased lists with a compute pass per phase (the page's timeline).
+    PassPerPhase,
+    /// The fused step: every step of a submit in one dispatch.
+    Fused,
+}
+
+/// Steps per second with `per_submit` steps per submit on `path`.
+/// `checkpointing`: activation checkpointing on.
 fn gpu_steps(
     ctx: &Arc<GpuContext>,
     e: &Experiment,
     data: &Dataset,
     per_submit: usize,
-    phase_timing: bool,
+    path: Path,
     checkpointing: bool,
 ) -> Result<GpuSpeed, Failure> {
-    let mut engine = GpuEngine::from_state(ctx.clone(), fresh_state(e), data.clone())?;
-    engine.phase_timing = phase_timing;
+    let mut engine = GpuEngine::from_state(ctx.clone(), TrainState::fresh(e), data.clone())?;
+    engine.phase_timing = path == Path::PassPerPhase;
+    engine.use_fused = path == Path::Fused;
     engine.set_activation_checkpointing(checkpointing)?;
     engine.run(1, 1)?; // warm-up: first submit, first readback
     let start = Instant::now();

@@ -9,7 +9,7 @@ use common::{assert_close_params, assert_close_runs, assert_same_run, gpu_engine
 use serde_json::json;
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
 use stepscope_core::engine::Timing;
-use stepscope_core::gpu::GpuEngine;
+use stepscope_core::gpu::{caps_loop_iterations, GpuEngine, SubmitCost};
 use stepscope_core::{Error, StepMetrics};
 
 fn fused_engine(e: &stepscope_core::Experiment) -> GpuEngine {
@@ -130,18 +130,66 @@ fn the_fused_path_leaves_gradients_and_updates_for_the_views() {
 fn calibration_measures_both_paths_and_caches_by_adapter_and_shape() {
     let e = common::experiment(json!({"batch_size": 24}));
     let mut gpu = gpu_engine(&e);
-    let first = pollster::block_on(gpu.calibrate()).unwrap().expect("adam can run fused");
-    assert!(first.fused_steps_per_s > 0.0 && first.phased_steps_per_s > 0.0, "{first:?}");
+    let first = pollster::block_on(gpu.calibrate()).unwrap();
+    let fused = first.fused.expect("adam can run fused");
+    assert!(fused.per_step_ms > 0.0 && first.phased.per_step_ms > 0.0, "{first:?}");
+    assert!(first.fused_steps_per_s().unwrap() > 0.0 && first.phased_steps_per_s() > 0.0);
     assert!(!first.cached);
     assert_eq!(gpu.use_fused, first.fused_wins());
+    assert_eq!(gpu.submit_cost, Some(first.best()));
     assert_eq!(gpu.step_count(), 0, "calibration runs on a probe, not on the run");
     let mut again = gpu_engine(&e);
-    let second = pollster::block_on(again.calibrate()).unwrap().unwrap();
+    let second = pollster::block_on(again.calibrate()).unwrap();
     assert!(second.cached);
-    assert_eq!(second.fused_steps_per_s, first.fused_steps_per_s);
-    // LAMB has no fused path: nothing to calibrate.
+    assert_eq!((second.phased, second.fused), (first.phased, first.fused));
+    // LAMB has no fused path: only the phased one is measured.
     let lamb = common::experiment(json!({"optimizer": {"kind": "lamb", "lr": 0.01}}));
     let mut gpu = gpu_engine(&lamb);
-    assert_eq!(pollster::block_on(gpu.calibrate()).unwrap(), None);
+    let calibration = pollster::block_on(gpu.calibrate()).unwrap();
+    assert_eq!(calibration.fused, None);
     assert!(!gpu.runs_fused());
+}
+
+/// Steps per submit follow the measured cost: as many as fit in the
+/// target time, more where a submit's fixed cost dominates.
+#[test]
+fn steps_per_submit_follow_the_submit_cost() {
+    let cheap = SubmitCost { fixed_ms: 0.1, per_step_ms: 0.05 };
+    assert_eq!(cheap.steps_for(10.0, 64), 64);
+    let slow_steps = SubmitCost { fixed_ms: 1.0, per_step_ms: 43.0 };
+    assert_eq!(slow_steps.steps_for(30.0, 64), 1);
+    let fixed = SubmitCost { fixed_ms: 85.0, per_step_ms: 1.0 };
+    assert_eq!(fixed.steps_for(30.0, 64), 64, "twice the fixed cost is the target");
+    assert!((fixed.steps_per_second(64) - 64e3 / 149.0).abs() < 1e-9);
+}
+
+/// llvmpipe (lavapipe) silently leaves a loop nest after 65 535
+/// iterations per invocation; the fused kernel's nest spans a submit's
+/// steps. There, fused submits are capped below that (or the fused step
+/// does not apply at all), so the run still equals the CPU run; elsewhere
+/// nothing changes. Without the cap, 64 steps of (64, 64) went wrong from
+/// the 6th step on lavapipe, and one step of 256 units at batch 64 was
+/// cut short.
+#[test]
+fn fused_submits_stay_inside_the_adapters_loop_limit() {
+    // Steps compared: 16 pass the cap on lavapipe (5 fused steps of
+    // (64, 64) per submit); at 256 units a few, before the phased
+    // kernels' own summation orders drift past the tolerance under Adam.
+    for (units, batch, steps) in [(64, 64, 16), (256, 64, 3)] {
+        let e = common::experiment(json!({
+            "model": {"inputs": 2, "layers": [{"units": units, "activation": "tanh"},
+                {"units": units, "activation": "tanh"}, {"units": 1, "activation": "linear"}]},
+            "batch_size": batch, "clip_grad_norm": 1.0
+        }));
+        let mut cpu = common::engine(&e);
+        let mut gpu = fused_engine(&e);
+        let capped = caps_loop_iterations(&gpu.context().adapter_info);
+        if capped {
+            assert!(!gpu.runs_fused() || gpu.max_steps_per_submit() < 64, "{units}: capped on llvmpipe");
+        }
+        let name = format!("{units} units, batch {batch}, fused={}", gpu.runs_fused());
+        let cpu_metrics: Vec<StepMetrics> = (0..steps).map(|_| cpu.step().unwrap()).collect();
+        let gpu_metrics = gpu.run(steps, steps).unwrap();
+        assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+    }
 }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use stepscope_core::engine::CheckpointingTrade;
 use stepscope_core::gpu::{GpuContext, GpuEngine};
 use stepscope_core::model::Layout;
+use stepscope_core::TrainState;
 
-use super::{cpu_steps_per_second, fresh_state, gpu_steps, synthetic};
+use super::{cpu_steps_per_second, gpu_steps, synthetic, Path};
 use crate::Failure;
 
 /// Steps per submit on the GPU: enough to amortise the readback, few
@@ -30,15 +31,15 @@ pub fn section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result<(
         let (experiment, data) = synthetic(widths, batch);
         let layout = Layout::new(&experiment);
         let trade = CheckpointingTrade::new(&layout, batch);
-        let mut engine = GpuEngine::from_state(ctx.clone(), fresh_state(&experiment), data.clone())?;
+        let mut engine = GpuEngine::from_state(ctx.clone(), TrainState::fresh(&experiment), data.clone())?;
         let off_bytes = engine.memory().activations;
         engine.set_activation_checkpointing(true)?;
         let on_bytes = engine.memory().activations;
         drop(engine);
         let cpu_off = cpu_steps_per_second(&experiment, &data, false)?;
         let cpu_on = cpu_steps_per_second(&experiment, &data, true)?;
-        let gpu_off = gpu_steps(ctx, &experiment, &data, PER_SUBMIT, false, false)?.steps_per_second;
-        let gpu_on = gpu_steps(ctx, &experiment, &data, PER_SUBMIT, false, true)?.steps_per_second;
+        let gpu_off = gpu_steps(ctx, &experiment, &data, PER_SUBMIT, Path::Phased, false)?.steps_per_second;
+        let gpu_on = gpu_steps(ctx, &experiment, &data, PER_SUBMIT, Path::Phased, true)?.steps_per_second;
         let name = widths.iter().map(usize::to_string).collect::<Vec<_>>().join("-");
         line(format!(
             "| {name} | {batch} | {} → {} | {:.0} % | {:.0} % | {cpu_off:.1} | {:.2} | {gpu_off:.1} | {:.2} |",

@@ -5,9 +5,11 @@
 //! rasterizer), so no fixed rule picks well everywhere.
 //!
 //! A probe engine of the same experiment, from fresh parameters (speed does
-//! not depend on the values), runs each path for a short time budget,
-//! interleaved; the result is cached per adapter and shape, so a second
-//! engine of the same shape costs nothing.
+//! not depend on the values), times a submit of 1 step and one of 8 on each
+//! path. Their difference separates a submit's fixed cost (launch,
+//! readback, on some adapters a large per-dispatch cost) from the cost per
+//! step, which predicts the speed at any K. The result is cached per
+//! adapter and shape, so a second engine of the same shape costs nothing.
 
 use std::sync::Mutex;
 
@@ -18,28 +20,68 @@ use crate::engine::{StepMetrics, TrainState};
 use crate::error::{Error, Result};
 use crate::experiment::{Experiment, OptimizerSpec};
 
-/// Steps per second of both paths, measured side by side on one adapter.
+/// Wall time of a submit of K steps ≈ `fixed_ms` + K · `per_step_ms`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SubmitCost {
+    pub fixed_ms: f64,
+    pub per_step_ms: f64,
+}
+
+impl SubmitCost {
+    /// Predicted steps per second at `k` steps per submit.
+    pub fn steps_per_second(&self, k: usize) -> f64 {
+        k as f64 * 1e3 / (self.fixed_ms + self.per_step_ms * k as f64)
+    }
+
+    /// Steps per submit so that a submit takes about `target_ms`, or
+    /// twice the fixed cost where that is more (fewer steps would spend
+    /// most of the time on it), within 1..=`max`.
+    pub fn steps_for(&self, target_ms: f64, max: usize) -> usize {
+        let target = target_ms.max(2.0 * self.fixed_ms);
+        (((target - self.fixed_ms) / self.per_step_ms.max(1e-6)) as usize).clamp(1, max)
+    }
+}
+
+/// Both paths measured side by side on one adapter.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Calibration {
-    pub phased_steps_per_s: f64,
-    pub fused_steps_per_s: f64,
+    pub phased: SubmitCost,
+    /// None where the fused step does not apply.
+    pub fused: Option<SubmitCost>,
+    /// Steps per submit the predictions are for (the engine's most).
+    pub max_steps: usize,
     /// Whether this came from the cache (measured earlier for this
     /// adapter and shape).
     pub cached: bool,
 }
 
 impl Calibration {
+    pub fn phased_steps_per_s(&self) -> f64 {
+        self.phased.steps_per_second(self.max_steps)
+    }
+    pub fn fused_steps_per_s(&self) -> Option<f64> {
+        self.fused.map(|f| f.steps_per_second(self.max_steps))
+    }
     pub fn fused_wins(&self) -> bool {
-        self.fused_steps_per_s > self.phased_steps_per_s
+        self.fused_steps_per_s().is_some_and(|f| f > self.phased_steps_per_s())
+    }
+    /// The faster path's cost and speed.
+    pub fn best(&self) -> SubmitCost {
+        match self.fused {
+            Some(fused) if self.fused_wins() => fused,
+            _ => self.phased,
+        }
+    }
+    pub fn best_steps_per_s(&self) -> f64 {
+        self.best().steps_per_second(self.max_steps)
     }
 }
 
 /// Measured calibrations by adapter and shape.
 static CACHE: Mutex<Vec<(String, Calibration)>> = Mutex::new(Vec::new());
 
-/// Time each path runs per round.
-const BUDGET_MS: f64 = 40.0;
-const ROUNDS: usize = 2;
+/// Steps of the second timed submit.
+const LONG_SUBMIT: usize = 8;
 
 /// What the speed of a step depends on: the adapter, the shapes, the loss
 /// and the optimizer's kind.
@@ -57,71 +99,90 @@ fn shape_key(adapter: &str, e: &Experiment) -> String {
     };
     let units: Vec<String> = e.model.layers.iter().map(|l| l.units.to_string()).collect();
     format!(
-        "{adapter}|{}-{}|B{}x{}|{:?}|{optimizer}|clip={}",
+        "{adapter}|{}-{}|B{}x{}|{:?}|{optimizer}|clip={}|reg={}",
         e.model.inputs,
         units.join("-"),
         e.batch_size,
         e.grad_accumulation,
         e.loss,
-        e.clip_grad_norm.is_some()
+        e.clip_grad_norm.is_some(),
+        e.regularization.is_some()
     )
 }
 
 impl GpuEngine {
-    /// Measures the phased and the fused path on this adapter (or takes the
-    /// cached figures) and sets `use_fused` to the faster. None when the
-    /// experiment cannot run fused. Takes about 4 × 40 ms of GPU work the
-    /// first time for a shape; awaits the GPU without blocking on the web.
-    pub async fn calibrate(&mut self) -> Result<Option<Calibration>> {
-        if !self.fused_available() {
-            self.use_fused = false;
-            return Ok(None);
-        }
+    /// Measures the phased and (where it applies) the fused path on this
+    /// adapter, or takes the cached figures, and sets `use_fused` to the
+    /// faster at the engine's largest submit. Costs a few steps of each
+    /// path the first time for a shape; awaits the GPU without blocking
+    /// on the web.
+    pub async fn calibrate(&mut self) -> Result<Calibration> {
         let key = shape_key(&self.ctx.describe(), &self.experiment);
         let cached = CACHE.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(k, _)| *k == key).cloned();
-        if let Some((_, mut calibration)) = cached {
-            calibration.cached = true;
-            self.use_fused = calibration.fused_wins();
-            return Ok(Some(calibration));
-        }
-        let state = TrainState::fresh(&self.experiment);
-        let mut probe = GpuEngine::from_state(self.ctx.clone(), state, self.data().clone())?;
-        probe.phase_timing = false;
-        let (mut phased, mut fused) = (0.0f64, 0.0f64);
-        for _ in 0..ROUNDS {
-            probe.use_fused = false;
-            phased = phased.max(probe.steps_per_second(BUDGET_MS).await?);
-            probe.use_fused = true;
-            fused = fused.max(probe.steps_per_second(BUDGET_MS).await?);
-        }
-        let calibration = Calibration { phased_steps_per_s: phased, fused_steps_per_s: fused, cached: false };
-        CACHE.lock().unwrap_or_else(|p| p.into_inner()).push((key, calibration.clone()));
+        let calibration = match cached {
+            Some((_, mut calibration)) => {
+                calibration.cached = true;
+                calibration
+            }
+            None => {
+                let state = TrainState::fresh(&self.experiment);
+                let mut probe = GpuEngine::from_state(self.ctx.clone(), state, self.data().clone())?;
+                probe.phase_timing = false;
+                let phased = probe.submit_cost().await?;
+                let fused = if probe.fused_available() {
+                    probe.use_fused = true;
+                    Some(probe.submit_cost().await?)
+                } else {
+                    None
+                };
+                let max_steps = if self.fused_available() {
+                    self.max_steps_per_submit.min(self.fused.as_ref().map_or(usize::MAX, |f| f.max_steps()))
+                } else {
+                    self.max_steps_per_submit
+                };
+                let calibration = Calibration { phased, fused, max_steps, cached: false };
+                CACHE.lock().unwrap_or_else(|p| p.into_inner()).push((key, calibration.clone()));
+                calibration
+            }
+        };
         self.use_fused = calibration.fused_wins();
-        Ok(Some(calibration))
+        self.submit_cost = Some(calibration.best());
+        Ok(calibration)
     }
 
-    /// Steps per second on the current path: a warm-up step, then submits
-    /// of doubling size until `budget_ms` is spent. A probe that diverges
-    /// still measures (its later steps run, their updates skipped). Use it
-    /// on a probe engine: it trains.
-    pub async fn steps_per_second(&mut self, budget_ms: f64) -> Result<f64> {
-        self.submit(1)?;
-        self.collect_any().await?;
-        let started = Instant::now();
-        let (mut steps, mut k) = (0usize, 1usize);
-        loop {
-            self.submit(k)?;
-            match self.collect_any().await {
-                Ok(_) | Err(Error::NonFinite(_)) => {}
-                Err(err) => return Err(err),
-            }
-            steps += k;
-            let seconds = started.elapsed().as_secs_f64();
-            if seconds * 1e3 >= budget_ms {
-                return Ok(steps as f64 / seconds);
-            }
-            k = (2 * k).min(self.max_steps_per_submit());
+    /// The submit cost on the current path: a warm-up, then the fastest
+    /// of two timings each of a 1-step and an 8-step submit. A probe that
+    /// diverges still measures (its later steps run, updates skipped).
+    async fn submit_cost(&mut self) -> Result<SubmitCost> {
+        self.timed_submit(1).await?;
+        let long = LONG_SUBMIT.min(self.max_steps_per_submit());
+        let (mut one, mut many) = (f64::MAX, f64::MAX);
+        for _ in 0..2 {
+            one = one.min(self.timed_submit(1).await?);
+            many = many.min(self.timed_submit(long).await?);
         }
+        let per_step_ms = ((many - one) / (long.max(2) - 1) as f64).max(1e-4);
+        Ok(SubmitCost { fixed_ms: (one - per_step_ms).max(0.0), per_step_ms })
+    }
+
+    /// Milliseconds of one submit of `k` steps and its readback.
+    async fn timed_submit(&mut self, k: usize) -> Result<f64> {
+        let started = Instant::now();
+        self.submit(k)?;
+        match self.collect_any().await {
+            Ok(_) | Err(Error::NonFinite(_)) => Ok(started.elapsed().as_secs_f64() * 1e3),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Dispatches of one step on the phased path (all micro-batches, the
+    /// regularization and the optimizer); the fused path takes one per
+    /// submit.
+    pub fn dispatches_per_step(&self) -> usize {
+        let p = &self.plan;
+        self.experiment.grad_accumulation * (p.data.len() + p.forward.len() + p.backward.len())
+            + p.regularize.len()
+            + p.optimizer.len()
     }
 
     /// Awaits the submits in flight: without blocking on the web, by

@@ -53,7 +53,7 @@ pub struct GpuEngine {
     submitted_step: u64,
     pub(super) buffers: Buffers,
     pub(super) plan: Plan,
-    max_steps_per_submit: usize,
+    pub(super) max_steps_per_submit: usize,
     timestamps: Option<(wgpu::QuerySet, wgpu::Buffer)>,
     in_flight: Vec<InFlight>,
     spare_staging: Vec<wgpu::Buffer>,
@@ -72,6 +72,9 @@ pub struct GpuEngine {
     /// give the same run within the twin tolerances; `calibrate` picks the
     /// faster on this adapter.
     pub use_fused: bool,
+    /// What a submit costs on the calibrated path (`calibrate`), for
+    /// choosing steps per submit.
+    pub submit_cost: Option<super::calibrate::SubmitCost>,
 }
 
 /// Timestamp queries available per submit (wgpu's query set limit).
@@ -145,6 +148,7 @@ impl GpuEngine {
             partial: None,
             fused,
             use_fused: false,
+            submit_cost: None,
         })
     }
 
@@ -166,8 +170,13 @@ impl GpuEngine {
     pub fn memory(&self) -> MemoryBytes {
         self.buffers.bytes
     }
+    /// Most steps one submit runs: fewer on the fused path where the
+    /// adapter caps loop iterations (`fused::max_fused_steps`).
     pub fn max_steps_per_submit(&self) -> usize {
-        self.max_steps_per_submit
+        match self.fused.as_ref().filter(|_| self.runs_fused()) {
+            Some(fused) => self.max_steps_per_submit.min(fused.max_steps()),
+            None => self.max_steps_per_submit,
+        }
     }
     /// Whether this experiment can run the fused step.
     pub fn fused_available(&self) -> bool {
@@ -190,7 +199,7 @@ impl GpuEngine {
         if self.partial.is_some() {
             return Err(Error::Gpu("a step taken phase by phase is unfinished: finish_step first".into()));
         }
-        let steps = steps.clamp(1, self.max_steps_per_submit);
+        let steps = steps.clamp(1, self.max_steps_per_submit());
         if self.in_flight.len() >= RING {
             return Err(Error::Gpu(format!("{RING} submits are already in flight; collect their results first")));
         }
@@ -461,7 +470,7 @@ impl GpuEngine {
         let mut out = Vec::with_capacity(steps);
         let mut left = steps;
         while left > 0 {
-            let n = left.min(per_submit).min(self.max_steps_per_submit);
+            let n = left.min(per_submit).min(self.max_steps_per_submit());
             self.submit(n)?;
             out.extend(self.collect()?);
             left -= n;

@@ -20,6 +20,9 @@ use crate::model::Layout;
 
 /// Layers the kernel's `Params` has room for (its norms: 2 tensors each).
 pub const MAX_FUSED_LAYERS: usize = 16;
+/// Widest layer (inputs or units) and largest batch the fused step takes.
+pub const MAX_FUSED_WIDTH: usize = 256;
+pub const MAX_FUSED_BATCH: usize = 1024;
 
 /// One layer of `Params.layers` in `shaders/train_step_fused.wgsl`.
 #[repr(C)]
@@ -83,8 +86,65 @@ pub fn fused_unsupported(e: &Experiment, layout: &Layout) -> Option<String> {
     if layout.layers.len() > MAX_FUSED_LAYERS {
         return Some(format!("more than {MAX_FUSED_LAYERS} layers"));
     }
+    // One workgroup does all the arithmetic: past these sizes the phased
+    // kernels' parallelism wins on every adapter, and measuring the fused
+    // step would take seconds.
+    if layout.layers.iter().any(|l| l.inputs > MAX_FUSED_WIDTH || l.units > MAX_FUSED_WIDTH) {
+        return Some(format!("a layer wider than {MAX_FUSED_WIDTH}"));
+    }
+    if e.batch_size > MAX_FUSED_BATCH {
+        return Some(format!("a batch larger than {MAX_FUSED_BATCH}"));
+    }
     None
 }
+
+/// Mesa's llvmpipe (and lavapipe, its Vulkan driver) caps the iterations
+/// of a loop nest per invocation at 65 535 (gallivm's
+/// `LP_MAX_TGSI_LOOP_ITERATIONS`), counting every loop inside the
+/// outermost one together, and silently leaves the loop past that. The
+/// fused kernel's outermost loop is the one over steps, so there a submit
+/// must stay under the cap (with a margin for this estimate).
+const LLVMPIPE_LOOP_LIMIT: usize = 60_000;
+
+/// Whether the adapter is llvmpipe-based (see `LLVMPIPE_LOOP_LIMIT`).
+pub fn caps_loop_iterations(adapter: &wgpu::AdapterInfo) -> bool {
+    adapter.name.contains("llvmpipe")
+}
+
+/// An upper bound on the loop iterations one invocation of the fused
+/// kernel runs per step (every loop counted, back-edges of strided loops
+/// included), for `caps_loop_iterations` adapters.
+pub fn loop_iterations_per_step(e: &Experiment, layout: &Layout, target_width: usize) -> usize {
+    let strided = |n: usize| n.div_ceil(WG);
+    let (batch, count) = (e.batch_size, layout.parameter_count);
+    let last = layout.layers.last().map_or(1, |l| l.units);
+    let mut micro = strided(batch * (e.model.inputs + target_width)) + layout.layers.len() + 1;
+    for l in &layout.layers {
+        micro += strided(batch * l.units) * (l.inputs + 1) + 1;
+        micro += strided(l.units * (l.inputs + 1)) * (batch + 1) + strided(batch * l.inputs) * (l.units + 1) + 2;
+    }
+    micro += strided(batch * last) * (3 * last + 1) + WG + strided(batch) * (4 * last + 1);
+    let tensors: usize = layout.layers.iter().map(|l| strided(l.units * l.inputs) + strided(l.units) + 2).sum();
+    let step = e.grad_accumulation * (micro + 1)
+        + strided(count) * 3
+        + 2 * tensors
+        + WG * (2 * layout.layers.len() + 1)
+        + 4 * layout.layers.len()
+        + 4;
+    step + 1
+}
+
+/// Steps per fused submit the adapter allows: `MAX_STEPS_PER_SUBMIT`, or
+/// fewer on llvmpipe (0: none, the fused step does not apply there).
+pub fn max_fused_steps(adapter: &wgpu::AdapterInfo, e: &Experiment, layout: &Layout, target_width: usize) -> usize {
+    if !caps_loop_iterations(adapter) {
+        return MAX_STEPS_PER_SUBMIT;
+    }
+    (LLVMPIPE_LOOP_LIMIT / loop_iterations_per_step(e, layout, target_width)).min(MAX_STEPS_PER_SUBMIT)
+}
+
+/// Invocations of the fused kernel's one workgroup.
+const WG: usize = 64;
 
 /// The fused step of one engine: its work buffer, uniforms and bind group.
 pub struct FusedStep {
@@ -94,11 +154,14 @@ pub struct FusedStep {
     params: FusedParams,
     /// Bytes of the gradients (and of the updates) in `work`.
     p_bytes: u64,
+    /// Most steps per submit (`max_fused_steps`).
+    max_steps: usize,
 }
 
 impl FusedStep {
     /// Lays out the work buffer and binds the engine's buffers. None when
-    /// the experiment needs the phased path (`fused_unsupported`).
+    /// the experiment needs the phased path (`fused_unsupported`) or the
+    /// adapter cannot run one fused step of it (`max_fused_steps`).
     pub fn new(
         ctx: &GpuContext,
         b: &Buffers,
@@ -106,7 +169,8 @@ impl FusedStep {
         layout: &Layout,
         target_width: usize,
     ) -> Option<FusedStep> {
-        if fused_unsupported(e, layout).is_some() {
+        let max_steps = max_fused_steps(&ctx.adapter_info, e, layout, target_width);
+        if fused_unsupported(e, layout).is_some() || max_steps == 0 {
             return None;
         }
         let u = |x: usize| x as u32;
@@ -227,7 +291,12 @@ impl FusedStep {
             layout: &ctx.pipelines.get(Kernel::TrainStepFused).get_bind_group_layout(0),
             entries: &entries,
         });
-        Some(FusedStep { work, run, bind_group, params, p_bytes: 4 * count as u64 })
+        Some(FusedStep { work, run, bind_group, params, p_bytes: 4 * count as u64, max_steps })
+    }
+
+    /// Most steps one fused submit may run on this adapter.
+    pub fn max_steps(&self) -> usize {
+        self.max_steps
     }
 
     /// Records `steps` fused steps: gradients in, one dispatch, then

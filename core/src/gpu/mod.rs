@@ -22,9 +22,12 @@ mod readback;
 mod readout;
 
 pub use buffers::MAX_STEPS_PER_SUBMIT;
-pub use calibrate::Calibration;
+pub use calibrate::{Calibration, SubmitCost};
 pub use engine::GpuEngine;
-pub use fused::{fused_unsupported, FusedLayer, FusedParams, FusedRun, MAX_FUSED_LAYERS};
+pub use fused::{
+    caps_loop_iterations, fused_unsupported, loop_iterations_per_step, max_fused_steps, FusedLayer, FusedParams,
+    FusedRun, MAX_FUSED_LAYERS,
+};
 pub use readout::PendingState;
 
 pub use context::GpuContext;

@@ -13,7 +13,7 @@ use stepscope_core::gpu::GpuEngine;
 use stepscope_core::{CpuEngine, Error, Experiment, TrainState};
 use web_time::Instant;
 
-use super::{build, next_frame, Runner};
+use super::{build, next_frame, Runner, GPU_SUBMIT_MS};
 
 /// Which engine the user asked for (the URL's `?engine=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,8 +62,6 @@ impl Race {
 /// Stepping time the CPU probe is given, in slices of at most 6 ms.
 const CPU_BUDGET_MS: f64 = 120.0;
 const CPU_SLICE_MS: f64 = 6.0;
-/// Wall time the GPU probe is given (awaited, the page stays free).
-const GPU_BUDGET_MS: f64 = 150.0;
 
 /// What the speed depends on (the race is kept per shape).
 pub fn shape_key(e: &Experiment) -> String {
@@ -108,11 +106,13 @@ impl Runner {
         }
         let data = self.data().clone();
         let cpu_steps_per_s = cpu_speed(&e, data.clone()).await?;
+        // The GPU's speed is predicted from the calibration's submit costs
+        // at the steps per submit the page will use (`GPU_SUBMIT_MS`).
         let mut probe = GpuEngine::from_state(ctx, TrainState::fresh(&e), data)?;
-        probe.phase_timing = false;
-        probe.calibrate().await?;
-        let gpu_steps_per_s = probe.steps_per_second(GPU_BUDGET_MS).await?;
-        let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused: probe.runs_fused() };
+        let calibration = probe.calibrate().await?;
+        let best = calibration.best();
+        let gpu_steps_per_s = best.steps_per_second(best.steps_for(GPU_SUBMIT_MS, calibration.max_steps));
+        let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused: calibration.fused_wins() };
         self.races.push((key, race.clone()));
         Ok(race)
     }

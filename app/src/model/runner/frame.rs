@@ -11,7 +11,7 @@ use stepscope_core::{Error, StepMetrics};
 use wasm_bindgen_futures::JsFuture;
 use web_time::Instant;
 
-use super::{PageEngine, Runner, TRAIN_BUDGET_MS};
+use super::{PageEngine, Runner, GPU_SUBMIT_MS, TRAIN_BUDGET_MS};
 use crate::model::loader::Loader;
 use crate::model::views::{snapshot, Snapshot};
 
@@ -67,10 +67,16 @@ impl Runner {
                     m.phases.data_ms += waited / k as f64;
                 }
                 if !single && self.steps_per_log.is_none() {
-                    // Aim for the budget: scale K by how far off this frame was.
-                    let scale = (TRAIN_BUDGET_MS / ms_since(started).max(0.1)).clamp(0.5, 2.0);
-                    self.steps_per_submit =
-                        ((k as f64 * scale).round() as usize).clamp(1, engine.max_steps_per_submit());
+                    let max = engine.max_steps_per_submit();
+                    self.steps_per_submit = match engine.submit_cost {
+                        // Calibrated: as many steps as the submit cost allows.
+                        Some(cost) => cost.steps_for(GPU_SUBMIT_MS, max),
+                        // Else aim for the budget: scale K by how far off this frame was.
+                        None => {
+                            let scale = (GPU_SUBMIT_MS / ms_since(started).max(0.1)).clamp(0.5, 2.0);
+                            ((k as f64 * scale).round() as usize).clamp(1, max)
+                        }
+                    };
                 }
                 Ok(out)
             }

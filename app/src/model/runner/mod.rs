@@ -64,6 +64,12 @@ pub struct Runner {
 /// Time for training per animation frame, leaving room for drawing.
 const TRAIN_BUDGET_MS: f64 = 8.0;
 
+/// Wall time a GPU submit aims for: the page awaits it without blocking,
+/// and its readback refreshes the numbers on screen (about 30 times a
+/// second). Where a submit's fixed cost is larger, K grows past this
+/// (`SubmitCost::steps_for`).
+const GPU_SUBMIT_MS: f64 = 30.0;
+
 fn build(gpu: &Option<Arc<GpuContext>>, state: TrainState, data: Dataset) -> Result<PageEngine, Error> {
     Ok(match gpu {
         Some(ctx) => PageEngine::Gpu(Box::new(GpuEngine::from_state(ctx.clone(), state, data)?)),
