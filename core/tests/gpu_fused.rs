@@ -172,14 +172,14 @@ fn steps_per_submit_follow_the_submit_cost() {
 /// cut short.
 #[test]
 fn fused_submits_stay_inside_the_adapters_loop_limit() {
-    // Steps compared: 16 pass the cap on lavapipe (5 fused steps of
-    // (64, 64) per submit); at 256 units a few, before the phased
-    // kernels' own summation orders drift past the tolerance under Adam.
-    for (units, batch, steps) in [(64, 64, 16), (256, 64, 3)] {
+    // 16 steps pass the cap on lavapipe (5 fused steps of (64, 64) per
+    // submit). SGD: Adam divides tiny gradients of wide layers by their
+    // own √v, which turns their last-bit differences into visible ones.
+    for (units, batch) in [(64, 64), (256, 64)] {
         let e = common::experiment(json!({
             "model": {"inputs": 2, "layers": [{"units": units, "activation": "tanh"},
                 {"units": units, "activation": "tanh"}, {"units": 1, "activation": "linear"}]},
-            "batch_size": batch, "clip_grad_norm": 1.0
+            "batch_size": batch, "clip_grad_norm": 1.0, "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}
         }));
         let mut cpu = common::engine(&e);
         let mut gpu = fused_engine(&e);
@@ -188,8 +188,8 @@ fn fused_submits_stay_inside_the_adapters_loop_limit() {
             assert!(!gpu.runs_fused() || gpu.max_steps_per_submit() < 64, "{units}: capped on llvmpipe");
         }
         let name = format!("{units} units, batch {batch}, fused={}", gpu.runs_fused());
-        let cpu_metrics: Vec<StepMetrics> = (0..steps).map(|_| cpu.step().unwrap()).collect();
-        let gpu_metrics = gpu.run(steps, steps).unwrap();
+        let cpu_metrics: Vec<StepMetrics> = (0..16).map(|_| cpu.step().unwrap()).collect();
+        let gpu_metrics = gpu.run(16, 16).unwrap();
         assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
     }
 }
