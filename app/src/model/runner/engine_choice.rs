@@ -110,9 +110,10 @@ impl Runner {
         // at the steps per submit the page will use (`GPU_SUBMIT_MS`).
         let mut probe = GpuEngine::from_state(ctx, TrainState::fresh(&e), data)?;
         let calibration = probe.calibrate().await?;
-        let best = calibration.best();
+        let best = if crate::model::url::fused_allowed() { calibration.best() } else { calibration.phased };
         let gpu_steps_per_s = best.steps_per_second(best.steps_for(GPU_SUBMIT_MS, calibration.max_steps));
-        let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused: calibration.fused_wins() };
+        let fused = crate::model::url::fused_allowed() && calibration.fused_wins();
+        let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused };
         self.races.push((key, race.clone()));
         Ok(race)
     }
@@ -138,10 +139,16 @@ impl Runner {
     }
 
     /// Picks the GPU engine's faster path (fused or phased) for this
-    /// experiment on this adapter (cached per shape by the core).
+    /// experiment on this adapter (cached per shape by the core). The
+    /// URL's `?fused=off` keeps the phased kernels (their per-phase
+    /// timestamps and bit-exact comparisons).
     pub async fn calibrate(&mut self) -> Result<(), String> {
         if let super::PageEngine::Gpu(engine) = &mut self.engine {
-            engine.calibrate().await.map_err(|err| err.to_string())?;
+            let calibration = engine.calibrate().await.map_err(|err| err.to_string())?;
+            if !crate::model::url::fused_allowed() {
+                engine.use_fused = false;
+                engine.submit_cost = Some(calibration.phased);
+            }
         }
         Ok(())
     }
