@@ -49,8 +49,9 @@ fn assert_close_params(name: &str, cpu: &[f32], gpu: &[f32]) {
 }
 
 /// Trains `e` for the sum of `submits` steps on both engines, the GPU one
-/// in submits of those sizes, and compares every step and the end state.
-async fn compare(name: &str, e: &Experiment, submits: &[usize]) {
+/// in submits of those sizes (on the fused step when `fused`), and
+/// compares every step and the end state.
+async fn compare(name: &str, e: &Experiment, submits: &[usize], fused: bool) {
     // The engine takes an Arc; on the web the context is single-threaded.
     #[allow(clippy::arc_with_non_send_sync)]
     let ctx = Arc::new(GpuContext::new().await.expect("the browser offers a WebGPU adapter"));
@@ -58,6 +59,8 @@ async fn compare(name: &str, e: &Experiment, submits: &[usize]) {
     let data = Dataset::load(e, None).expect("built-in data");
     let mut cpu = CpuEngine::new(e, data).expect("the CPU engine builds");
     let mut gpu = GpuEngine::from_state(ctx, cpu.state(), cpu.data().clone()).expect("the GPU engine builds");
+    gpu.use_fused = fused;
+    assert_eq!(gpu.runs_fused(), fused, "{name}: the fused step applies");
     let steps: usize = submits.iter().sum();
     let mut gpu_metrics = Vec::new();
     for &k in submits {
@@ -88,7 +91,38 @@ async fn compare(name: &str, e: &Experiment, submits: &[usize]) {
 #[wasm_bindgen_test]
 async fn the_default_experiment_trains_as_on_the_cpu() {
     let e = stepscope_app::model::edit::default_experiment();
-    compare("default", &e, &[1, 4, 5]).await;
+    compare("default", &e, &[1, 4, 5], false).await;
+}
+
+/// The same on the fused step: K whole steps in one dispatch.
+#[wasm_bindgen_test]
+async fn the_default_experiment_trains_fused_as_on_the_cpu() {
+    let e = stepscope_app::model::edit::default_experiment();
+    compare("default, fused", &e, &[1, 4, 5], true).await;
+}
+
+/// The calibration times both paths on the browser's adapter (awaited, as
+/// the page does) and picks one; its figures are logged.
+#[wasm_bindgen_test]
+async fn calibration_picks_a_path_on_webgpu() {
+    #[allow(clippy::arc_with_non_send_sync)]
+    let ctx = Arc::new(GpuContext::new().await.expect("the browser offers a WebGPU adapter"));
+    let e = stepscope_app::model::edit::default_experiment();
+    let cpu = CpuEngine::new(&e, Dataset::load(&e, None).expect("built-in data")).expect("the CPU engine builds");
+    let mut gpu = GpuEngine::from_state(ctx.clone(), cpu.state(), cpu.data().clone()).expect("the GPU engine builds");
+    let c = gpu.calibrate().await.expect("calibration");
+    console_log!(
+        "calibration on {}: phased {:?}, fused {:?}; predicted at K = {}: phased {:.1} steps/s, fused {:.1} steps/s",
+        ctx.describe(),
+        c.phased,
+        c.fused,
+        c.max_steps,
+        c.phased_steps_per_s(),
+        c.fused_steps_per_s().unwrap_or(0.0)
+    );
+    assert!(c.phased.per_step_ms > 0.0 && c.fused.is_some_and(|f| f.per_step_ms > 0.0));
+    assert_eq!(gpu.runs_fused(), c.fused_wins());
+    assert_eq!(gpu.step_count(), 0);
 }
 
 /// Cross-entropy on XOR with SGD (Nesterov momentum, weight decay), a
@@ -108,5 +142,6 @@ async fn clipping_accumulation_and_momentum_train_as_on_the_cpu() {
                      "features": ["x1", "x2", "sin_x1"]}}"#,
     )
     .expect("a valid experiment");
-    compare("sgd/ce/clip/accumulation", &e, &[3, 7]).await;
+    compare("sgd/ce/clip/accumulation", &e, &[3, 7], false).await;
+    compare("sgd/ce/clip/accumulation, fused", &e, &[3, 7], true).await;
 }
