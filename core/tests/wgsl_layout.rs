@@ -1,0 +1,121 @@
+//! Every `Params` uniform (and `StepScalars`, `Run`) the Rust side uploads
+//! has the size its WGSL struct declares, read from the shader by naga (the
+//! WGSL front end wgpu itself uses); the fused step's structs, the most
+//! intricate, are checked field by field.
+
+use std::mem::{offset_of, size_of};
+
+use stepscope_core::gpu::params::*;
+use stepscope_core::gpu::{FusedLayer, FusedParams, FusedRun, Kernel};
+use stepscope_core::optim::StepScalars;
+
+/// (member name, byte offset) of struct `name` in `kernel`'s WGSL, and its size.
+fn wgsl_struct(kernel: Kernel, name: &str) -> (Vec<(String, u32)>, u32) {
+    let module = naga::front::wgsl::parse_str(kernel.source()).unwrap_or_else(|e| panic!("{}: {e}", kernel.name()));
+    let (_, ty) = module
+        .types
+        .iter()
+        .find(|(_, t)| t.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("{} declares no struct {name}", kernel.name()));
+    match &ty.inner {
+        naga::TypeInner::Struct { members, span } => {
+            (members.iter().map(|m| (m.name.clone().unwrap_or_default(), m.offset)).collect(), *span)
+        }
+        other => panic!("{name} in {} is not a struct: {other:?}", kernel.name()),
+    }
+}
+
+fn assert_size(kernel: Kernel, name: &str, rust_size: usize) {
+    let (_, span) = wgsl_struct(kernel, name);
+    assert_eq!(span as usize, rust_size, "{}: WGSL {name} is {span} bytes, its Rust twin {rust_size}", kernel.name());
+}
+
+#[test]
+fn every_params_struct_has_its_rust_twins_size() {
+    let cases: &[(Kernel, usize)] = &[
+        (Kernel::DenseForward, size_of::<DenseForwardParams>()),
+        (Kernel::LossForward, size_of::<LossForwardParams>()),
+        (Kernel::LossBackward, size_of::<LossBackwardParams>()),
+        (Kernel::ActivationBackward, size_of::<ActivationBackwardParams>()),
+        (Kernel::DenseBackwardInput, size_of::<DenseBackwardInputParams>()),
+        (Kernel::DenseBackwardWeight, size_of::<DenseBackwardWeightParams>()),
+        (Kernel::BiasBackward, size_of::<BiasBackwardParams>()),
+        (Kernel::GatherRows, size_of::<GatherRowsParams>()),
+        (Kernel::Advance, size_of::<AdvanceParams>()),
+        (Kernel::RegularizationBackward, size_of::<RegularizationBackwardParams>()),
+        (Kernel::GradNorm, size_of::<GradNormParams>()),
+        (Kernel::ClipGradNorm, size_of::<ClipGradNormParams>()),
+        (Kernel::SgdStep, size_of::<SgdStepParams>()),
+        (Kernel::AdamStep, size_of::<AdamStepParams>()),
+        (Kernel::LambMoments, size_of::<LambParams>()),
+        (Kernel::LambStep, size_of::<LambParams>()),
+        (Kernel::TensorStats, size_of::<TensorStatsParams>()),
+        (Kernel::FmaPeak, size_of::<FmaPeakParams>()),
+        (Kernel::TrainStepFused, size_of::<FusedParams>()),
+    ];
+    for &(kernel, size) in cases {
+        assert_size(kernel, "Params", size);
+    }
+    for kernel in [Kernel::SgdStep, Kernel::AdamStep, Kernel::LambMoments, Kernel::LambStep, Kernel::TrainStepFused] {
+        assert_size(kernel, "StepScalars", size_of::<StepScalars>());
+    }
+    assert_size(Kernel::TrainStepFused, "Run", size_of::<FusedRun>());
+    assert_size(Kernel::TrainStepFused, "Layer", size_of::<FusedLayer>());
+}
+
+#[test]
+fn the_fused_steps_structs_match_field_by_field() {
+    let rust = [
+        ("batch", offset_of!(FusedParams, batch)),
+        ("inputs", offset_of!(FusedParams, inputs)),
+        ("target_width", offset_of!(FusedParams, target_width)),
+        ("n_layers", offset_of!(FusedParams, n_layers)),
+        ("count", offset_of!(FusedParams, count)),
+        ("loss", offset_of!(FusedParams, loss)),
+        ("micro_batches", offset_of!(FusedParams, micro_batches)),
+        ("loss_scale", offset_of!(FusedParams, loss_scale)),
+        ("optimizer", offset_of!(FusedParams, optimizer)),
+        ("decoupled", offset_of!(FusedParams, decoupled)),
+        ("use_momentum", offset_of!(FusedParams, use_momentum)),
+        ("nesterov", offset_of!(FusedParams, nesterov)),
+        ("momentum", offset_of!(FusedParams, momentum)),
+        ("one_minus_dampening", offset_of!(FusedParams, one_minus_dampening)),
+        ("weight_decay", offset_of!(FusedParams, weight_decay)),
+        ("one_minus_beta1", offset_of!(FusedParams, one_minus_beta1)),
+        ("beta2", offset_of!(FusedParams, beta2)),
+        ("one_minus_beta2", offset_of!(FusedParams, one_minus_beta2)),
+        ("eps", offset_of!(FusedParams, eps)),
+        ("clip_enabled", offset_of!(FusedParams, clip_enabled)),
+        ("max_norm", offset_of!(FusedParams, max_norm)),
+        ("regularization", offset_of!(FusedParams, regularization)),
+        ("regularization_rate", offset_of!(FusedParams, regularization_rate)),
+        ("updates_offset", offset_of!(FusedParams, updates_offset)),
+        ("stats_offset", offset_of!(FusedParams, stats_offset)),
+        ("flags_offset", offset_of!(FusedParams, flags_offset)),
+        ("x_offset", offset_of!(FusedParams, x_offset)),
+        ("t_offset", offset_of!(FusedParams, t_offset)),
+        ("layers", offset_of!(FusedParams, layers)),
+    ];
+    let (members, _) = wgsl_struct(Kernel::TrainStepFused, "Params");
+    let wgsl: Vec<(String, usize)> = members.into_iter().map(|(n, o)| (n, o as usize)).collect();
+    let rust: Vec<(String, usize)> = rust.iter().map(|&(n, o)| (n.to_string(), o)).collect();
+    assert_eq!(wgsl, rust);
+    let (layer, _) = wgsl_struct(Kernel::TrainStepFused, "Layer");
+    assert_eq!(layer, vec![("shape".to_string(), 0), ("place".to_string(), offset_of!(FusedLayer, place) as u32)]);
+    let (scalars, _) = wgsl_struct(Kernel::TrainStepFused, "StepScalars");
+    let offsets: Vec<u32> = scalars.iter().map(|(_, o)| *o).collect();
+    assert_eq!(
+        offsets,
+        [
+            offset_of!(StepScalars, neg_lr),
+            offset_of!(StepScalars, neg_step_size),
+            offset_of!(StepScalars, bias_correction2_sqrt),
+            offset_of!(StepScalars, decay),
+            offset_of!(StepScalars, bias_correction1),
+            offset_of!(StepScalars, bias_correction2),
+            offset_of!(StepScalars, first_step),
+            offset_of!(StepScalars, _pad),
+        ]
+        .map(|o| o as u32)
+    );
+}
