@@ -249,7 +249,7 @@ test('checkpoints download, restore, verify, and bad uploads change nothing', as
   const header = JSON.parse(bytes.subarray(8, 8 + headerLength).toString());
   assert.equal(header.__metadata__.format, 'stepscope-checkpoint/1');
   assert.equal(header.__metadata__.step, '3');
-  assert.deepEqual(header['layers.0.weight'].shape, [8, 2]);
+  assert.deepEqual(header['layers.0.weight'].shape, [16, 2]);
 
   await page.getByTestId('verify-restore').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=verify-result]').textContent !== '');
@@ -261,9 +261,9 @@ test('checkpoints download, restore, verify, and bad uploads change nothing', as
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '5');
   const bad = (name, content) => { const f = path.join(os.tmpdir(), `${process.pid}-${name}`); fs.writeFileSync(f, content); return f; };
   const huge = Buffer.alloc(16); huge.writeBigUInt64LE(1n << 40n, 0);
-  // The stored experiment (a JSON string inside the header) asks for 9 units
-  // where the tensors have 8: same length, so only the shapes disagree.
-  const wrongModel = Buffer.from(bytes.toString('latin1').replace('\\"units\\":8', '\\"units\\":9'), 'latin1');
+  // The stored experiment (a JSON string inside the header) asks for 17
+  // units where the tensors have 16: same length, so only the shapes disagree.
+  const wrongModel = Buffer.from(bytes.toString('latin1').replace('\\"units\\":16', '\\"units\\":17'), 'latin1');
   assert.notDeepEqual(wrongModel, bytes);
   for (const [file, message] of [
     [bad('truncated.safetensors', bytes.subarray(0, bytes.length - 10)), /truncated/],
@@ -499,7 +499,7 @@ test('lessons: a too-high learning rate warns in the gradient norm first; accumu
   await page.getByTestId('accumulation-check').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=accumulation-result]').textContent !== '');
   const acc = await text(page, 'accumulation-result');
-  assert.match(acc, /one batch of 64 vs 4 micro-batches of 16/);
+  assert.match(acc, /one batch of 128 vs 4 micro-batches of 32/);
   assert.match(acc, /the same update up to float32 summation order/, acc);
   const [big, small] = [...acc.matchAll(/(\d+) B \(/g)].map((m) => Number(m[1]));
   assert.equal(big, 4 * small, acc);
