@@ -36,7 +36,8 @@ if ! wasm-bindgen --version 2>/dev/null | grep -q '0\.2\.130'; then
 fi
 # wasm-opt from npm's binaryen (Debian's is too old), and playwright-core
 # for the end-to-end test; both pinned by tests/e2e/package-lock.json.
-if [ ! -x tests/e2e/node_modules/.bin/wasm-opt ] || [ ! -d tests/e2e/node_modules/playwright-core ]; then
+if [ ! -x tests/e2e/node_modules/.bin/wasm-opt ] || [ ! -d tests/e2e/node_modules/playwright-core ] \
+  || [ ! -d tests/e2e/node_modules/@tensorflow/tfjs-core ] || [ ! -d tests/e2e/node_modules/esbuild ]; then
   (cd tests/e2e && npm ci --no-audit --no-fund --silent)
 fi
 cargo fetch --quiet

@@ -4,6 +4,7 @@
 //! `model/` holds the logic (experiment edits, the training loop, views);
 //! `panels/` one component per panel; `state` the shared typed context.
 
+pub mod bench;
 pub mod model;
 mod panels;
 pub mod state;

@@ -1,4 +1,4 @@
-//! Mounts the page. A Rust panic, should one happen anyway, is shown on the
+//! Mounts the page (not in benchmark mode, `?bench`). A Rust panic, should one happen anyway, is shown on the
 //! page (the `#panic` element, role="alert"), not only in the console.
 
 fn main() {
@@ -6,5 +6,8 @@ fn main() {
         console_error_panic_hook::hook(info);
         stepscope_app::show_panic(&info.to_string());
     }));
-    leptos::mount::mount_to_body(stepscope_app::App);
+    // `?bench`: the browser benchmark drives the exports of `bench`.
+    if !stepscope_app::bench::bench_mode() {
+        leptos::mount::mount_to_body(stepscope_app::App);
+    }
 }

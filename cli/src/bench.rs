@@ -20,7 +20,7 @@ use std::sync::Arc;
 use web_time::Instant;
 use wgpu::util::DeviceExt;
 
-use stepscope_core::data::{Dataset, Table};
+use stepscope_core::data::Dataset;
 use stepscope_core::gpu::params::{DenseForwardParams, FmaPeakParams, FLAGS_INIT};
 use stepscope_core::gpu::{fused_unsupported, GpuContext, GpuEngine, Kernel};
 use stepscope_core::rng::Rng;
@@ -172,31 +172,9 @@ fn cpu_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// A classification problem of the given widths on random data (the
-/// speed of a step does not depend on what the data mean).
+/// The native benchmark's networks: ReLU, AdamW at lr 0.001, clipping.
 fn synthetic(widths: &[usize], batch: usize) -> (Experiment, Dataset) {
-    let (inputs, outputs) = (widths[0], *widths.last().expect("widths"));
-    let hidden: Vec<String> =
-        widths[1..widths.len() - 1].iter().map(|u| format!("{{\"units\": {u}, \"activation\": \"relu\"}}")).collect();
-    let (loss, out_units) = if outputs == 1 { ("bce_with_logits", 1) } else { ("cross_entropy", outputs) };
-    let json = format!(
-        r#"{{"seed": 1, "model": {{"inputs": {inputs}, "layers": [{}, {{"units": {out_units}, "activation": "linear"}}]}},
-            "loss": "{loss}", "optimizer": {{"kind": "adamw", "lr": 0.001}}, "batch_size": {batch},
-            "clip_grad_norm": 1.0, "data": {{"source": "csv"}}}}"#,
-        hidden.join(",")
-    );
-    let experiment = Experiment::from_json(&json).expect("benchmark experiment is valid");
-    let rows = 4 * batch;
-    let mut rng = Rng::new(1, 42);
-    let table = Table {
-        inputs: (0..rows * inputs).map(|_| rng.uniform(-1.0, 1.0) as f32).collect(),
-        targets: (0..rows)
-            .map(|_| if outputs == 1 { rng.below(2) as f32 } else { rng.below(outputs as u64) as f32 })
-            .collect(),
-        input_width: inputs,
-        target_width: 1,
-    };
-    (experiment, Dataset { train: table, ..Dataset::default() })
+    stepscope_core::workloads::synthetic(widths, batch, "relu", r#"{"kind": "adamw", "lr": 0.001}"#, Some(1.0))
 }
 
 fn cpu_steps_per_second(e: &Experiment, data: &Dataset, checkpointing: bool) -> Result<f64, Failure> {

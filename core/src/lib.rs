@@ -24,6 +24,7 @@ pub mod optim;
 pub mod rng;
 pub mod stats;
 mod validate;
+pub mod workloads;
 
 pub use engine::{CpuEngine, Evaluation, PhaseTimes, StepMetrics, TrainState};
 pub use error::{Error, Result};

@@ -1,0 +1,128 @@
+//! The browser benchmark's Stepscope side. With `?bench` in the URL the
+//! page mounts nothing and the benchmark script (`tests/e2e/bench/`) calls
+//! these exports (trunk's `window.wasmBindings`), interleaved with
+//! TensorFlow.js in the same browser: the workloads of
+//! `stepscope_core::workloads`, on the CPU engine compiled to WebAssembly
+//! and on the GPU engine at K = 1, at the largest K, and fused.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use js_sys::{Array, Float32Array, Object, Reflect};
+use stepscope_core::gpu::{GpuContext, GpuEngine};
+use stepscope_core::workloads::workload;
+use stepscope_core::{CpuEngine, Error, TrainState};
+use wasm_bindgen::prelude::*;
+use web_time::Instant;
+
+thread_local! {
+    static GPU: RefCell<Option<Arc<GpuContext>>> = const { RefCell::new(None) };
+}
+
+/// Whether the URL asks for the benchmark instead of the page.
+pub fn bench_mode() -> bool {
+    web_sys::window().and_then(|w| w.location().search().ok()).is_some_and(|s| s.contains("bench"))
+}
+
+fn js_err(e: impl std::fmt::Display) -> JsValue {
+    JsValue::from_str(&e.to_string())
+}
+
+fn set(object: &Object, key: &str, value: impl Into<JsValue>) {
+    let _ = Reflect::set(object, &key.into(), &value.into());
+}
+
+// The engine takes an Arc; on the web the context is single-threaded.
+#[allow(clippy::arc_with_non_send_sync)]
+async fn context() -> Result<Arc<GpuContext>, JsValue> {
+    if let Some(ctx) = GPU.with(|g| g.borrow().clone()) {
+        return Ok(ctx);
+    }
+    let ctx = Arc::new(GpuContext::new().await.map_err(js_err)?);
+    GPU.with(|g| *g.borrow_mut() = Some(ctx.clone()));
+    Ok(ctx)
+}
+
+/// The workload's shape and training rows, so that TensorFlow.js trains
+/// on the very same data: {widths, batch, activation, loss, rows, inputs,
+/// targets}.
+#[wasm_bindgen]
+pub fn stepscope_bench_workload(name: &str) -> Result<JsValue, JsValue> {
+    let w = workload(name).ok_or_else(|| js_err(format!("no workload {name}")))?;
+    let (e, data) = w.build();
+    let out = Object::new();
+    let widths: Array = w.widths.iter().map(|&u| JsValue::from(u as u32)).collect();
+    set(&out, "widths", widths);
+    set(&out, "batch", w.batch as u32);
+    set(&out, "activation", w.activation);
+    let loss = serde_json::to_value(e.loss).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+    set(&out, "loss", loss);
+    set(&out, "rows", data.train.rows() as u32);
+    set(&out, "inputs", Float32Array::from(data.train.inputs.as_slice()));
+    set(&out, "targets", Float32Array::from(data.train.targets.as_slice()));
+    Ok(out.into())
+}
+
+/// Trains workload `name` on `engine` ("cpu", "gpu-k1", "gpu-kmax",
+/// "gpu-fused") for about `seconds` after a warm-up step, and returns
+/// {steps_per_second, steps, k, dispatches_per_step, adapter}, or null
+/// where the fused step does not apply.
+#[wasm_bindgen]
+pub async fn stepscope_bench(name: String, engine: String, seconds: f64) -> Result<JsValue, JsValue> {
+    let w = workload(&name).ok_or_else(|| js_err(format!("no workload {name}")))?;
+    let (e, data) = w.build();
+    let out = Object::new();
+    let (steps, elapsed_s, k) = if engine == "cpu" {
+        let mut cpu = CpuEngine::from_state(TrainState::fresh(&e), data).map_err(js_err)?;
+        cpu.step().map_err(js_err)?;
+        let started = Instant::now();
+        let mut steps = 0;
+        while steps == 0 || started.elapsed().as_secs_f64() < seconds {
+            cpu.step().map_err(js_err)?;
+            steps += 1;
+        }
+        (steps, started.elapsed().as_secs_f64(), 1)
+    } else {
+        let ctx = context().await?;
+        set(&out, "adapter", ctx.describe());
+        let mut gpu = GpuEngine::from_state(ctx, TrainState::fresh(&e), data).map_err(js_err)?;
+        gpu.phase_timing = false;
+        gpu.use_fused = engine == "gpu-fused";
+        if gpu.use_fused && !gpu.runs_fused() {
+            return Ok(JsValue::NULL);
+        }
+        set(&out, "dispatches_per_step", gpu.dispatches_per_step() as u32);
+        gpu_run(&mut gpu, 1).await.map_err(js_err)?;
+        // The largest K, but a submit of at most about 2 s (one step of W3
+        // takes seconds on a software adapter).
+        let k = if engine == "gpu-k1" {
+            1
+        } else {
+            let started = Instant::now();
+            gpu_run(&mut gpu, 1).await.map_err(js_err)?;
+            let one_ms = started.elapsed().as_secs_f64() * 1e3;
+            ((2000.0 / one_ms) as usize).clamp(1, gpu.max_steps_per_submit())
+        };
+        let started = Instant::now();
+        let mut steps = 0;
+        while steps == 0 || started.elapsed().as_secs_f64() < seconds {
+            gpu_run(&mut gpu, k).await.map_err(js_err)?;
+            steps += k;
+        }
+        (steps, started.elapsed().as_secs_f64(), k)
+    };
+    set(&out, "steps_per_second", steps as f64 / elapsed_s);
+    set(&out, "steps", steps as u32);
+    set(&out, "k", k as u32);
+    Ok(out.into())
+}
+
+/// One submit of `k` steps, awaited.
+async fn gpu_run(gpu: &mut GpuEngine, k: usize) -> Result<(), Error> {
+    gpu.submit(k)?;
+    let mut got = 0;
+    while got < k {
+        got += gpu.collect_async().await?.len();
+    }
+    Ok(())
+}

@@ -1,0 +1,124 @@
+// The browser benchmark: Stepscope against TensorFlow.js 4.22 in one
+// headless Chromium session, side by side and interleaved, reported as
+// ratios (the machine is shared and noisy; runs taken together are what
+// compare). Stepscope runs in the trunk-built page (dist/) in `?bench`
+// mode: the CPU engine compiled to WebAssembly, and the GPU engine at
+// K = 1, at the largest K and fused. TensorFlow.js runs its webgpu and
+// (single-threaded) wasm backends, bundled here with esbuild from the
+// pinned dev-dependencies. Both train the same rows (stepscope_core's
+// workloads) with Adam at lr 0.01.
+//
+//   node bench/run.mjs [--out ../../bench/browser-swiftshader.md]
+//   node bench/run.mjs --quick      one short round of W1 (the test command's
+//                                   smoke run: it checks that every side runs,
+//                                   and asserts no speed)
+import http from 'node:http';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import * as esbuild from 'esbuild';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const dist = path.resolve(here, '../../../dist');
+const wasmDir = path.resolve(here, '../node_modules/@tensorflow/tfjs-backend-wasm/dist');
+const bundle = path.join(here, 'dist/tfjs-bench.js');
+const args = process.argv.slice(2);
+const quick = args.includes('--quick');
+const out = args.includes('--out') ? args[args.indexOf('--out') + 1] : null;
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
+
+if (!fs.existsSync(path.join(dist, 'index.html'))) throw new Error('dist/index.html missing: run `trunk build --release` first');
+await esbuild.build({ entryPoints: [path.join(here, 'tfjs-bench.mjs')], bundle: true, format: 'iife', outfile: bundle, logLevel: 'warning' });
+
+const serve = (file, res) => {
+  if (!fs.existsSync(file) || !fs.statSync(file).isFile()) return res.writeHead(404).end();
+  res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
+  fs.createReadStream(file).pipe(res);
+};
+const server = http.createServer((req, res) => {
+  const p = path.normalize(new URL(req.url, 'http://localhost').pathname);
+  if (p === '/tfjs/tfjs-bench.js') return serve(bundle, res);
+  if (p.startsWith('/tfjs-wasm/')) return serve(path.join(wasmDir, path.basename(p)), res);
+  return serve(path.join(dist, p === '/' ? 'index.html' : p), res);
+});
+await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    '--enable-webgpu-developer-features'],
+});
+try {
+  const page = await browser.newPage();
+  page.on('pageerror', (e) => console.error(`page error: ${e}`));
+  await page.goto(`http://127.0.0.1:${server.address().port}/?bench`);
+  await page.waitForFunction(() => window.wasmBindings?.stepscope_bench, null, { timeout: 60_000 });
+  await page.addScriptTag({ url: '/tfjs/tfjs-bench.js' });
+  const adapter = await page.evaluate(async () => {
+    const a = await navigator.gpu?.requestAdapter();
+    return a ? [a.info.description, a.info.architecture, a.info.vendor].filter(Boolean).join(', ') : 'none';
+  });
+
+  const seconds = quick ? 0.3 : 3;
+  const reps = quick ? 1 : 3;
+  const workloads = quick ? ['W1'] : ['W1', 'W2', 'W3'];
+  const sides = ['cpu', 'gpu-k1', 'gpu-kmax', 'gpu-fused', 'tfjs-webgpu', 'tfjs-wasm'];
+  const results = {};
+  for (const w of workloads) {
+    results[w] = Object.fromEntries(sides.map((s) => [s, []]));
+    for (let rep = 0; rep < reps; rep++) {
+      for (const side of sides) {
+        const r = await page.evaluate(async ({ w, side, seconds }) => {
+          if (side.startsWith('tfjs-')) {
+            return window.tfBench({ backend: side.slice(5), workload: window.wasmBindings.stepscope_bench_workload(w), seconds });
+          }
+          return window.wasmBindings.stepscope_bench(w, side, seconds);
+        }, { w, side, seconds });
+        results[w][side].push(r);
+        console.log(`${w} ${side} run ${rep + 1}: ${r ? `${r.steps_per_second.toFixed(2)} steps/s (${r.steps} steps${r.k ? `, K = ${r.k}` : ''})` : 'n/a'}`);
+      }
+    }
+  }
+
+  const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.length >> 1]; };
+  const rate = (w, side) => {
+    const runs = results[w][side].filter(Boolean);
+    return runs.length ? median(runs.map((r) => r.steps_per_second)) : null;
+  };
+  const fmt = (x) => (x === null ? '—' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
+  const ratio = (a, b) => (a === null || b === null ? '—' : `${(a / b).toFixed(2)}×`);
+  const lines = [
+    '# Browser benchmark: Stepscope against TensorFlow.js 4.22, one headless Chromium session',
+    '',
+    `- machine: ${os.cpus()[0]?.model ?? 'unknown'}, ${os.cpus().length} cores`,
+    `- browser: Chromium ${browser.version()} (headless); WebGPU adapter: ${adapter}`,
+    `- set-up: ${workloads.join(', ')} (stepscope_core::workloads), Adam at lr 0.01 on the same seeded rows; interleaved; median of ${reps} timed run(s) of ≥ ${seconds} s after a warm-up step`,
+    '- Stepscope GPU K = max: as many steps per submit as fit in about 2 s (at most 64); TF.js reads the loss back every 10 steps',
+    '',
+    '| workload | dispatches/step (phased) | Stepscope CPU (wasm) | GPU K = 1 | GPU K = max | GPU fused | TF.js webgpu | TF.js wasm | best GPU / TF.js webgpu | CPU / TF.js wasm | best GPU / CPU |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
+  ];
+  for (const w of workloads) {
+    const gpuRuns = ['gpu-k1', 'gpu-kmax', 'gpu-fused'].map((s) => rate(w, s)).filter((x) => x !== null);
+    const bestGpu = Math.max(...gpuRuns);
+    const k = results[w]['gpu-kmax'][0]?.k;
+    const dispatches = results[w]['gpu-k1'][0]?.dispatches_per_step;
+    lines.push(`| ${w} | ${dispatches} | ${fmt(rate(w, 'cpu'))} | ${fmt(rate(w, 'gpu-k1'))} | ${fmt(rate(w, 'gpu-kmax'))} (K = ${k}) | ${fmt(rate(w, 'gpu-fused'))} | ${fmt(rate(w, 'tfjs-webgpu'))} | ${fmt(rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'tfjs-webgpu'))} | ${ratio(rate(w, 'cpu'), rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'cpu'))} |`);
+  }
+  lines.push('', 'Steps per second; the fused step runs every step of a submit in one dispatch (— where it does not apply).', '');
+  const report = lines.join('\n');
+  console.log(`\n${report}`);
+  for (const w of workloads) {
+    for (const side of sides) {
+      const runs = results[w][side];
+      const ok = side === 'gpu-fused' ? runs.every((r) => r === null || r.steps > 0) : runs.every((r) => r && r.steps > 0);
+      if (!ok) throw new Error(`${w} ${side} did not run`);
+    }
+  }
+  if (out) fs.writeFileSync(out, report);
+} finally {
+  await browser.close();
+  server.close();
+}

@@ -1,0 +1,60 @@
+// TensorFlow.js side of the browser benchmark (bundled by run.mjs with
+// esbuild; nothing is loaded from a CDN). window.tfBench trains the same
+// MLP as Stepscope's workload, on the same rows, with Adam at lr 0.01, and
+// returns steps per second. Each step is optimizer.minimize over one batch;
+// the loss is read back once every 10 steps (Stepscope's K = 1 reads every
+// step, its larger K once per submit).
+import * as tf from '@tensorflow/tfjs-core';
+import '@tensorflow/tfjs-backend-webgpu';
+import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
+
+setWasmPaths('/tfjs-wasm/');
+
+window.tfBench = async ({ backend, workload, seconds }) => {
+  if (!(await tf.setBackend(backend))) throw new Error(`no TF.js backend ${backend}`);
+  await tf.ready();
+  const { widths, batch, activation, loss, rows, inputs, targets } = workload;
+  const classes = widths[widths.length - 1];
+  const batches = [];
+  for (let i = 0; i * batch < rows; i++) {
+    const x = tf.tensor2d(inputs.subarray(i * batch * widths[0], (i + 1) * batch * widths[0]), [batch, widths[0]]);
+    const t = targets.subarray(i * batch, (i + 1) * batch);
+    const y = loss === 'cross_entropy'
+      ? tf.oneHot(tf.tensor1d(Array.from(t), 'int32'), classes).toFloat()
+      : tf.tensor2d(t, [batch, 1]);
+    batches.push([x, y]);
+  }
+  const layers = widths.slice(1).map((units, l) => ({
+    w: tf.variable(tf.randomUniform([widths[l], units], -1 / Math.sqrt(widths[l]), 1 / Math.sqrt(widths[l]), 'float32', 1)),
+    b: tf.variable(tf.zeros([units])),
+  }));
+  const act = activation === 'tanh' ? tf.tanh : tf.relu;
+  const optimizer = tf.train.adam(0.01);
+  const step = (i, read) => {
+    const [x, y] = batches[i % batches.length];
+    const cost = optimizer.minimize(() => {
+      let h = x;
+      layers.forEach(({ w, b }, l) => {
+        h = tf.add(tf.matMul(h, w), b);
+        if (l < layers.length - 1) h = act(h);
+      });
+      return loss === 'cross_entropy' ? tf.losses.softmaxCrossEntropy(y, h) : tf.losses.sigmoidCrossEntropy(y, h);
+    }, true);
+    return read ? cost.data().then((v) => { cost.dispose(); return v[0]; }) : (cost.dispose(), null);
+  };
+  await step(0, true);
+  const started = performance.now();
+  let steps = 0;
+  while (steps === 0 || performance.now() - started < 1000 * seconds) {
+    const read = steps % 10 === 9;
+    const r = step(steps, read);
+    if (read) await r;
+    steps += 1;
+  }
+  await step(steps, true);
+  steps += 1;
+  const elapsed = (performance.now() - started) / 1000;
+  tf.disposeVariables();
+  batches.flat().forEach((t) => t.dispose());
+  return { steps_per_second: steps / elapsed, steps };
+};
