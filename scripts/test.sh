@@ -42,3 +42,6 @@ test "$(gzip -9 -c "$wasm" | wc -c)" -lt 2000000
 
 echo "== end-to-end: the built page in headless Chromium (WebGPU on its software adapter)"
 (cd tests/e2e && node --test e2e.test.mjs)
+
+echo "== browser benchmark smoke run: Stepscope and TensorFlow.js each train W1 briefly (no speed asserted; bench/run.mjs)"
+(cd tests/e2e && node bench/run.mjs --quick)

@@ -5,6 +5,8 @@
 // the loss is read back once every 10 steps (Stepscope's K = 1 reads every
 // step, its larger K once per submit).
 import * as tf from '@tensorflow/tfjs-core';
+// The gradients of every op (tfjs-core alone registers none).
+import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import '@tensorflow/tfjs-backend-webgpu';
 import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 
