@@ -113,7 +113,7 @@ fn forgetting_to_zero_gradients_piles_them_up_on_the_fused_path_too() {
 /// The views read gradients and updates from the engine's buffers: the
 /// fused path leaves them as the phased path does.
 #[test]
-fn the_fused_path_leaves_gradients_and_updates_for_the_views() {
+fn the_fused_path_leaves_gradients_updates_and_activations_for_the_views() {
     let e = common::experiment(json!({}));
     let (mut phased, mut fused) = (gpu_engine(&e), fused_engine(&e));
     phased.run(3, 3).unwrap();
@@ -124,6 +124,15 @@ fn the_fused_path_leaves_gradients_and_updates_for_the_views() {
     assert_close_params("grads", &p_grads, &f_grads);
     assert_close_params("updates", &p_updates, &f_updates);
     assert!(f_updates.iter().any(|&u| u != 0.0));
+    // The per-layer statistics (activations of the last micro-batch,
+    // gradients, weights, updates) agree as well.
+    let (p_stats, f_stats) =
+        (pollster::block_on(phased.read_layer_stats()).unwrap(), pollster::block_on(fused.read_layer_stats()).unwrap());
+    for (l, (p, f)) in p_stats.iter().zip(&f_stats).enumerate() {
+        for (kind, (p, f)) in p.iter().zip(f).enumerate() {
+            assert!((p.mean - f.mean).abs() <= 1e-5 * (1.0 + p.mean.abs()), "layer {l} kind {kind}: {p:?} / {f:?}");
+        }
+    }
 }
 
 #[test]

@@ -147,6 +147,9 @@ pub fn max_fused_steps(adapter: &wgpu::AdapterInfo, e: &Experiment, layout: &Lay
 const WG: usize = 64;
 
 /// The fused step of one engine: its work buffer, uniforms and bind group.
+/// After each submit the engine's buffers hold what the phased path
+/// leaves: gradients, updates, statistics, flags and the last
+/// micro-batch's z and a.
 pub struct FusedStep {
     work: wgpu::Buffer,
     run: wgpu::Buffer,
@@ -328,5 +331,13 @@ impl FusedStep {
         let stats_bytes = (4 * STEP_STATS_STRIDE * steps) as u64;
         encoder.copy_buffer_to_buffer(&self.work, word(self.params.stats_offset), &b.stats, 0, stats_bytes);
         encoder.copy_buffer_to_buffer(&self.work, word(self.params.flags_offset), &b.flags, 0, 16);
+        // The last micro-batch's z and a, where the phased path leaves them
+        // (the per-layer statistics read a; the fused path runs only
+        // without activation checkpointing, so every layer has its z).
+        for (l, layer) in self.params.layers[..self.params.n_layers as usize].iter().enumerate() {
+            let bytes = 4 * u64::from(self.params.batch) * u64::from(layer.shape[1]);
+            encoder.copy_buffer_to_buffer(&self.work, word(layer.place[1]), &b.z[l], 0, bytes);
+            encoder.copy_buffer_to_buffer(&self.work, word(layer.place[2]), &b.a[l], 0, bytes);
+        }
     }
 }

@@ -22,7 +22,7 @@ window.tfBench = async ({ backend, workload, seconds }) => {
     const x = tf.tensor2d(inputs.subarray(i * batch * widths[0], (i + 1) * batch * widths[0]), [batch, widths[0]]);
     const t = targets.subarray(i * batch, (i + 1) * batch);
     const y = loss === 'cross_entropy'
-      ? tf.oneHot(tf.tensor1d(Array.from(t), 'int32'), classes).toFloat()
+      ? tf.cast(tf.oneHot(tf.tensor1d(Array.from(t), 'int32'), classes), 'float32')
       : tf.tensor2d(t, [batch, 1]);
     batches.push([x, y]);
   }
