@@ -22,7 +22,7 @@ use wgpu::util::DeviceExt;
 
 use stepscope_core::data::Dataset;
 use stepscope_core::gpu::params::{DenseForwardParams, FmaPeakParams, FLAGS_INIT};
-use stepscope_core::gpu::{fused_unsupported, GpuContext, GpuEngine, Kernel};
+use stepscope_core::gpu::{GpuContext, GpuEngine, Kernel};
 use stepscope_core::rng::Rng;
 use stepscope_core::{CpuEngine, Experiment, TrainState};
 
@@ -116,8 +116,10 @@ fn steps_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result
         let cpu = cpu_steps_per_second(&experiment, &data, false)?;
         let k1 = gpu_steps(ctx, &experiment, &data, 1, Path::Phased, false)?;
         let k64 = gpu_steps(ctx, &experiment, &data, 64, Path::Phased, false)?;
-        let layout = stepscope_core::model::Layout::new(&experiment);
-        let fused_applies = fused_unsupported(&experiment, &layout).is_none();
+        // The fused step applies to this shape on this adapter (not, e.g.,
+        // past llvmpipe's loop cap).
+        let fused_applies =
+            GpuEngine::from_state(ctx.clone(), TrainState::fresh(&experiment), data.clone())?.fused_available();
         let fused = |k| fused_applies.then(|| gpu_steps(ctx, &experiment, &data, k, Path::Fused, false)).transpose();
         let (fused_k1, fused_k64) = (fused(1)?, fused(64)?);
         let fused_cell =
