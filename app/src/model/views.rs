@@ -220,7 +220,7 @@ mod tests {
         assert_eq!(boundary.len(), GRID * GRID);
         assert!(boundary.iter().all(|v| (-1.0..=1.0).contains(v)));
         assert_eq!(snap.neurons.len(), 3);
-        assert_eq!(snap.neurons[0].len(), 8);
+        assert_eq!(snap.neurons[0].len(), 16, "the default network's first hidden layer");
         assert_eq!(snap.points.len(), 500);
         // Other parameters, another picture.
         let other = snapshot(
