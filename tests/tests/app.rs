@@ -82,19 +82,25 @@ impl Page {
         // still reads: keep the App alive for the page's lifetime instead.
         std::mem::forget(leptos::mount::mount_to(root.clone(), stepscope_app::App));
         let page = Page { root };
-        let backend = wait_for("a backend to be named", || {
-            let name = page.text("backend-name");
-            if name.is_empty() || name.starts_with("starting") {
-                Err(name)
-            } else {
+        // Settled: the engine is chosen (on auto, after both were measured).
+        let backend = wait_for("the engine to be chosen", || {
+            let el = page.get("backend-name");
+            let name = el.text_content().unwrap_or_default();
+            if el.get_attribute("data-settled").as_deref() == Some("true") {
                 Ok(name)
+            } else {
+                Err(name)
             }
         })
         .await;
         console_log!("backend: {backend}");
         if !query.is_empty() {
             // The App read it when it started; later Apps must not see it.
-            history.replace_state_with_url(&JsValue::NULL, "", Some(&path)).expect("restore the URL");
+            // The fragment (the experiment the App wrote) stays.
+            let hash = location.hash().unwrap_or_default();
+            history
+                .replace_state_with_url(&JsValue::NULL, "", Some(&format!("{path}{hash}")))
+                .expect("restore the URL");
         }
         page
     }
@@ -194,9 +200,9 @@ fn url_experiment() -> String {
 
 #[wasm_bindgen_test]
 async fn the_page_names_its_backend_and_starts_at_step_zero() {
-    let page = Page::mount().await;
+    let page = Page::mount_with_query("?engine=gpu").await;
     let backend = page.text("backend-name");
-    // Chromium runs with WebGPU (SwiftShader): the page must pick it.
+    // Chromium runs with WebGPU (SwiftShader): pinned, the page uses it.
     assert!(backend.starts_with("WebGPU"), "backend: `{backend}` ({})", page.text("backend-reason"));
     assert_eq!(page.text("backend-reason"), "", "no fallback reason on WebGPU");
     assert_eq!(page.step_count(), 0);
@@ -209,14 +215,14 @@ async fn the_page_names_its_backend_and_starts_at_step_zero() {
     page.close().await;
 }
 
-/// `?backend=cpu` runs the CPU engine (compiled to WebAssembly), says
-/// why, and trains.
+/// `?backend=cpu` (the older spelling of `?engine=cpu`) runs the CPU
+/// engine (compiled to WebAssembly), says why, and trains.
 #[wasm_bindgen_test]
 async fn the_cpu_engine_runs_when_asked_for() {
     let page = Page::mount_with_query("?backend=cpu").await;
     assert_eq!(page.text("backend-name"), "CPU (WebAssembly)");
     let reason = page.text("backend-reason");
-    assert!(reason.contains("backend=cpu"), "reason: {reason}");
+    assert!(reason.contains("CPU engine was pinned"), "reason: {reason}");
     page.click("step-once");
     page.wait_for_step(|s| s == 1, "step-count 1").await;
     page.wait_for_number("train-loss").await;
