@@ -163,7 +163,7 @@ pub fn Lessons() -> impl IntoView {
                 <h4>"A learning rate too high"</h4>
                 <div class="row">
                     <button data-testid="lesson-high-lr" on:click=move |_| high_lr(state, None, false)>"SGD, lr 3"</button>
-                    <button data-testid="lesson-high-lr-clip" on:click=move |_| high_lr(state, Some(1.0), false)>"… with clipping at 1"</button>
+                    <button data-testid="lesson-high-lr-clip" on:click=move |_| high_lr(state, Some(0.25), false)>"… with clipping at 0.25"</button>
                     <button data-testid="lesson-high-lr-warmup" on:click=move |_| high_lr(state, None, true)>"… with 100 warmup steps"</button>
                 </div>
                 <p data-testid="lesson-lr-readout">{lr_readout}</p>
