@@ -29,6 +29,9 @@ python3 scripts/check_checkpoint.py
 echo "== exported PyTorch scripts continue runs as Stepscope does (torch, CPU)"
 python3 scripts/check_pytorch_export.py
 
+echo "== exported scripts under torchrun: 2 processes (gloo) equal 1, checkpoints come back into Stepscope"
+python3 scripts/check_pytorch_torchrun.py
+
 echo "== browser tests: kernels, the GPU engine and the page's components in headless Chromium (WebGPU)"
 WASM_BINDGEN_TEST_TIMEOUT=180 cargo test --target wasm32-unknown-unknown -p stepscope-browser-tests
 

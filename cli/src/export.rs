@@ -18,7 +18,7 @@ use crate::{files, say, Failure};
 
 /// `[FILE, --flag value, …]`: the one positional argument and the values of
 /// the allowed flags, in `flags` order.
-fn parse(command: &str, argv: &[String], flags: &[&str]) -> Result<(String, Vec<Option<String>>), Failure> {
+pub(crate) fn parse(command: &str, argv: &[String], flags: &[&str]) -> Result<(String, Vec<Option<String>>), Failure> {
     let mut positional = None;
     let mut values = vec![None; flags.len()];
     let mut it = argv.iter();
@@ -36,7 +36,7 @@ fn parse(command: &str, argv: &[String], flags: &[&str]) -> Result<(String, Vec<
     Ok((file, values))
 }
 
-fn read_checkpoint(path: &str) -> Result<TrainState, Failure> {
+pub(crate) fn read_checkpoint(path: &str) -> Result<TrainState, Failure> {
     let bytes = files::read(path, "checkpoint")?;
     load_checkpoint(&bytes).map_err(|e| Failure::usage(format!("`{path}`: {e}")))
 }

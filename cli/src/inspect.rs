@@ -1,8 +1,35 @@
 //! `stepscope inspect FILE`: a checkpoint's experiment, step and tensors.
+//!
+//! `stepscope verify CHECKPOINT [--data FILE] [--steps N]`: the page's
+//! "verify restore" for a file: the checkpoint is loaded, saved, restored
+//! into a fresh engine and compared bit for bit, and both copies take the
+//! next N steps (default 3), which must give identical losses.
 
-use stepscope_core::checkpoint::{load_checkpoint, read_file_info};
+use stepscope_core::checkpoint::{load_checkpoint, read_file_info, verify_restore};
 
+use crate::args::TrainArgs;
+use crate::export::{parse, read_checkpoint};
+use crate::train::load_data;
 use crate::{files, say, Failure};
+
+pub fn verify(argv: &[String]) -> Result<(), Failure> {
+    let (path, values) = parse("verify", argv, &["--data", "--steps"])?;
+    let steps = match values[1].as_deref() {
+        None => 3,
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => return Err(Failure::usage(format!("--steps needs a whole number > 0, got `{text}`"))),
+        },
+    };
+    let state = read_checkpoint(&path)?;
+    let data = load_data(&TrainArgs { data: values[0].clone(), ..TrainArgs::default() }, &state.experiment)?;
+    let report = verify_restore(&state, &data, steps)?;
+    say!("{}", report.summary());
+    match report.passed() {
+        true => Ok(()),
+        false => Err(Failure { message: format!("`{path}` did not restore exactly"), status: 1 }),
+    }
+}
 
 pub fn run(path: &str) -> Result<(), Failure> {
     let bytes = files::read(path, "checkpoint")?;

@@ -17,6 +17,7 @@ const USAGE: &str = "usage:
   stepscope train --config FILE [--init FILE] [--data FILE] [--steps N] [--backend cpu|gpu]
                   [--out FILE] [--metrics FILE] [--checkpoint-every N]
   stepscope inspect FILE
+  stepscope verify CHECKPOINT [--data FILE] [--steps N]
   stepscope export-pytorch CHECKPOINT [--out FILE] [--data-out FILE]
   stepscope predict CHECKPOINT --inputs FILE [--out FILE]
   stepscope bench [--out FILE] [--only matmul|steps|checkpointing]";
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&argv[1..]),
         Some("export-pytorch") => export::export_pytorch(&argv[1..]),
         Some("predict") => export::predict(&argv[1..]),
+        Some("verify") => inspect::verify(&argv[1..]),
         Some("inspect") => match &argv[1..] {
             [file] => inspect::run(file),
             _ => Err(Failure::usage("inspect takes exactly one FILE")),

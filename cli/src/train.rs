@@ -64,7 +64,7 @@ fn fresh(experiment: Experiment, params: Option<Vec<f32>>) -> TrainState {
     }
 }
 
-fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dataset, Failure> {
+pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dataset, Failure> {
     let csv = match (&args.data, experiment.data.source) {
         (Some(path), DataSource::Csv) => Some(files::read_text(path, "--data file")?),
         (None, DataSource::Csv) => {

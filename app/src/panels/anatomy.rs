@@ -233,7 +233,7 @@ pub fn AnatomyPanel() -> impl IntoView {
                 <button data-testid="export-pytorch" aria-label="Export a PyTorch script" on:click=move |_| state.command(Command::ExportPytorch)>"Export PyTorch script"</button>
                 <button data-testid="export-data" aria-label="Download the training rows as CSV" on:click=move |_| state.command(Command::ExportData)>"Training rows (.csv)"</button>
             </div>
-            <p class="note">"Continue this run outside the browser: download a checkpoint, the script and the training rows, then "<code>"python stepscope_continue.py stepscope-stepN.safetensors --data stepscope-train.csv"</code>". The script rebuilds the same model, optimizer and schedule in PyTorch, loads the checkpoint, and feeds the rows in Stepscope's order (docs/export.md)."</p>
+            <p class="note">"Continue this run outside the browser: download a checkpoint, the script and the training rows, then "<code>"python stepscope_continue.py stepscope-stepN.safetensors --data stepscope-train.csv --out next.safetensors"</code>" (add "<code>"--device cuda"</code>" for a GPU, or start it with "<code>"torchrun --standalone --nproc_per_node N"</code>" for several). The script rebuilds the same model, optimizer and schedule in PyTorch, loads the checkpoint, feeds the rows in Stepscope's order, and writes a checkpoint this page restores (docs/export.md)."</p>
             <div class="row autosave">
                 <label class="field">
                     <span>"Automatic checkpoint every (steps, 0 = off)"</span>

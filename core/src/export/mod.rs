@@ -8,6 +8,7 @@
 mod pytorch;
 mod pytorch_data;
 mod pytorch_optim;
+mod pytorch_run;
 
 pub use pytorch::pytorch_script;
 

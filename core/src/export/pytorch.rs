@@ -12,6 +12,7 @@ use std::fmt::Write;
 
 use super::pytorch_data::{row_order, DATA};
 use super::pytorch_optim::{checkpoint, optimizer, schedule};
+use super::pytorch_run::{cli, PROCESSES};
 use crate::checkpoint::FORMAT_TAG;
 use crate::experiment::{Activation, Experiment, Loss, Regularization, RegularizationKind, Schedule};
 
@@ -34,6 +35,7 @@ pub fn pytorch_script(e: &Experiment) -> String {
     s += &row_order(e.data.shuffle);
     s += DATA;
     s += &checkpoint(&e.optimizer);
+    s += PROCESSES;
     s += &train_step(e);
     s += &cli(&e.schedule);
     s
@@ -80,12 +82,21 @@ fn header(e: &Experiment) -> String {
 
 {summary}
 
-    python this_script.py [CHECKPOINT] [--data train.csv] [--steps N] [--out weights.safetensors]
+    python this_script.py [CHECKPOINT] --data train.csv [--steps N] [--out run.safetensors]
+    python this_script.py ... --device cuda     (or mps: one GPU)
+    torchrun --standalone --nproc_per_node N this_script.py ... [--device cuda]
+                                                (DistributedDataParallel: gloo on
+                                                CPUs, nccl on GPUs)
 
 CHECKPOINT defaults to the newest stepscope-step*.safetensors here (the name
-the page downloads). Needs PyTorch 2.x and safetensors. PyTorch sums in
-another order than Stepscope's loops, so the continued run agrees with
-Stepscope's to float32 rounding (docs/export.md), not bit for bit.
+the page downloads). --out writes a Stepscope checkpoint (parameters,
+optimizer state, step, data position, RNG) that `stepscope train --init` and
+the page's restore continue from; --save-every N writes it every N steps and
+Ctrl-C writes it at the next step boundary. Every way of running it takes the
+same rows for each step and the same mean gradient over them. Needs PyTorch
+2.x and safetensors. PyTorch sums in another order than Stepscope's loops, so
+the continued run agrees with Stepscope's to float32 rounding
+(docs/export.md), not bit for bit.
 """
 "#,
         summary = wrap(&summary, 78),
@@ -110,15 +121,24 @@ fn wrap(text: &str, width: usize) -> String {
 }
 
 const IMPORTS: &str = r#"import argparse
+import contextlib
+import ctypes
 import glob
+import hashlib
 import json
 import math
+import os
 import re
+import signal
+import sys
+import tempfile
+import time
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 "#;
@@ -129,7 +149,8 @@ fn constants(e: &Experiment) -> String {
     // run that could end the Python string.
     debug_assert!(!json.contains("\"\"\""));
     format!(
-        r#"EXPERIMENT = json.loads(r"""{json}""")
+        r#"EXPERIMENT_JSON = r"""{json}"""
+EXPERIMENT = json.loads(EXPERIMENT_JSON)
 FORMAT = "{FORMAT_TAG}"
 BATCH_SIZE = {batch}  # rows per micro-batch
 GRAD_ACCUMULATION = {accumulation}  # micro-batches per optimizer step
@@ -185,20 +206,26 @@ class Net(nn.Module):
 
 fn loss(loss: Loss) -> String {
     let (what, body) = match loss {
-        Loss::Mse => ("mse: mean of (y - t)^2 over all elements", "F.mse_loss(outputs, targets)"),
+        Loss::Mse => (
+            "mse: mean of (y - t)^2 over all elements",
+            "F.mse_loss(outputs, targets, reduction=\"sum\") / (rows * outputs.shape[1])",
+        ),
         Loss::BceWithLogits => (
             "bce_with_logits: mean over all elements, in the stable form",
-            "F.binary_cross_entropy_with_logits(outputs, targets)",
+            "F.binary_cross_entropy_with_logits(outputs, targets, reduction=\"sum\") / (rows * outputs.shape[1])",
         ),
         Loss::CrossEntropy => (
             "cross_entropy of the logits against the class index in the one target\n    column, mean over rows",
-            "F.cross_entropy(outputs, targets[:, 0].long())",
+            "F.cross_entropy(outputs, targets[:, 0].long(), reduction=\"sum\") / rows",
         ),
     };
     format!(
         r#"
-def data_loss(outputs, targets):
-    """{what} (core/src/model/loss.rs)."""
+def data_loss(outputs, targets, rows):
+    """{what} (core/src/model/loss.rs).
+    Summed over the rows given and divided by `rows`, the micro-batch's full
+    row count: the parts of one micro-batch that several processes hold add
+    up to its mean, and rows = len(outputs) gives the plain mean."""
     return {body}
 
 "#
@@ -230,17 +257,17 @@ def add_regularization_grad(model):
 
 fn train_step(e: &Experiment) -> String {
     let regularize = match e.regularization {
-        Some(_) => "    add_regularization_grad(model)\n",
+        Some(_) => "    add_regularization_grad(net)\n",
         None => "",
     };
     let (clip_doc, norm) = match e.clip_grad_norm {
         Some(max_norm) => (
             format!("measured, and the gradients clipped to {}", py(max_norm)),
-            format!("torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={})", py(max_norm)),
+            format!("torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm={})", py(max_norm)),
         ),
         None => (
             "measured (no clipping)".to_string(),
-            "torch.linalg.vector_norm(\n        torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()]))"
+            "torch.linalg.vector_norm(\n        torch.stack([torch.linalg.vector_norm(p.grad) for p in net.parameters()]))"
                 .to_string(),
         ),
     };
@@ -255,76 +282,31 @@ def train_step(model, optimizer, scheduler, batches):
     - each micro-batch's loss scaled by 1/k, the gradients summed over the k;{reg_doc}
     - the global gradient norm {clip_doc};
     - the update at this step's lr, then the schedule advances.
+    Under DistributedDataParallel each process holds its slice of every
+    micro-batch (next_batches), and the gradients are summed over the
+    processes once, after the last micro-batch (no_sync before it): every
+    process then holds the step's whole gradient, the mean over all its rows,
+    and norms, clipping and the update are the same in all of them.
     Returns the data loss (mean over micro-batches), the gradient norm before
     clipping and the lr."""
+    net = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     lr = optimizer.param_groups[0]["lr"]
     optimizer.zero_grad()
     losses = []
-    for inputs, targets in batches:
-        loss = data_loss(model(inputs), targets)
-        (loss / len(batches)).backward()
+    for m, (inputs, targets, rows) in enumerate(batches):
+        last = m == len(batches) - 1
+        with contextlib.nullcontext() if last or net is model else model.no_sync():
+            loss = data_loss(model(inputs), targets, rows)
+            (loss / len(batches)).backward()
         losses.append(loss.detach())
+    losses = torch.stack(losses)
+    if net is not model:
+        dist.all_reduce(losses)  # each micro-batch's loss from its parts
 {regularize}    grad_norm = {norm}
     optimizer.step()
     scheduler.step()
-    return {{"loss": torch.stack(losses).mean().item(), "grad_norm": grad_norm.item(), "lr": lr}}
+    return {{"loss": losses.mean().item(), "grad_norm": grad_norm.item(), "lr": lr}}
 
 "#
-    )
-}
-
-fn cli(schedule: &Schedule) -> String {
-    let default_steps = match *schedule {
-        Schedule::Constant => "100".to_string(),
-        Schedule::WarmupCosine { total_steps, .. } | Schedule::WarmupLinear { total_steps, .. } => {
-            format!("max(1, {total_steps} - step)")
-        }
-    };
-    format!(
-        r#"
-def newest_download():
-    """The page downloads checkpoints as stepscope-step<N>.safetensors."""
-    paths = glob.glob("stepscope-step*.safetensors")
-    if not paths:
-        raise SystemExit("give a checkpoint: no stepscope-step*.safetensors here")
-    return max(paths, key=lambda p: int(re.sub(r"\D", "", p) or 0))
-
-
-def main():
-    parser = argparse.ArgumentParser(description="Continue a Stepscope run in PyTorch.")
-    parser.add_argument("checkpoint", nargs="?", help="default: the newest stepscope-step*.safetensors here")
-    parser.add_argument("--data", help="the training rows as CSV (x... inputs, y... targets)")
-    parser.add_argument("--steps", type=int, help="optimizer steps to run (default: {default_steps_doc})")
-    parser.add_argument("--out", help="write the weights here (stepscope train --init accepts them)")
-    args = parser.parse_args()
-    path = args.checkpoint or newest_download()
-    model = Net()
-    optimizer = make_optimizer(model)
-    step, position, rng_state = load_checkpoint(path, model, optimizer)
-    scheduler = make_scheduler(optimizer, step)
-    count = sum(p.numel() for p in model.parameters())
-    print(f"{{path}}: step {{step}}, {{count}} parameters, next lr {{scheduler.get_last_lr()[0]:.4g}}")
-    if args.data is None:
-        print("give --data train.csv (the training rows) to continue training")
-        return
-    inputs, targets = read_csv(args.data)
-    order = RowOrder(len(inputs), position, rng_state)
-    steps = args.steps if args.steps is not None else {default_steps}
-    for _ in range(steps):
-        stats = train_step(model, optimizer, scheduler, next_batches(order, inputs, targets))
-        print(f"step {{step:>6}}  loss {{stats['loss']:.5f}}  grad_norm {{stats['grad_norm']:.4f}}  lr {{stats['lr']:.3e}}")
-        step += 1
-    if args.out:
-        save_file(model.state_dict(), args.out)
-        print(f"weights written to {{args.out}}")
-
-
-if __name__ == "__main__":
-    main()
-"#,
-        default_steps_doc = match schedule {
-            Schedule::Constant => "100",
-            _ => "what the schedule has left",
-        },
     )
 }

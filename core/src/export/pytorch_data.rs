@@ -10,12 +10,17 @@ class RowOrder:
     row k is k mod N in file order."""
 
     def __init__(self, rows, position, rng_state):
-        self.rows, self.k = rows, position["rows_consumed"]
+        self.rows, self.k, self.epoch, self.rng_state = rows, position["rows_consumed"], position["epoch"], rng_state
 
     def take(self, count):
         out = [(self.k + i) % self.rows for i in range(count)]
         self.k += count
         return out
+
+    def position(self):
+        """What a checkpoint stores: the counter; the epoch and RNG pass
+        through unchanged, as in Stepscope without shuffling."""
+        return {"rows_consumed": self.k, "epoch": self.epoch}, self.rng_state
 
 "#
         .to_string();
@@ -72,6 +77,7 @@ class RowOrder:
     def __init__(self, rows, position, rng_state):
         self.rows, self.k, self.epoch = rows, position["rows_consumed"], position["epoch"]
         self.rng = Xoshiro256(rng_state)
+        self.epoch_rng = list(rng_state)
         self.permutation = self.rng.permutation(rows)
 
     def take(self, count):
@@ -79,10 +85,17 @@ class RowOrder:
         for _ in range(count):
             while self.k // self.rows > self.epoch:
                 self.epoch += 1
+                self.epoch_rng = list(self.rng.s)
                 self.permutation = self.rng.permutation(self.rows)
             out.append(self.permutation[self.k % self.rows])
             self.k += 1
         return out
+
+    def position(self):
+        """What a checkpoint stores: the counter, the epoch being served and
+        the RNG state at its start (the epoch moves on lazily, at the first
+        row past its end, as in Stepscope)."""
+        return {"rows_consumed": self.k, "epoch": self.epoch}, self.epoch_rng
 
 "#
     .to_string()
@@ -102,12 +115,19 @@ def read_csv(path):
     return table[:, inputs], table[:, targets]
 
 
-def next_batches(order, inputs, targets):
-    """The next optimizer step's GRAD_ACCUMULATION micro-batches of BATCH_SIZE rows."""
+def next_batches(order, inputs, targets, rank=0, world=1):
+    """The next optimizer step's GRAD_ACCUMULATION micro-batches of BATCH_SIZE
+    rows, as (inputs, targets, BATCH_SIZE). Every process draws every
+    micro-batch, so all keep the same row order, and keeps its contiguous
+    slice: rows [rank * B // world, (rank + 1) * B // world) of each. Slices
+    differ by at most one row; with more processes than rows some are empty
+    and contribute nothing but still take part in the gradient sum."""
     batches = []
     for _ in range(GRAD_ACCUMULATION):
-        rows = torch.tensor(order.take(BATCH_SIZE))
-        batches.append((inputs[rows], targets[rows]))
+        rows = order.take(BATCH_SIZE)
+        mine = rows[rank * BATCH_SIZE // world:(rank + 1) * BATCH_SIZE // world]
+        index = torch.tensor(mine, dtype=torch.long, device=inputs.device)
+        batches.append((inputs[index], targets[index], BATCH_SIZE))
     return batches
 
 "#;

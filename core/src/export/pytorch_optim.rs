@@ -5,6 +5,7 @@
 
 use super::pytorch::py;
 use crate::experiment::{OptimizerSpec, Schedule};
+use crate::optim::OptimizerState;
 
 pub(super) fn optimizer(spec: &OptimizerSpec) -> String {
     let single_tensor = "foreach=False selects the single-tensor code path that\n    core/src/optim/";
@@ -153,15 +154,15 @@ fn state_entry(spec: &OptimizerSpec) -> Option<(&'static str, &'static str)> {
         OptimizerSpec::Sgd { .. } => Some((
             "its first step sets the momentum buffer to the gradient, as Stepscope's does",
             r#"{
-                "momentum_buffer": tensors[f"optimizer.{name}.momentum_buffer"],
+                "momentum_buffer": tensors[f"optimizer.{name}.momentum_buffer"].to(p.device),
             }"#,
         )),
         _ => Some((
             "it starts from zero moments, as Stepscope does",
             r#"{
                 "step": torch.tensor(float(step)),
-                "exp_avg": tensors[f"optimizer.{name}.exp_avg"],
-                "exp_avg_sq": tensors[f"optimizer.{name}.exp_avg_sq"],
+                "exp_avg": tensors[f"optimizer.{name}.exp_avg"].to(p.device),
+                "exp_avg_sq": tensors[f"optimizer.{name}.exp_avg_sq"].to(p.device),
             }"#,
         )),
     }
@@ -179,12 +180,18 @@ pub(super) fn checkpoint(spec: &OptimizerSpec) -> String {
 "#
         ),
     };
+    // A Python tuple of the buffer names: (), ("a",) or ("a", "b").
+    let names: Vec<String> = OptimizerState::new(spec, 1).buffers().iter().map(|(s, _)| format!("\"{s}\"")).collect();
+    let buffers = match names.len() {
+        1 => format!("{},", names[0]),
+        _ => names.join(", "),
+    };
     format!(
         r#"
 def load_checkpoint(path, model, optimizer):
     """Loads a Stepscope checkpoint (docs/checkpoint.md) into the model and the
-    optimizer. Returns the step count, the data position and the shuffle RNG
-    state for the row order."""
+    optimizer, on the model's device. Returns the step count, the data
+    position and the shuffle RNG state for the row order."""
     with safe_open(path, framework="pt") as f:
         meta = f.metadata() or {{}}
         tensors = {{name: f.get_tensor(name) for name in f.keys()}}
@@ -196,6 +203,78 @@ def load_checkpoint(path, model, optimizer):
     step = int(meta["step"])
 {load_state}    rng_state = [int(word, 16) for word in meta["rng_state"].split(":")]
     return step, json.loads(meta["data_position"]), rng_state
+
+
+OPTIMIZER_BUFFERS = ({buffers})  # what the checkpoint keeps per parameter
+
+
+def checkpoint_tensors(model, optimizer):
+    """The parameters and the optimizer state as a checkpoint names them,
+    float32 on the CPU. A buffer torch has not created yet (no step taken)
+    is stored as zeros, as Stepscope stores a fresh run's."""
+    tensors = {{}}
+    for name, p in model.named_parameters():
+        tensors[name] = p.detach()
+        state = optimizer.state.get(p, {{}})
+        for buffer in OPTIMIZER_BUFFERS:
+            held, key = state.get(buffer), f"optimizer.{{name}}.{{buffer}}"
+            tensors[key] = torch.zeros_like(p) if held is None else held.detach()
+    return {{name: t.to("cpu", torch.float32).contiguous() for name, t in tensors.items()}}
+
+
+def digest(tensors):
+    """sha256 over the tensors in name order, each as its name, a 0 byte, its
+    shape as u64 little-endian and its float32 little-endian bytes
+    (core/src/checkpoint/mod.rs)."""
+    assert sys.byteorder == "little", "checkpoints are little-endian"
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(name.encode() + b"\0")
+        for size in t.shape:
+            h.update(int(size).to_bytes(8, "little"))
+        h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+    return "sha256:" + h.hexdigest()
+
+
+def write_atomic(path, data):
+    """Writes a new file beside `path`, flushes it to disk and renames it over
+    `path`, so a reader sees the old file or the new one, never a torn one."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, temporary = tempfile.mkstemp(prefix=f".{{os.path.basename(path)}}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    with contextlib.suppress(OSError):  # directories cannot be opened on Windows
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def save_checkpoint(path, model, optimizer, step, order):
+    """Writes a Stepscope checkpoint of the run (docs/checkpoint.md):
+    parameters, optimizer state, step, data position, RNG and digest.
+    `stepscope train --init` and the page's restore continue from it."""
+    tensors = checkpoint_tensors(model, optimizer)
+    position, rng_state = order.position()
+    metadata = {{
+        "format": FORMAT,
+        "experiment": EXPERIMENT_JSON,
+        "step": str(step),
+        "data_position": json.dumps(position, separators=(",", ":")),
+        "rng_state": ":".join(f"{{word:016x}}" for word in rng_state),
+        "digest": digest(tensors),
+    }}
+    write_atomic(path, safetensors_bytes(tensors, metadata=metadata))
 
 "#
     )

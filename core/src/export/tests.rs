@@ -63,7 +63,7 @@ fn every_optimizer_and_schedule_produces_its_script() {
                 usize::from(e.optimizer.name() != "lamb"),
                 "{context}"
             );
-            let json = script.split("EXPERIMENT = json.loads(r\"\"\"").nth(1).unwrap().split("\"\"\")").next().unwrap();
+            let json = script.split("EXPERIMENT_JSON = r\"\"\"").nth(1).unwrap().split("\"\"\"").next().unwrap();
             assert_eq!(Experiment::from_json(json).unwrap(), e, "{context}");
             assert!(script.contains("class Schedule(torch.optim.lr_scheduler.LRScheduler)"), "{context}");
             let schedule_line = match e.schedule {
@@ -113,6 +113,11 @@ fn loaded_optimizer_state_names_match_the_checkpoint() {
         stored.sort_unstable();
         loaded.sort_unstable();
         assert_eq!(loaded, stored, "{opt}");
+        // The checkpoint the script writes keeps the same buffers.
+        let line = script.lines().find(|l| l.starts_with("OPTIMIZER_BUFFERS = (")).unwrap();
+        let mut saved: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+        saved.sort_unstable();
+        assert_eq!(saved, stored, "{opt}: {line}");
         assert_eq!(
             script.contains("\"step\": torch.tensor(float(step))"),
             !stored.contains(&"momentum_buffer") && !stored.is_empty(),
@@ -141,7 +146,7 @@ fn model_layers_and_activations_follow_the_experiment() {
     let activations = "self.activations = nn.ModuleList([nn.Identity(), nn.ReLU(), nn.LeakyReLU(0.01), \
                        nn.Tanh(), nn.Sigmoid(), nn.GELU(approximate=\"tanh\"), nn.SiLU()])";
     assert!(script.contains(activations), "{script}");
-    assert!(script.contains("F.cross_entropy(outputs, targets[:, 0].long())"));
+    assert!(script.contains("F.cross_entropy(outputs, targets[:, 0].long(), reduction=\"sum\") / rows"));
     // The checkpoint's parameter names are what a ModuleList `layers` gives.
     for t in Layout::new(&e).tensors() {
         assert!(t.name.starts_with("layers.") && (t.name.ends_with(".weight") || t.name.ends_with(".bias")));
@@ -156,7 +161,9 @@ fn optional_parts_appear_only_when_used() {
     for absent in ["add_regularization_grad", "clip_grad_norm_", "Xoshiro256", "accumulation over"] {
         assert!(!plain.contains(absent), "{absent}");
     }
-    assert!(plain.contains("F.binary_cross_entropy_with_logits(outputs, targets)"));
+    assert!(plain.contains(
+        "F.binary_cross_entropy_with_logits(outputs, targets, reduction=\"sum\") / (rows * outputs.shape[1])"
+    ));
     assert!(plain.contains("row k is k mod N"));
     assert_well_formed(&plain, "plain");
 
@@ -164,12 +171,12 @@ fn optional_parts_appear_only_when_used() {
         r#"{"loss": "mse", "clip_grad_norm": 0.5, "grad_accumulation": 3,
             "regularization": {"kind": "l1", "rate": 0.002}}"#,
     ));
-    assert!(full.contains("F.mse_loss(outputs, targets)"));
-    assert!(full.contains("clip_grad_norm_(model.parameters(), max_norm=0.5)"));
+    assert!(full.contains("F.mse_loss(outputs, targets, reduction=\"sum\") / (rows * outputs.shape[1])"));
+    assert!(full.contains("clip_grad_norm_(net.parameters(), max_norm=0.5)"));
     assert!(full.contains("GRAD_ACCUMULATION = 3"));
     assert!(full.contains("REGULARIZATION_RATE = 0.002"));
     assert!(full.contains("REGULARIZATION_RATE * torch.sign(layer.weight)"));
-    assert!(full.contains("    add_regularization_grad(model)\n"));
+    assert!(full.contains("    add_regularization_grad(net)\n"));
     assert!(full.contains("class Xoshiro256"));
     assert_well_formed(&full, "full");
 
@@ -191,14 +198,14 @@ fn assert_well_formed(script: &str, context: &str) {
         assert!(depth >= 0, "{context}: a bracket closes before it opens");
     }
     assert_eq!(depth, 0, "{context}: unbalanced brackets");
-    for (n, line) in script.lines().enumerate().filter(|(_, line)| !line.starts_with("EXPERIMENT = ")) {
+    for (n, line) in script.lines().enumerate().filter(|(_, line)| !line.starts_with("EXPERIMENT_JSON = ")) {
         assert!(!line.contains("{{") && !line.contains("}}"), "{context}: line {}: unformatted braces", n + 1);
         let indent = line.len() - line.trim_start_matches(' ').len();
         assert!(!line.contains('\t') && !line.ends_with(' '), "{context}: line {}: {line:?}", n + 1);
         assert!(indent % 4 == 0, "{context}: line {} indented by {indent}", n + 1);
         assert!(line.len() <= 120, "{context}: line {} is {} long", n + 1, line.len());
     }
-    assert!(script.ends_with("if __name__ == \"__main__\":\n    main()\n"));
+    assert!(script.ends_with("if __name__ == \"__main__\":\n    sys.exit(main())\n"));
 }
 
 /// The CSV reads back, through Stepscope's own parser, to the same bits.

@@ -1,0 +1,191 @@
+//! How the PyTorch script runs: one process on the CPU, one GPU
+//! (`--device cuda` or `mps`), or several processes under `torchrun` with
+//! DistributedDataParallel; progress, checkpoints every N steps and on
+//! Ctrl-C, and the command line. docs/export.md says what each way
+//! guarantees.
+
+use crate::experiment::Schedule;
+
+/// Process set-up, the DistributedDataParallel wrapper, and the stop
+/// request all processes agree on.
+pub(super) const PROCESSES: &str = r#"
+def start_processes(device):
+    """(rank, world size, torch device). Under torchrun (which sets RANK,
+    WORLD_SIZE and LOCAL_RANK) joins the process group: gloo on CPUs, nccl
+    with --device cuda, each process on GPU LOCAL_RANK. Otherwise one
+    process."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: this PyTorch sees no CUDA GPU")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise SystemExit("--device mps: this PyTorch sees no Apple GPU")
+    if "WORLD_SIZE" not in os.environ:
+        return 0, 1, torch.device(device)
+    if device == "mps":
+        raise SystemExit("--device mps runs as one process; torchrun runs cpu (gloo) or cuda (nccl)")
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    if device == "cuda":
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    return rank, world, torch.device(device, local) if device == "cuda" else torch.device("cpu")
+
+
+def sum_gradients(process_group, bucket):
+    """DistributedDataParallel's communication hook: the gradients summed over
+    the processes, not averaged, since each process's loss is already its
+    share of the step's mean (data_loss)."""
+    work = dist.all_reduce(bucket.buffer(), group=process_group, async_op=True)
+    return work.get_future().then(lambda future: future.value()[0])
+
+
+def distribute(model, device, world):
+    """The model as train_step drives it: wrapped in DistributedDataParallel
+    under torchrun (even with one process), else itself."""
+    if not dist.is_initialized():
+        return model
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp.register_comm_hook(None, sum_gradients)
+    return ddp
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM asks the run to stop at the next step
+    boundary. All processes stop after the same step: they agree once per
+    step. In one process a second Ctrl-C, a second or more after the first,
+    quits at once without a checkpoint; under torchrun, which passes the
+    terminal's Ctrl-C on to its workers a second time, it does not."""
+
+    def __init__(self):
+        self.requested, self.first = False, None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self.request)
+
+    def request(self, signum, frame):
+        now = time.monotonic()
+        if self.requested and signum == signal.SIGINT and now - self.first > 1.0 and not dist.is_initialized():
+            raise KeyboardInterrupt
+        self.requested, self.first = True, self.first or now
+
+    def agreed(self, device):
+        if not dist.is_initialized():
+            return self.requested
+        flag = torch.tensor([1.0 if self.requested else 0.0], device=device)
+        dist.all_reduce(flag)
+        return flag.item() > 0
+
+"#;
+
+pub(super) fn cli(schedule: &Schedule) -> String {
+    let default_steps = match *schedule {
+        Schedule::Constant => "100".to_string(),
+        Schedule::WarmupCosine { total_steps, .. } | Schedule::WarmupLinear { total_steps, .. } => {
+            format!("max(1, {total_steps} - step)")
+        }
+    };
+    let default_steps_doc = match schedule {
+        Schedule::Constant => "100",
+        _ => "what the schedule has left",
+    };
+    format!(
+        r#"
+def newest_download():
+    """The page downloads checkpoints as stepscope-step<N>.safetensors."""
+    paths = glob.glob("stepscope-step*.safetensors")
+    if not paths:
+        raise SystemExit("give a checkpoint: no stepscope-step*.safetensors here")
+    return max(paths, key=lambda p: int(re.sub(r"\D", "", p) or 0))
+
+
+def arguments():
+    parser = argparse.ArgumentParser(description="Continue a Stepscope run in PyTorch.")
+    parser.add_argument("checkpoint", nargs="?", help="default: the newest stepscope-step*.safetensors here")
+    parser.add_argument("--data", help="the training rows as CSV (x... inputs, y... targets)")
+    parser.add_argument("--steps", type=int, help="optimizer steps to run (default: {default_steps_doc})")
+    parser.add_argument("--out", help="write a Stepscope checkpoint here at the end (and with --save-every)")
+    parser.add_argument("--save-every", type=int, metavar="N", help="also write --out every N steps")
+    parser.add_argument("--metrics", help="write step, loss, grad_norm and lr per step here (JSON lines)")
+    parser.add_argument("--log-every", type=int, metavar="N", help="progress every N steps (default: 10 lines a run)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="deterministic kernels only (torch.use_deterministic_algorithms)")
+    args = parser.parse_args()
+    for name in ("steps", "save_every", "log_every"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{{name.replace('_', '-')}} needs a whole number > 0, got {{value}}")
+    if args.save_every and not args.out:
+        parser.error("--save-every needs --out FILE to write the checkpoints to")
+    return args
+
+
+def main():
+    args = arguments()
+    if args.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    torch.set_float32_matmul_precision("highest")  # no TF32: float32 as Stepscope computes it
+    rank, world, device = start_processes(args.device)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    path = args.checkpoint or newest_download()
+    model = Net().to(device)
+    optimizer = make_optimizer(model)
+    step, position, rng_state = load_checkpoint(path, model, optimizer)
+    scheduler = make_scheduler(optimizer, step)
+    count = sum(p.numel() for p in model.parameters())
+    say(f"{{path}}: step {{step}}, {{count}} parameters, next lr {{scheduler.get_last_lr()[0]:.4g}}")
+    if args.data is None:
+        say("give --data train.csv (the training rows) to continue training")
+        return 0
+    inputs, targets = read_csv(args.data)
+    inputs, targets = inputs.to(device), targets.to(device)
+    order = RowOrder(len(inputs), position, rng_state)
+    trained = distribute(model, device, world)
+    steps = args.steps if args.steps is not None else {default_steps}
+    log_every = args.log_every or max(1, steps // 10)
+    processes = f"{{world}} processes ({{dist.get_backend()}})" if dist.is_initialized() else "1 process"
+    say(f"training {{steps}} steps from step {{step}} on {{processes}}, device {{device}}")
+    metrics = open(args.metrics, "w") if args.metrics and rank == 0 else None
+    stop, start, done, stopped = StopRequest(), time.perf_counter(), 0, False
+    try:
+        for _ in range(steps):
+            batches = next_batches(order, inputs, targets, rank, world)
+            stats = train_step(trained, optimizer, scheduler, batches)
+            if not (math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])):
+                raise SystemExit(f"step {{step}}: the loss or the gradient norm is not finite; no checkpoint written")
+            if metrics:
+                metrics.write(json.dumps({{"step": step, **stats}}) + "\n")
+                metrics.flush()
+            step, done = step + 1, done + 1
+            if done % log_every == 0 or done == steps:
+                rate = done / (time.perf_counter() - start)
+                say(f"step {{step - 1:>6}}  loss {{stats['loss']:.5f}}  grad_norm {{stats['grad_norm']:.4f}}  "
+                    f"lr {{stats['lr']:.3e}}  {{rate:,.0f}} steps/s", flush=True)
+            if args.save_every and step % args.save_every == 0 and rank == 0:
+                save_checkpoint(args.out, model, optimizer, step, order)
+                say(f"checkpoint of step {{step}} written to {{args.out}}", flush=True)
+            if stop.agreed(device):
+                stopped = True
+                break
+    finally:
+        if metrics:
+            metrics.close()
+    seconds = time.perf_counter() - start
+    say(f"{{done}} steps in {{seconds:.2f}} s ({{done / max(seconds, 1e-9):,.0f}} steps/s) on {{processes}}, "
+        f"device {{device}}; last loss {{stats['loss']:.5f}}" if done else "no steps run")
+    out = args.out or (f"stepscope-step{{step}}.safetensors" if stopped else None)
+    if out and rank == 0 and not (args.save_every and step % args.save_every == 0 and out == args.out):
+        save_checkpoint(out, model, optimizer, step, order)
+        say(f"checkpoint of step {{step}} written to {{out}}")
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    if stopped:
+        say(f"stopped by a signal after step {{step - 1}}; continue with: stepscope train --init {{out}}")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+"#
+    )
+}
