@@ -435,7 +435,7 @@ test('a loss spike pauses training and one click goes back to the last good chec
   await page.close();
 });
 
-test('the exported PyTorch script continues the page\'s run', async (t) => {
+test('the exported PyTorch script continues the page\'s run, also under torchrun, and comes back', async (t) => {
   const { page } = await open(base);
   for (let i = 1; i <= 3; i++) {
     await page.getByTestId('step-once').click();
@@ -464,6 +464,21 @@ test('the exported PyTorch script continues the page\'s run', async (t) => {
   const pageNorm = Number.parseFloat(await text(page, 'grad-norm'));
   assert.ok(Math.abs(torchNorm - pageNorm) <= 2e-4, `PyTorch ${torchNorm} vs page ${pageNorm}\n${out}`);
   t.diagnostic(`next step's gradient norm: PyTorch ${torchNorm}, page ${pageNorm}`);
+
+  // The same checkpoint continues on two processes under torchrun and the
+  // checkpoint they write comes back into the page, which verifies it.
+  const next = path.join(dir, 'next.safetensors');
+  const run = execFileSync('python3', ['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
+    script, checkpoint, '--data', data, '--steps', '5', '--out', next],
+  { cwd: dir, encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  assert.match(run, /on 2 processes \(gloo\)/, run);
+  await page.getByTestId('restore-checkpoint').setInputFiles(next);
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '8');
+  await page.getByTestId('verify-restore').click();
+  await page.waitForFunction(() => /step 8 /.test(document.querySelector('[data-testid=verify-result]').textContent));
+  assert.match(await text(page, 'verify-result'), /^Restore verified: checkpoint of step 8 /);
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '9');
   await page.close();
 });
 
