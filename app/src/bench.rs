@@ -3,13 +3,14 @@
 //! these exports (trunk's `window.wasmBindings`), interleaved with
 //! TensorFlow.js in the same browser: the workloads of
 //! `stepscope_core::workloads`, on the CPU engine compiled to WebAssembly
-//! and on the GPU engine at K = 1, at the largest K, and fused.
+//! and on the GPU engine at K = 1, at the largest K, and fused; and the
+//! adapter's FMA peak and forward-matmul throughput at the workloads' shapes.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
 use js_sys::{Array, Float32Array, Object, Reflect};
-use stepscope_core::gpu::{GpuContext, GpuEngine};
+use stepscope_core::gpu::{probe, GpuContext, GpuEngine};
 use stepscope_core::workloads::workload;
 use stepscope_core::{CpuEngine, Error, TrainState};
 use wasm_bindgen::prelude::*;
@@ -125,4 +126,30 @@ async fn gpu_run(gpu: &mut GpuEngine, k: usize) -> Result<(), Error> {
         got += gpu.collect_async().await?.len();
     }
     Ok(())
+}
+
+/// The adapter's FMA peak (`shaders/fma_peak.wgsl`) and the forward
+/// kernel's GFLOP/s at each layer shape of workload `name`, each measured
+/// for about `seconds` (`stepscope_core::gpu::probe`, as `stepscope bench`):
+/// {adapter, fma_gflops, layers: [{batch, inputs, units, gflops}]}.
+#[wasm_bindgen]
+pub async fn stepscope_bench_probe(name: String, seconds: f64) -> Result<JsValue, JsValue> {
+    let w = workload(&name).ok_or_else(|| js_err(format!("no workload {name}")))?;
+    let ctx = context().await?;
+    let out = Object::new();
+    set(&out, "adapter", ctx.describe());
+    let fma = probe::fma_peak_gflops(&ctx, 1024, seconds).await.map_err(js_err)?;
+    set(&out, "fma_gflops", fma);
+    let layers = Array::new();
+    for pair in w.widths.windows(2) {
+        let gflops = probe::matmul_gflops(&ctx, w.batch, pair[0], pair[1], seconds).await.map_err(js_err)?;
+        let layer = Object::new();
+        set(&layer, "batch", w.batch as u32);
+        set(&layer, "inputs", pair[0] as u32);
+        set(&layer, "units", pair[1] as u32);
+        set(&layer, "gflops", gflops);
+        layers.push(&layer);
+    }
+    set(&out, "layers", layers);
+    Ok(out.into())
 }

@@ -18,12 +18,9 @@ mod checkpointing;
 use std::sync::Arc;
 
 use web_time::Instant;
-use wgpu::util::DeviceExt;
 
 use stepscope_core::data::Dataset;
-use stepscope_core::gpu::params::{DenseForwardParams, FmaPeakParams, FLAGS_INIT};
-use stepscope_core::gpu::{GpuContext, GpuEngine, Kernel};
-use stepscope_core::rng::Rng;
+use stepscope_core::gpu::{probe, GpuContext, GpuEngine};
 use stepscope_core::{CpuEngine, Experiment, TrainState};
 
 use crate::{files, say, Failure};
@@ -89,16 +86,19 @@ pub fn run(argv: &[String]) -> Result<(), Failure> {
 }
 
 fn matmul_section(ctx: &GpuContext, line: &mut impl FnMut(String)) -> Result<(), Failure> {
-    let peak = fma_peak_gflops(ctx).map_err(gpu_err)?;
+    let peak = pollster::block_on(probe::fma_peak_gflops(ctx, 4096, TARGET_S)).map_err(gpu_err)?;
     line("## Forward matmul against the FMA peak probe".into());
     line(String::new());
     line(format!("FMA probe peak: {peak:.1} GFLOP/s"));
     line(String::new());
-    line("| size (B = I = O) | GFLOP/s | share of probe peak |".into());
+    line("| shape (B × I → O) | GFLOP/s | share of probe peak |".into());
     line("|---|---|---|".into());
-    for n in [256usize, 1024, 2048] {
-        let gflops = matmul_gflops(ctx, n).map_err(gpu_err)?;
-        line(format!("| {n}² | {gflops:.1} | {:.1} % |", 100.0 * gflops / peak));
+    // Square sizes, then the layers of W2 and W3 (stepscope_core::workloads).
+    let shapes =
+        [(256, 256, 256), (1024, 1024, 1024), (2048, 2048, 2048), (256, 64, 256), (1024, 784, 512), (1024, 512, 512)];
+    for (b, i, o) in shapes {
+        let gflops = pollster::block_on(probe::matmul_gflops(ctx, b, i, o, TARGET_S)).map_err(gpu_err)?;
+        line(format!("| {b} × {i} → {o} | {gflops:.2} | {:.1} % |", 100.0 * gflops / peak));
     }
     line(String::new());
     Ok(())
@@ -236,144 +236,4 @@ fn gpu_steps(
         ((wall_ms - gpu_ms) / wall_ms).max(0.0)
     });
     Ok(GpuSpeed { steps_per_second: steps / wall_s, overhead_share })
-}
-
-/// Times `repeat` dispatches of one kernel in one pass: by timestamps when
-/// the adapter has them, else by the wall clock around submit and wait.
-fn time_dispatches(
-    ctx: &GpuContext,
-    kernel: Kernel,
-    bind_group: &wgpu::BindGroup,
-    grid: [u32; 3],
-    repeat: u32,
-) -> stepscope_core::Result<f64> {
-    let device = &ctx.device;
-    let timestamps = ctx.timestamps.then(|| {
-        let set = device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("bench"),
-            ty: wgpu::QueryType::Timestamp,
-            count: 2,
-        });
-        let resolve = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("bench resolve"),
-            size: 16,
-            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        (set, resolve)
-    });
-    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
-    {
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("bench"),
-            timestamp_writes: timestamps.as_ref().map(|(set, _)| wgpu::ComputePassTimestampWrites {
-                query_set: set,
-                beginning_of_pass_write_index: Some(0),
-                end_of_pass_write_index: Some(1),
-            }),
-        });
-        pass.set_pipeline(ctx.pipelines.get(kernel));
-        pass.set_bind_group(0, bind_group, &[]);
-        for _ in 0..repeat {
-            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        }
-    }
-    if let Some((set, resolve)) = &timestamps {
-        encoder.resolve_query_set(set, 0..2, resolve, 0);
-    }
-    let start = Instant::now();
-    ctx.queue.submit([encoder.finish()]);
-    ctx.wait_idle()?;
-    let wall = start.elapsed().as_secs_f64();
-    ctx.check()?;
-    match &timestamps {
-        Some((_, resolve)) => {
-            let bytes = pollster::block_on(stepscope_core::gpu::read_buffer(ctx, resolve))?;
-            let ticks: &[u64] = bytemuck::cast_slice(&bytes);
-            Ok(ticks[1].saturating_sub(ticks[0]) as f64 * ctx.queue.get_timestamp_period() as f64 * 1e-9)
-        }
-        None => Ok(wall),
-    }
-}
-
-/// Doubles the repetitions until a measurement takes `TARGET_S`; returns
-/// seconds per dispatch.
-fn seconds_per_dispatch(
-    ctx: &GpuContext,
-    kernel: Kernel,
-    bind_group: &wgpu::BindGroup,
-    grid: [u32; 3],
-) -> stepscope_core::Result<f64> {
-    time_dispatches(ctx, kernel, bind_group, grid, 1)?; // warm-up
-    let mut repeat = 1;
-    loop {
-        let t = time_dispatches(ctx, kernel, bind_group, grid, repeat)?;
-        if t >= TARGET_S || repeat >= 1 << 14 {
-            return Ok(t / repeat as f64);
-        }
-        repeat *= 2;
-    }
-}
-
-fn storage(ctx: &GpuContext, label: &str, contents: &[u8], usage: wgpu::BufferUsages) -> wgpu::Buffer {
-    ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents, usage })
-}
-
-fn bind(ctx: &GpuContext, kernel: Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
-    let entries: Vec<wgpu::BindGroupEntry> = buffers
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
-        .collect();
-    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some(kernel.name()),
-        layout: &ctx.pipelines.get(kernel).get_bind_group_layout(0),
-        entries: &entries,
-    })
-}
-
-fn fma_peak_gflops(ctx: &GpuContext) -> stepscope_core::Result<f64> {
-    let workgroups = 4096u32;
-    let iterations = 1024u32;
-    let s = wgpu::BufferUsages::STORAGE;
-    let out = storage(ctx, "fma out", &vec![0u8; 4 * 256 * workgroups as usize], s);
-    let params = storage(
-        ctx,
-        "fma params",
-        bytemuck::bytes_of(&FmaPeakParams { iterations, _pad: [0; 3] }),
-        wgpu::BufferUsages::UNIFORM,
-    );
-    let group = bind(ctx, Kernel::FmaPeak, &[&out, &params]);
-    let t = seconds_per_dispatch(ctx, Kernel::FmaPeak, &group, [workgroups, 1, 1])?;
-    let flops = 256.0 * workgroups as f64 * iterations as f64 * 8.0 * 2.0;
-    Ok(flops / t / 1e9)
-}
-
-fn matmul_gflops(ctx: &GpuContext, n: usize) -> stepscope_core::Result<f64> {
-    let mut rng = Rng::new(n as u64, 7);
-    let mut values = |count: usize| -> Vec<u8> {
-        let v: Vec<f32> = (0..count).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
-        bytemuck::cast_slice(&v).to_vec()
-    };
-    let s = wgpu::BufferUsages::STORAGE;
-    let z = storage(ctx, "z", &vec![0u8; 4 * n * n], s);
-    let a = storage(ctx, "a", &vec![0u8; 4 * n * n], s);
-    let x = storage(ctx, "x", &values(n * n), s);
-    let params = storage(ctx, "params", &values(n * n + n), s);
-    let flags = storage(ctx, "flags", bytemuck::cast_slice(&FLAGS_INIT), s);
-    let p = DenseForwardParams {
-        batch: n as u32,
-        inputs: n as u32,
-        units: n as u32,
-        weight_offset: 0,
-        bias_offset: (n * n) as u32,
-        activation: 0,
-        layer: 0,
-        _pad: 0,
-    };
-    let uniform = storage(ctx, "dense params", bytemuck::bytes_of(&p), wgpu::BufferUsages::UNIFORM);
-    let group = bind(ctx, Kernel::DenseForward, &[&z, &a, &x, &params, &flags, &uniform]);
-    let grid = [n.div_ceil(64) as u32, n.div_ceil(64) as u32, 1];
-    let t = seconds_per_dispatch(ctx, Kernel::DenseForward, &group, grid)?;
-    Ok(2.0 * (n * n * n) as f64 / t / 1e9)
 }

@@ -18,6 +18,7 @@ pub mod params;
 mod passes;
 mod phases;
 mod plan;
+pub mod probe;
 mod readback;
 mod readout;
 

@@ -6,7 +6,8 @@
 // K = 1, at the largest K and fused. TensorFlow.js runs its webgpu and
 // (single-threaded) wasm backends, bundled here with esbuild from the
 // pinned dev-dependencies. Both train the same rows (stepscope_core's
-// workloads) with Adam at lr 0.01.
+// workloads) with Adam at lr 0.01. It also measures the adapter's FMA peak
+// and the forward kernel's GFLOP/s at each workload's layer shapes.
 //
 //   node bench/run.mjs [--out ../../bench/browser-swiftshader.md]
 //   node bench/run.mjs --quick      one short round of W1 (the test command's
@@ -82,6 +83,15 @@ try {
     }
   }
 
+  // The adapter's FMA peak and the forward kernel at each workload's layer
+  // shapes (not interleaved: a property of the adapter, not a race).
+  const probes = {};
+  for (const w of workloads) {
+    probes[w] = await page.evaluate(({ w, seconds }) => window.wasmBindings.stepscope_bench_probe(w, seconds),
+      { w, seconds: quick ? 0.05 : 1 });
+    console.log(`${w} probe: FMA ${probes[w].fma_gflops.toFixed(1)} GFLOP/s; forward ${probes[w].layers.map((l) => `${l.batch}×${l.inputs}→${l.units} ${l.gflops.toFixed(2)}`).join(', ')} GFLOP/s`);
+  }
+
   const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.length >> 1]; };
   const rate = (w, side) => {
     const runs = results[w][side].filter(Boolean);
@@ -108,6 +118,15 @@ try {
     lines.push(`| ${w} | ${dispatches} | ${fmt(rate(w, 'cpu'))} | ${fmt(rate(w, 'gpu-k1'))} | ${fmt(rate(w, 'gpu-kmax'))} (K = ${k}) | ${fmt(rate(w, 'gpu-fused'))} | ${fmt(rate(w, 'tfjs-webgpu'))} | ${fmt(rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'tfjs-webgpu'))} | ${ratio(rate(w, 'cpu'), rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'cpu'))} |`);
   }
   lines.push('', 'Steps per second; the fused step runs every step of a submit in one dispatch (— where it does not apply).', '');
+  lines.push('## Forward matmul against the FMA probe, same adapter', '',
+    `FMA probe (shaders/fma_peak.wgsl): ${probes[workloads[0]].fma_gflops.toFixed(1)} GFLOP/s (${workloads.map((w) => probes[w].fma_gflops.toFixed(1)).join(', ')} when measured before each workload's layers).`, '',
+    '| workload | layer (B × I → O) | forward GFLOP/s (dense_forward) | share of the FMA probe |', '|---|---|---|---|');
+  for (const w of workloads) {
+    for (const l of probes[w].layers) {
+      lines.push(`| ${w} | ${l.batch} × ${l.inputs} → ${l.units} | ${l.gflops.toPrecision(3)} | ${(100 * l.gflops / probes[w].fma_gflops).toPrecision(3)} % |`);
+    }
+  }
+  lines.push('');
   const report = lines.join('\n');
   console.log(`\n${report}`);
   for (const w of workloads) {
@@ -116,6 +135,7 @@ try {
       const ok = side === 'gpu-fused' ? runs.every((r) => r === null || r.steps > 0) : runs.every((r) => r && r.steps > 0);
       if (!ok) throw new Error(`${w} ${side} did not run`);
     }
+    if (!(probes[w].fma_gflops > 0 && probes[w].layers.every((l) => l.gflops > 0))) throw new Error(`${w} probe did not run`);
   }
   if (out) fs.writeFileSync(out, report);
 } finally {

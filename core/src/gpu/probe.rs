@@ -1,0 +1,162 @@
+//! Throughput probes: the adapter's FMA peak (`shaders/fma_peak.wgsl`) and
+//! the forward matmul (`shaders/dense_forward.wgsl`) at a given shape, in
+//! GFLOP/s. `stepscope bench` and the browser benchmark call the same
+//! functions, so "share of the FMA probe" means one thing everywhere.
+//!
+//! Each figure repeats one dispatch in a single pass, doubling the count
+//! until a measurement lasts `target_s`, and divides. Time comes from
+//! timestamp queries where the adapter has them, else from the wall clock
+//! around the submit and a readback that waits for it (so it includes one
+//! submit's overhead, shared by all the repeats).
+
+use web_time::Instant;
+use wgpu::util::DeviceExt;
+
+use super::params::{DenseForwardParams, FmaPeakParams, FLAGS_INIT};
+use super::{read_buffer, GpuContext, Kernel};
+use crate::error::Result;
+use crate::rng::Rng;
+
+/// Most repeats of one dispatch in a measurement.
+const MAX_REPEAT: u32 = 1 << 14;
+
+/// GFLOP/s of `shaders/fma_peak.wgsl`: `workgroups` × 256 invocations, each
+/// 1,024 iterations of 8 independent FMAs (16 FLOPs).
+pub async fn fma_peak_gflops(ctx: &GpuContext, workgroups: u32, target_s: f64) -> Result<f64> {
+    let iterations = 1024u32;
+    let out = buffer(ctx, "fma out", &vec![0u8; 4 * 256 * workgroups as usize], wgpu::BufferUsages::STORAGE);
+    let params = FmaPeakParams { iterations, _pad: [0; 3] };
+    let params = buffer(ctx, "fma params", bytemuck::bytes_of(&params), wgpu::BufferUsages::UNIFORM);
+    let group = bind(ctx, Kernel::FmaPeak, &[&out, &params]);
+    let t = seconds_per_dispatch(ctx, Kernel::FmaPeak, &group, [workgroups, 1, 1], target_s).await?;
+    let flops = 256.0 * workgroups as f64 * iterations as f64 * 8.0 * 2.0;
+    Ok(flops / t / 1e9)
+}
+
+/// GFLOP/s (2·B·I·O per dispatch) of the forward kernel on random data of
+/// shape x (B, I), W (O, I), dispatched as the training plan dispatches it.
+pub async fn matmul_gflops(ctx: &GpuContext, batch: usize, inputs: usize, units: usize, target_s: f64) -> Result<f64> {
+    let mut rng = Rng::new((batch * 31 + inputs * 7 + units) as u64, 7);
+    let mut values = |count: usize| -> Vec<u8> {
+        let v: Vec<f32> = (0..count).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        bytemuck::cast_slice(&v).to_vec()
+    };
+    let s = wgpu::BufferUsages::STORAGE;
+    let z = buffer(ctx, "z", &vec![0u8; 4 * batch * units], s);
+    let a = buffer(ctx, "a", &vec![0u8; 4 * batch * units], s);
+    let x = buffer(ctx, "x", &values(batch * inputs), s);
+    let params = buffer(ctx, "params", &values(units * inputs + units), s);
+    let flags = buffer(ctx, "flags", bytemuck::cast_slice(&FLAGS_INIT), s);
+    let p = DenseForwardParams {
+        batch: batch as u32,
+        inputs: inputs as u32,
+        units: units as u32,
+        weight_offset: 0,
+        bias_offset: (units * inputs) as u32,
+        activation: 0,
+        layer: 0,
+        _pad: 0,
+    };
+    let uniform = buffer(ctx, "dense params", bytemuck::bytes_of(&p), wgpu::BufferUsages::UNIFORM);
+    let group = bind(ctx, Kernel::DenseForward, &[&z, &a, &x, &params, &flags, &uniform]);
+    let grid = [units.div_ceil(64) as u32, batch.div_ceil(64) as u32, 1];
+    let t = seconds_per_dispatch(ctx, Kernel::DenseForward, &group, grid, target_s).await?;
+    Ok(2.0 * (batch * inputs * units) as f64 / t / 1e9)
+}
+
+/// Doubles the repetitions until a measurement takes `target_s`; returns
+/// seconds per dispatch.
+async fn seconds_per_dispatch(
+    ctx: &GpuContext,
+    kernel: Kernel,
+    group: &wgpu::BindGroup,
+    grid: [u32; 3],
+    target_s: f64,
+) -> Result<f64> {
+    let warm_up = time_dispatches(ctx, kernel, group, grid, 1).await?;
+    if warm_up >= target_s {
+        return Ok(warm_up);
+    }
+    let mut repeat = 1;
+    loop {
+        let t = time_dispatches(ctx, kernel, group, grid, repeat).await?;
+        if t >= target_s || repeat >= MAX_REPEAT {
+            return Ok(t / repeat as f64);
+        }
+        repeat *= 2;
+    }
+}
+
+/// Seconds of `repeat` dispatches of one kernel in one pass.
+async fn time_dispatches(
+    ctx: &GpuContext,
+    kernel: Kernel,
+    group: &wgpu::BindGroup,
+    grid: [u32; 3],
+    repeat: u32,
+) -> Result<f64> {
+    let device = &ctx.device;
+    let query = ctx.timestamps.then(|| {
+        device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("probe"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        })
+    });
+    // The timestamps resolve here; without them it is only read back, to
+    // wait for the dispatches.
+    let done = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("probe done"),
+        size: 16,
+        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("probe") });
+    {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("probe"),
+            timestamp_writes: query.as_ref().map(|set| wgpu::ComputePassTimestampWrites {
+                query_set: set,
+                beginning_of_pass_write_index: Some(0),
+                end_of_pass_write_index: Some(1),
+            }),
+        });
+        pass.set_pipeline(ctx.pipelines.get(kernel));
+        pass.set_bind_group(0, group, &[]);
+        for _ in 0..repeat {
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+    }
+    if let Some(set) = &query {
+        encoder.resolve_query_set(set, 0..2, &done, 0);
+    }
+    let start = Instant::now();
+    ctx.queue.submit([encoder.finish()]);
+    let bytes = read_buffer(ctx, &done).await?;
+    let wall = start.elapsed().as_secs_f64();
+    ctx.check()?;
+    Ok(match query {
+        Some(_) => {
+            let ticks: &[u64] = bytemuck::cast_slice(&bytes);
+            ticks[1].saturating_sub(ticks[0]) as f64 * ctx.queue.get_timestamp_period() as f64 * 1e-9
+        }
+        None => wall,
+    })
+}
+
+fn buffer(ctx: &GpuContext, label: &str, contents: &[u8], usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents, usage })
+}
+
+fn bind(ctx: &GpuContext, kernel: Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+    let entries: Vec<wgpu::BindGroupEntry> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+        .collect();
+    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(kernel.name()),
+        layout: &ctx.pipelines.get(kernel).get_bind_group_layout(0),
+        entries: &entries,
+    })
+}
