@@ -29,7 +29,7 @@ def main():
             meta = f.metadata()
 
     experiment = json.loads(meta["experiment"])
-    assert meta["format"] == "stepscope-checkpoint/1", meta["format"]
+    assert meta["format"] == "stepscope-checkpoint/2", meta["format"]
     assert meta["step"] == "50", meta["step"]
     assert meta["digest"].startswith("sha256:")
     widths = [experiment["model"]["inputs"]] + [l["units"] for l in experiment["model"]["layers"]]

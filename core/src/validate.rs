@@ -1,8 +1,23 @@
-//! Range and consistency checks of an experiment. Each message names the
-//! field, the value and what is allowed, in the words a user typed.
+//! Range and consistency checks of an experiment, and of a run's state
+//! (what a checkpoint restores). Each message names the field, the value
+//! and what is allowed, in the words a user typed.
 
+use crate::engine::TrainState;
 use crate::error::{Error, Result};
 use crate::experiment::*;
+use crate::model::Layout;
+
+/// Largest learning rate (and `min_lr`) accepted: far above any rate that
+/// trains (the lessons diverge on purpose at 3), far below what overflows.
+pub const MAX_LR: f64 = 100.0;
+/// Largest step count a run may hold: a million steps a second for twelve
+/// days, and far below where counters could overflow.
+pub const MAX_STEP: u64 = 1 << 40;
+/// Largest row counter a run may hold (rows served over all epochs).
+pub const MAX_ROWS_CONSUMED: u64 = 1 << 60;
+/// Most rows a restored run may replay to bring a lagging shuffle epoch up
+/// to its row counter: each skipped epoch redraws a permutation.
+pub const MAX_SHUFFLE_REPLAY_ROWS: u64 = 10_000_000;
 
 fn bad(msg: String) -> Result<()> {
     Err(Error::Experiment(msg))
@@ -11,6 +26,13 @@ fn bad(msg: String) -> Result<()> {
 fn finite_at_least(name: &str, value: f64, min: f64) -> Result<()> {
     if !value.is_finite() || value < min {
         return bad(format!("{name} must be a finite number >= {min}, got {value}"));
+    }
+    Ok(())
+}
+
+fn learning_rate(name: &str, value: f64) -> Result<()> {
+    if !value.is_finite() || !(0.0..=MAX_LR).contains(&value) {
+        return bad(format!("{name} must be a finite number in [0, {MAX_LR}], got {value}"));
     }
     Ok(())
 }
@@ -70,7 +92,7 @@ fn model(e: &Experiment) -> Result<()> {
 fn optimizer(o: &OptimizerSpec) -> Result<()> {
     match *o {
         OptimizerSpec::Sgd { lr, momentum, dampening, nesterov, weight_decay } => {
-            finite_at_least("optimizer.lr", lr, 0.0)?;
+            learning_rate("optimizer.lr", lr)?;
             finite_at_least("optimizer.momentum", momentum, 0.0)?;
             finite_at_least("optimizer.dampening", dampening, 0.0)?;
             finite_at_least("optimizer.weight_decay", weight_decay, 0.0)?;
@@ -83,7 +105,7 @@ fn optimizer(o: &OptimizerSpec) -> Result<()> {
         OptimizerSpec::Adam { lr, betas, eps, weight_decay }
         | OptimizerSpec::Adamw { lr, betas, eps, weight_decay }
         | OptimizerSpec::Lamb { lr, betas, eps, weight_decay } => {
-            finite_at_least("optimizer.lr", lr, 0.0)?;
+            learning_rate("optimizer.lr", lr)?;
             beta("optimizer.betas[0]", betas[0])?;
             beta("optimizer.betas[1]", betas[1])?;
             finite_at_least("optimizer.eps", eps, 0.0)?;
@@ -108,7 +130,7 @@ fn schedule(s: &Schedule) -> Result<()> {
                     "schedule.warmup_steps ({warmup_steps}) must not exceed schedule.total_steps ({total_steps})"
                 ));
             }
-            finite_at_least("schedule.min_lr", min_lr, 0.0)
+            learning_rate("schedule.min_lr", min_lr)
         }
     }
 }
@@ -170,6 +192,76 @@ fn data(e: &Experiment) -> Result<()> {
         return bad(format!(
             "the output layer has {outputs} units but {:?} data with loss {:?} needs {wanted}",
             d.source, e.loss
+        ));
+    }
+    Ok(())
+}
+
+/// A run's state, as a checkpoint or the page hands it over: its
+/// experiment; parameter and optimizer buffers of the model's size, finite,
+/// with second moments >= 0; a step and row counter in range; and, given
+/// the training rows, a shuffle epoch consistent with the row counter
+/// (`train_rows` is `None` where the data is not at hand, as when a file is
+/// first read).
+pub fn state(s: &TrainState, train_rows: Option<usize>) -> Result<()> {
+    let e = &s.experiment;
+    experiment(e)?;
+    let count = Layout::new(e).parameter_count;
+    if s.params.len() != count {
+        return bad(format!("the state holds {} parameters but the model needs {count}", s.params.len()));
+    }
+    let o = &s.optimizer;
+    if o.step > MAX_STEP {
+        return bad(format!("the step count {} is beyond the largest allowed ({MAX_STEP})", o.step));
+    }
+    let expected = crate::optim::OptimizerState::new(&e.optimizer, count);
+    let names =
+        |state: &crate::optim::OptimizerState| state.buffers().iter().map(|(n, b)| (*n, b.len())).collect::<Vec<_>>();
+    if names(o) != names(&expected) {
+        return bad(format!(
+            "the optimizer state holds {:?} but {} keeps {:?}",
+            names(o),
+            e.optimizer.name(),
+            names(&expected)
+        ));
+    }
+    for (name, values) in [("parameters", &s.params)].into_iter().chain(o.buffers()) {
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return bad(format!("{name} hold a non-finite value ({}) at index {i}", values[i]));
+        }
+    }
+    if let Some(i) = o.exp_avg_sq.iter().position(|&v| v < 0.0) {
+        return bad(format!(
+            "exp_avg_sq holds a negative value ({}) at index {i}: a mean of squared gradients is never negative",
+            o.exp_avg_sq[i]
+        ));
+    }
+    let position = &s.data_position;
+    let k = position.rows_consumed;
+    if k > MAX_ROWS_CONSUMED {
+        return bad(format!("data position: rows_consumed {k} is beyond the largest allowed ({MAX_ROWS_CONSUMED})"));
+    }
+    if position.epoch > k {
+        return bad(format!("data position: epoch {} is past rows_consumed {k}", position.epoch));
+    }
+    let Some(rows) = train_rows else { return Ok(()) };
+    if rows == 0 {
+        return bad("the training data has no rows".into());
+    }
+    let current = k / rows as u64;
+    if position.epoch > current {
+        return bad(format!(
+            "data position: epoch {} is past the epoch of rows_consumed {k} over {rows} training rows ({current})",
+            position.epoch
+        ));
+    }
+    let replay = (current - position.epoch).saturating_mul(rows as u64);
+    if e.data.shuffle && replay > MAX_SHUFFLE_REPLAY_ROWS {
+        return bad(format!(
+            "data position: epoch {} lags rows_consumed {k} by {} epochs of {rows} rows; restoring would replay the \
+             shuffle over {replay} rows (at most {MAX_SHUFFLE_REPLAY_ROWS})",
+            position.epoch,
+            current - position.epoch
         ));
     }
     Ok(())

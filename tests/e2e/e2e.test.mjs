@@ -247,7 +247,7 @@ test('checkpoints download, restore, verify, and bad uploads change nothing', as
   const bytes = fs.readFileSync(saved);
   const headerLength = Number(bytes.readBigUInt64LE(0));
   const header = JSON.parse(bytes.subarray(8, 8 + headerLength).toString());
-  assert.equal(header.__metadata__.format, 'stepscope-checkpoint/1');
+  assert.equal(header.__metadata__.format, 'stepscope-checkpoint/2');
   assert.equal(header.__metadata__.step, '3');
   assert.deepEqual(header['layers.0.weight'].shape, [16, 2]);
 

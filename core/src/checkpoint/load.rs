@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use safetensors::{Dtype, SafeTensors};
 
-use super::{digest, FORMAT_TAG, MAX_HEADER_BYTES};
+use super::{digest, DIGESTED_METADATA, FORMAT_TAG, FORMAT_TAG_V1, MAX_HEADER_BYTES};
 use crate::data::DataPosition;
 use crate::engine::TrainState;
 use crate::error::{Error, Result};
@@ -92,8 +92,10 @@ pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
             .ok_or_else(|| Error::Checkpoint(format!("metadata has no `{key}`: not a Stepscope checkpoint (a plain weights file can be given as initial weights instead)")))
     };
     let format = get("format")?;
-    if format != FORMAT_TAG {
-        return bad(format!("format `{format}` is not supported (this build reads `{FORMAT_TAG}`)"));
+    if format != FORMAT_TAG && format != FORMAT_TAG_V1 {
+        return bad(format!(
+            "format `{format}` is not supported (this build reads `{FORMAT_TAG}` and `{FORMAT_TAG_V1}`)"
+        ));
     }
     let experiment = Experiment::from_json(get("experiment")?)
         .map_err(|e| Error::Checkpoint(format!("the stored experiment is invalid: {e}")))?;
@@ -133,19 +135,30 @@ pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
         let view = file.tensor(name).expect("checked above");
         digest_parts.push((name.as_str(), view.shape().to_vec(), view.data()));
     }
-    let actual = digest(digest_parts.iter().map(|(n, s, d)| (*n, s.as_slice(), *d)));
+    // Format 2 covers the metadata too; format 1 only the tensors.
+    let covered = match format.as_str() {
+        FORMAT_TAG => DIGESTED_METADATA.iter().map(|k| get(k).map(|v| (*k, v.as_str()))).collect::<Result<Vec<_>>>()?,
+        _ => Vec::new(),
+    };
+    let actual = digest(digest_parts.iter().map(|(n, s, d)| (*n, s.as_slice(), *d)), &covered);
     let stored = get("digest")?;
     if *stored != actual {
         return bad(format!(
-            "digest mismatch: the tensors were changed or corrupted (stored {stored}, computed {actual})"
+            "digest mismatch: the tensors or the metadata were changed or corrupted (stored {stored}, computed {actual})"
         ));
     }
-    Ok(TrainState {
+    let state = TrainState {
         experiment,
         params,
         optimizer,
         data_position: DataPosition { rows_consumed: position.rows_consumed, epoch: position.epoch, epoch_rng },
-    })
+    };
+    // Metadata is input too: ranges and consistency, before anything runs.
+    crate::validate::state(&state, None).map_err(|e| match e {
+        Error::Experiment(why) => Error::Checkpoint(format!("refused: {why}")),
+        other => other,
+    })?;
+    Ok(state)
 }
 
 /// The `__metadata__` map (empty when absent). Call after `parse`.

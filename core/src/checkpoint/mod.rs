@@ -6,7 +6,7 @@
 //!   for the buffers the optimizer keeps;
 //! - `__metadata__`: `format` (tag and version), `experiment` (JSON),
 //!   `step`, `data_position` (JSON), `rng_state` (hex), and `digest`
-//!   (SHA-256 of the tensors, see `digest`).
+//!   (SHA-256 of the tensors and of that metadata, see `digest`).
 //!
 //! Loading (`load.rs`) checks all of it before returning anything.
 
@@ -25,7 +25,12 @@ use crate::engine::TrainState;
 use crate::error::{Error, Result};
 use crate::model::Layout;
 
-pub const FORMAT_TAG: &str = "stepscope-checkpoint/1";
+pub const FORMAT_TAG: &str = "stepscope-checkpoint/2";
+/// The previous format, still read: the same file, but its digest covers
+/// the tensors only (its metadata is range-checked all the same).
+pub const FORMAT_TAG_V1: &str = "stepscope-checkpoint/1";
+/// The metadata a format-2 digest covers, in this order.
+pub(crate) const DIGESTED_METADATA: [&str; 5] = ["format", "experiment", "step", "data_position", "rng_state"];
 /// Largest header accepted: far above any real model's (a 16-layer model's
 /// header is a few KiB), far below what would exhaust memory.
 pub const MAX_HEADER_BYTES: u64 = 16 << 20;
@@ -42,9 +47,14 @@ pub(crate) fn named_tensors<'a>(state: &'a TrainState, layout: &Layout) -> Vec<(
     out
 }
 
-/// SHA-256 over the tensors in name order: each contributes its name, a 0
-/// byte, its shape as u64 little-endian, and its data bytes.
-pub(crate) fn digest<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a [usize], &'a [u8])>) -> String {
+/// SHA-256 over the tensors in name order, each contributing its name, a 0
+/// byte, its shape as u64 little-endian, and its data bytes; then over each
+/// `metadata` entry in the order given (format 2: `DIGESTED_METADATA`), as
+/// the key's and the value's byte lengths (u64 little-endian) and bytes.
+pub(crate) fn digest<'a>(
+    tensors: impl IntoIterator<Item = (&'a str, &'a [usize], &'a [u8])>,
+    metadata: &[(&str, &str)],
+) -> String {
     let mut sorted: Vec<_> = tensors.into_iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
     let mut hasher = Sha256::new();
@@ -55,6 +65,12 @@ pub(crate) fn digest<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a [usize]
             hasher.update((d as u64).to_le_bytes());
         }
         hasher.update(data);
+    }
+    for (key, value) in metadata {
+        for part in [key.as_bytes(), value.as_bytes()] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
     }
     let bytes = hasher.finalize();
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -75,9 +91,8 @@ pub fn save_checkpoint(state: &TrainState) -> Result<Vec<u8>> {
     let named = named_tensors(state, &layout);
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =
         named.into_iter().map(|(name, shape, values)| (name, shape, to_le_bytes(values))).collect();
-    let digest = digest(bytes.iter().map(|(n, s, d)| (n.as_str(), s.as_slice(), d.as_slice())));
     let position = &state.data_position;
-    let metadata = HashMap::from([
+    let mut metadata = HashMap::from([
         ("format".to_string(), FORMAT_TAG.to_string()),
         ("experiment".to_string(), state.experiment.to_json()),
         ("step".to_string(), state.step().to_string()),
@@ -86,8 +101,10 @@ pub fn save_checkpoint(state: &TrainState) -> Result<Vec<u8>> {
             format!("{{\"rows_consumed\":{},\"epoch\":{}}}", position.rows_consumed, position.epoch),
         ),
         ("rng_state".to_string(), rng_hex(position.epoch_rng)),
-        ("digest".to_string(), digest),
     ]);
+    let covered: Vec<(&str, &str)> = DIGESTED_METADATA.iter().map(|k| (*k, metadata[*k].as_str())).collect();
+    let digest = digest(bytes.iter().map(|(n, s, d)| (n.as_str(), s.as_slice(), d.as_slice())), &covered);
+    metadata.insert("digest".to_string(), digest);
     let views = bytes
         .iter()
         .map(|(name, shape, data)| {

@@ -156,6 +156,94 @@ fn every_kind_of_corruption_is_refused_with_its_own_message() {
     }
 }
 
+/// Metadata is input: a changed step, data position or learning rate fails
+/// the format-2 digest (an absurd learning rate is refused even before); and where the digest is right (a file written with
+/// bad values, or a format-1 file whose digest covers tensors only) every
+/// value is range-checked before anything runs, instead of hanging,
+/// overflowing or training at lr 1e30.
+#[test]
+fn tampered_or_absurd_metadata_is_refused() {
+    let state = trained_state();
+    let bytes = save_checkpoint(&state).unwrap();
+    type Edit = fn(&str) -> String;
+    let edits: [(&str, Edit); 3] = [
+        ("step", |_| "4".into()),
+        ("data_position", |_| "{\"rows_consumed\":1000000000000000000,\"epoch\":0}".into()),
+        ("experiment", |e| e.replace("\"lr\":0.01", "\"lr\":0.02")),
+    ];
+    for (key, edit) in edits {
+        let tampered = rebuild(&bytes, |_, m| {
+            let value = edit(&m[key]);
+            m.insert(key.into(), value);
+        });
+        assert!(error_of(&tampered).contains("digest mismatch"), "{key}: {}", error_of(&tampered));
+    }
+
+    // Absurd values with a correct digest: each refused, naming what is wrong.
+    let data = Dataset::load(&state.experiment, None).unwrap();
+    let rows = data.train.rows() as u64;
+    let with = |edit: &dyn Fn(&mut TrainState)| {
+        let mut s = state.clone();
+        edit(&mut s);
+        s
+    };
+    let cases: Vec<(TrainState, &str)> = vec![
+        (with(&|s| s.optimizer.step = u64::MAX), "step count 18446744073709551615 is beyond"),
+        (with(&|s| s.data_position.rows_consumed = u64::MAX), "rows_consumed 18446744073709551615 is beyond"),
+        (with(&|s| s.data_position.epoch = 25), "epoch 25 is past rows_consumed 24"),
+        (with(&|s| s.optimizer.exp_avg_sq[2] = -1.0), "exp_avg_sq holds a negative value (-1)"),
+        (
+            with(&|s| {
+                s.experiment.optimizer = crate::experiment::OptimizerSpec::Adam {
+                    lr: 1e30,
+                    betas: [0.9, 0.999],
+                    eps: 1e-8,
+                    weight_decay: 0.0,
+                }
+            }),
+            "optimizer.lr must be a finite number in [0, 100], got 1000000000000000000000000000000",
+        ),
+    ];
+    for (bad, want) in &cases {
+        let bytes = save_checkpoint(bad).unwrap();
+        let msg = error_of(&bytes);
+        assert!(msg.contains(want), "`{msg}` lacks `{want}`");
+        assert!(msg.starts_with("checkpoint: "), "{msg}");
+    }
+
+    // Data-dependent: a shuffled run whose epoch lags its row counter by
+    // more than the replay limit loads, but no engine is built from it.
+    let lagging = with(&|s| s.data_position.rows_consumed = rows * 1_000_000);
+    let loaded = load_checkpoint(&save_checkpoint(&lagging).unwrap()).unwrap();
+    let msg = CpuEngine::from_state(loaded, data.clone()).err().unwrap().to_string();
+    assert!(msg.contains("restoring would replay the shuffle"), "{msg}");
+    // A position past the data's current epoch, too.
+    let ahead = with(&|s| {
+        s.data_position.rows_consumed = rows;
+        s.data_position.epoch = 1;
+    });
+    assert!(CpuEngine::from_state(ahead.clone(), data.clone()).is_ok(), "epoch 1 at the first row of epoch 1");
+    let ahead = with(&|s| {
+        s.data_position.rows_consumed = rows - 1;
+        s.data_position.epoch = 1;
+    });
+    let msg = CpuEngine::from_state(ahead, data).err().unwrap().to_string();
+    assert!(msg.contains("is past the epoch of rows_consumed"), "{msg}");
+
+    // Format 1 (digest over tensors only) is still read, and range-checked.
+    let v1 = |s: &TrainState| {
+        rebuild(&save_checkpoint(s).unwrap(), |t, m| {
+            let parts: Vec<_> = t.iter().map(|(n, _, s, d)| (n.as_str(), s.as_slice(), d.as_slice())).collect();
+            let digest = digest(parts, &[]);
+            m.insert("format".into(), FORMAT_TAG_V1.into());
+            m.insert("digest".into(), digest);
+        })
+    };
+    assert_eq!(load_checkpoint(&v1(&state)).unwrap(), state);
+    let msg = error_of(&v1(&with(&|s| s.optimizer.step = u64::MAX)));
+    assert!(msg.contains("step count 18446744073709551615 is beyond"), "{msg}");
+}
+
 #[test]
 fn plain_weights_file_is_accepted_as_initial_weights() {
     let e = experiment();

@@ -60,19 +60,9 @@ impl CpuEngine {
 
     /// Continues the run `state` (e.g. from a checkpoint).
     pub fn from_state(state: TrainState, data: Dataset) -> Result<CpuEngine> {
+        state.check(&data)?;
         let experiment = state.experiment;
-        experiment.validate()?;
         let layout = Layout::new(&experiment);
-        if state.params.len() != layout.parameter_count {
-            return Err(Error::Experiment(format!(
-                "the state holds {} parameters but the model needs {}",
-                state.params.len(),
-                layout.parameter_count
-            )));
-        }
-        if data.train.rows() == 0 {
-            return Err(Error::Experiment("the training data has no rows".into()));
-        }
         let batch = experiment.batch_size;
         let batcher = Batcher::new(data.train.rows(), experiment.data.shuffle, state.data_position);
         let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(0);

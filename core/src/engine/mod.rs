@@ -109,6 +109,12 @@ impl TrainState {
     pub fn step(&self) -> u64 {
         self.optimizer.step
     }
+
+    /// Whether this state can be trained on `data`: every range and
+    /// consistency check of `validate::state`, with the data at hand.
+    pub fn check(&self, data: &crate::data::Dataset) -> crate::Result<()> {
+        crate::validate::state(self, Some(data.train.rows()))
+    }
 }
 
 /// Milliseconds spent in each phase of one optimizer step.

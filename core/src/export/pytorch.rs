@@ -13,7 +13,7 @@ use std::fmt::Write;
 use super::pytorch_data::{row_order, DATA};
 use super::pytorch_optim::{checkpoint, optimizer, schedule};
 use super::pytorch_run::{cli, PROCESSES};
-use crate::checkpoint::FORMAT_TAG;
+use crate::checkpoint::{FORMAT_TAG, FORMAT_TAG_V1};
 use crate::experiment::{Activation, Experiment, Loss, Regularization, RegularizationKind, Schedule};
 
 /// A Python script (PyTorch 2.x and safetensors) that rebuilds `e`'s model,
@@ -151,7 +151,8 @@ fn constants(e: &Experiment) -> String {
     format!(
         r#"EXPERIMENT_JSON = r"""{json}"""
 EXPERIMENT = json.loads(EXPERIMENT_JSON)
-FORMAT = "{FORMAT_TAG}"
+FORMAT = "{FORMAT_TAG}"  # what the script writes
+FORMATS_READ = (FORMAT, "{FORMAT_TAG_V1}")
 BATCH_SIZE = {batch}  # rows per micro-batch
 GRAD_ACCUMULATION = {accumulation}  # micro-batches per optimizer step
 LR = {lr}  # the optimizer's base learning rate

@@ -1,6 +1,8 @@
 //! The data side of the PyTorch script: the training rows from CSV and the
 //! order Stepscope serves them in, including its shuffle RNG.
 
+use crate::validate::MAX_SHUFFLE_REPLAY_ROWS;
+
 pub(super) fn row_order(shuffle: bool) -> String {
     if !shuffle {
         return r#"
@@ -76,6 +78,10 @@ class RowOrder:
 
     def __init__(self, rows, position, rng_state):
         self.rows, self.k, self.epoch = rows, position["rows_consumed"], position["epoch"]
+        lag = self.k // rows - self.epoch
+        if lag < 0 or lag * rows > MAX_REPLAY:
+            where = f"epoch {self.epoch}, {self.k} rows consumed"
+            raise SystemExit(f"the checkpoint's data position ({where}) does not fit {rows} training rows")
         self.rng = Xoshiro256(rng_state)
         self.epoch_rng = list(rng_state)
         self.permutation = self.rng.permutation(rows)
@@ -98,7 +104,7 @@ class RowOrder:
         return {"rows_consumed": self.k, "epoch": self.epoch}, self.epoch_rng
 
 "#
-    .to_string()
+    .replace("MAX_REPLAY", &MAX_SHUFFLE_REPLAY_ROWS.to_string())
 }
 
 pub(super) const DATA: &str = r#"

@@ -195,8 +195,8 @@ def load_checkpoint(path, model, optimizer):
     with safe_open(path, framework="pt") as f:
         meta = f.metadata() or {{}}
         tensors = {{name: f.get_tensor(name) for name in f.keys()}}
-    if meta.get("format") != FORMAT:
-        raise SystemExit(f"{{path}} is not a {{FORMAT}} checkpoint")
+    if meta.get("format") not in FORMATS_READ:
+        raise SystemExit(f"{{path}} is not a Stepscope checkpoint ({{' or '.join(FORMATS_READ)}})")
     if json.loads(meta["experiment"]) != EXPERIMENT:
         raise SystemExit(f"{{path}} holds another experiment than the one this script was generated for")
     model.load_state_dict({{name: t for name, t in tensors.items() if name.startswith("layers.")}})
@@ -222,10 +222,11 @@ def checkpoint_tensors(model, optimizer):
     return {{name: t.to("cpu", torch.float32).contiguous() for name, t in tensors.items()}}
 
 
-def digest(tensors):
+def digest(tensors, metadata):
     """sha256 over the tensors in name order, each as its name, a 0 byte, its
-    shape as u64 little-endian and its float32 little-endian bytes
-    (core/src/checkpoint/mod.rs)."""
+    shape as u64 little-endian and its float32 little-endian bytes, then over
+    the metadata entries in order, each as the key's and the value's byte
+    lengths (u64 little-endian) and bytes (core/src/checkpoint/mod.rs)."""
     assert sys.byteorder == "little", "checkpoints are little-endian"
     h = hashlib.sha256()
     for name in sorted(tensors):
@@ -234,6 +235,9 @@ def digest(tensors):
         for size in t.shape:
             h.update(int(size).to_bytes(8, "little"))
         h.update(ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()))
+    for key, value in metadata.items():
+        for part in (key.encode(), value.encode()):
+            h.update(len(part).to_bytes(8, "little") + part)
     return "sha256:" + h.hexdigest()
 
 
@@ -266,14 +270,14 @@ def save_checkpoint(path, model, optimizer, step, order):
     `stepscope train --init` and the page's restore continue from it."""
     tensors = checkpoint_tensors(model, optimizer)
     position, rng_state = order.position()
-    metadata = {{
+    metadata = {{  # in the order the digest covers them
         "format": FORMAT,
         "experiment": EXPERIMENT_JSON,
         "step": str(step),
         "data_position": json.dumps(position, separators=(",", ":")),
         "rng_state": ":".join(f"{{word:016x}}" for word in rng_state),
-        "digest": digest(tensors),
     }}
+    metadata["digest"] = digest(tensors, metadata)
     write_atomic(path, safetensors_bytes(tensors, metadata=metadata))
 
 "#

@@ -88,19 +88,9 @@ impl GpuEngine {
     /// Continues `state` on the GPU of `ctx`. All buffers, pipelines and
     /// bind groups are made here, once.
     pub fn from_state(ctx: Arc<GpuContext>, state: TrainState, data: Dataset) -> Result<GpuEngine> {
+        state.check(&data)?;
         let experiment = state.experiment.clone();
-        experiment.validate()?;
         let layout = Layout::new(&experiment);
-        if state.params.len() != layout.parameter_count {
-            return Err(Error::Experiment(format!(
-                "the state holds {} parameters but the model needs {}",
-                state.params.len(),
-                layout.parameter_count
-            )));
-        }
-        if data.train.rows() == 0 {
-            return Err(Error::Experiment("the training data has no rows".into()));
-        }
         ctx.check()?;
         let tensors = layout.tensors();
         let rows_per_step = experiment.batch_size * experiment.grad_accumulation;
