@@ -1,8 +1,9 @@
 //! `stepscope`: runs Stepscope experiments natively.
 //!
 //! Every failure is one line on stderr, `stepscope: error: …`, with exit
-//! status 2 for bad arguments or files and 1 for a run that failed while
-//! training (a NaN/Inf). No partial output file is left behind.
+//! status 2 for bad arguments or files, 1 for a run that failed while
+//! training (a NaN/Inf) and 130 for a run stopped by Ctrl-C. No partial
+//! output file is left behind.
 
 mod args;
 mod bench;
@@ -52,7 +53,14 @@ impl From<stepscope_core::Error> for Failure {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    // Arguments that are not UTF-8 are refused by name, not with a panic.
+    let argv: Vec<String> = match std::env::args_os().skip(1).map(|a| a.into_string()).collect() {
+        Ok(argv) => argv,
+        Err(bad) => {
+            eprintln!("stepscope: error: argument {bad:?} is not valid UTF-8");
+            return ExitCode::from(2);
+        }
+    };
     let result = match argv.first().map(String::as_str) {
         Some("train") => args::TrainArgs::parse(&argv[1..]).and_then(|a| train::run(&a)),
         Some("bench") => bench::run(&argv[1..]),

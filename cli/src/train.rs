@@ -1,5 +1,9 @@
-//! `stepscope train`: everything is read and checked before any output
-//! file is created; outputs are renamed into place only when complete.
+//! `stepscope train`: everything is read and checked, and the output paths
+//! tried, before training starts; checkpoints are renamed into place only
+//! when complete; the metrics log grows as the run goes. Ctrl-C stops at
+//! the next step boundary, writes the checkpoint and exits with 130.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use web_time::Instant;
 
@@ -13,7 +17,7 @@ use stepscope_core::optim::OptimizerState;
 use stepscope_core::{Error, Experiment, StepMetrics, TrainState};
 
 use crate::args::{Backend, TrainArgs, DEFAULT_STEPS};
-use crate::files::{self, PendingFile};
+use crate::files::{self, LogFile};
 use crate::{say, Failure};
 
 fn read_experiment(path: &str) -> Result<Experiment, Failure> {
@@ -101,9 +105,25 @@ fn metrics_line(m: &StepMetrics) -> String {
     serde_json::to_string(m).expect("metrics always serialise")
 }
 
+/// Set by Ctrl-C (SIGINT); the loop stops after the step it is in.
+static STOP: AtomicBool = AtomicBool::new(false);
+
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
+    let outputs: Vec<(&str, &str)> = [("--out", &args.out), ("--metrics", &args.metrics)]
+        .into_iter()
+        .filter_map(|(f, p)| Some((f, p.as_deref()?)))
+        .collect();
+    let inputs: Vec<(&str, &str)> = [("--config", &args.config), ("--data", &args.data)]
+        .into_iter()
+        .filter_map(|(f, p)| Some((f, p.as_deref()?)))
+        .collect();
+    files::distinct(&outputs, &inputs)?;
     let state = initial_state(args)?;
     let data = load_data(args, &state.experiment)?;
+    state.check(&data)?;
+    if let Some(out) = &args.out {
+        files::check_writable(out, "--out")?;
+    }
     let steps = steps_to_run(args, &state);
     let gpu = match args.backend {
         Backend::Cpu => None,
@@ -119,7 +139,11 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     };
     let mut engine = Engine::from_state(state, data, gpu)?;
     let (train_table, test_table) = (engine.data().train.clone(), engine.data().test.clone());
-    let mut metrics_file = args.metrics.as_deref().map(PendingFile::create).transpose()?;
+    let mut metrics_file = args.metrics.as_deref().map(LogFile::create).transpose()?;
+    // A second handler cannot be installed (tests run several trainings in
+    // one process); the first one serves them all.
+    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
+    STOP.store(false, Ordering::SeqCst);
 
     let e = engine.experiment().clone();
     say!(
@@ -134,13 +158,18 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         backend_name
     );
     let report_every = (steps / 10).max(1);
+    let mut interrupted = false;
     for i in 0..steps {
+        if STOP.load(Ordering::SeqCst) {
+            interrupted = true;
+            break;
+        }
         let mut metrics = match engine.step() {
             Ok(m) => m,
             Err(err) => {
                 // The metrics up to the failure are real data: keep them.
                 if let Some(file) = metrics_file.take() {
-                    file.commit()?;
+                    file.finish()?;
                 }
                 return Err(err.into());
             }
@@ -177,7 +206,14 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         say!("checkpoint written to {out} (step {})", engine.step_count());
     }
     if let Some(file) = metrics_file {
-        file.commit()?;
+        file.finish()?;
+    }
+    if interrupted {
+        let saved = match &args.out {
+            Some(out) => format!("the checkpoint of step {} was written to {out}", engine.step_count()),
+            None => "no checkpoint written (no --out)".to_string(),
+        };
+        return Err(Failure { message: format!("interrupted at step {}; {saved}", engine.step_count()), status: 130 });
     }
     for (name, table) in [("train", &train_table), ("test", &test_table)] {
         if let Some(ev) = engine.evaluate(table)? {

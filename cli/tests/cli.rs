@@ -140,6 +140,24 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
         (&["predict", "garbage.safetensors"], "needs --inputs"),
         (&["predict", "garbage.safetensors", "--inputs", "bad.csv"], "truncated"),
         (&["fly"], "unknown command `fly`"),
+        (
+            &["train", "--config", "config.json", "--out", "config.json"],
+            "--out `config.json` is the same file as --config",
+        ),
+        (
+            &["train", "--config", "config.json", "--out", "./m.jsonl", "--metrics", "m.jsonl"],
+            "--metrics `m.jsonl` is the same file as --out",
+        ),
+        (&["train", "--config", "config.json", "--metrics", "config.json"], "is the same file as --config"),
+        (
+            &["train", "--config", "csv.json", "--data", "bad.csv", "--out", "bad.csv"],
+            "--out `bad.csv` is the same file as --data",
+        ),
+        (
+            &["train", "--config", "config.json", "--out", "no-such-dir/o.safetensors"],
+            "--out: cannot write `no-such-dir/o.safetensors`",
+        ),
+        (&["train", "--config", "config.json", "--out", "."], "--out `.` is a directory"),
     ];
     for (args, want) in cases {
         let out = stepscope(&dir, args);
@@ -277,5 +295,69 @@ fn export_pytorch_and_predict() {
     let _ = std::fs::remove_file(dir.join("three.csv"));
     let _ = std::fs::remove_file(dir.join("nan.csv"));
     assert_eq!(files_in(&dir), before);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Arguments that are not UTF-8 get a message, not a panic.
+#[cfg(unix)]
+#[test]
+fn non_utf8_arguments_are_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = temp_dir("utf8");
+    let out = Command::new(env!("CARGO_BIN_EXE_stepscope"))
+        .args([
+            std::ffi::OsStr::new("train"),
+            std::ffi::OsStr::new("--config"),
+            std::ffi::OsStr::from_bytes(b"\xff.json"),
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("stepscope: error: argument") && stderr.contains("not valid UTF-8"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The metrics log grows while the run goes (`tail -f` follows it); Ctrl-C
+/// stops at a step boundary, writes the checkpoint of that step, keeps the
+/// metrics of every step taken and exits with 130.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_at_a_step_boundary_with_a_checkpoint() {
+    let dir = temp_dir("interrupt");
+    std::fs::write(dir.join("long.json"), CONFIG.replace("\"total_steps\": 40", "\"total_steps\": 100000000")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stepscope"))
+        .args([
+            "train",
+            "--config",
+            "long.json",
+            "--steps",
+            "100000000",
+            "--out",
+            "o.safetensors",
+            "--metrics",
+            "m.jsonl",
+        ])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = || std::fs::read_to_string(dir.join("m.jsonl")).map(|t| t.lines().count()).unwrap_or(0);
+    let waited = std::time::Instant::now();
+    while lines() < 20 {
+        assert!(waited.elapsed().as_secs() < 120, "the metrics log did not grow during the run");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!dir.join("o.safetensors").exists(), "no checkpoint before the end");
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted at step") && stderr.contains("written to o.safetensors"), "{stderr}");
+    let state = load_checkpoint(&std::fs::read(dir.join("o.safetensors")).unwrap()).unwrap();
+    assert_eq!(state.step() as usize, lines(), "one metrics line per step the checkpoint holds");
     let _ = std::fs::remove_dir_all(&dir);
 }
