@@ -327,7 +327,7 @@ fn non_utf8_arguments_are_refused() {
 fn ctrl_c_stops_at_a_step_boundary_with_a_checkpoint() {
     let dir = temp_dir("interrupt");
     std::fs::write(dir.join("long.json"), CONFIG.replace("\"total_steps\": 40", "\"total_steps\": 100000000")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stepscope"))
+    let child = Command::new(env!("CARGO_BIN_EXE_stepscope"))
         .args([
             "train",
             "--config",
