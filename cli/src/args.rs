@@ -12,6 +12,8 @@ pub struct TrainArgs {
     pub out: Option<String>,
     pub metrics: Option<String>,
     pub checkpoint_every: Option<u64>,
+    /// MiB a run may hold at its peak (`limits::Limits::native`).
+    pub memory_budget_mib: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +22,9 @@ pub enum Backend {
     Cpu,
     Gpu,
 }
+
+/// Default memory budget of a run, in MiB.
+pub const DEFAULT_MEMORY_BUDGET_MIB: u64 = 4096;
 
 /// Default number of steps when neither `--steps` nor a schedule's
 /// `total_steps` says.
@@ -34,7 +39,7 @@ fn positive(flag: &str, value: &str) -> Result<u64, Failure> {
 
 impl TrainArgs {
     pub fn parse(argv: &[String]) -> Result<TrainArgs, Failure> {
-        let mut args = TrainArgs::default();
+        let mut args = TrainArgs { memory_budget_mib: DEFAULT_MEMORY_BUDGET_MIB, ..TrainArgs::default() };
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
             let mut value = || it.next().cloned().ok_or_else(|| Failure::usage(format!("{flag} needs a value")));
@@ -53,6 +58,7 @@ impl TrainArgs {
                 "--out" => args.out = Some(value()?),
                 "--metrics" => args.metrics = Some(value()?),
                 "--checkpoint-every" => args.checkpoint_every = Some(positive(flag, &value()?)?),
+                "--memory-budget" => args.memory_budget_mib = positive(flag, &value()?)?,
                 other => return Err(Failure::usage(format!("unknown argument `{other}` (try `stepscope --help`)"))),
             }
         }

@@ -8,7 +8,7 @@
 
 use stepscope_core::checkpoint::load_checkpoint;
 use stepscope_core::data::Dataset;
-use stepscope_core::engine::{forward_pass, Activations};
+use stepscope_core::engine::predict as predict_outputs;
 use stepscope_core::experiment::DataSource;
 use stepscope_core::export::{pytorch_script, training_csv};
 use stepscope_core::model::Layout;
@@ -115,15 +115,12 @@ pub fn predict(argv: &[String]) -> Result<(), Failure> {
     let state = read_checkpoint(&path)?;
     let e = &state.experiment;
     let inputs = read_inputs(inputs_path, e.model.inputs)?; // (N, I)
-    let rows = inputs.len() / e.model.inputs;
     let layout = Layout::new(e);
-    let mut acts = Activations::new(&layout, rows);
-    if let Some(layer) = forward_pass(&mut acts, &state.params, &inputs, &layout, e) {
-        return Err(Error::NonFinite(format!("first NaN/Inf in layer {layer} during forward")).into());
-    }
+    let predicted = predict_outputs(&state.params, &layout, e, &inputs)
+        .map_err(|layer| Error::NonFinite(format!("first NaN/Inf in layer {layer} during forward")))?;
     let outputs = e.outputs();
     let mut csv = (0..outputs).map(|o| format!("y{o}")).collect::<Vec<_>>().join(",") + "\n";
-    for row in acts.output().chunks_exact(outputs) {
+    for row in predicted.chunks_exact(outputs) {
         // f64 of each f32: its exact value, shortest decimal.
         csv += &row.iter().map(|&v| f64::from(v).to_string()).collect::<Vec<_>>().join(",");
         csv.push('\n');

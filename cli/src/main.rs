@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   stepscope train --config FILE [--init FILE] [--data FILE] [--steps N] [--backend cpu|gpu]
-                  [--out FILE] [--metrics FILE] [--checkpoint-every N]
+                  [--out FILE] [--metrics FILE] [--checkpoint-every N] [--memory-budget MIB]
   stepscope inspect FILE
   stepscope verify CHECKPOINT [--data FILE] [--steps N]
   stepscope export-pytorch CHECKPOINT [--out FILE] [--data-out FILE]

@@ -12,6 +12,7 @@ use stepscope_core::data::{DataPosition, Dataset};
 use stepscope_core::engine::Engine;
 use stepscope_core::experiment::{DataSource, Schedule};
 use stepscope_core::gpu::GpuContext;
+use stepscope_core::limits::Limits;
 use stepscope_core::model::{init_parameters, Layout};
 use stepscope_core::optim::OptimizerState;
 use stepscope_core::{Error, Experiment, StepMetrics, TrainState};
@@ -121,6 +122,8 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let state = initial_state(args)?;
     let data = load_data(args, &state.experiment)?;
     state.check(&data)?;
+    let rows = (data.train.rows(), data.test.rows());
+    Limits::native(args.memory_budget_mib).check(&state.experiment, Some(rows))?;
     if let Some(out) = &args.out {
         files::check_writable(out, "--out")?;
     }

@@ -113,6 +113,8 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
     )
     .unwrap();
     std::fs::write(dir.join("bad.csv"), "x1,x2,y\n1,2,0\n3,oops,1\n").unwrap();
+    let big = CONFIG.replace("\"units\": 8", "\"units\": 2048").replace("\"batch_size\": 16", "\"batch_size\": 4096");
+    std::fs::write(dir.join("big.json"), big).unwrap();
     let before = files_in(&dir);
     let cases: &[(&[&str], &str)] = &[
         (&["train"], "needs --config"),
@@ -158,6 +160,11 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
             "--out: cannot write `no-such-dir/o.safetensors`",
         ),
         (&["train", "--config", "config.json", "--out", "."], "--out `.` is a directory"),
+        (
+            &["train", "--config", "big.json", "--memory-budget", "64", "--out", "o.safetensors"],
+            "the run needs 129.6 MiB at its peak (parameters 0.0 MiB, gradients 0.0 MiB, optimizer state 0.1 MiB, activations 64.0 MiB",
+        ),
+        (&["train", "--config", "config.json", "--memory-budget", "0"], "--memory-budget needs a whole number > 0"),
     ];
     for (args, want) in cases {
         let out = stepscope(&dir, args);

@@ -19,6 +19,7 @@ pub mod error;
 pub mod experiment;
 pub mod export;
 pub mod gpu;
+pub mod limits;
 pub mod model;
 pub mod optim;
 pub mod rng;

@@ -82,6 +82,21 @@ fn no_extra(file: &SafeTensors<'_>, expected: &BTreeSet<String>) -> Result<()> {
     }
 }
 
+/// Refuses, before allocating anything for them, tensors that cannot be in
+/// the file: `copies` f32 copies of the model's parameters need 4·P·copies
+/// bytes, which a 7 KB file claiming a model of gigabytes does not have.
+fn fits_in_file(layout: &Layout, copies: usize, file_bytes: usize) -> Result<()> {
+    let needed = 4u64.saturating_mul(layout.parameter_count as u64).saturating_mul(copies as u64);
+    if needed > file_bytes as u64 {
+        return bad(format!(
+            "the model needs {needed} bytes of tensors ({} parameters, {copies} cop{}) but the file has only {file_bytes} bytes",
+            layout.parameter_count,
+            if copies == 1 { "y" } else { "ies" }
+        ));
+    }
+    Ok(())
+}
+
 /// A full Stepscope checkpoint: parameters, optimizer state, data position
 /// and RNG, and the experiment they belong to.
 pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
@@ -112,6 +127,7 @@ pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
     let epoch_rng = parse_rng(get("rng_state")?)?;
 
     let layout = Layout::new(&experiment);
+    fits_in_file(&layout, 1 + experiment.optimizer.state_copies(), bytes.len())?;
     let mut optimizer = OptimizerState::new(&experiment.optimizer, layout.parameter_count);
     optimizer.step = step;
     let suffixes: Vec<&'static str> = optimizer.buffers().iter().map(|(s, _)| *s).collect();
@@ -184,6 +200,7 @@ fn parse_rng(text: &str) -> Result<[u64; 4]> {
 pub fn load_weights(bytes: &[u8], experiment: &Experiment) -> Result<Vec<f32>> {
     let file = parse(bytes)?;
     let layout = Layout::new(experiment);
+    fits_in_file(&layout, 1, bytes.len())?;
     let mut params = vec![0.0f32; layout.parameter_count];
     let mut expected = BTreeSet::new();
     for t in layout.tensors() {

@@ -134,6 +134,13 @@ fn every_kind_of_corruption_is_refused_with_its_own_message() {
     ));
     cases.push((
         rebuild(&bytes, |_, m| {
+            let e = m["experiment"].replace("\"units\":3", "\"units\":4096");
+            m.insert("experiment".into(), e);
+        }),
+        "the model needs 196620 bytes of tensors (16385 parameters, 3 copies) but the file has only",
+    ));
+    cases.push((
+        rebuild(&bytes, |_, m| {
             m.insert("format".into(), "stepscope-checkpoint/99".into());
         }),
         "not supported",

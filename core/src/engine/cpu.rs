@@ -338,10 +338,14 @@ impl CpuEngine {
 
     /// Network outputs for `inputs` (rows, I): (rows, O).
     pub fn predict(&self, inputs: &[f32]) -> Vec<f32> {
-        let rows = inputs.len() / self.experiment.model.inputs.max(1);
-        let mut acts = Activations::new(&self.layout, rows);
-        forward_pass(&mut acts, &self.params, inputs, &self.layout, &self.experiment);
-        acts.output().to_vec()
+        // A non-finite layer shows as NaN/Inf in the outputs the views draw.
+        let layout = &self.layout;
+        super::predict(&self.params, layout, &self.experiment, inputs).unwrap_or_else(|_| {
+            let rows = inputs.len() / self.experiment.model.inputs.max(1);
+            let mut acts = Activations::new(layout, rows);
+            forward_pass(&mut acts, &self.params, inputs, layout, &self.experiment);
+            acts.output().to_vec()
+        })
     }
 }
 

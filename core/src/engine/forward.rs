@@ -4,6 +4,7 @@
 use super::Evaluation;
 use crate::data::Table;
 use crate::experiment::{DataSource, Experiment, Loss};
+use crate::limits::EVAL_CHUNK_ROWS;
 use crate::model::{activation_forward, dense_forward, loss_forward, Layout};
 
 /// What the forward pass stores for backward, per layer l: `a[l]` outputs,
@@ -98,13 +99,52 @@ pub fn evaluate(params: &[f32], layout: &Layout, experiment: &Experiment, table:
     if rows == 0 {
         return None;
     }
-    let mut acts = Activations::new(layout, rows);
-    forward_pass(&mut acts, params, &table.inputs, layout, experiment);
-    let outputs = experiment.outputs();
-    let y = acts.output();
-    let loss = loss_forward(y, &table.targets, experiment.loss, rows, outputs);
-    let accuracy = accuracy(y, &table.targets, experiment, rows);
-    Some(Evaluation { loss, accuracy })
+    // In chunks of EVAL_CHUNK_ROWS rows, so memory does not grow with the
+    // table. A table of one chunk gives exactly the unchunked figures; more
+    // chunks combine their means weighted by rows, in f64.
+    let chunk = rows.min(EVAL_CHUNK_ROWS);
+    let mut acts = Activations::new(layout, chunk);
+    let (i, t, outputs) = (table.input_width, table.target_width, experiment.outputs());
+    let (mut loss_sum, mut correct, mut classified) = (0.0f64, 0.0f64, false);
+    for start in (0..rows).step_by(chunk) {
+        let n = chunk.min(rows - start);
+        acts.resize(layout, n);
+        forward_pass(&mut acts, params, &table.inputs[start * i..(start + n) * i], layout, experiment);
+        let (y, targets) = (acts.output(), &table.targets[start * t..(start + n) * t]);
+        let loss = loss_forward(y, targets, experiment.loss, n, outputs);
+        if rows == n {
+            return Some(Evaluation { loss, accuracy: accuracy(y, targets, experiment, n) });
+        }
+        loss_sum += f64::from(loss) * n as f64;
+        if let Some(a) = accuracy(y, targets, experiment, n) {
+            correct += f64::from(a) * n as f64;
+            classified = true;
+        }
+    }
+    let accuracy = classified.then(|| (correct / rows as f64) as f32);
+    Some(Evaluation { loss: (loss_sum / rows as f64) as f32, accuracy })
+}
+
+/// The network's outputs for `inputs` (rows, I): (rows, O), computed in
+/// chunks of `EVAL_CHUNK_ROWS` rows. `Err(layer)` names the first layer with
+/// a non-finite value.
+pub fn predict(params: &[f32], layout: &Layout, experiment: &Experiment, inputs: &[f32]) -> Result<Vec<f32>, usize> {
+    let width = experiment.model.inputs.max(1);
+    let rows = inputs.len() / width;
+    let chunk = rows.clamp(1, EVAL_CHUNK_ROWS);
+    let mut acts = Activations::new(layout, chunk);
+    let mut out = Vec::with_capacity(rows * experiment.outputs());
+    for start in (0..rows).step_by(chunk) {
+        let n = chunk.min(rows - start);
+        acts.resize(layout, n);
+        if let Some(layer) =
+            forward_pass(&mut acts, params, &inputs[start * width..(start + n) * width], layout, experiment)
+        {
+            return Err(layer);
+        }
+        out.extend_from_slice(acts.output());
+    }
+    Ok(out)
 }
 
 /// Fraction of rows classified right: argmax for cross_entropy, logit > 0

@@ -9,7 +9,7 @@ pub mod phases;
 
 pub use backend::{Backend, Engine};
 pub use cpu::CpuEngine;
-pub use forward::{evaluate, forward_pass, Activations};
+pub use forward::{evaluate, forward_pass, predict, Activations};
 pub use phases::{PhaseReport, StepPhase};
 
 use serde::{Deserialize, Serialize};

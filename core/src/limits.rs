@@ -1,0 +1,220 @@
+//! Limits per run, not only per field: how large a network a place accepts
+//! (the page's are tighter than the engines'), and one memory budget for
+//! everything a run holds at its peak, computed from the same formulas as
+//! the engines' buffers (`MemoryBytes`). The page passes every experiment
+//! it meets (a link, a control, an upload, a restored checkpoint) through
+//! `Limits::check` with its limits, the CLI with its own, so a link can
+//! never build what the controls would refuse.
+
+use crate::engine::MemoryBytes;
+use crate::error::{Error, Result};
+use crate::experiment::{DataSource, Experiment, MAX_BATCH, MAX_LAYERS, MAX_UNITS};
+use crate::model::Layout;
+
+/// Rows evaluated at once: evaluation and prediction work in chunks of
+/// this many rows, so their memory does not grow with the table.
+pub const EVAL_CHUNK_ROWS: usize = 4096;
+
+const MIB: u64 = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Hidden layers (all but the output layer).
+    pub hidden_layers: usize,
+    /// Units of each hidden layer.
+    pub hidden_units: usize,
+    /// Bytes a run may hold at its peak (`RunBytes::total`).
+    pub memory_bytes: u64,
+}
+
+impl Limits {
+    /// The page's: what its controls offer, and 1 GiB.
+    pub const PAGE: Limits = Limits { hidden_layers: 6, hidden_units: 64, memory_bytes: 1 << 30 };
+
+    /// The engines' own field limits, with a memory budget in MiB.
+    pub fn native(budget_mib: u64) -> Limits {
+        Limits { hidden_layers: MAX_LAYERS - 1, hidden_units: MAX_UNITS, memory_bytes: budget_mib.saturating_mul(MIB) }
+    }
+
+    /// Checks `e` (already valid field by field) against these limits:
+    /// `rows` is (train rows, test rows) where the data is known; built-in
+    /// data is sized from the experiment. Returns the run's bytes.
+    pub fn check(&self, e: &Experiment, rows: Option<(usize, usize)>) -> Result<RunBytes> {
+        let hidden = &e.model.layers[..e.model.layers.len().saturating_sub(1)];
+        if hidden.len() > self.hidden_layers {
+            return refuse(format!(
+                "{} hidden layers, more than the {} allowed here",
+                hidden.len(),
+                self.hidden_layers
+            ));
+        }
+        if let Some((i, layer)) = hidden.iter().enumerate().find(|(_, l)| l.units > self.hidden_units) {
+            return refuse(format!(
+                "hidden layer {} has {} units, more than the {} allowed here",
+                i + 1,
+                layer.units,
+                self.hidden_units
+            ));
+        }
+        let bytes = RunBytes::of(e, rows);
+        if bytes.total() > self.memory_bytes {
+            return refuse(format!(
+                "the run needs {} at its peak ({}), more than the {} budget{}",
+                mib(bytes.total()),
+                bytes.describe(),
+                mib(self.memory_bytes),
+                if *self == Limits::PAGE { " of this page" } else { " (--memory-budget)" }
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
+fn refuse<T>(why: String) -> Result<T> {
+    Err(Error::Experiment(why))
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / MIB as f64)
+}
+
+/// What a run holds at its peak: the training buffers during backward, the
+/// data tables, and one evaluation chunk's activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunBytes {
+    pub training: MemoryBytes,
+    pub data: u64,
+    pub evaluation: u64,
+}
+
+impl RunBytes {
+    pub fn of(e: &Experiment, rows: Option<(usize, usize)>) -> RunBytes {
+        let (train, test) = rows.unwrap_or_else(|| match e.data.source {
+            DataSource::Csv => (0, 0),
+            _ => (e.data.samples(), 0),
+        });
+        let row_bytes = 4 * (e.model.inputs + e.outputs()) as u64;
+        let units: u64 = e.model.layers.iter().map(|l| l.units as u64).sum();
+        let chunk = train.max(test).min(EVAL_CHUNK_ROWS) as u64;
+        RunBytes {
+            training: MemoryBytes::estimate(e, false),
+            data: (train + test) as u64 * row_bytes,
+            evaluation: 2 * 4 * chunk * units,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.training.peak_backward() + self.data + self.evaluation
+    }
+
+    /// The parts, for messages.
+    pub fn describe(&self) -> String {
+        let t = &self.training;
+        format!(
+            "parameters {}, gradients {}, optimizer state {}, activations {}, backward {}, data {}, evaluation {}",
+            mib(t.params),
+            mib(t.grads),
+            mib(t.optimizer),
+            mib(t.activations),
+            mib(t.backward_scratch),
+            mib(self.data),
+            mib(self.evaluation)
+        )
+    }
+}
+
+impl MemoryBytes {
+    /// The bytes an engine's training buffers take for `e`, from the
+    /// experiment alone (what `CpuEngine::memory` reports once built).
+    pub fn estimate(e: &Experiment, checkpointing: bool) -> MemoryBytes {
+        let p = Layout::new(e).parameter_count as u64;
+        let batch = e.batch_size.min(MAX_BATCH) as u64;
+        let units: u64 = e.model.layers.iter().map(|l| l.units as u64).sum();
+        let widest = e.model.layers.iter().map(|l| l.units as u64).max().unwrap_or(0);
+        MemoryBytes {
+            params: 4 * p,
+            grads: 4 * p,
+            optimizer: 4 * p * e.optimizer.state_copies() as u64,
+            activations: match checkpointing {
+                false => 2 * 4 * batch * units,
+                true => 4 * batch * (units + widest),
+            },
+            backward_scratch: 4 * batch * (units + widest),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::Dataset;
+    use crate::engine::CpuEngine;
+
+    fn experiment(layers: &str, batch: usize, optimizer: &str) -> Experiment {
+        Experiment::from_json(&format!(
+            r#"{{"seed": 1, "model": {{"inputs": 2, "layers": [{layers}]}}, "loss": "bce_with_logits",
+                "optimizer": {optimizer}, "batch_size": {batch}, "data": {{"source": "spiral", "samples": 100}}}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_estimate_is_what_the_engine_holds() {
+        for (layers, batch, optimizer) in [
+            (
+                r#"{"units": 16, "activation": "tanh"}, {"units": 1, "activation": "linear"}"#,
+                32,
+                r#"{"kind": "adamw"}"#,
+            ),
+            (
+                r#"{"units": 7, "activation": "relu"}, {"units": 33, "activation": "tanh"}, {"units": 1, "activation": "linear"}"#,
+                5,
+                r#"{"kind": "sgd", "lr": 0.1, "momentum": 0.9}"#,
+            ),
+            (r#"{"units": 1, "activation": "linear"}"#, 64, r#"{"kind": "sgd", "lr": 0.1}"#),
+        ] {
+            let e = experiment(layers, batch, optimizer);
+            let mut engine = CpuEngine::new(&e, Dataset::load(&e, None).unwrap()).unwrap();
+            assert_eq!(MemoryBytes::estimate(&e, false), engine.memory(), "{layers}");
+            engine.set_activation_checkpointing(true).unwrap();
+            assert_eq!(MemoryBytes::estimate(&e, true), engine.memory(), "{layers} checkpointing");
+        }
+    }
+
+    #[test]
+    fn limits_refuse_with_the_figures() {
+        let hidden = |n: usize, units: usize| {
+            let layer = format!(r#"{{"units": {units}, "activation": "tanh"}}, "#);
+            format!(r#"{}{{"units": 1, "activation": "linear"}}"#, layer.repeat(n))
+        };
+        let page = Limits::PAGE;
+        assert!(page.check(&experiment(&hidden(6, 64), 32, r#"{"kind": "adamw"}"#), None).is_ok());
+        let msg = page.check(&experiment(&hidden(7, 8), 32, r#"{"kind": "adamw"}"#), None).unwrap_err().to_string();
+        assert!(msg.contains("7 hidden layers, more than the 6 allowed here"), "{msg}");
+        let msg = page.check(&experiment(&hidden(15, 1024), 32, r#"{"kind": "adamw"}"#), None).unwrap_err().to_string();
+        assert!(msg.contains("15 hidden layers"), "{msg}");
+        let msg = page.check(&experiment(&hidden(2, 65), 32, r#"{"kind": "adamw"}"#), None).unwrap_err().to_string();
+        assert!(msg.contains("hidden layer 1 has 65 units, more than the 64 allowed here"), "{msg}");
+        // Memory: 15 hidden layers of 4096 units with Adam hold 3.5 GiB of
+        // parameters, gradients and moments, and at batch 65,536 another
+        // 46 GiB of activations and backward buffers.
+        let huge = experiment(&hidden(15, 4096), 65_536, r#"{"kind": "adam"}"#);
+        let msg = Limits::native(4096).check(&huge, None).unwrap_err().to_string();
+        assert!(
+            msg.contains("the run needs") && msg.contains("more than the 4096.0 MiB budget (--memory-budget)"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(
+                "parameters 896.3 MiB, gradients 896.3 MiB, optimizer state 1792.6 MiB, activations 30720.5 MiB"
+            ),
+            "{msg}"
+        );
+        assert!(Limits::native(1 << 30).check(&huge, None).is_ok());
+        // Data rows count once known.
+        let e = experiment(&hidden(1, 8), 32, r#"{"kind": "adamw"}"#);
+        let small = Limits::native(1).check(&e, None).unwrap().total();
+        let big = Limits::native(4096).check(&e, Some((1_000_000, 0))).unwrap().total();
+        assert_eq!(big - small, (1_000_000 - 100) * 4 * 3 + 2 * 4 * (4096 - 100) * 9);
+    }
+}
