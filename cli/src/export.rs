@@ -7,7 +7,7 @@
 //! CSV with exact decimals (what the PyTorch check compares against).
 
 use stepscope_core::checkpoint::load_checkpoint;
-use stepscope_core::data::Dataset;
+use stepscope_core::data::{csv_header, csv_rows, Dataset};
 use stepscope_core::engine::predict as predict_outputs;
 use stepscope_core::experiment::DataSource;
 use stepscope_core::export::{pytorch_script, training_csv};
@@ -74,35 +74,22 @@ pub fn export_pytorch(argv: &[String]) -> Result<(), Failure> {
 fn read_inputs(path: &str, width: usize) -> Result<Vec<f32>, Failure> {
     let text = files::read_text(path, "--inputs file")?;
     let bad = |msg: String| Failure::usage(format!("--inputs `{path}`: {msg}"));
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-    let (_, header) = lines.next().ok_or_else(|| bad("the file is empty: expected a header such as `x1,x2`".into()))?;
-    let columns: Vec<bool> = header.split(',').map(|n| n.trim().starts_with('x') && n.trim().len() > 1).collect();
+    let header = csv_header(&text).map_err(|e| bad(e.to_string()))?;
+    let columns: Vec<bool> = header.iter().map(|n| n.starts_with('x') && n.len() > 1).collect();
     let found = columns.iter().filter(|&&x| x).count();
     if found != width {
         return Err(bad(format!("line 1: {found} input columns (x…) but the model takes {width}")));
     }
     let mut inputs = Vec::new();
-    for (index, line) in lines {
-        let fields: Vec<&str> = line.split(',').collect();
+    for row in csv_rows(&text).skip(1) {
+        let (line, fields) = row.map_err(|e| bad(e.to_string()))?;
         if fields.len() != columns.len() {
-            return Err(bad(format!(
-                "line {}: {} fields, but the header has {}",
-                index + 1,
-                fields.len(),
-                columns.len()
-            )));
+            return Err(bad(format!("line {line}: {} fields, but the header has {}", fields.len(), columns.len())));
         }
         for (c, field) in fields.iter().enumerate().filter(|(c, _)| columns[*c]) {
-            match field.trim().parse::<f32>() {
+            match field.parse::<f32>() {
                 Ok(v) if v.is_finite() => inputs.push(v),
-                _ => {
-                    return Err(bad(format!(
-                        "line {}, column {}: `{}` is not a finite number",
-                        index + 1,
-                        c + 1,
-                        field.trim()
-                    )))
-                }
+                _ => return Err(bad(format!("line {line}, column {}: `{field}` is not a finite number", c + 1))),
             }
         }
     }

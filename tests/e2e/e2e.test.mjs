@@ -148,6 +148,14 @@ test('bad input gets a message and loses nothing', async () => {
   assert.match(await broken.getByTestId('alert').textContent(), /refused/);
   assert.equal(await broken.getByTestId('dataset').inputValue(), 'spiral');
   await broken.close();
+  // A huge network in a link (15 hidden layers of 1,024 units): refused by
+  // the same limits as the controls, with a message; the default is shown.
+  const huge = { seed: 1, model: { inputs: 2, layers: [...Array(15).fill({ units: 1024, activation: 'tanh' }), { units: 1, activation: 'linear' }] },
+    loss: 'bce_with_logits', optimizer: { kind: 'adam', lr: 0.01 }, batch_size: 32, data: { source: 'spiral' } };
+  const { page: hostile } = await open(`${base}#e=${encodeURIComponent(JSON.stringify(huge))}`);
+  assert.match(await hostile.getByTestId('alert').textContent(), /refused \(experiment: 15 hidden layers, more than the 6 allowed here\)/);
+  assert.equal(await hostile.locator('[data-testid^=layer-]').count(), 2);
+  await hostile.close();
 
   const { page } = await open(base);
   await page.getByTestId('step-once').click();

@@ -118,6 +118,8 @@ pub async fn load_autosave() -> Result<Option<(TrainState, Option<Arc<String>>)>
         return Err("the autosaved checkpoint is not a byte array".into());
     };
     let state = load_checkpoint(&array.to_vec()).map_err(|e| format!("the autosaved checkpoint is unusable: {e}"))?;
+    crate::model::edit::page_check(&state.experiment, None)
+        .map_err(|e| format!("the autosaved checkpoint is unusable: {e}"))?;
     let csv = store::get(CSV_KEY).await?.and_then(|v| v.as_string()).map(Arc::new);
     Ok(Some((state, csv)))
 }

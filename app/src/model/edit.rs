@@ -5,11 +5,20 @@
 
 use stepscope_core::data::Table;
 use stepscope_core::experiment::*;
+use stepscope_core::limits::Limits;
 use stepscope_core::Experiment;
 
 /// Page limits, enforced with a message (the core's own limits are wider).
-pub const MAX_HIDDEN_LAYERS: usize = 6;
-pub const MAX_UNITS_PER_LAYER: usize = 64;
+/// They live in the core (`Limits::PAGE`), which checks every experiment
+/// the page meets: a link, a control, an upload, a restored checkpoint.
+pub const MAX_HIDDEN_LAYERS: usize = Limits::PAGE.hidden_layers;
+pub const MAX_UNITS_PER_LAYER: usize = Limits::PAGE.hidden_units;
+
+/// `e` against the page's limits and memory budget (`rows`: train and test
+/// rows, where the data is known).
+pub fn page_check(e: &Experiment, rows: Option<(usize, usize)>) -> Result<(), String> {
+    Limits::PAGE.check(e, rows).map(drop).map_err(|err| err.to_string())
+}
 
 /// Spiral data, a small tanh network, AdamW.
 pub fn default_experiment() -> Experiment {
@@ -63,6 +72,7 @@ pub fn edited(e: &Experiment, edit: impl FnOnce(&mut Experiment) -> Result<(), S
     let mut new = e.clone();
     edit(&mut new)?;
     new.validate().map_err(|err| err.to_string())?;
+    page_check(&new, None)?;
     Ok(new)
 }
 
@@ -106,8 +116,7 @@ pub fn parse_number(label: &str, text: &str) -> Result<f64, String> {
 /// classification (bce for 2 classes, cross_entropy for more), anything
 /// else is regression with mse on every target column.
 pub fn experiment_for_csv(base: &Experiment, text: &str) -> Result<Experiment, String> {
-    let header = text.lines().find(|l| !l.trim().is_empty()).ok_or("csv: the file is empty")?;
-    let names: Vec<&str> = header.split(',').map(str::trim).collect();
+    let names = stepscope_core::data::csv_header(text).map_err(|err| err.to_string())?;
     let inputs = names.iter().filter(|n| n.starts_with('x') && n.len() > 1).count();
     let targets = names.iter().filter(|n| n.starts_with('y')).count();
     if inputs == 0 || targets == 0 {
@@ -128,8 +137,8 @@ pub fn experiment_for_csv(base: &Experiment, text: &str) -> Result<Experiment, S
     let y_col = names.iter().position(|n| *n == "y");
     let mut classes: Option<usize> = y_col.filter(|_| targets == 1).map(|_| 0);
     if let (Some(col), Some(max_class)) = (y_col, classes.as_mut()) {
-        for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
-            match line.split(',').nth(col).map(str::trim).and_then(|v| v.parse::<f64>().ok()) {
+        for row in stepscope_core::data::csv_rows(text).skip(1) {
+            match row.ok().and_then(|(_, fields)| fields.get(col)?.parse::<f64>().ok()) {
                 Some(v) if v >= 0.0 && v.fract() == 0.0 && v < 1024.0 => *max_class = (*max_class).max(v as usize + 1),
                 _ => {
                     classes = None;
@@ -148,7 +157,8 @@ pub fn experiment_for_csv(base: &Experiment, text: &str) -> Result<Experiment, S
         *out = LayerSpec { units: outputs, activation: Activation::Linear };
     }
     e.validate().map_err(|err| err.to_string())?;
-    stepscope_core::data::parse_csv(text, &e).map_err(|err| err.to_string())?;
+    let table = stepscope_core::data::parse_csv(text, &e).map_err(|err| err.to_string())?;
+    page_check(&e, Some((table.rows(), 0)))?;
     Ok(e)
 }
 

@@ -22,9 +22,11 @@ pub fn parse_fragment(hash: &str) -> Result<Option<Experiment>, String> {
     };
     let json = js_sys::decode_uri_component(encoded)
         .map_err(|_| "The link's experiment is not valid URI encoding; the default experiment is shown.".to_string())?;
-    Experiment::from_json(&String::from(json))
-        .map(Some)
-        .map_err(|e| format!("The link's experiment was refused ({e}); the default experiment is shown."))
+    let refused = |why: String| format!("The link's experiment was refused ({why}); the default experiment is shown.");
+    let e = Experiment::from_json(&String::from(json)).map_err(|e| refused(e.to_string()))?;
+    // A link builds only what the page's controls could build.
+    super::edit::page_check(&e, None).map_err(refused)?;
+    Ok(Some(e))
 }
 
 fn window() -> Option<web_sys::Window> {

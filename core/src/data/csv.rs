@@ -15,15 +15,60 @@ enum Column {
     Target,
 }
 
+/// The CSV reader every CSV goes through (the `csv` crate): a UTF-8
+/// byte-order mark (what spreadsheet programs write), quoted fields and CRLF
+/// line ends are accepted; fields are trimmed; rows may differ in length
+/// (checked with our own message).
+fn reader(text: &str) -> ::csv::Reader<&[u8]> {
+    ::csv::ReaderBuilder::new().has_headers(false).flexible(true).trim(::csv::Trim::All).from_reader(text.as_bytes())
+}
+
+/// Every non-blank row of `text`, header included, with its 1-based line.
+pub fn csv_rows(text: &str) -> impl Iterator<Item = Result<(usize, ::csv::StringRecord)>> + '_ {
+    // Lines from byte offsets: a record's position is where the reader
+    // began looking for it, before the line ends and blank lines it skipped.
+    let line_at = move |byte: u64| {
+        let bytes = text.as_bytes();
+        let mut start = (byte as usize).min(bytes.len());
+        while start < bytes.len() && matches!(bytes[start], b'\r' | b'\n') {
+            start += 1;
+        }
+        1 + bytes[..start].iter().filter(|&&b| b == b'\n').count()
+    };
+    reader(text).into_records().filter_map(move |record| match record {
+        Ok(r) if r.iter().all(str::is_empty) => None,
+        Ok(r) => Some(Ok((r.position().map_or(0, |p| line_at(p.byte())), r))),
+        Err(e) => {
+            let line = e.position().map_or(String::new(), |p| format!("line {}: ", line_at(p.byte())));
+            Some(Err(Error::Csv(format!("{line}not readable as CSV ({e})"))))
+        }
+    })
+}
+
+/// The header's column names, each named once.
+pub fn csv_header(text: &str) -> Result<Vec<String>> {
+    let Some(first) = csv_rows(text).next() else {
+        return Err(Error::Csv("the file is empty: expected a header row such as `x1,x2,y`".into()));
+    };
+    let (_, record) = first?;
+    let names: Vec<String> = record.iter().map(|n| n.trim_start_matches('\u{feff}').to_string()).collect();
+    for (c, name) in names.iter().enumerate() {
+        if let Some(first) = names[..c].iter().position(|n| n == name) {
+            return Err(Error::Csv(format!(
+                "line 1, column {}: header `{name}` appears twice (first in column {})",
+                c + 1,
+                first + 1
+            )));
+        }
+    }
+    Ok(names)
+}
+
 pub fn parse_csv(text: &str, experiment: &Experiment) -> Result<Table> {
     let err = |msg: String| Err(Error::Csv(msg));
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-    let Some((_, header)) = lines.next() else {
-        return err("the file is empty: expected a header row such as `x1,x2,y`".into());
-    };
+    let header = csv_header(text)?;
     let mut columns = Vec::new();
-    for (c, name) in header.split(',').enumerate() {
-        let name = name.trim();
+    for (c, name) in header.iter().enumerate() {
         let column = if name.starts_with('x') && name.len() > 1 {
             Column::Input
         } else if name == "y" || (name.starts_with('y') && name[1..].parse::<u32>().is_ok()) {
@@ -56,12 +101,11 @@ pub fn parse_csv(text: &str, experiment: &Experiment) -> Result<Table> {
         ));
     }
     let mut table = Table { input_width, target_width, ..Table::default() };
-    for (index, line) in lines {
-        let line_no = index + 1;
+    for row in csv_rows(text).skip(1) {
+        let (line_no, fields) = row?;
         if table.rows() >= MAX_CSV_ROWS {
             return err(format!("more than {MAX_CSV_ROWS} rows"));
         }
-        let fields: Vec<&str> = line.split(',').collect();
         if fields.len() != columns.len() {
             return err(format!(
                 "line {line_no}: {} fields, but the header has {} columns",
@@ -71,7 +115,6 @@ pub fn parse_csv(text: &str, experiment: &Experiment) -> Result<Table> {
         }
         let row_start = table.targets.len();
         for (c, (field, column)) in fields.iter().zip(&columns).enumerate() {
-            let field = field.trim();
             let value: f32 = match field.parse() {
                 Ok(v) if f32::is_finite(v) => v,
                 _ => return err(format!("line {line_no}, column {}: `{field}` is not a finite number", c + 1)),
@@ -148,5 +191,25 @@ mod tests {
         let bce = experiment("bce_with_logits", 1);
         let msg = parse_csv("x1,x2,y\n1,2,2\n", &bce).unwrap_err().to_string();
         assert!(msg.contains("outside [0, 1]"), "{msg}");
+        let msg = parse_csv("x1,x2,x1,y\n1,2,3,0\n", &e).unwrap_err().to_string();
+        assert!(msg.contains("line 1, column 3: header `x1` appears twice (first in column 1)"), "{msg}");
+    }
+
+    /// What spreadsheet programs write: a byte-order mark, quoted fields,
+    /// CRLF line ends, blank lines.
+    #[test]
+    fn spreadsheet_csv_reads_as_plain_csv() {
+        let e = experiment("mse", 2);
+        let plain = parse_csv("x1,x2,y0,y1\n1,2,3,4\n5,6,7,8\n", &e).unwrap();
+        for text in [
+            "\u{feff}x1,x2,y0,y1\r\n1,2,3,4\r\n5,6,7,8\r\n",
+            "\"x1\",\"x2\",\"y0\",\"y1\"\n\"1\",2,\" 3 \",4\n\n5,6,7,\"8\"\n",
+            "x1, x2 ,y0,y1\n\n1,2,3,4\n   \n5,6,7,8",
+        ] {
+            assert_eq!(parse_csv(text, &e).unwrap(), plain, "{text:?}");
+        }
+        // Line numbers count the lines of the file, blank ones included.
+        let msg = parse_csv("\u{feff}x1,x2,y0,y1\r\n\r\n1,2,3,4\r\n5,x,7,8\r\n", &e).unwrap_err().to_string();
+        assert!(msg.contains("line 4, column 2: `x`"), "{msg}");
     }
 }

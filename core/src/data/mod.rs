@@ -11,7 +11,7 @@ mod csv;
 
 pub use batcher::{Batcher, DataPosition};
 pub use builtin::generate_points;
-pub use csv::parse_csv;
+pub use csv::{csv_header, csv_rows, parse_csv};
 
 use crate::error::Result;
 use crate::experiment::{DataSource, Experiment, Loss};

@@ -181,6 +181,8 @@ impl Runner {
                 let e = state.experiment.clone();
                 let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str))
                     .map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
+                crate::model::edit::page_check(&e, Some((data.train.rows(), data.test.rows())))
+                    .map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
                 let step = state.step();
                 let engine =
                     build(&self.gpu, state, data).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
