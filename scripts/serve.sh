@@ -7,5 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh web
 export PATH="$HOME/.cargo/bin:$PWD/tests/e2e/node_modules/.bin:$PATH"
-export TRUNK_SKIP_VERSION_CHECK=true
+export TRUNK_SKIP_VERSION_CHECK=true TRUNK_OFFLINE=true
 exec trunk serve "$@"

@@ -29,10 +29,12 @@ if ! trunk --version 2>/dev/null | grep -q '0\.22\.1'; then
   CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
     cargo install trunk --version 0.22.1 --locked --ignore-rust-version
 fi
-# The CLI must equal the wasm-bindgen crate in Cargo.lock; trunk uses this
-# one (offline) instead of downloading its own.
-if ! wasm-bindgen --version 2>/dev/null | grep -q '0\.2\.130'; then
-  cargo install wasm-bindgen-cli --version 0.2.130
+# The CLI must equal the wasm-bindgen crate in Cargo.lock (read from there,
+# the one place the version is written); trunk finds it on PATH and, like
+# the scripts run it (offline), never downloads its own.
+wasm_bindgen_version=$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $wasm_bindgen_version"; then
+  cargo install wasm-bindgen-cli --version "$wasm_bindgen_version"
 fi
 # wasm-opt from npm's binaryen (Debian's is too old), and playwright-core
 # for the end-to-end test; both pinned by tests/e2e/package-lock.json.
@@ -51,7 +53,17 @@ apt_install chromium chromium-driver mesa-vulkan-drivers libvulkan1
 
 # Python with numpy, safetensors and PyTorch: the checkpoint
 # interoperability check opens our files as PyTorch users would
-# (safetensors.numpy.load_file); the export check runs exported scripts.
-if ! python3 -c 'import numpy, safetensors, torch' >/dev/null 2>&1; then
-  python3 -m pip install --quiet numpy safetensors torch==2.15.0
+# (safetensors.numpy.load_file); the export checks run exported scripts.
+# They go into a virtual environment in the repo (.venv): Debian 12 and
+# Ubuntu 24.04 refuse pip installs into the system interpreter (PEP 668).
+# It sees the system's packages, so a machine that has them installs nothing.
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv --system-site-packages .venv 2>/dev/null || {
+    rm -rf .venv
+    apt_install python3-venv
+    python3 -m venv --system-site-packages .venv
+  }
+fi
+if ! .venv/bin/python -c 'import numpy, safetensors, torch' >/dev/null 2>&1; then
+  .venv/bin/python -m pip install --quiet numpy safetensors torch==2.15.0
 fi

@@ -23,21 +23,25 @@ cargo build -p stepscope-core --target wasm32-unknown-unknown
 echo "== unit and integration tests"
 cargo test --workspace
 
+# Python from the repo's virtual environment (scripts/setup.sh); the e2e
+# runs exported scripts with it too.
+export STEPSCOPE_PYTHON="$PWD/.venv/bin/python"
+
 echo "== checkpoints open in Python (safetensors.numpy)"
-python3 scripts/check_checkpoint.py
+"$STEPSCOPE_PYTHON" scripts/check_checkpoint.py
 
 echo "== exported PyTorch scripts continue runs as Stepscope does (torch, CPU)"
-python3 scripts/check_pytorch_export.py
+"$STEPSCOPE_PYTHON" scripts/check_pytorch_export.py
 
 echo "== exported scripts under torchrun: 2 processes (gloo) equal 1, checkpoints come back into Stepscope"
-python3 scripts/check_pytorch_torchrun.py
+"$STEPSCOPE_PYTHON" scripts/check_pytorch_torchrun.py
 
 echo "== browser tests: kernels, the GPU engine and the page's components in headless Chromium (WebGPU)"
 WASM_BINDGEN_TEST_TIMEOUT=180 cargo test --target wasm32-unknown-unknown -p stepscope-browser-tests
 
 echo "== the page: release build with trunk (offline; the installed wasm-bindgen and wasm-opt)"
 export PATH="$HOME/.cargo/bin:$PWD/tests/e2e/node_modules/.bin:$PATH"
-export TRUNK_SKIP_VERSION_CHECK=true
+export TRUNK_SKIP_VERSION_CHECK=true TRUNK_OFFLINE=true
 trunk build --release
 wasm=$(ls dist/*.wasm)
 echo "wasm: $(wc -c < "$wasm") bytes, $(gzip -9 -c "$wasm" | wc -c) bytes gzipped (limit 2 MB gzipped)"

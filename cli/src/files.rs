@@ -30,11 +30,13 @@ fn directory(path: &Path) -> &Path {
 fn new_temp(path: &str) -> Result<tempfile::NamedTempFile, Failure> {
     let target = Path::new(path);
     let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .tempfile_in(directory(target))
-        .map_err(|e| Failure::usage(format!("cannot write `{path}`: {e}")))
+    let prefix = format!(".{name}.");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    // As a plain create would make it (the umask applies), not 0600.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    builder.tempfile_in(directory(target)).map_err(|e| Failure::usage(format!("cannot write `{path}`: {e}")))
 }
 
 /// Checks, before a run starts, that `path` can be written: its directory

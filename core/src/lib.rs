@@ -18,6 +18,8 @@ pub mod engine;
 pub mod error;
 pub mod experiment;
 pub mod export;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod gpu;
 pub mod limits;
 pub mod model;

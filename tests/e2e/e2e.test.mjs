@@ -461,7 +461,7 @@ test('the exported PyTorch script continues the page\'s run, also under torchrun
   const data = await save('export-data');
   assert.equal(path.basename(checkpoint), 'stepscope-step3.safetensors');
   const { execFileSync } = await import('node:child_process');
-  const out = execFileSync('python3', [script, checkpoint, '--data', data, '--steps', '1'], { cwd: dir, encoding: 'utf8' });
+  const out = execFileSync(process.env.STEPSCOPE_PYTHON ?? 'python3', [script, checkpoint, '--data', data, '--steps', '1'], { cwd: dir, encoding: 'utf8' });
   const line = out.split('\n').find((l) => /grad_norm/.test(l));
   assert.ok(line, out);
   const torchNorm = Number(line.match(/grad_norm ([\d.eE+-]+)/)[1]);
@@ -476,7 +476,7 @@ test('the exported PyTorch script continues the page\'s run, also under torchrun
   // The same checkpoint continues on two processes under torchrun and the
   // checkpoint they write comes back into the page, which verifies it.
   const next = path.join(dir, 'next.safetensors');
-  const run = execFileSync('python3', ['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
+  const run = execFileSync(process.env.STEPSCOPE_PYTHON ?? 'python3', ['-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
     script, checkpoint, '--data', data, '--steps', '5', '--out', next],
   { cwd: dir, encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
   assert.match(run, /on 2 processes \(gloo\)/, run);

@@ -85,8 +85,15 @@ pub(crate) fn rng_hex(state: [u64; 4]) -> String {
     state.iter().map(|w| format!("{w:016x}")).collect::<Vec<_>>().join(":")
 }
 
-/// Serialises `state` to the bytes of a `.safetensors` file.
+/// Serialises `state` to the bytes of a `.safetensors` file. A state that
+/// loading would refuse (a non-finite value, say an optimizer moment that
+/// overflowed to inf) is refused here, naming what is wrong: what saves,
+/// loads.
 pub fn save_checkpoint(state: &TrainState) -> Result<Vec<u8>> {
+    crate::validate::state(state, None).map_err(|e| match e {
+        Error::Experiment(why) => Error::Checkpoint(format!("this state cannot be saved: {why}")),
+        other => other,
+    })?;
     let layout = Layout::new(&state.experiment);
     let named = named_tensors(state, &layout);
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =
