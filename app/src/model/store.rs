@@ -73,7 +73,14 @@ pub async fn put(values: &[(&str, JsValue)]) -> Result<(), String> {
     let commit = committed(&tx);
     let store = tx.object_store(STORE).map_err(describe)?;
     for (key, value) in values {
-        store.put_with_key(value, &JsValue::from_str(key)).map_err(describe)?;
+        if let Err(err) = store.put_with_key(value, &JsValue::from_str(key)) {
+            // A request that throws does not end the transaction: without
+            // the abort it would commit the puts before this one (a
+            // checkpoint without its CSV).
+            let _ = tx.abort();
+            db.close();
+            return Err(describe(err));
+        }
     }
     let result = commit.await.map_err(|_| match tx.error() {
         Some(e) => format!("IndexedDB: {}", e.message()),

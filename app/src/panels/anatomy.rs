@@ -185,6 +185,17 @@ pub fn AnatomyPanel() -> impl IntoView {
             match JsFuture::from(file.array_buffer()).await {
                 Ok(buffer) => {
                     let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
+                    // A file that will be refused changes nothing, not even
+                    // the play state: checked here before the run pauses
+                    // (the runner checks again, with the data, before it
+                    // replaces the run).
+                    let checked = stepscope_core::checkpoint::load_checkpoint(&bytes)
+                        .map_err(|err| err.to_string())
+                        .and_then(|s| crate::model::edit::page_check(&s.experiment, None));
+                    if let Err(err) = checked {
+                        state.alert.set(Some(format!("The checkpoint was not loaded: {err}")));
+                        return;
+                    }
                     state.running.set(false);
                     state.command(Command::RestoreCheckpoint(std::sync::Arc::new(bytes)));
                 }

@@ -15,6 +15,9 @@ use crate::model::runner::{next_frame, Command, Runner};
 use crate::model::spikes::{Detector, Verdict, SMOOTH, WINDOW};
 use crate::model::url;
 
+/// Device re-creations allowed within a minute before the page stops trying.
+const MAX_RECOVERIES: usize = 2;
+
 impl AppState {
     /// Starts the loop that owns the engine (see `model::runner`).
     pub fn start_training_loop(self) {
@@ -44,6 +47,9 @@ impl AppState {
         let mut detector = Detector::default();
         // Steps and the time since the steps-per-second figure was last set.
         let mut rate_window = (Instant::now(), 0usize);
+        // When the GPU device was last re-created: a device lost again soon
+        // after is not re-created in a loop.
+        let mut recoveries: Vec<Instant> = Vec::new();
         loop {
             next_frame().await;
             let frame_start = Instant::now();
@@ -112,13 +118,34 @@ impl AppState {
                         dirty = true;
                     }
                     Err(Error::Gpu(message)) => {
-                        self.alert.set(Some(format!("GPU error: {message}")));
-                        match runner.recover_device().await {
-                            Ok(notice) => self.notice.set(Some(notice)),
-                            Err(message) => {
-                                self.running.set(false);
-                                self.alert.set(Some(message));
+                        // Only a lost device is re-created, at most
+                        // MAX_RECOVERIES times a minute. Any other GPU error
+                        // (validation, out of memory) pauses the run, which
+                        // stays as it was before the failed submit.
+                        recoveries.retain(|t| t.elapsed().as_secs_f64() < 60.0);
+                        // The lost callback may come after the error that
+                        // the loss caused; wgpu names the loss in it.
+                        let lost = runner.gpu_lost() || message.contains("lost");
+                        if lost && recoveries.len() < MAX_RECOVERIES {
+                            recoveries.push(Instant::now());
+                            self.alert.set(Some(format!("GPU error: {message}")));
+                            match runner.recover_device().await {
+                                Ok(notice) => self.notice.set(Some(notice)),
+                                Err(message) => {
+                                    self.running.set(false);
+                                    self.alert.set(Some(message));
+                                }
                             }
+                        } else {
+                            self.running.set(false);
+                            let why = if lost {
+                                format!("the GPU device was lost {} times within a minute", MAX_RECOVERIES + 1)
+                            } else {
+                                "the GPU refused the work".to_string()
+                            };
+                            self.alert.set(Some(format!(
+                                "GPU error: {message}. Training paused ({why}); choose the CPU engine to go on without the GPU."
+                            )));
                         }
                         dirty = true;
                     }

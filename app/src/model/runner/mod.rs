@@ -184,9 +184,16 @@ impl Runner {
                 crate::model::edit::page_check(&e, Some((data.train.rows(), data.test.rows())))
                     .map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
                 let step = state.step();
+                let kept = state.clone();
                 let engine =
                     build(&self.gpu, state, data).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
                 self.engine = engine;
+                // The restored run starts its own checkpoint ring: a later
+                // rollback or device-loss recovery must not resume the run
+                // that was replaced.
+                self.ring.borrow_mut().clear();
+                remember(&self.ring, kept);
+                self.last_checkpoint = step;
                 self.apply_lessons()?;
                 return Ok(Some(Outcome::Restored(Box::new(e), step)));
             }
@@ -307,6 +314,11 @@ impl Runner {
 
     pub fn csv(&self) -> Option<Arc<String>> {
         self.csv.clone()
+    }
+
+    /// Whether the GPU device of this run was lost (not merely an error).
+    pub fn gpu_lost(&self) -> bool {
+        self.gpu.as_ref().is_some_and(|ctx| ctx.is_lost())
     }
 
     /// After a device loss: a new device, and the run from the last good
