@@ -5,6 +5,7 @@
 //! `panels/` one component per panel; `state` the shared typed context.
 
 pub mod bench;
+mod hooks;
 pub mod model;
 mod panels;
 pub mod state;
@@ -21,6 +22,7 @@ use state::AppState;
 #[component]
 pub fn App() -> impl IntoView {
     let state = AppState::new();
+    hooks::register(state.commands.get_value());
     provide_context(state);
     state.start_training_loop();
     view! {

@@ -1,73 +1,164 @@
-//! Command-line arguments of `stepscope train`.
+//! The command line, parsed with clap: `--help` on every subcommand,
+//! `--version`, `--flag value` and `--flag=value`. Parse errors become the
+//! CLI's one-line message with exit status 2 (`parse`).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::Failure;
-
-#[derive(Debug, Default)]
-pub struct TrainArgs {
-    pub config: Option<String>,
-    pub init: Option<String>,
-    pub data: Option<String>,
-    pub steps: Option<u64>,
-    pub backend: Backend,
-    pub out: Option<String>,
-    pub metrics: Option<String>,
-    pub checkpoint_every: Option<u64>,
-    /// MiB a run may hold at its peak (`limits::Limits::native`).
-    pub memory_budget_mib: u64,
-}
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    #[default]
-    Cpu,
-    Gpu,
-}
-
-/// Default memory budget of a run, in MiB.
-pub const DEFAULT_MEMORY_BUDGET_MIB: u64 = 4096;
 
 /// Default number of steps when neither `--steps` nor a schedule's
 /// `total_steps` says.
 pub const DEFAULT_STEPS: u64 = 100;
+/// Default memory budget of a run, in MiB.
+pub const DEFAULT_MEMORY_BUDGET_MIB: u64 = 4096;
 
-fn positive(flag: &str, value: &str) -> Result<u64, Failure> {
-    match value.parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(Failure::usage(format!("{flag} needs a whole number > 0, got `{value}`"))),
+#[derive(Debug, Parser)]
+#[command(
+    name = "stepscope",
+    version,
+    about = "Runs Stepscope experiments natively: trains, checks and exports what the page does."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Train an experiment (or resume a checkpoint) on the CPU or the GPU.
+    Train(TrainArgs),
+    /// Print a checkpoint's experiment, step and tensors (verifying it).
+    Inspect {
+        /// A Stepscope checkpoint or a plain safetensors weights file.
+        file: String,
+    },
+    /// The page's "verify restore" for a file: restore into a fresh engine,
+    /// compare bit for bit, and take the next steps from both.
+    Verify {
+        checkpoint: String,
+        /// The training rows, for an experiment with "source": "csv".
+        #[arg(long)]
+        data: Option<String>,
+        /// Next steps to compare.
+        #[arg(long, default_value_t = 3, value_parser = positive::<usize>)]
+        steps: usize,
+    },
+    /// Write a PyTorch script that continues the checkpoint's run
+    /// (docs/export.md).
+    ExportPytorch {
+        checkpoint: String,
+        /// The script (default: standard output).
+        #[arg(long)]
+        out: Option<String>,
+        /// Also write a built-in dataset's training rows as CSV.
+        #[arg(long)]
+        data_out: Option<String>,
+    },
+    /// The network's outputs for the x… columns of a CSV, as CSV.
+    Predict {
+        checkpoint: String,
+        #[arg(long)]
+        inputs: String,
+        /// Where to write them (default: standard output).
+        #[arg(long)]
+        out: Option<String>,
+    },
+    /// GPU benchmark: matmul against the FMA probe, steps/s, checkpointing.
+    Bench {
+        /// Also write the report here (Markdown).
+        #[arg(long)]
+        out: Option<String>,
+        #[arg(long)]
+        only: Option<Section>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Section {
+    Matmul,
+    Steps,
+    Checkpointing,
+}
+
+#[derive(Debug, Default, Args)]
+pub struct TrainArgs {
+    /// The experiment (docs/experiment.md).
+    #[arg(long, required_unless_present = "init")]
+    pub config: Option<String>,
+    /// A checkpoint to resume, or a plain weights file to start --config from.
+    #[arg(long)]
+    pub init: Option<String>,
+    /// The CSV for an experiment with "source": "csv".
+    #[arg(long)]
+    pub data: Option<String>,
+    /// Steps to run now (default: what the schedule has left, else 100).
+    #[arg(long, value_parser = positive::<u64>)]
+    pub steps: Option<u64>,
+    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    pub backend: Backend,
+    /// The final checkpoint.
+    #[arg(long)]
+    pub out: Option<String>,
+    /// One JSON line of metrics per step, written as the run goes.
+    #[arg(long)]
+    pub metrics: Option<String>,
+    /// Also write --out every N steps.
+    #[arg(long, value_parser = positive::<u64>, requires = "out")]
+    pub checkpoint_every: Option<u64>,
+    /// MiB the run may hold at its peak.
+    #[arg(long = "memory-budget", value_name = "MIB", default_value_t = DEFAULT_MEMORY_BUDGET_MIB, value_parser = positive::<u64>)]
+    pub memory_budget_mib: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// The CPU reference engine.
+    #[default]
+    Cpu,
+    /// The GPU engine (wgpu: Vulkan, Metal or DX12).
+    Gpu,
+}
+
+fn positive<T: std::str::FromStr + PartialOrd + Default>(value: &str) -> Result<T, String> {
+    match value.parse::<T>() {
+        Ok(n) if n > T::default() => Ok(n),
+        _ => Err("needs a whole number > 0".into()),
     }
 }
 
-impl TrainArgs {
-    pub fn parse(argv: &[String]) -> Result<TrainArgs, Failure> {
-        let mut args = TrainArgs { memory_budget_mib: DEFAULT_MEMORY_BUDGET_MIB, ..TrainArgs::default() };
-        let mut it = argv.iter();
-        while let Some(flag) = it.next() {
-            let mut value = || it.next().cloned().ok_or_else(|| Failure::usage(format!("{flag} needs a value")));
-            match flag.as_str() {
-                "--config" => args.config = Some(value()?),
-                "--init" => args.init = Some(value()?),
-                "--data" => args.data = Some(value()?),
-                "--steps" => args.steps = Some(positive(flag, &value()?)?),
-                "--backend" => {
-                    args.backend = match value()?.as_str() {
-                        "cpu" => Backend::Cpu,
-                        "gpu" => Backend::Gpu,
-                        other => return Err(Failure::usage(format!("--backend `{other}` is not one of: cpu, gpu"))),
-                    }
+/// The command line, or what to print and the exit status: help and the
+/// version go to standard output with status 0; an error is one line (the
+/// parts of clap's message before its usage and hints) with status 2.
+pub fn parse(argv: Vec<String>) -> Result<Cli, Failure> {
+    Cli::try_parse_from(std::iter::once("stepscope".to_string()).chain(argv)).map_err(|err| {
+        use clap::error::ErrorKind;
+        match err.kind() {
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                crate::say!("{}", err.render().to_string().trim_end());
+                Failure {
+                    message: String::new(),
+                    status: if err.kind() == ErrorKind::DisplayVersion || err.kind() == ErrorKind::DisplayHelp {
+                        0
+                    } else {
+                        2
+                    },
                 }
-                "--out" => args.out = Some(value()?),
-                "--metrics" => args.metrics = Some(value()?),
-                "--checkpoint-every" => args.checkpoint_every = Some(positive(flag, &value()?)?),
-                "--memory-budget" => args.memory_budget_mib = positive(flag, &value()?)?,
-                other => return Err(Failure::usage(format!("unknown argument `{other}` (try `stepscope --help`)"))),
+            }
+            _ => {
+                let text = err.render().to_string();
+                let message: Vec<&str> = text
+                    .split("\n\n")
+                    .next()
+                    .unwrap_or_default()
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                let message = message.join(" ");
+                Failure::usage(format!("{} (try `stepscope --help`)", message.trim_start_matches("error: ")))
             }
         }
-        if args.config.is_none() && args.init.is_none() {
-            return Err(Failure::usage("train needs --config FILE (or --init CHECKPOINT to resume)"));
-        }
-        if args.checkpoint_every.is_some() && args.out.is_none() {
-            return Err(Failure::usage("--checkpoint-every needs --out FILE to write the checkpoints to"));
-        }
-        Ok(args)
-    }
+    })
 }

@@ -23,6 +23,7 @@ use stepscope_core::data::Dataset;
 use stepscope_core::gpu::{probe, GpuContext, GpuEngine};
 use stepscope_core::{CpuEngine, Experiment, TrainState};
 
+use crate::args::Section;
 use crate::{files, say, Failure};
 
 /// Seconds each measurement aims for (repetitions double until reached).
@@ -32,17 +33,8 @@ fn gpu_err(e: stepscope_core::Error) -> Failure {
     Failure { message: e.to_string(), status: 1 }
 }
 
-pub fn run(argv: &[String]) -> Result<(), Failure> {
-    let (mut out, mut only) = (None, None);
-    let mut args = argv.iter();
-    while let Some(flag) = args.next() {
-        match (flag.as_str(), args.next().map(String::as_str)) {
-            ("--out", Some(path)) => out = Some(path.to_string()),
-            ("--only", Some(section @ ("matmul" | "steps" | "checkpointing"))) => only = Some(section),
-            _ => return Err(Failure::usage("bench takes only [--out FILE] [--only matmul|steps|checkpointing]")),
-        }
-    }
-    let runs = |section: &str| only.is_none_or(|o| o == section);
+pub fn run(out: Option<String>, only: Option<Section>) -> Result<(), Failure> {
+    let runs = |section: Section| only.is_none_or(|o| o == section);
     let ctx = Arc::new(GpuContext::new_blocking().map_err(gpu_err)?);
     let mut report = String::new();
     let mut line = |s: String| {
@@ -70,13 +62,13 @@ pub fn run(argv: &[String]) -> Result<(), Failure> {
     line(format!("- build: {}", if cfg!(debug_assertions) { "debug (numbers not meaningful)" } else { "release" }));
     line(String::new());
 
-    if runs("matmul") {
+    if runs(Section::Matmul) {
         matmul_section(&ctx, &mut line)?;
     }
-    if runs("steps") {
+    if runs(Section::Steps) {
         steps_section(&ctx, &mut line)?;
     }
-    if runs("checkpointing") {
+    if runs(Section::Checkpointing) {
         checkpointing::section(&ctx, &mut line)?;
     }
     if let Some(path) = out {

@@ -16,38 +16,17 @@ use stepscope_core::{Error, TrainState};
 
 use crate::{files, say, Failure};
 
-/// `[FILE, --flag value, …]`: the one positional argument and the values of
-/// the allowed flags, in `flags` order.
-pub(crate) fn parse(command: &str, argv: &[String], flags: &[&str]) -> Result<(String, Vec<Option<String>>), Failure> {
-    let mut positional = None;
-    let mut values = vec![None; flags.len()];
-    let mut it = argv.iter();
-    while let Some(arg) = it.next() {
-        if let Some(i) = flags.iter().position(|f| f == arg) {
-            let value = it.next().ok_or_else(|| Failure::usage(format!("{arg} needs a value")))?;
-            values[i] = Some(value.clone());
-        } else if arg.starts_with("--") || positional.is_some() {
-            return Err(Failure::usage(format!("unknown argument `{arg}` (try `stepscope --help`)")));
-        } else {
-            positional = Some(arg.clone());
-        }
-    }
-    let file = positional.ok_or_else(|| Failure::usage(format!("{command} needs a CHECKPOINT file")))?;
-    Ok((file, values))
-}
-
 pub(crate) fn read_checkpoint(path: &str) -> Result<TrainState, Failure> {
     let bytes = files::read(path, "checkpoint")?;
     load_checkpoint(&bytes).map_err(|e| Failure::usage(format!("`{path}`: {e}")))
 }
 
-pub fn export_pytorch(argv: &[String]) -> Result<(), Failure> {
-    let (path, values) = parse("export-pytorch", argv, &["--out", "--data-out"])?;
-    let state = read_checkpoint(&path)?;
+pub fn export_pytorch(path: &str, out: Option<String>, data_out: Option<String>) -> Result<(), Failure> {
+    let state = read_checkpoint(path)?;
     let e = &state.experiment;
     // Everything is computed before anything is written.
     let data =
-        match &values[1] {
+        match &data_out {
             None => None,
             Some(_) if e.data.source == DataSource::Csv => return Err(Failure::usage(
                 "--data-out is for built-in datasets; this experiment trains on a CSV file: give the script that file",
@@ -55,7 +34,7 @@ pub fn export_pytorch(argv: &[String]) -> Result<(), Failure> {
             Some(out) => Some((out, training_csv(&Dataset::load(e, None)?.train))),
         };
     let script = pytorch_script(e);
-    match &values[0] {
+    match &out {
         Some(out) => {
             files::write_atomic(out, script.as_bytes())?;
             say!("script written to {out} (continues step {} of `{path}`)", state.step());
@@ -96,10 +75,8 @@ fn read_inputs(path: &str, width: usize) -> Result<Vec<f32>, Failure> {
     Ok(inputs)
 }
 
-pub fn predict(argv: &[String]) -> Result<(), Failure> {
-    let (path, values) = parse("predict", argv, &["--inputs", "--out"])?;
-    let inputs_path = values[0].as_deref().ok_or_else(|| Failure::usage("predict needs --inputs FILE (a CSV)"))?;
-    let state = read_checkpoint(&path)?;
+pub fn predict(path: &str, inputs_path: &str, out: Option<String>) -> Result<(), Failure> {
+    let state = read_checkpoint(path)?;
     let e = &state.experiment;
     let inputs = read_inputs(inputs_path, e.model.inputs)?; // (N, I)
     let layout = Layout::new(e);
@@ -112,7 +89,7 @@ pub fn predict(argv: &[String]) -> Result<(), Failure> {
         csv += &row.iter().map(|&v| f64::from(v).to_string()).collect::<Vec<_>>().join(",");
         csv.push('\n');
     }
-    match &values[1] {
+    match &out {
         Some(out) => files::write_atomic(out, csv.as_bytes()),
         None => {
             say!("{}", csv.trim_end());

@@ -8,21 +8,13 @@
 use stepscope_core::checkpoint::{load_checkpoint, read_file_info, verify_restore};
 
 use crate::args::TrainArgs;
-use crate::export::{parse, read_checkpoint};
+use crate::export::read_checkpoint;
 use crate::train::load_data;
 use crate::{files, say, Failure};
 
-pub fn verify(argv: &[String]) -> Result<(), Failure> {
-    let (path, values) = parse("verify", argv, &["--data", "--steps"])?;
-    let steps = match values[1].as_deref() {
-        None => 3,
-        Some(text) => match text.parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => return Err(Failure::usage(format!("--steps needs a whole number > 0, got `{text}`"))),
-        },
-    };
-    let state = read_checkpoint(&path)?;
-    let data = load_data(&TrainArgs { data: values[0].clone(), ..TrainArgs::default() }, &state.experiment)?;
+pub fn verify(path: &str, data: Option<String>, steps: usize) -> Result<(), Failure> {
+    let state = read_checkpoint(path)?;
+    let data = load_data(&TrainArgs { data, ..TrainArgs::default() }, &state.experiment)?;
     let report = verify_restore(&state, &data, steps)?;
     say!("{}", report.summary());
     match report.passed() {

@@ -14,14 +14,7 @@ mod train;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage:
-  stepscope train --config FILE [--init FILE] [--data FILE] [--steps N] [--backend cpu|gpu]
-                  [--out FILE] [--metrics FILE] [--checkpoint-every N] [--memory-budget MIB]
-  stepscope inspect FILE
-  stepscope verify CHECKPOINT [--data FILE] [--steps N]
-  stepscope export-pytorch CHECKPOINT [--out FILE] [--data-out FILE]
-  stepscope predict CHECKPOINT --inputs FILE [--out FILE]
-  stepscope bench [--out FILE] [--only matmul|steps|checkpointing]";
+use args::Command;
 
 /// Prints a line to stdout; a closed pipe (`stepscope inspect F | head`)
 /// is not an error worth a panic.
@@ -61,25 +54,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = match argv.first().map(String::as_str) {
-        Some("train") => args::TrainArgs::parse(&argv[1..]).and_then(|a| train::run(&a)),
-        Some("bench") => bench::run(&argv[1..]),
-        Some("export-pytorch") => export::export_pytorch(&argv[1..]),
-        Some("predict") => export::predict(&argv[1..]),
-        Some("verify") => inspect::verify(&argv[1..]),
-        Some("inspect") => match &argv[1..] {
-            [file] => inspect::run(file),
-            _ => Err(Failure::usage("inspect takes exactly one FILE")),
-        },
-        Some("-h" | "--help" | "help") => {
-            say!("{USAGE}");
-            Ok(())
-        }
-        Some(other) => Err(Failure::usage(format!("unknown command `{other}` (try `stepscope --help`)"))),
-        None => Err(Failure::usage("no command given (try `stepscope --help`)")),
-    };
+    let result = args::parse(argv).and_then(|cli| match cli.command {
+        Command::Train(a) => train::run(&a),
+        Command::Bench { out, only } => bench::run(out, only),
+        Command::ExportPytorch { checkpoint, out, data_out } => export::export_pytorch(&checkpoint, out, data_out),
+        Command::Predict { checkpoint, inputs, out } => export::predict(&checkpoint, &inputs, out),
+        Command::Inspect { file } => inspect::run(&file),
+        Command::Verify { checkpoint, data, steps } => inspect::verify(&checkpoint, data, steps),
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Help and the version were printed already.
+        Err(failure) if failure.message.is_empty() => ExitCode::from(failure.status),
         Err(failure) => {
             eprintln!("stepscope: error: {}", failure.message.replace('\n', " "));
             ExitCode::from(failure.status)

@@ -117,14 +117,14 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
     std::fs::write(dir.join("big.json"), big).unwrap();
     let before = files_in(&dir);
     let cases: &[(&[&str], &str)] = &[
-        (&["train"], "needs --config"),
-        (&["train", "--config"], "--config needs a value"),
+        (&["train"], "the following required arguments were not provided: --config <CONFIG>"),
+        (&["train", "--config"], "a value is required for '--config <CONFIG>' but none was supplied"),
         (&["train", "--config", "missing.json", "--out", "o.safetensors"], "cannot read config `missing.json`"),
         (&["train", "--config", "typo.json", "--out", "o.safetensors", "--metrics", "m.jsonl"], "unknown field `sed`"),
-        (&["train", "--config", "config.json", "--steps", "0"], "--steps needs a whole number > 0"),
-        (&["train", "--config", "config.json", "--backend", "tpu"], "--backend `tpu`"),
-        (&["train", "--config", "config.json", "--frobnicate"], "unknown argument `--frobnicate`"),
-        (&["train", "--config", "config.json", "--checkpoint-every", "5"], "needs --out"),
+        (&["train", "--config", "config.json", "--steps", "0"], "invalid value '0' for '--steps <STEPS>': needs a whole number > 0"),
+        (&["train", "--config", "config.json", "--backend", "tpu"], "invalid value 'tpu' for '--backend <BACKEND>' [possible values: cpu, gpu]"),
+        (&["train", "--config", "config.json", "--frobnicate"], "unexpected argument '--frobnicate' found"),
+        (&["train", "--config", "config.json", "--checkpoint-every", "5"], "required arguments were not provided: --out <OUT>"),
         (
             &["train", "--config", "config.json", "--init", "garbage.safetensors", "--out", "o.safetensors"],
             "--init `garbage.safetensors`",
@@ -133,15 +133,15 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
         (&["train", "--config", "csv.json", "--data", "bad.csv", "--metrics", "m.jsonl"], "line 3, column 2"),
         (&["train", "--config", "config.json", "--data", "bad.csv"], "--data is for"),
         (&["inspect", "garbage.safetensors"], "truncated"),
-        (&["inspect"], "exactly one FILE"),
-        (&["export-pytorch"], "needs a CHECKPOINT"),
+        (&["inspect"], "required arguments were not provided: <FILE>"),
+        (&["export-pytorch"], "required arguments were not provided: <CHECKPOINT>"),
         (&["export-pytorch", "garbage.safetensors", "--out", "s.py"], "`garbage.safetensors`: checkpoint: truncated"),
         (&["export-pytorch", "missing.safetensors", "--out", "s.py"], "cannot read checkpoint"),
-        (&["export-pytorch", "a.safetensors", "b.safetensors"], "unknown argument `b.safetensors`"),
-        (&["export-pytorch", "a.safetensors", "--out"], "--out needs a value"),
-        (&["predict", "garbage.safetensors"], "needs --inputs"),
+        (&["export-pytorch", "a.safetensors", "b.safetensors"], "unexpected argument 'b.safetensors' found"),
+        (&["export-pytorch", "a.safetensors", "--out"], "a value is required for '--out <OUT>'"),
+        (&["predict", "garbage.safetensors"], "required arguments were not provided: --inputs <INPUTS>"),
         (&["predict", "garbage.safetensors", "--inputs", "bad.csv"], "truncated"),
-        (&["fly"], "unknown command `fly`"),
+        (&["fly"], "unrecognized subcommand 'fly'"),
         (
             &["train", "--config", "config.json", "--out", "config.json"],
             "--out `config.json` is the same file as --config",
@@ -164,7 +164,7 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
             &["train", "--config", "big.json", "--memory-budget", "64", "--out", "o.safetensors"],
             "the run needs 129.6 MiB at its peak (parameters 0.0 MiB, gradients 0.0 MiB, optimizer state 0.1 MiB, activations 64.0 MiB",
         ),
-        (&["train", "--config", "config.json", "--memory-budget", "0"], "--memory-budget needs a whole number > 0"),
+        (&["train", "--config", "config.json", "--memory-budget", "0"], "invalid value '0' for '--memory-budget <MIB>': needs a whole number > 0"),
     ];
     for (args, want) in cases {
         let out = stepscope(&dir, args);
@@ -366,5 +366,25 @@ fn ctrl_c_stops_at_a_step_boundary_with_a_checkpoint() {
     assert!(stderr.contains("interrupted at step") && stderr.contains("written to o.safetensors"), "{stderr}");
     let state = load_checkpoint(&std::fs::read(dir.join("o.safetensors")).unwrap()).unwrap();
     assert_eq!(state.step() as usize, lines(), "one metrics line per step the checkpoint holds");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--help` on every subcommand, `--version`, and `--flag=value`.
+#[test]
+fn help_version_and_flag_equals_value() {
+    let dir = temp_dir("help");
+    for command in ["train", "inspect", "verify", "export-pytorch", "predict", "bench"] {
+        let out = stepscope(&dir, &[command, "--help"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{command} --help");
+        assert!(stdout.contains(&format!("Usage: stepscope {command}")), "{command}: {stdout}");
+    }
+    assert!(String::from_utf8_lossy(&stepscope(&dir, &["train", "--help"]).stdout).contains("--memory-budget <MIB>"));
+    let version = stepscope(&dir, &["--version"]);
+    assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), format!("stepscope {}", env!("CARGO_PKG_VERSION")));
+    let out = stepscope(&dir, &["train", "--config=config.json", "--steps=2", "--out=o.safetensors"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let state = load_checkpoint(&std::fs::read(dir.join("o.safetensors")).unwrap()).unwrap();
+    assert_eq!(state.step(), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }

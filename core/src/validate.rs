@@ -198,8 +198,9 @@ fn data(e: &Experiment) -> Result<()> {
 }
 
 /// A run's state, as a checkpoint or the page hands it over: its
-/// experiment; parameter and optimizer buffers of the model's size, finite,
-/// with second moments >= 0; a step and row counter in range; and, given
+/// experiment; parameter and optimizer buffers of the model's size, with
+/// second moments >= 0 (finiteness is `finite`'s: an engine may be built
+/// from a non-finite state, and names the layer and phase where it shows); a step and row counter in range; and, given
 /// the training rows, a shuffle epoch consistent with the row counter
 /// (`train_rows` is `None` where the data is not at hand, as when a file is
 /// first read).
@@ -224,11 +225,6 @@ pub fn state(s: &TrainState, train_rows: Option<usize>) -> Result<()> {
             e.optimizer.name(),
             names(&expected)
         ));
-    }
-    for (name, values) in [("parameters", &s.params)].into_iter().chain(o.buffers()) {
-        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return bad(format!("{name} hold a non-finite value ({}) at index {i}", values[i]));
-        }
     }
     if let Some(i) = o.exp_avg_sq.iter().position(|&v| v < 0.0) {
         return bad(format!(
@@ -263,6 +259,16 @@ pub fn state(s: &TrainState, train_rows: Option<usize>) -> Result<()> {
             position.epoch,
             current - position.epoch
         ));
+    }
+    Ok(())
+}
+
+/// Every parameter and optimizer value finite: what a checkpoint holds.
+pub fn finite(s: &TrainState) -> Result<()> {
+    for (name, values) in [("parameters", &s.params)].into_iter().chain(s.optimizer.buffers()) {
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return bad(format!("{name} hold a non-finite value ({}) at index {i}", values[i]));
+        }
     }
     Ok(())
 }

@@ -380,6 +380,43 @@ async function setField(page, id, value) {
   await page.getByTestId(id).press('Enter');
 }
 
+test('a lost GPU device: the page says so, resumes from the newest checkpoint, and the run continues with the same numbers', async (t) => {
+  const { page } = await open(base);
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true');
+  assert.match(await text(page, 'backend-name'), /WebGPU/);
+  await setField(page, 'checkpoint-every', 10);
+  await trainUntil(page, 35);
+  const paused = await stepCount(page);
+  const digest = async () => {
+    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-checkpoint').click()]);
+    const bytes = fs.readFileSync(await download.path());
+    const header = JSON.parse(bytes.subarray(8, 8 + Number(bytes.readBigUInt64LE(0))).toString());
+    return [header.__metadata__.step, header.__metadata__.digest];
+  };
+  const before = await digest();
+  assert.equal(before[0], String(paused));
+
+  // The device goes; the next step finds out, and the page resumes from
+  // its newest automatic checkpoint on a new device.
+  assert.ok(await page.evaluate(() => window.wasmBindings.stepscope_test_lose_device()));
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => /GPU device was lost; training resumed on a new device from step \d+/.test(document.querySelector('[data-testid=notice]')?.textContent ?? ''));
+  const resumed = Number((await text(page, 'notice')).match(/from step (\d+)/)[1]);
+  assert.ok(resumed <= paused && resumed > paused - 20 && resumed % 10 === 0, `resumed from ${resumed}, paused at ${paused}`);
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent) === n, resumed);
+
+  // Redone on the new device, the steps up to the pause give the same
+  // checkpoint bit for bit (its digest covers every tensor and the metadata).
+  for (let s = resumed; s < paused; s++) {
+    await page.getByTestId('step-once').click();
+    await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent) === n, s + 1);
+  }
+  assert.deepEqual(await digest(), before);
+  await trainUntil(page, paused + 10);
+  t.diagnostic(`device lost at step ${paused}; resumed from ${resumed}; redone steps gave the same checkpoint`);
+  await page.close();
+});
+
 test('automatic checkpoints survive a reload; synchronous ones stall the loop', async (t) => {
   const { page } = await open(base);
   await setField(page, 'checkpoint-every', 10);

@@ -90,10 +90,16 @@ pub(crate) fn rng_hex(state: [u64; 4]) -> String {
 /// overflowed to inf) is refused here, naming what is wrong: what saves,
 /// loads.
 pub fn save_checkpoint(state: &TrainState) -> Result<Vec<u8>> {
-    crate::validate::state(state, None).map_err(|e| match e {
+    crate::validate::state(state, None).and_then(|()| crate::validate::finite(state)).map_err(|e| match e {
         Error::Experiment(why) => Error::Checkpoint(format!("this state cannot be saved: {why}")),
         other => other,
     })?;
+    serialize(state)
+}
+
+/// The file's bytes for `state`, unchecked (tests write refused states
+/// with it, to check that loading refuses them).
+pub(crate) fn serialize(state: &TrainState) -> Result<Vec<u8>> {
     let layout = Layout::new(&state.experiment);
     let named = named_tensors(state, &layout);
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =

@@ -13,54 +13,34 @@
 //   node bench/run.mjs --quick      one short round of W1 (the test command's
 //                                   smoke run: it checks that every side runs,
 //                                   and asserts no speed)
-import http from 'node:http';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as esbuild from 'esbuild';
-import { chromium } from 'playwright-core';
+import { adapterName, launch, serve } from './browser.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const dist = path.resolve(here, '../../../dist');
 const wasmDir = path.resolve(here, '../node_modules/@tensorflow/tfjs-backend-wasm/dist');
 const bundle = path.join(here, 'dist/tfjs-bench.js');
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 const out = args.includes('--out') ? args[args.indexOf('--out') + 1] : null;
-const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
 
-if (!fs.existsSync(path.join(dist, 'index.html'))) throw new Error('dist/index.html missing: run `trunk build --release` first');
 await esbuild.build({ entryPoints: [path.join(here, 'tfjs-bench.mjs')], bundle: true, format: 'iife', outfile: bundle, logLevel: 'warning' });
-
-const serve = (file, res) => {
-  if (!fs.existsSync(file) || !fs.statSync(file).isFile()) return res.writeHead(404).end();
-  res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
-  fs.createReadStream(file).pipe(res);
-};
-const server = http.createServer((req, res) => {
-  const p = path.normalize(new URL(req.url, 'http://localhost').pathname);
-  if (p === '/tfjs/tfjs-bench.js') return serve(bundle, res);
-  if (p.startsWith('/tfjs-wasm/')) return serve(path.join(wasmDir, path.basename(p)), res);
-  return serve(path.join(dist, p === '/' ? 'index.html' : p), res);
+const { server, root } = await serve((p) => {
+  if (p === '/tfjs/tfjs-bench.js') return bundle;
+  if (p.startsWith('/tfjs-wasm/')) return path.join(wasmDir, path.basename(p));
+  return null;
 });
-await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    '--enable-webgpu-developer-features'],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage();
   page.on('pageerror', (e) => console.error(`page error: ${e}`));
-  await page.goto(`http://127.0.0.1:${server.address().port}/?bench`);
+  await page.goto(`${root}?bench`);
   await page.waitForFunction(() => window.wasmBindings?.stepscope_bench, null, { timeout: 60_000 });
   await page.addScriptTag({ url: '/tfjs/tfjs-bench.js' });
-  const adapter = await page.evaluate(async () => {
-    const a = await navigator.gpu?.requestAdapter();
-    return a ? [a.info.description, a.info.architecture, a.info.vendor].filter(Boolean).join(', ') : 'none';
-  });
+  const adapter = await adapterName(page);
 
   const seconds = quick ? 0.3 : 3;
   const reps = quick ? 1 : 3;

@@ -45,6 +45,8 @@ pub enum Command {
     CheckAccumulation(usize),
     /// Recompute pre-activations in backward instead of storing them.
     ActivationCheckpointing(bool),
+    /// Test hook: destroy the GPU device in use (a device loss).
+    LoseDevice,
 }
 
 /// What a command produced for the page.

@@ -246,6 +246,10 @@ impl Runner {
             Command::CheckAccumulation(k) => {
                 return self.check_accumulation(k).await.map(|r| Some(Outcome::Accumulation(r)));
             }
+            Command::LoseDevice => match &self.engine {
+                PageEngine::Gpu(engine) => engine.context().device.destroy(),
+                PageEngine::Cpu(_) => return Err("No GPU device is in use to lose (pin the WebGPU engine).".into()),
+            },
             Command::StepOnce | Command::StepPhase => {}
         }
         Ok(None)

@@ -1,0 +1,46 @@
+// What the benchmark scripts share: the trunk-built page (dist/) served on
+// 127.0.0.1 with extra routes, and headless Chromium with WebGPU on its
+// software adapter (flags as in ../../shared/TOOLCHAIN.md).
+import http from 'node:http';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const dist = path.resolve(here, '../../../dist');
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
+
+const serveFile = (file, res) => {
+  if (!fs.existsSync(file) || !fs.statSync(file).isFile()) return res.writeHead(404).end();
+  res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
+  fs.createReadStream(file).pipe(res);
+};
+
+// Serves dist/; `routes(pathname)` may name another file for a path.
+export async function serve(routes = () => null) {
+  if (!fs.existsSync(path.join(dist, 'index.html'))) throw new Error('dist/index.html missing: run `trunk build --release` first');
+  const server = http.createServer((req, res) => {
+    const p = path.normalize(new URL(req.url, 'http://localhost').pathname);
+    serveFile(routes(p) ?? path.join(dist, p === '/' ? 'index.html' : p), res);
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  return { server, root: `http://127.0.0.1:${server.address().port}/` };
+}
+
+export async function launch(extraArgs = []) {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--enable-webgpu-developer-features', ...extraArgs],
+  });
+}
+
+// The WebGPU adapter the browser offers, in words.
+export async function adapterName(page) {
+  return page.evaluate(async () => {
+    const a = await navigator.gpu?.requestAdapter();
+    return a ? [a.info.description, a.info.architecture, a.info.vendor].filter(Boolean).join(', ') : 'none';
+  });
+}
