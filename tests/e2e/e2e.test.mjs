@@ -386,7 +386,15 @@ test('a lost GPU device: the page says so, resumes from the newest checkpoint, a
   assert.match(await text(page, 'backend-name'), /WebGPU/);
   await setField(page, 'checkpoint-every', 10);
   await trainUntil(page, 35);
-  const paused = await stepCount(page);
+  // Steps in flight when Pause was pressed still land: wait until the
+  // count holds still.
+  let paused = await stepCount(page);
+  for (;;) {
+    await page.waitForTimeout(400);
+    const now = await stepCount(page);
+    if (now === paused) break;
+    paused = now;
+  }
   const digest = async () => {
     const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-checkpoint').click()]);
     const bytes = fs.readFileSync(await download.path());
