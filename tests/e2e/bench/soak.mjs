@@ -43,6 +43,7 @@ try {
     await page.getByTestId('train-toggle').click();
     const started = Date.now();
     const samples = [];
+    const pauses = [];
     for (;;) {
       await page.waitForTimeout(every * 1000);
       const s = await page.evaluate(() => {
@@ -59,6 +60,14 @@ try {
       console.log(`${engine} ${s.t.toFixed(0)} s: step ${s.steps}, JS heap ${(s.heap / MB).toFixed(1)} MB, wasm ${(s.wasm / MB).toFixed(1)} MB${s.alert ? `, alert: ${s.alert}` : ''}`);
       if (s.steps >= target && s.t >= minSeconds) break;
       if (s.t > 1800) throw new Error(`${engine}: ${s.steps} steps after 30 min`);
+      // The page pauses itself on a loss spike (a converged AdamW run does
+      // spike): note it, and train on, as a user pressing Train would.
+      if (/Train/.test(await page.getByTestId('train-toggle').textContent())) {
+        pauses.push(`step ${s.steps}: ${s.alert.replace(/Back to the last good checkpoint.*$/, '').trim()}`);
+        console.log(`${engine}: paused at step ${s.steps}; training on`);
+        await page.getByRole('button', { name: 'Dismiss message' }).click().catch(() => {});
+        await page.getByTestId('train-toggle').click();
+      }
     }
     await page.getByTestId('train-toggle').click();
     await page.close();
@@ -66,7 +75,7 @@ try {
     // engine race are over), in MB per 100,000 steps.
     const tail = samples.slice(Math.floor(samples.length / 2));
     const per = (key) => 100_000 * slope(tail.map((s) => s.steps), tail.map((s) => s[key] / MB));
-    results.push({ engine, backend, samples, heapSlope: per('heap'), wasmSlope: per('wasm') });
+    results.push({ engine, backend, samples, pauses, heapSlope: per('heap'), wasmSlope: per('wasm') });
   }
   lines.push('# Soak: memory over a long run in the browser', '',
     `- machine: ${os.cpus()[0]?.model ?? 'unknown'}, ${os.cpus().length} cores`,
@@ -77,6 +86,7 @@ try {
     const last = r.samples[r.samples.length - 1];
     lines.push(`## ${r.engine}: ${r.backend}`, '',
       `${last.steps.toLocaleString('en')} steps in ${last.t.toFixed(0)} s. Slope: JS heap ${r.heapSlope.toFixed(3)} MB, WebAssembly memory ${r.wasmSlope.toFixed(3)} MB per 100,000 steps.`, '',
+      ...(r.pauses.length ? [`The page paused itself ${r.pauses.length} time(s), each resumed by the script:`, '', ...r.pauses.map((p) => `- ${p}`), ''] : []),
       '| time (s) | steps | JS heap (MB) | WebAssembly memory (MB) |', '|---|---|---|---|',
       ...r.samples.map((s) => `| ${s.t.toFixed(0)} | ${s.steps} | ${(s.heap / MB).toFixed(2)} | ${(s.wasm / MB).toFixed(2)} |`), '');
   }
