@@ -285,6 +285,16 @@ test('checkpoints download, restore, verify, and bad uploads change nothing', as
     assert.equal(await text(page, 'step-count'), '5');
     await page.getByRole('button', { name: 'Dismiss message' }).click();
   }
+  // A refused file does not even pause a running run.
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) > 5);
+  await page.getByTestId('restore-checkpoint').setInputFiles(bad('truncated-again.safetensors', bytes.subarray(0, bytes.length - 10)));
+  await page.waitForFunction(() => /truncated/.test(document.querySelector('[data-testid=alert]')?.textContent ?? ''));
+  assert.match(await page.getByTestId('train-toggle').textContent(), /Pause/);
+  const running = await stepCount(page);
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent) > n, running);
+  await page.getByTestId('train-toggle').click();
+  await page.getByRole('button', { name: 'Dismiss message' }).click();
   // The good one restores step 3, and continues from there.
   await page.getByTestId('restore-checkpoint').setInputFiles(saved);
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '3');

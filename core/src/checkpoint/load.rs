@@ -208,10 +208,13 @@ pub fn load_weights(bytes: &[u8], experiment: &Experiment) -> Result<Vec<f32>> {
         params[t.offset..t.offset + t.len].copy_from_slice(&values);
         expected.insert(t.name);
     }
-    let is_checkpoint = file.names().iter().any(|n| n.starts_with("optimizer."));
-    if !is_checkpoint {
-        no_extra(&file, &expected)?;
+    // A Stepscope checkpoint (it has the format tag) also holds optimizer
+    // state, which initial weights leave out; a plain weights file holds
+    // the weights and nothing else.
+    if metadata(bytes)?.contains_key("format") {
+        expected.extend(file.names().into_iter().filter(|n| n.starts_with("optimizer.")).map(String::from));
     }
+    no_extra(&file, &expected)?;
     Ok(params)
 }
 

@@ -39,7 +39,7 @@ fn rebuild(
 ) -> Vec<u8> {
     let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
     let (_, header) = safetensors::SafeTensors::read_metadata(bytes).unwrap();
-    let mut meta = header.metadata().clone().unwrap();
+    let mut meta = header.metadata().clone().unwrap_or_default();
     let mut tensors: Vec<_> =
         file.tensors().into_iter().map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec())).collect();
     edit(&mut tensors, &mut meta);
@@ -273,4 +273,11 @@ fn plain_weights_file_is_accepted_as_initial_weights() {
     // A full checkpoint's weights are accepted too.
     let full = save_checkpoint(&state).unwrap();
     assert_eq!(load_weights(&full, &e).unwrap(), state.params);
+    // A plain weights file with a stray optimizer tensor is not a checkpoint.
+    let stray = rebuild(&plain, |t, _| {
+        let first = t[0].clone();
+        t.push((format!("optimizer.{}.exp_avg", first.0), first.1, first.2, first.3));
+    });
+    let msg = load_weights(&stray, &e).unwrap_err().to_string();
+    assert!(msg.contains("unexpected tensor `optimizer.layers.0.weight.exp_avg`"), "{msg}");
 }
