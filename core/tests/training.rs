@@ -113,7 +113,7 @@ fn accumulation_equals_one_large_batch() {
 
 #[test]
 fn non_finite_is_reported_with_layer_and_phase() {
-    let e = common::experiment(json!({"optimizer": {"kind": "sgd", "lr": 1e30}, "loss": "mse"}));
+    let e = common::experiment(json!({"optimizer": {"kind": "sgd", "lr": 1.0}, "loss": "mse", "regularization": {"kind": "l2", "rate": 1e30}}));
     let mut engine = common::engine(&e);
     let mut error = None;
     for _ in 0..10 {
@@ -122,6 +122,6 @@ fn non_finite_is_reported_with_layer_and_phase() {
             break;
         }
     }
-    let error = error.expect("lr 1e30 must blow up");
+    let error = error.expect("an L2 rate of 1e30 must blow up");
     assert!(error.contains("layer") && error.contains("NaN/Inf"), "{error}");
 }
