@@ -95,6 +95,8 @@ pub struct AppState {
     pub checkpoint_every: RwSignal<u64>,
     /// Automatic checkpoints in the background (true) or synchronously.
     pub checkpoint_background: RwSignal<bool>,
+    /// A background checkpoint is still being serialized and stored.
+    pub checkpoint_in_flight: RwSignal<bool>,
     /// What the last automatic checkpoint cost, or why it failed.
     pub last_checkpoint: RwSignal<Option<Result<CheckpointReport, String>>>,
     /// After a loss spike or NaN at this step: offer the newest checkpoint
@@ -155,6 +157,7 @@ impl AppState {
             layer_history: RwSignal::new(Vec::new()),
             checkpoint_every: RwSignal::new(100),
             checkpoint_background: RwSignal::new(true),
+            checkpoint_in_flight: RwSignal::new(false),
             last_checkpoint: RwSignal::new(None),
             rollback_offer: RwSignal::new(None),
             accumulation: RwSignal::new(None),

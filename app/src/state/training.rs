@@ -240,6 +240,14 @@ impl AppState {
     async fn checkpoint(&self, runner: &mut Runner) -> f64 {
         let started = Instant::now();
         let background = self.checkpoint_background.get_untracked();
+        // One background checkpoint at a time: when they fall due faster
+        // than IndexedDB stores them (the CPU engine runs thousands of steps
+        // a second), the next waits until this one is stored, instead of
+        // tasks and their bytes piling up without bound (the soak benchmark
+        // found that).
+        if background && self.checkpoint_in_flight.get_untracked() {
+            return 0.0;
+        }
         let pending = match runner.begin_checkpoint() {
             Ok(p) => p,
             Err(err) => {
@@ -251,8 +259,10 @@ impl AppState {
         let state = *self;
         if background {
             let loop_ms = ms(started);
+            self.checkpoint_in_flight.set(true);
             spawn_local(async move {
                 let report = pending.complete(ring, csv, started, true).await;
+                state.checkpoint_in_flight.set(false);
                 state.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r }));
             });
             loop_ms
