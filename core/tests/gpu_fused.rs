@@ -85,7 +85,9 @@ fn a_run_switching_paths_and_through_checkpoints_equals_the_cpu_run() {
 
 #[test]
 fn non_finite_values_stop_the_fused_step_as_the_phased_one() {
-    let e = common::experiment(json!({"optimizer": {"kind": "sgd", "lr": 1.0}, "loss": "mse", "regularization": {"kind": "l2", "rate": 1e30}}));
+    let e = common::experiment(
+        json!({"optimizer": {"kind": "sgd", "lr": 1.0}, "loss": "mse", "regularization": {"kind": "l2", "rate": 1e30}}),
+    );
     let mut phased = gpu_engine(&e);
     let mut fused = fused_engine(&e);
     let phased_err = phased.run(10, 10).unwrap_err();

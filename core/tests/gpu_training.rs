@@ -83,7 +83,9 @@ fn checkpoints_move_between_engines() {
 
 #[test]
 fn non_finite_values_name_layer_and_phase_and_keep_the_last_good_state() {
-    let e = common::experiment(json!({"optimizer": {"kind": "sgd", "lr": 1.0}, "loss": "mse", "regularization": {"kind": "l2", "rate": 1e30}}));
+    let e = common::experiment(
+        json!({"optimizer": {"kind": "sgd", "lr": 1.0}, "loss": "mse", "regularization": {"kind": "l2", "rate": 1e30}}),
+    );
     let mut gpu = gpu_engine(&e);
     let err = gpu.run(10, 10).unwrap_err();
     let Error::NonFinite(message) = &err else { panic!("{err}") };

@@ -113,7 +113,9 @@ fn accumulation_equals_one_large_batch() {
 
 #[test]
 fn non_finite_is_reported_with_layer_and_phase() {
-    let e = common::experiment(json!({"optimizer": {"kind": "sgd", "lr": 1.0}, "loss": "mse", "regularization": {"kind": "l2", "rate": 1e30}}));
+    let e = common::experiment(
+        json!({"optimizer": {"kind": "sgd", "lr": 1.0}, "loss": "mse", "regularization": {"kind": "l2", "rate": 1e30}}),
+    );
     let mut engine = common::engine(&e);
     let mut error = None;
     for _ in 0..10 {
