@@ -275,8 +275,8 @@ fn plain_weights_file_is_accepted_as_initial_weights() {
     assert_eq!(load_weights(&full, &e).unwrap(), state.params);
     // A plain weights file with a stray optimizer tensor is not a checkpoint.
     let stray = rebuild(&plain, |t, _| {
-        let first = t[0].clone();
-        t.push((format!("optimizer.{}.exp_avg", first.0), first.1, first.2, first.3));
+        let w = t.iter().find(|x| x.0 == "layers.0.weight").unwrap().clone();
+        t.push((format!("optimizer.{}.exp_avg", w.0), w.1, w.2, w.3));
     });
     let msg = load_weights(&stray, &e).unwrap_err().to_string();
     assert!(msg.contains("unexpected tensor `optimizer.layers.0.weight.exp_avg`"), "{msg}");
