@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what Stepscope's build, page and tests need, skipping what is
 # present. Safe to run again and again.
-#   bash scripts/setup.sh        everything (the test command runs this)
+#   bash scripts/setup.sh        what the tests need (the test command runs this)
 #   bash scripts/setup.sh web    only what serving the page needs
+#   bash scripts/setup.sh torch  PyTorch in .venv, for the export checks (the
+#                                test command runs this just before them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -46,14 +48,8 @@ cargo fetch --quiet
 
 if [ "$what" = web ]; then exit 0; fi
 
-# --- tests ---------------------------------------------------------------
-# Chromium and its driver for the browser tests; Mesa's lavapipe (Vulkan on
-# the CPU) for the native GPU tests, since CI machines have no GPU.
-apt_install chromium chromium-driver mesa-vulkan-drivers libvulkan1
-
-# Python with numpy, safetensors and PyTorch: the checkpoint
-# interoperability check opens our files as PyTorch users would
-# (safetensors.numpy.load_file); the export checks run exported scripts.
+# Python with numpy and safetensors: the checkpoint interoperability check
+# opens our files as PyTorch users would (safetensors.numpy.load_file).
 # They go into a virtual environment in the repo (.venv): Debian 12 and
 # Ubuntu 24.04 refuse pip installs into the system interpreter (PEP 668).
 # It sees the system's packages, so a machine that has them installs nothing.
@@ -64,6 +60,21 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv --system-site-packages .venv
   }
 fi
-if ! .venv/bin/python -c 'import numpy, safetensors, torch' >/dev/null 2>&1; then
-  .venv/bin/python -m pip install --quiet numpy safetensors torch==2.15.0
+
+# PyTorch (a wheel of about 3 GB with its CUDA libraries) only for the
+# checks that run exported scripts.
+if [ "$what" = torch ]; then
+  if ! .venv/bin/python -c 'import numpy, safetensors, torch' >/dev/null 2>&1; then
+    .venv/bin/python -m pip install --quiet numpy safetensors torch==2.15.0
+  fi
+  exit 0
+fi
+
+# --- tests ---------------------------------------------------------------
+# Chromium and its driver for the browser tests; Mesa's lavapipe (Vulkan on
+# the CPU) for the native GPU tests, since CI machines have no GPU.
+apt_install chromium chromium-driver mesa-vulkan-drivers libvulkan1
+
+if ! .venv/bin/python -c 'import numpy, safetensors' >/dev/null 2>&1; then
+  .venv/bin/python -m pip install --quiet numpy safetensors
 fi

@@ -30,6 +30,9 @@ export STEPSCOPE_PYTHON="$PWD/.venv/bin/python"
 echo "== checkpoints open in Python (safetensors.numpy)"
 "$STEPSCOPE_PYTHON" scripts/check_checkpoint.py
 
+echo "== PyTorch for the export checks (installed into .venv if missing)"
+bash scripts/setup.sh torch
+
 echo "== exported PyTorch scripts continue runs as Stepscope does (torch, CPU)"
 "$STEPSCOPE_PYTHON" scripts/check_pytorch_export.py
 

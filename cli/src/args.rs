@@ -9,8 +9,10 @@ use crate::Failure;
 /// Default number of steps when neither `--steps` nor a schedule's
 /// `total_steps` says.
 pub const DEFAULT_STEPS: u64 = 100;
-/// Default memory budget of a run, in MiB.
-pub const DEFAULT_MEMORY_BUDGET_MIB: u64 = 4096;
+/// Default memory budget of a run, in MiB: twice the page's, and below
+/// the largest model the experiment's fields allow (about 3.8 GB with Adam),
+/// so that one is refused unless asked for.
+pub const DEFAULT_MEMORY_BUDGET_MIB: u64 = 2048;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -27,9 +27,14 @@ fn read_experiment(path: &str) -> Result<Experiment, Failure> {
 }
 
 /// The run to start from: a fresh one, a fresh one with given initial
-/// weights, or a full checkpoint to resume.
+/// weights, or a full checkpoint to resume. A config's experiment is held
+/// to the memory budget before its parameters are allocated (a checkpoint's
+/// tensors are bounded by its file, checked before they are allocated).
 fn initial_state(args: &TrainArgs) -> Result<TrainState, Failure> {
     let config = args.config.as_deref().map(read_experiment).transpose()?;
+    if let Some(experiment) = &config {
+        Limits::native(args.memory_budget_mib).check(experiment, None)?;
+    }
     let Some(init_path) = args.init.as_deref() else {
         let experiment = config.expect("parse() requires --config or --init");
         return Ok(fresh(experiment, None));
@@ -122,6 +127,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let state = initial_state(args)?;
     let data = load_data(args, &state.experiment)?;
     state.check(&data)?;
+    // Again with the data's own rows (a CSV's, or a checkpoint's experiment).
     let rows = (data.train.rows(), data.test.rows());
     Limits::native(args.memory_budget_mib).check(&state.experiment, Some(rows))?;
     if let Some(out) = &args.out {

@@ -115,6 +115,12 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
     std::fs::write(dir.join("bad.csv"), "x1,x2,y\n1,2,0\n3,oops,1\n").unwrap();
     let big = CONFIG.replace("\"units\": 8", "\"units\": 2048").replace("\"batch_size\": 16", "\"batch_size\": 4096");
     std::fs::write(dir.join("big.json"), big).unwrap();
+    // The largest model each field allows (16 layers of 4,096 units with
+    // Adam): 3.8 GB of parameters, gradients and moments, refused by the
+    // default budget before any of it is allocated.
+    let widest = r#"{"units": 4096, "activation": "tanh"}, "#.repeat(15);
+    let huge = CONFIG.replace(r#"{"units": 8, "activation": "tanh"}, "#, &widest);
+    std::fs::write(dir.join("huge.json"), huge).unwrap();
     let before = files_in(&dir);
     let cases: &[(&[&str], &str)] = &[
         (&["train"], "the following required arguments were not provided: --config <CONFIG>"),
@@ -162,8 +168,9 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
         (&["train", "--config", "config.json", "--out", "."], "--out `.` is a directory"),
         (
             &["train", "--config", "big.json", "--memory-budget", "64", "--out", "o.safetensors"],
-            "the run needs 129.6 MiB at its peak (parameters 0.0 MiB, gradients 0.0 MiB, optimizer state 0.1 MiB, activations 64.0 MiB",
+            "the run needs 130.0 MiB at its peak (parameters 0.0 MiB, gradients 0.0 MiB, optimizer state 0.1 MiB, activations 64.0 MiB",
         ),
+        (&["train", "--config", "huge.json", "--out", "o.safetensors"], "more than the 2048.0 MiB budget (--memory-budget)"),
         (&["train", "--config", "config.json", "--memory-budget", "0"], "invalid value '0' for '--memory-budget <MIB>': needs a whole number > 0"),
     ];
     for (args, want) in cases {
@@ -175,6 +182,83 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
         assert_eq!(files_in(&dir), before, "{args:?} left files behind");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Checkpoints whose metadata is absurd but whose digest is right (as a
+/// hostile file would be written): every command that reads a checkpoint
+/// refuses each in one line with status 2, in well under a second, instead
+/// of hanging, overflowing or training at lr 1e30.
+#[test]
+fn absurd_checkpoint_metadata_is_refused_by_every_command() {
+    use stepscope_core::checkpoint::{load_checkpoint, serialize_unchecked};
+    use stepscope_core::experiment::OptimizerSpec;
+    let dir = temp_dir("absurd");
+    let out = stepscope(&dir, &["train", "--config", "config.json", "--steps", "3", "--out", "good.safetensors"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let good = load_checkpoint(&std::fs::read(dir.join("good.safetensors")).unwrap()).unwrap();
+    std::fs::write(dir.join("rows.csv"), "x1,x2\n0.5,0.5\n").unwrap();
+    type Edit = fn(&mut stepscope_core::TrainState);
+    let cases: [(&str, Edit, &str); 5] = [
+        (
+            "rows",
+            |s| {
+                s.experiment.data.shuffle = true;
+                s.data_position.rows_consumed = 1_000_000_000_000_000_000;
+            },
+            "restoring would replay the shuffle",
+        ),
+        ("rows-max", |s| s.data_position.rows_consumed = u64::MAX, "rows_consumed 18446744073709551615 is beyond"),
+        ("step-max", |s| s.optimizer.step = u64::MAX, "step count 18446744073709551615 is beyond"),
+        ("moment", |s| s.optimizer.exp_avg_sq[1] = -1.0, "exp_avg_sq holds a negative value (-1)"),
+        (
+            "lr",
+            |s| {
+                if let OptimizerSpec::Adam { lr, .. } = &mut s.experiment.optimizer {
+                    *lr = 1e30;
+                }
+            },
+            "optimizer.lr must be a finite number in [0, 100]",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let mut state = good.clone();
+        edit(&mut state);
+        let file = format!("{name}.safetensors");
+        std::fs::write(dir.join(&file), serialize_unchecked(&state).unwrap()).unwrap();
+        let before = files_in(&dir);
+        // Loading alone refuses all but the first, which only the data can
+        // tell apart (a shuffled run that far into its epochs): the commands
+        // that build an engine refuse it.
+        let commands: Vec<Vec<&str>> = if name == "rows" {
+            vec![vec!["train", "--init", &file, "--steps", "1", "--out", "o.safetensors"], vec!["verify", &file]]
+        } else {
+            vec![
+                vec!["train", "--init", &file, "--steps", "1", "--out", "o.safetensors"],
+                vec!["verify", &file],
+                vec!["export-pytorch", &file, "--out", "s.py"],
+                vec!["predict", &file, "--inputs", "rows.csv"],
+            ]
+        };
+        for args in commands {
+            let started = std::time::Instant::now();
+            let out = stepscope(&dir, &args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{args:?}: one line, got {stderr}");
+            assert!(stderr.contains(want), "{args:?}: `{stderr}` lacks `{want}`");
+            assert_eq!(files_in(&dir), before, "{args:?} left files behind");
+            // Not a speed figure: a refusal that takes a minute is a hang.
+            assert!(started.elapsed().as_secs() < 60, "{args:?} took {:?}", started.elapsed());
+        }
+    }
+    // Without shuffling, a run 10^18 rows in is merely far along: it
+    // resumes and steps (it used to spin through the epochs, a hang).
+    let mut far = good.clone();
+    far.data_position.rows_consumed = 1_000_000_000_000_000_000;
+    far.data_position.epoch = far.data_position.rows_consumed / 90;
+    std::fs::write(dir.join("far.safetensors"), serialize_unchecked(&far).unwrap()).unwrap();
+    let out = stepscope(&dir, &["train", "--init", "far.safetensors", "--steps", "2", "--out", "far-next.safetensors"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

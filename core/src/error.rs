@@ -20,6 +20,10 @@ pub enum Error {
     /// A GPU (wgpu) error: validation, out of memory, device loss.
     #[error("gpu: {0}")]
     Gpu(String),
+    /// A buffer could not be allocated (the memory budget is checked
+    /// first; this is what is left when the machine has less).
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
     /// An I/O error while reading or writing a file.
     #[error("io: {0}")]
     Io(String),
@@ -31,4 +35,15 @@ impl From<std::io::Error> for Error {
     fn from(err: std::io::Error) -> Self {
         Error::Io(err.to_string())
     }
+}
+
+/// `n` zeros, or an error naming `what` when the memory is not there
+/// (`try_reserve`, where `vec![0.0; n]` would abort the process).
+pub fn zeros(n: usize, what: &str) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        Error::OutOfMemory(format!("cannot allocate {} MiB for {what}", (n as u64 * 4).div_ceil(1 << 20)))
+    })?;
+    v.resize(n, 0.0);
+    Ok(v)
 }

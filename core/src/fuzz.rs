@@ -1,6 +1,6 @@
 //! A stable-toolchain fuzzer for everything that reads outside input:
-//! checkpoint files, experiment JSON (what a link or a config holds) and
-//! CSV. No nightly compiler is at hand for cargo-fuzz, so this is a seeded
+//! checkpoint files, experiment JSON (what a config holds), the page's URL
+//! state (what a shared link holds) and CSV. No nightly compiler is at hand for cargo-fuzz, so this is a seeded
 //! mutation harness: it starts from a corpus of valid inputs, mutates them
 //! (bit flips, byte edits, interesting numbers, splices, truncations,
 //! duplications), runs each through a target, and reports any panic with
@@ -19,7 +19,7 @@ use crate::limits::Limits;
 use crate::rng::Rng;
 
 /// The targets, by name.
-pub const TARGETS: [&str; 3] = ["checkpoint", "experiment", "csv"];
+pub const TARGETS: [&str; 4] = ["checkpoint", "experiment", "link", "csv"];
 
 /// Runs `input` through target `name`. Errors are the expected answer to
 /// bad input; only a panic (or a hang) is a finding.
@@ -27,6 +27,7 @@ pub fn run(name: &str, input: &[u8]) {
     match name {
         "checkpoint" => checkpoint(input),
         "experiment" => experiment(input),
+        "link" => link(input),
         "csv" => csv(input),
         other => panic!("no fuzz target {other}"),
     }
@@ -88,6 +89,20 @@ fn experiment(input: &[u8]) {
     let _ = crate::export::pytorch_script(&e);
     let again = Experiment::from_json(&e.to_json()).expect("a valid experiment's JSON parses");
     assert_eq!(again, e, "JSON round trip");
+}
+
+/// A page URL as a shared link gives it, `<query>#<fragment>`: the query's
+/// flags, and the fragment's experiment through the page's limits. An
+/// experiment a link builds writes a link that builds it again.
+fn link(input: &[u8]) {
+    let Ok(text) = std::str::from_utf8(input) else { return };
+    let (search, hash) = text.find('#').map_or((text, ""), |at| text.split_at(at));
+    let _ = (crate::link::engine_pin(search), crate::link::fused_allowed(search));
+    let _ = crate::link::decode_component(hash);
+    if let Ok(Some(e)) = crate::link::parse_fragment(hash) {
+        let again = crate::link::parse_fragment(&crate::link::fragment(&e)).expect("a link the page writes parses");
+        assert_eq!(again, Some(e), "link round trip");
+    }
 }
 
 /// A CSV upload against a regression, a binary and a multiclass experiment.

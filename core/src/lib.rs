@@ -22,6 +22,7 @@ pub mod export;
 pub mod fuzz;
 pub mod gpu;
 pub mod limits;
+pub mod link;
 pub mod model;
 pub mod optim;
 pub mod rng;

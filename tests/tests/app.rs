@@ -163,6 +163,18 @@ impl Page {
         dispatch_change(&select);
     }
 
+    /// Gives a file input `bytes` as the file `name` (a `change` event), as
+    /// a user picking a file would.
+    fn upload(&self, id: &str, name: &str, bytes: &[u8]) {
+        let input: HtmlInputElement = self.get(id).dyn_into().expect("a file input");
+        let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(bytes));
+        let file = web_sys::File::new_with_u8_array_sequence(&parts, name).expect("a File");
+        let transfer = web_sys::DataTransfer::new().expect("a DataTransfer");
+        transfer.items().add_with_file(&file).expect("add the file");
+        input.set_files(transfer.files().as_ref());
+        dispatch_change(&input);
+    }
+
     /// The message shown with role="alert", if any.
     fn alert(&self) -> Option<String> {
         let el = self.root.query_selector("[role=\"alert\"]").expect("a valid selector")?;
@@ -196,6 +208,60 @@ fn url_experiment() -> String {
     let hash = fragment();
     let encoded = hash.strip_prefix("#e=").unwrap_or_else(|| panic!("the URL holds no experiment: `{hash}`"));
     String::from(js_sys::decode_uri_component(encoded).expect("URI encoding"))
+}
+
+/// The core decodes links as the browser does: `link::encode_component`
+/// and `decode_component` against `encodeURIComponent` and
+/// `decodeURIComponent`, on awkward strings and on malformed escapes
+/// (both refuse the same ones).
+#[wasm_bindgen_test]
+fn links_are_encoded_and_decoded_as_the_browser_does() {
+    use stepscope_core::link;
+    let strings = ["", "{\"seed\": 1, \"lr\": 2.5e-3}", "-_.!~*'() /?#&=+,;:@$", "é€😀\u{0}\t\r\n%", "[\"a\"]"];
+    for s in strings {
+        let ours = link::encode_component(s);
+        assert_eq!(ours, String::from(js_sys::encode_uri_component(s)), "encoding `{s}`");
+        assert_eq!(link::decode_component(&ours).unwrap(), s, "decoding `{ours}`");
+    }
+    let escapes =
+        ["%", "%4", "%zz", "a%2", "%C3", "%C3%A9", "%e2%82%ac", "%ED%A0%80", "%F0%9F%98", "%2F%2f", "%C0%AF", "+%20"];
+    for s in escapes {
+        let browser = js_sys::decode_uri_component(s).ok().map(String::from);
+        assert_eq!(link::decode_component(s).ok(), browser, "decoding `{s}`");
+    }
+}
+
+/// A checkpoint whose digest is right but whose metadata is absurd, as a
+/// hostile file would be written, is refused with an alert naming the field;
+/// the run stays where it was and goes on. (Such a file froze the tab at its
+/// first step when the counters were trusted.)
+#[wasm_bindgen_test]
+async fn an_absurd_checkpoint_is_refused_and_the_run_goes_on() {
+    use stepscope_core::checkpoint::serialize_unchecked;
+    let page = Page::mount_with_query("?engine=cpu").await;
+    page.click("step-once");
+    page.wait_for_step(|s| s == 1, "step-count 1").await;
+    let e = stepscope_core::Experiment::from_json(&url_experiment()).expect("the page's experiment");
+    type Edit = fn(&mut stepscope_core::TrainState);
+    let cases: [(Edit, &str); 3] = [
+        (|s| s.optimizer.step = u64::MAX, "step count 18446744073709551615 is beyond"),
+        (|s| s.data_position.rows_consumed = 1_000_000_000_000_000_000, "restoring would replay the shuffle"),
+        (|s| s.optimizer.exp_avg_sq[0] = -1.0, "exp_avg_sq holds a negative value (-1)"),
+    ];
+    for (edit, want) in cases {
+        let mut state = stepscope_core::TrainState::fresh(&e);
+        edit(&mut state);
+        page.upload("restore-checkpoint", "hostile.safetensors", &serialize_unchecked(&state).expect("bytes"));
+        let alert =
+            wait_for("the refusal", || page.alert().filter(|a| a.contains(want)).ok_or(format!("{:?}", page.alert())))
+                .await;
+        console_log!("refused: {alert}");
+        assert_eq!(page.step_count(), 1, "the run is where it was");
+        page.click("dismiss-alert");
+    }
+    page.click("step-once");
+    page.wait_for_step(|s| s == 2, "step-count 2 after the refusals").await;
+    page.close().await;
 }
 
 #[wasm_bindgen_test]

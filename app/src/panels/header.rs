@@ -52,7 +52,7 @@ pub fn Header() -> impl IntoView {
                 <Show when=move || state.rollback_offer.get().is_some()>
                     <button data-testid="rollback" class="rollback" on:click=rollback>"Back to the last good checkpoint"</button>
                 </Show>
-                <button aria-label="Dismiss message" on:click=dismiss>"×"</button>
+                <button aria-label="Dismiss message" data-testid="dismiss-alert" on:click=dismiss>"×"</button>
             </div>
         </Show>
         <Show when=move || state.notice.get().is_some()>

@@ -8,7 +8,7 @@ use super::{
     evaluate, forward_pass, Activations, Evaluation, MemoryBytes, Phase, PhaseTimes, StepMetrics, Timing, TrainState,
 };
 use crate::data::{Batcher, Dataset, Table};
-use crate::error::{Error, Result};
+use crate::error::{zeros, Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{
     activation_backward, dense_backward, dense_forward, loss_backward, loss_forward, regularization_backward, Layout,
@@ -58,7 +58,9 @@ impl CpuEngine {
         CpuEngine::from_state(TrainState::fresh(experiment), data)
     }
 
-    /// Continues the run `state` (e.g. from a checkpoint).
+    /// Continues the run `state` (e.g. from a checkpoint). Its buffers are
+    /// allocated with `try_reserve`: a machine without the memory gets an
+    /// error, not an abort.
     pub fn from_state(state: TrainState, data: Dataset) -> Result<CpuEngine> {
         state.check(&data)?;
         let experiment = state.experiment;
@@ -68,11 +70,11 @@ impl CpuEngine {
         let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(0);
         Ok(CpuEngine {
             tensors: layout.tensors(),
-            acts: Activations::new(&layout, batch),
-            grad_out: layout.layers.iter().map(|l| vec![0.0; batch * l.units]).collect(),
-            grad_pre: vec![0.0; batch * max_units],
-            grads: vec![0.0; layout.parameter_count],
-            updates: vec![0.0; layout.parameter_count],
+            acts: Activations::try_new(&layout, batch)?,
+            grad_out: layout.layers.iter().map(|l| zeros(batch * l.units, "gradients")).collect::<Result<_>>()?,
+            grad_pre: zeros(batch * max_units, "gradients")?,
+            grads: zeros(layout.parameter_count, "gradients")?,
+            updates: zeros(layout.parameter_count, "updates")?,
             inputs: Vec::with_capacity(batch * experiment.model.inputs),
             targets: Vec::new(),
             params: state.params,

@@ -32,6 +32,17 @@ impl Activations {
         Activations { z: sizes().collect(), a: sizes().collect(), rows, checkpointing: false }
     }
 
+    /// `new`, or an error when the memory is not there.
+    pub fn try_new(layout: &Layout, rows: usize) -> crate::error::Result<Activations> {
+        let sizes = || layout.layers.iter().map(|l| crate::error::zeros(rows * l.units, "activations"));
+        Ok(Activations {
+            z: sizes().collect::<Result<_, _>>()?,
+            a: sizes().collect::<Result<_, _>>()?,
+            rows,
+            checkpointing: false,
+        })
+    }
+
     /// Every layer's a kept; z in one (B, max O) scratch.
     pub fn checkpointed(layout: &Layout, rows: usize) -> Activations {
         let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(0);

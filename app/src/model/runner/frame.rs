@@ -189,14 +189,9 @@ async fn wait_for_batches(loader: &mut Option<Loader>, n: usize) -> f64 {
     (now_ms() - now).max(0.0)
 }
 
-/// Resolves after `ms` milliseconds (setTimeout).
+/// Resolves after `ms` milliseconds (a browser timer, through gloo-timers).
 async fn sleep_ms(ms: f64) {
-    let promise = js_sys::Promise::new(&mut |resolve, _reject| {
-        if let Some(w) = web_sys::window() {
-            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms.ceil() as i32);
-        }
-    });
-    let _ = JsFuture::from(promise).await;
+    gloo_timers::future::TimeoutFuture::new(ms.ceil().clamp(0.0, u32::MAX as f64) as u32).await;
 }
 
 /// Resolves at the next animation frame.
