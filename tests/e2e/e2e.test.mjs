@@ -484,7 +484,8 @@ test('automatic checkpoints survive a reload; synchronous ones stall the loop', 
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
   await page.waitForTimeout(500);
   await page.reload();
-  await page.waitForFunction(() => !document.querySelector('[data-testid=backend-name]').textContent.startsWith('starting'));
+  // Right after a reload the element may not be there yet.
+  await page.waitForFunction(() => !(document.querySelector('[data-testid=backend-name]')?.textContent ?? 'starting').startsWith('starting'));
   await page.waitForTimeout(500);
   assert.equal(await stepCount(page), 0);
   assert.doesNotMatch((await page.locator('[data-testid=notice]').count()) ? await text(page, 'notice') : '', /Restored/);

@@ -1,9 +1,65 @@
 //! Dense layer: z = x·Wᵀ + b.
 //! Shapes: x (B, I), weight (O, I) row-major, bias (O), z (B, O).
 
+/// Rows of the batch that share one pass over Wᵀ in `dense_forward`.
+const ROW_BLOCK: usize = 4;
+
+std::thread_local! {
+    /// Wᵀ for `dense_forward`, reused between calls.
+    static TRANSPOSED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// z = x·Wᵀ + b. Stores nothing: backward needs x, which the caller keeps
 /// (it is the previous layer's output).
+///
+/// Each z[b, o] is summed as bias[o] + x[b,0]·W[o,0] + x[b,1]·W[o,1] + …,
+/// in that order, exactly as a dot product per output would sum it (see
+/// `dense_forward_reference`, which the tests hold it equal to bit for bit).
+/// The loops run over Wᵀ with the outputs innermost, so that the inner
+/// loop is elementwise: the compiler turns it into SIMD (`simd128` in the
+/// browser, SSE/AVX natively) without changing any sum's order. Rows go in
+/// blocks of four, so that one pass over Wᵀ serves four rows.
 pub fn dense_forward(
+    z: &mut [f32],
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    batch: usize,
+    inputs: usize,
+    units: usize,
+) {
+    TRANSPOSED.with(|cell| {
+        let mut wt = cell.borrow_mut();
+        wt.clear();
+        wt.resize(inputs * units, 0.0);
+        for (o, w_row) in weight[..units * inputs].chunks_exact(inputs.max(1)).enumerate().take(units) {
+            for (i, &w) in w_row.iter().enumerate() {
+                wt[i * units + o] = w;
+            }
+        }
+        let bias = &bias[..units];
+        for b0 in (0..batch).step_by(ROW_BLOCK) {
+            let rows = ROW_BLOCK.min(batch - b0);
+            let z_block = &mut z[b0 * units..(b0 + rows) * units];
+            for z_row in z_block.chunks_exact_mut(units.max(1)) {
+                z_row.copy_from_slice(bias);
+            }
+            for i in 0..inputs {
+                let w = &wt[i * units..(i + 1) * units];
+                for (r, z_row) in z_block.chunks_exact_mut(units.max(1)).enumerate() {
+                    let xi = x[(b0 + r) * inputs + i];
+                    for (zo, &wo) in z_row.iter_mut().zip(w) {
+                        *zo += xi * wo;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// `dense_forward` as a dot product per output: the order of every sum
+/// that `dense_forward` must keep.
+pub fn dense_forward_reference(
     z: &mut [f32],
     x: &[f32],
     weight: &[f32],
@@ -49,8 +105,9 @@ pub fn dense_backward(
             let d = dz[b * units + o];
             db += d;
             let x_row = &x[b * inputs..(b + 1) * inputs];
-            for i in 0..inputs {
-                dw_row[i] += d * x_row[i];
+            // Elementwise over i (each dW[o, i] sums over b in order): SIMD.
+            for (dw, &xv) in dw_row.iter_mut().zip(x_row) {
+                *dw += d * xv;
             }
         }
         dbias[o] += db;
@@ -62,8 +119,8 @@ pub fn dense_backward(
             for o in 0..units {
                 let d = dz[b * units + o];
                 let w_row = &weight[o * inputs..(o + 1) * inputs];
-                for i in 0..inputs {
-                    dx_row[i] += d * w_row[i];
+                for (dxv, &wv) in dx_row.iter_mut().zip(w_row) {
+                    *dxv += d * wv;
                 }
             }
         }
@@ -89,5 +146,23 @@ mod tests {
         assert_eq!((dx, dw, db), ([3.0, 4.0], [1.0, 2.0], [1.0]));
         dense_backward(Some(&mut dx), &mut dw, &mut db, &[1.0], &x, &w, 1, 2, 1);
         assert_eq!((dx, dw, db), ([3.0, 4.0], [2.0, 4.0], [2.0]));
+    }
+
+    /// The vectorisable forward sums in the reference's order: equal bit
+    /// for bit at awkward sizes (rows not a multiple of the block, one
+    /// input, one output, widths not a multiple of any SIMD width).
+    #[test]
+    fn forward_equals_the_reference_bit_for_bit() {
+        let mut rng = crate::rng::Rng::new(7, 0);
+        for (batch, inputs, units) in [(1, 1, 1), (3, 2, 16), (5, 7, 13), (9, 33, 1), (17, 64, 65), (32, 100, 10)] {
+            let mut values = |n: usize| (0..n).map(|_| rng.uniform(-3.0, 3.0) as f32).collect::<Vec<f32>>();
+            let (x, w, b) = (values(batch * inputs), values(units * inputs), values(units));
+            let mut z = vec![f32::NAN; batch * units];
+            let mut want = vec![0.0; batch * units];
+            dense_forward(&mut z, &x, &w, &b, batch, inputs, units);
+            dense_forward_reference(&mut want, &x, &w, &b, batch, inputs, units);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&z), bits(&want), "B={batch} I={inputs} O={units}");
+        }
     }
 }

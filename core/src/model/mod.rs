@@ -8,7 +8,7 @@ mod loss;
 mod regularization;
 
 pub use activation::{activation_backward, activation_forward};
-pub use dense::{dense_backward, dense_forward};
+pub use dense::{dense_backward, dense_forward, dense_forward_reference};
 pub use layout::{init_parameters, LayerShape, Layout, TensorInfo};
 pub use loss::{loss_backward, loss_forward};
 pub use regularization::{regularization_backward, regularization_forward};

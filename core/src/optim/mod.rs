@@ -49,6 +49,30 @@ impl OptimizerState {
         state
     }
 
+    /// The state to continue a run with once its optimizer's settings
+    /// change from `old` to `new` (a live edit on the page). Another kind of
+    /// optimizer starts fresh: its own buffers, step 0. Within a kind the
+    /// state carries on, except SGD's momentum buffer: it goes when momentum
+    /// becomes 0 (PyTorch no longer reads it, and a state without it is the
+    /// canonical one), and starts at zero when momentum is turned on
+    /// mid-run. PyTorch starts it as the next gradient, which a zero buffer
+    /// gives exactly when dampening is 0 (what the page's controls set); with
+    /// dampening d the first such step moves (1 − d) as far.
+    pub fn carried_to(self, old: &OptimizerSpec, new: &OptimizerSpec, parameter_count: usize) -> OptimizerState {
+        if std::mem::discriminant(old) != std::mem::discriminant(new) {
+            return OptimizerState::new(new, parameter_count);
+        }
+        let mut state = self;
+        if let OptimizerSpec::Sgd { momentum, .. } = new {
+            if *momentum == 0.0 {
+                state.momentum_buffer = Vec::new();
+            } else if state.momentum_buffer.len() != parameter_count {
+                state.momentum_buffer = vec![0.0; parameter_count];
+            }
+        }
+        state
+    }
+
     /// The state's buffers by checkpoint suffix, in a fixed order.
     pub fn buffers(&self) -> Vec<(&'static str, &Vec<f32>)> {
         [("exp_avg", &self.exp_avg), ("exp_avg_sq", &self.exp_avg_sq), ("momentum_buffer", &self.momentum_buffer)]
@@ -159,5 +183,59 @@ pub fn optimizer_step(
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::data::Dataset;
+    use crate::engine::{CpuEngine, TrainState};
+    use crate::experiment::{Experiment, OptimizerSpec};
+
+    /// A live edit of the optimizer gives a state an engine accepts: SGD's
+    /// momentum turned off drops its buffer, turned on starts one at zero
+    /// (equal to PyTorch's clone of the gradient when dampening is 0: the
+    /// next update is the plain SGD one), and another optimizer starts fresh.
+    #[test]
+    fn edited_optimizers_carry_a_state_that_loads() {
+        let e = Experiment::from_json(
+            r#"{"model": {"inputs": 2, "layers": [{"units": 4, "activation": "tanh"}, {"units": 1, "activation": "linear"}]},
+                "loss": "bce_with_logits", "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}, "batch_size": 8,
+                "data": {"source": "xor", "samples": 64}}"#,
+        )
+        .unwrap();
+        let data = Dataset::load(&e, None).unwrap();
+        let mut engine = CpuEngine::new(&e, data.clone()).unwrap();
+        for _ in 0..3 {
+            engine.step().unwrap();
+        }
+        let edit = |state: TrainState, f: &dyn Fn(&mut OptimizerSpec)| {
+            let mut to = state.experiment.clone();
+            f(&mut to.optimizer);
+            let count = state.params.len();
+            let optimizer = state.optimizer.carried_to(&state.experiment.optimizer, &to.optimizer, count);
+            TrainState { optimizer, experiment: to, ..state }
+        };
+        let set_momentum = |m: f64| {
+            move |o: &mut OptimizerSpec| {
+                if let OptimizerSpec::Sgd { momentum, .. } = o {
+                    *momentum = m;
+                }
+            }
+        };
+        let off = edit(engine.state(), &set_momentum(0.0));
+        assert!(off.optimizer.momentum_buffer.is_empty());
+        assert_eq!(off.optimizer.step, 3, "SGD keeps its step");
+        let mut engine = CpuEngine::from_state(off, data.clone()).expect("momentum 0 loads");
+        engine.step().unwrap();
+        let on = edit(engine.state(), &set_momentum(0.5));
+        assert_eq!(on.optimizer.momentum_buffer, vec![0.0; on.params.len()]);
+        let mut engine = CpuEngine::from_state(on, data.clone()).expect("momentum 0.5 loads");
+        engine.step().unwrap();
+        let adam = edit(engine.state(), &|o| {
+            *o = OptimizerSpec::Adam { lr: 0.01, betas: [0.9, 0.999], eps: 1e-8, weight_decay: 0.0 }
+        });
+        assert_eq!((adam.optimizer.step, adam.optimizer.momentum_buffer.len()), (0, 0));
+        CpuEngine::from_state(adam, data).expect("Adam loads").step().unwrap();
     }
 }

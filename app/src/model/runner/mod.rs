@@ -11,7 +11,6 @@ use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint, verify_restor
 use stepscope_core::data::Dataset;
 use stepscope_core::engine::MemoryBytes;
 use stepscope_core::gpu::{GpuContext, GpuEngine};
-use stepscope_core::optim::OptimizerState;
 use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics, TrainState};
 use web_time::Instant;
 
@@ -206,10 +205,10 @@ impl Runner {
             Command::UseCsv(text, e) => self.restart(&e, Some(text))?,
             Command::Apply(e) => {
                 let mut state = self.state().await.map_err(|err| err.to_string())?;
-                if std::mem::discriminant(&state.experiment.optimizer) != std::mem::discriminant(&e.optimizer) {
-                    // A different optimizer starts fresh: its state and step.
-                    state.optimizer = OptimizerState::new(&e.optimizer, state.params.len());
-                }
+                // A different optimizer starts fresh (its state and step);
+                // SGD's momentum buffer comes and goes with its momentum.
+                let optimizer = std::mem::take(&mut state.optimizer);
+                state.optimizer = optimizer.carried_to(&state.experiment.optimizer, &e.optimizer, state.params.len());
                 state.experiment = e;
                 let data = self.data().clone();
                 self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;
