@@ -27,6 +27,14 @@ pub fn stepscope_test_lose_device() -> bool {
     COMMANDS.with(|c| c.borrow().as_ref().map(|commands| push(commands, Command::LoseDevice)).is_some())
 }
 
+/// Makes the GPU device of the running engine refuse work: it is asked for
+/// a buffer past its size limit and reports a validation error, a GPU error
+/// that is not a device loss. Returns false before the page is mounted.
+#[wasm_bindgen]
+pub fn stepscope_test_refuse_gpu_work() -> bool {
+    COMMANDS.with(|c| c.borrow().as_ref().map(|commands| push(commands, Command::RefuseGpuWork)).is_some())
+}
+
 /// Bytes of the page's WebAssembly memory (it only grows), for the soak
 /// benchmark (tests/e2e/bench/soak.mjs).
 #[wasm_bindgen]

@@ -449,6 +449,35 @@ test('a lost GPU device: the page says so, resumes from the newest checkpoint, a
   await page.close();
 });
 
+test('a GPU error that is not a device loss pauses the run, and the CPU engine goes on from the newest checkpoint', async (t) => {
+  const { page } = await open(`${base}?engine=gpu`);
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true');
+  assert.match(await text(page, 'backend-name'), /WebGPU/);
+  await setField(page, 'checkpoint-every', 10);
+  await trainUntil(page, 25);
+  // The device refuses a buffer past its limit: a validation error. The
+  // page pauses and says so; it does not re-create the device (that is for
+  // a lost one), so it does not loop on an error that would come back.
+  assert.ok(await page.evaluate(() => window.wasmBindings.stepscope_test_refuse_gpu_work()));
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => /Training paused \(the GPU refused the work\)/.test(document.querySelector('[data-testid=alert]')?.textContent ?? ''));
+  assert.match(await page.getByTestId('train-toggle').textContent(), /Train/);
+  assert.doesNotMatch((await page.locator('[data-testid=notice]').count()) ? await text(page, 'notice') : '', /resumed on a new device/);
+  const paused = await stepCount(page);
+  // As the message says, the CPU engine goes on. The GPU's buffers are not
+  // trusted after an error, so it starts from the newest automatic checkpoint.
+  await page.getByTestId('engine-pin').selectOption('cpu');
+  await page.waitForFunction(() => /newest automatic checkpoint, step \d+/.test(document.querySelector('[data-testid=notice]')?.textContent ?? ''));
+  const from = Number((await text(page, 'notice')).match(/checkpoint, step (\d+)/)[1]);
+  assert.ok(from >= 10 && from <= paused, `went on from ${from}, paused at ${paused}`);
+  await page.waitForFunction(() => /^CPU/.test(document.querySelector('[data-testid=backend-name]')?.textContent ?? ''));
+  assert.equal(await stepCount(page), from);
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent) === n, from + 1);
+  t.diagnostic(`GPU error at step ${paused}: paused, device not re-created; the CPU engine went on from checkpoint ${from}`);
+  await page.close();
+});
+
 test('automatic checkpoints survive a reload; synchronous ones stall the loop', async (t) => {
   const { page } = await open(base);
   await setField(page, 'checkpoint-every', 10);

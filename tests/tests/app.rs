@@ -264,6 +264,26 @@ async fn an_absurd_checkpoint_is_refused_and_the_run_goes_on() {
     page.close().await;
 }
 
+/// The automatic checkpoint store puts a checkpoint and its CSV in one
+/// IndexedDB transaction, all or nothing: when the second value cannot be
+/// stored (here a function, which IndexedDB cannot clone), the first is not
+/// committed either and the values from before stay.
+#[wasm_bindgen_test]
+async fn a_failed_store_put_commits_nothing() {
+    use stepscope_app::model::store;
+    let (a, b) = ("test-store-a", "test-store-b");
+    store::put(&[(a, JsValue::from_str("old a")), (b, JsValue::from_str("old b"))]).await.expect("a plain put");
+    let not_storable = js_sys::Function::new_no_args("return 1");
+    let err = store::put(&[(a, JsValue::from_str("new a")), (b, not_storable.into())]).await.expect_err("refused");
+    console_log!("refused put: {err}");
+    assert_eq!(
+        store::get(a).await.expect("get").and_then(|v| v.as_string()).as_deref(),
+        Some("old a"),
+        "a was not committed"
+    );
+    assert_eq!(store::get(b).await.expect("get").and_then(|v| v.as_string()).as_deref(), Some("old b"));
+}
+
 #[wasm_bindgen_test]
 async fn the_page_names_its_backend_and_starts_at_step_zero() {
     let page = Page::mount_with_query("?engine=gpu").await;

@@ -113,8 +113,10 @@ impl AppState {
                 }
             },
         };
-        if let Err(message) = runner.switch_engine(to_gpu).await {
-            self.alert.set(Some(format!("The run could not move to the other engine: {message}")));
+        match runner.switch_engine(to_gpu).await {
+            Ok(Some(notice)) => self.notice.set(Some(notice)),
+            Ok(None) => {}
+            Err(message) => self.alert.set(Some(format!("The run could not move to the other engine: {message}"))),
         }
         info.gpu = runner.on_gpu();
         info.name = if info.gpu { "WebGPU".into() } else { CPU.into() };

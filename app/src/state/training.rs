@@ -79,7 +79,9 @@ impl AppState {
             if had_commands {
                 // A rebuilt GPU engine takes its calibrated path (cached).
                 if let Err(message) = runner.calibrate().await {
-                    self.alert.set(Some(message));
+                    if self.alert.get_untracked().is_none() {
+                        self.alert.set(Some(message));
+                    }
                 }
             }
             let t = Instant::now();
@@ -170,7 +172,14 @@ impl AppState {
                         self.snapshot.set(Some(snap));
                         dirty = false;
                     }
-                    Err(err) => self.alert.set(Some(err.to_string())),
+                    // Never over a message already shown: after a GPU error
+                    // the snapshot fails too, and the message that says what
+                    // happened and what to do must stay.
+                    Err(err) => {
+                        if self.alert.get_untracked().is_none() {
+                            self.alert.set(Some(err.to_string()));
+                        }
+                    }
                 }
                 let step = runner.step_count();
                 let due = log_now || last_layer_sample.is_none_or(|t: Instant| ms(t) >= LAYER_SAMPLE_MS);

@@ -47,6 +47,10 @@ pub enum Command {
     ActivationCheckpointing(bool),
     /// Test hook: destroy the GPU device in use (a device loss).
     LoseDevice,
+    /// Test hook: ask the GPU device in use for a buffer past its limit,
+    /// which it refuses with a validation error (a GPU error that is not a
+    /// device loss, as an allocation the GPU cannot serve is).
+    RefuseGpuWork,
 }
 
 /// What a command produced for the page.

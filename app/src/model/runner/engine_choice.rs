@@ -14,6 +14,7 @@ use stepscope_core::{CpuEngine, Error, Experiment, TrainState};
 use web_time::Instant;
 
 use super::{build, next_frame, Runner, GPU_SUBMIT_MS};
+use crate::model::checkpoints::latest_before;
 
 /// Which engine the user asked for (the URL's `?engine=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -119,23 +120,43 @@ impl Runner {
     }
 
     /// Continues the run on the GPU (true) or the CPU engine: the state
-    /// moves across, so the run goes on exactly where it was.
-    pub async fn switch_engine(&mut self, to_gpu: bool) -> Result<(), String> {
+    /// moves across, so the run goes on exactly where it was. After a GPU
+    /// error the GPU's buffers are not to be trusted (a refused submit may
+    /// have left a step half done), so the CPU engine goes on from the
+    /// newest automatic checkpoint instead, and the returned notice says so.
+    pub async fn switch_engine(&mut self, to_gpu: bool) -> Result<Option<String>, String> {
         if to_gpu == self.gpu.is_some() {
-            return Ok(());
+            return Ok(None);
         }
         if to_gpu && self.ctx.is_none() {
             return Err("no WebGPU device to switch to".into());
         }
-        self.finish_partial_step().await.map_err(|err| err.to_string())?;
-        let state = self.state().await.map_err(|err| err.to_string())?;
+        let read = match self.finish_partial_step().await {
+            Ok(_) => self.state().await,
+            Err(err) => Err(err),
+        };
+        let (state, notice) = match read {
+            Ok(state) => (state, None),
+            Err(Error::Gpu(why)) if !to_gpu => {
+                let saved = latest_before(&self.ring, u64::MAX)
+                    .ok_or_else(|| format!("the GPU's state could not be read ({why}) and no checkpoint is kept"))?;
+                let notice = format!(
+                    "The GPU's state could not be read after its error; the CPU engine goes on from the newest automatic checkpoint, step {}.",
+                    saved.step
+                );
+                self.last_checkpoint = saved.step;
+                (saved.state, Some(notice))
+            }
+            Err(err) => return Err(err.to_string()),
+        };
         let data = self.data().clone();
         let gpu = if to_gpu { self.ctx.clone() } else { None };
         let engine = build(&gpu, state, data).map_err(|err| err.to_string())?;
         self.gpu = gpu;
         self.engine = engine;
         self.apply_lessons()?;
-        self.calibrate().await
+        self.calibrate().await?;
+        Ok(notice)
     }
 
     /// Picks the GPU engine's faster path (fused or phased) for this

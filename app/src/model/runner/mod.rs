@@ -249,6 +249,20 @@ impl Runner {
                 PageEngine::Gpu(engine) => engine.context().device.destroy(),
                 PageEngine::Cpu(_) => return Err("No GPU device is in use to lose (pin the WebGPU engine).".into()),
             },
+            Command::RefuseGpuWork => match &self.engine {
+                PageEngine::Gpu(engine) => {
+                    let device = &engine.context().device;
+                    // An uncaptured validation error; the engine's next
+                    // check reports it.
+                    let _ = device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("test hook: a buffer past the device's limit"),
+                        size: device.limits().max_buffer_size.saturating_add(4) & !3,
+                        usage: wgpu::BufferUsages::STORAGE,
+                        mapped_at_creation: false,
+                    });
+                }
+                PageEngine::Cpu(_) => return Err("No GPU device is in use (pin the WebGPU engine).".into()),
+            },
             Command::StepOnce | Command::StepPhase => {}
         }
         Ok(None)
