@@ -308,6 +308,24 @@ impl Experiment {
         serde_json::to_string(self).expect("an experiment always serialises")
     }
 
+    /// Whether going from `self` to `to` changes only what a running
+    /// engine can take in place: the learning rate and schedule, the
+    /// optimizer's hyperparameters (same optimizer, and for SGD momentum
+    /// staying on or off, so its state keeps its layout), clipping and
+    /// regularization. Anything else (model, loss, batch, data, seed)
+    /// needs the run rebuilt from its state.
+    pub fn retunable_to(&self, to: &Experiment) -> bool {
+        let same_state = self.optimizer.name() == to.optimizer.name()
+            && self.optimizer.state_copies() == to.optimizer.state_copies();
+        same_state
+            && self.seed == to.seed
+            && self.model == to.model
+            && self.loss == to.loss
+            && self.batch_size == to.batch_size
+            && self.grad_accumulation == to.grad_accumulation
+            && self.data == to.data
+    }
+
     /// Units of the output layer.
     pub fn outputs(&self) -> usize {
         self.model.layers.last().map_or(0, |l| l.units)

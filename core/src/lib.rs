@@ -27,9 +27,11 @@ pub mod model;
 pub mod optim;
 pub mod rng;
 pub mod stats;
+pub mod trainer;
 mod validate;
 pub mod workloads;
 
 pub use engine::{CpuEngine, Evaluation, PhaseTimes, StepMetrics, TrainState};
 pub use error::{Error, Result};
 pub use experiment::Experiment;
+pub use trainer::Trainer;

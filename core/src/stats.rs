@@ -2,7 +2,10 @@
 //! of `shaders/tensor_stats.wgsl`, and the decoder of that kernel's
 //! 40-float record.
 
-use crate::gpu::params::{HISTOGRAM_BINS, TENSOR_STATS_STRIDE};
+/// Floats per region written by `tensor_stats`: mean, std, min, max,
+/// non-finite count, 3 unused, then `HISTOGRAM_BINS` counts.
+pub const HISTOGRAM_BINS: usize = 32;
+pub const TENSOR_STATS_STRIDE: usize = 8 + HISTOGRAM_BINS;
 
 /// Mean, population standard deviation, range and histogram of the finite
 /// values of a tensor, and how many values were not finite.

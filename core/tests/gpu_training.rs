@@ -12,19 +12,62 @@ use serde_json::json;
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
 use stepscope_core::data::Dataset;
 use stepscope_core::gpu::{GpuContext, GpuEngine};
-use stepscope_core::{CpuEngine, Error, StepMetrics};
+use stepscope_core::trainer::{block_on, conformance, Applied, Backend};
+use stepscope_core::{CpuEngine, Error, StepMetrics, Trainer};
 
 use common::{assert_close_params, assert_close_runs, gpu_engine, shared_gpu as shared};
 
+/// The shared whole-run body (`trainer::conformance`), as the browser
+/// test runs it on WebGPU: one submit per step here.
 #[test]
 fn every_optimizer_loss_and_schedule_matches_the_cpu_engine() {
     for (name, e) in common::training_matrix() {
-        let mut cpu = common::engine(&e);
-        let mut gpu = gpu_engine(&e);
-        let cpu_metrics: Vec<StepMetrics> = (0..12).map(|_| cpu.step().unwrap()).collect();
-        let gpu_metrics = gpu.run(12, 1).unwrap();
-        common::assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+        block_on(conformance::whole_run(&name, &e, shared(), &[1; 12], false)).unwrap();
     }
+}
+
+/// A run moved from the CPU to the GPU and back equals one that stayed.
+#[test]
+fn switching_engines_mid_run_changes_nothing() {
+    for (name, e) in common::training_matrix().into_iter().step_by(4) {
+        block_on(conformance::switching_engines_mid_run(&name, &e, shared())).unwrap();
+    }
+}
+
+/// Live hyperparameter edits are taken in place on both engines, with the
+/// same bits as a run rebuilt from its state, for every optimizer and on
+/// the fused step.
+#[test]
+fn live_edits_are_taken_in_place_on_both_engines() {
+    for (name, e) in common::training_matrix().into_iter().step_by(3) {
+        block_on(conformance::live_edits_in_place(&format!("cpu {name}"), &e, None, false)).unwrap();
+        block_on(conformance::live_edits_in_place(&format!("gpu {name}"), &e, Some(shared()), false)).unwrap();
+        block_on(conformance::live_edits_in_place(&format!("fused {name}"), &e, Some(shared()), true)).unwrap();
+    }
+}
+
+/// Edits that change the run's shape rebuild it from its state, on the
+/// same engine, and the optimizer state goes with it where it fits.
+#[test]
+fn shape_edits_rebuild_the_run_from_its_state() {
+    let e = common::experiment(json!({"optimizer": {"kind": "adam", "lr": 0.01}}));
+    let data = Dataset::load(&e, None).unwrap();
+    let mut trainer = Trainer::fresh(&e, data, Some(shared())).unwrap();
+    block_on(trainer.run(3, 3)).unwrap();
+    let before = block_on(trainer.read_state()).unwrap();
+    let mut wider = e.clone();
+    wider.batch_size = 20;
+    assert_eq!(block_on(trainer.apply(&wider)).unwrap(), Applied::Rebuilt);
+    let after = block_on(trainer.read_state()).unwrap();
+    assert_eq!((&after.params, &after.optimizer.exp_avg, after.step()), (&before.params, &before.optimizer.exp_avg, 3));
+    assert_eq!(trainer.backend(), Backend::Gpu);
+    let metrics = block_on(trainer.run(2, 2)).unwrap();
+    assert_eq!(metrics[0].step, 3);
+    // A change of data is a new run, refused here; the run stays.
+    let mut other = wider.clone();
+    other.seed += 1;
+    assert!(block_on(trainer.apply(&other)).is_err());
+    assert_eq!(trainer.step_count(), 5);
 }
 
 /// K steps recorded into one submit run the same kernels in the same order

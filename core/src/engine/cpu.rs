@@ -142,6 +142,19 @@ impl CpuEngine {
         self.acts.checkpointing
     }
 
+    /// Takes a live edit of the hyperparameters in place, at a step
+    /// boundary (`Experiment::retunable_to`): the next step uses them.
+    pub fn retune(&mut self, to: &Experiment) -> Result<()> {
+        if !self.experiment.retunable_to(to) {
+            return Err(Error::Experiment("this edit changes the run's shape; rebuild the engine from its state".into()));
+        }
+        if self.partial.is_some() {
+            return Err(Error::Experiment("finish the step begun phase by phase before editing the run".into()));
+        }
+        self.experiment = to.clone();
+        Ok(())
+    }
+
     /// Bytes of the engine's training buffers.
     pub fn memory(&self) -> MemoryBytes {
         let scratch: usize = self.grad_out.iter().map(Vec::len).sum::<usize>() + self.grad_pre.len();

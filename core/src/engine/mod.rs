@@ -2,12 +2,10 @@
 //! is checked against; all share `TrainState` (what a checkpoint holds)
 //! and `StepMetrics` (what one optimizer step reports).
 
-mod backend;
 mod cpu;
 mod forward;
 pub mod phases;
 
-pub use backend::{Backend, Engine};
 pub use cpu::CpuEngine;
 pub use forward::{evaluate, forward_pass, predict, Activations};
 pub use phases::{PhaseReport, StepPhase};

@@ -44,7 +44,7 @@ pub struct GpuEngine {
     pub(super) ctx: Arc<GpuContext>,
     pub(super) experiment: Experiment,
     pub(super) layout: Layout,
-    tensors: Vec<TensorInfo>,
+    pub(super) tensors: Vec<TensorInfo>,
     data: Dataset,
     pub(super) batcher: Batcher,
     /// Optimizer steps whose results are applied (read back).
@@ -474,7 +474,7 @@ impl GpuEngine {
     }
 
     /// Whether submitted steps still await their readback.
-    pub(super) fn has_in_flight(&self) -> bool {
+    pub fn has_in_flight(&self) -> bool {
         !self.in_flight.is_empty()
     }
 

@@ -153,6 +153,8 @@ const WG: usize = 64;
 pub struct FusedStep {
     work: wgpu::Buffer,
     run: wgpu::Buffer,
+    /// `params`, as the kernel reads them.
+    uniform: wgpu::Buffer,
     bind_group: wgpu::BindGroup,
     params: FusedParams,
     /// Bytes of the gradients (and of the updates) in `work`.
@@ -196,33 +198,7 @@ impl FusedStep {
             };
             next += 3 * n;
         }
-        let (optimizer, decoupled, use_momentum, nesterov, momentum, one_minus_dampening, weight_decay, betas, eps) =
-            match e.optimizer {
-                OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } => (
-                    0,
-                    0,
-                    u32::from(momentum != 0.0),
-                    u32::from(nesterov),
-                    momentum,
-                    1.0 - dampening,
-                    weight_decay,
-                    [0.0; 2],
-                    0.0,
-                ),
-                OptimizerSpec::Adam { betas, eps, weight_decay, .. } => {
-                    (1, 0, 0, 0, 0.0, 0.0, weight_decay, betas, eps)
-                }
-                OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => {
-                    (1, 1, 0, 0, 0.0, 0.0, weight_decay, betas, eps)
-                }
-                OptimizerSpec::Lamb { .. } => return None,
-            };
-        let (regularization, regularization_rate) = match &e.regularization {
-            Some(r) if r.kind == RegularizationKind::L1 => (1, r.rate as f32),
-            Some(r) => (2, r.rate as f32),
-            None => (0, 0.0),
-        };
-        let params = FusedParams {
+        let mut params = FusedParams {
             batch: u(batch),
             inputs: u(e.model.inputs),
             target_width: u(target_width),
@@ -231,28 +207,16 @@ impl FusedStep {
             loss: loss_code(e.loss),
             micro_batches: u(e.grad_accumulation),
             loss_scale: 1.0 / e.grad_accumulation as f32,
-            optimizer,
-            decoupled,
-            use_momentum,
-            nesterov,
-            momentum: momentum as f32,
-            one_minus_dampening: one_minus_dampening as f32,
-            weight_decay: weight_decay as f32,
-            one_minus_beta1: (1.0 - betas[0]) as f32,
-            beta2: betas[1] as f32,
-            one_minus_beta2: (1.0 - betas[1]) as f32,
-            eps: eps as f32,
-            clip_enabled: u32::from(e.clip_grad_norm.is_some()),
-            max_norm: e.clip_grad_norm.unwrap_or(0.0) as f32,
-            regularization,
-            regularization_rate,
             updates_offset: u(updates_offset),
             stats_offset: u(stats_offset),
             flags_offset: u(flags_offset),
             x_offset: u(x_offset),
             t_offset: u(t_offset),
             layers,
+            ..bytemuck::Zeroable::zeroed()
         };
+        tune(&mut params, e)?;
+        let optimizer = params.optimizer;
         let device = &ctx.device;
         let work = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("fused step work"),
@@ -263,7 +227,7 @@ impl FusedStep {
         let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("fused step params"),
             contents: bytemuck::bytes_of(&params),
-            usage: wgpu::BufferUsages::UNIFORM,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
         });
         let run = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("fused step run"),
@@ -294,7 +258,16 @@ impl FusedStep {
             layout: &ctx.pipelines.get(Kernel::TrainStepFused).get_bind_group_layout(0),
             entries: &entries,
         });
-        Some(FusedStep { work, run, bind_group, params, p_bytes: 4 * count as u64, max_steps })
+        Some(FusedStep { work, run, uniform, bind_group, params, p_bytes: 4 * count as u64, max_steps })
+    }
+
+    /// A live edit of `e`'s optimizer hyperparameters, clipping or
+    /// regularization: rewrites the uniform, nothing else. The caller
+    /// checks that the optimizer kind and its state's layout are unchanged.
+    pub fn retune(&mut self, ctx: &GpuContext, e: &Experiment) {
+        if tune(&mut self.params, e).is_some() {
+            ctx.queue.write_buffer(&self.uniform, 0, bytemuck::bytes_of(&self.params));
+        }
     }
 
     /// Most steps one fused submit may run on this adapter.
@@ -340,4 +313,55 @@ impl FusedStep {
             encoder.copy_buffer_to_buffer(&self.work, word(layer.place[2]), &b.a[l], 0, bytes);
         }
     }
+}
+
+/// Writes `e`'s optimizer, clipping and regularization fields into
+/// `params`: what a live edit of the hyperparameters changes. None for an
+/// optimizer the fused step does not run (LAMB).
+fn tune(params: &mut FusedParams, e: &Experiment) -> Option<()> {
+    let (optimizer, decoupled, use_momentum, nesterov, momentum, one_minus_dampening, weight_decay, betas, eps) =
+        match e.optimizer {
+            OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } => (
+                0,
+                0,
+                u32::from(momentum != 0.0),
+                u32::from(nesterov),
+                momentum,
+                1.0 - dampening,
+                weight_decay,
+                [0.0; 2],
+                0.0,
+            ),
+            OptimizerSpec::Adam { betas, eps, weight_decay, .. } => {
+                (1, 0, 0, 0, 0.0, 0.0, weight_decay, betas, eps)
+            }
+            OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => {
+                (1, 1, 0, 0, 0.0, 0.0, weight_decay, betas, eps)
+            }
+            OptimizerSpec::Lamb { .. } => return None,
+        };
+    let (regularization, regularization_rate) = match &e.regularization {
+        Some(r) if r.kind == RegularizationKind::L1 => (1, r.rate as f32),
+        Some(r) => (2, r.rate as f32),
+        None => (0, 0.0),
+    };
+    *params = FusedParams {
+        optimizer,
+        decoupled,
+        use_momentum,
+        nesterov,
+        momentum: momentum as f32,
+        one_minus_dampening: one_minus_dampening as f32,
+        weight_decay: weight_decay as f32,
+        one_minus_beta1: (1.0 - betas[0]) as f32,
+        beta2: betas[1] as f32,
+        one_minus_beta2: (1.0 - betas[1]) as f32,
+        eps: eps as f32,
+        clip_enabled: u32::from(e.clip_grad_norm.is_some()),
+        max_norm: e.clip_grad_norm.unwrap_or(0.0) as f32,
+        regularization,
+        regularization_rate,
+        ..*params
+    };
+    Some(())
 }

@@ -21,6 +21,7 @@ mod plan;
 pub mod probe;
 mod readback;
 mod readout;
+mod retune;
 
 pub use buffers::MAX_STEPS_PER_SUBMIT;
 pub use calibrate::{Calibration, SubmitCost};

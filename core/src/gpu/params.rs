@@ -236,10 +236,8 @@ pub struct TensorStatsParams {
     pub _pad: u32,
 }
 
-/// Floats per region written by `tensor_stats`: mean, std, min, max,
-/// non-finite count, 3 unused, then `HISTOGRAM_BINS` counts.
-pub const HISTOGRAM_BINS: usize = 32;
-pub const TENSOR_STATS_STRIDE: usize = 8 + HISTOGRAM_BINS;
+/// The `tensor_stats` record's layout (the CPU twin owns it).
+pub use crate::stats::{HISTOGRAM_BINS, TENSOR_STATS_STRIDE};
 
 /// `shaders/fma_peak.wgsl`
 #[repr(C)]

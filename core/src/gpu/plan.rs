@@ -237,151 +237,177 @@ impl Plan {
             }
         }
 
-        let regularize = match &e.regularization {
-            Some(reg) => tensors
-                .iter()
-                .filter(|t| t.is_weight)
-                .map(|t| {
-                    dispatch(
-                        ctx,
-                        Kernel::RegularizationBackward,
-                        &format!("regularization_backward {}", t.name),
-                        &[&b.grads, &b.params],
-                        &RegularizationBackwardParams {
-                            offset: u(t.offset),
-                            len: u(t.len),
-                            kind: u32::from(reg.kind == RegularizationKind::L2),
-                            rate: reg.rate as f32,
-                        },
-                        elementwise_grid(t.len),
-                    )
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-
-        let count = layout.parameter_count;
-        let n_tensors = u(tensors.len());
-        let mut optimizer = vec![
-            dispatch(
-                ctx,
-                Kernel::GradNorm,
-                "grad_norm",
-                &[&b.tensor_norms, &b.grads, &b.tensor_table],
-                &GradNormParams { n_tensors, _pad: [0; 3] },
-                [n_tensors, 1, 1],
-            ),
-            dispatch(
-                ctx,
-                Kernel::ClipGradNorm,
-                "clip_grad_norm",
-                &[&b.grads, &b.stats, &b.flags, &b.tensor_norms],
-                &ClipGradNormParams {
-                    count: u(count),
-                    n_tensors,
-                    max_norm: e.clip_grad_norm.unwrap_or(0.0) as f32,
-                    clip_enabled: u32::from(e.clip_grad_norm.is_some()),
-                },
-                elementwise_grid(count),
-            ),
-        ];
-        let n_layers = u(layout.layers.len());
-        let ends = layer_ends(layout);
-        match e.optimizer {
-            OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } => optimizer.push(dispatch(
-                ctx,
-                Kernel::SgdStep,
-                "sgd_step",
-                &[&b.params, &b.momentum_buffer, &b.updates, &b.flags, &b.grads, &b.scalars],
-                &SgdStepParams {
-                    count: u(count),
-                    momentum: momentum as f32,
-                    one_minus_dampening: (1.0 - dampening) as f32,
-                    nesterov: u32::from(nesterov),
-                    weight_decay: weight_decay as f32,
-                    use_momentum: u32::from(momentum != 0.0),
-                    n_layers,
-                    _pad: 0,
-                    layer_ends: ends,
-                },
-                elementwise_grid(count),
-            )),
-            OptimizerSpec::Adam { betas, eps, weight_decay, .. }
-            | OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => optimizer.push(dispatch(
-                ctx,
-                Kernel::AdamStep,
-                "adam_step",
-                &[&b.params, &b.exp_avg, &b.exp_avg_sq, &b.updates, &b.flags, &b.grads, &b.scalars],
-                &AdamStepParams {
-                    count: u(count),
-                    one_minus_beta1: (1.0 - betas[0]) as f32,
-                    beta2: betas[1] as f32,
-                    one_minus_beta2: (1.0 - betas[1]) as f32,
-                    eps: eps as f32,
-                    weight_decay: weight_decay as f32,
-                    decoupled: u32::from(matches!(e.optimizer, OptimizerSpec::Adamw { .. })),
-                    n_layers,
-                    layer_ends: ends,
-                },
-                elementwise_grid(count),
-            )),
-            OptimizerSpec::Lamb { betas, eps, weight_decay, .. } => {
-                let params = LambParams {
-                    n_tensors,
-                    beta1: betas[0] as f32,
-                    one_minus_beta1: (1.0 - betas[0]) as f32,
-                    beta2: betas[1] as f32,
-                    one_minus_beta2: (1.0 - betas[1]) as f32,
-                    eps: eps as f32,
-                    weight_decay: weight_decay as f32,
-                    _pad: 0,
-                };
-                optimizer.push(dispatch(
-                    ctx,
-                    Kernel::LambMoments,
-                    "lamb_moments",
-                    &[
-                        &b.exp_avg,
-                        &b.exp_avg_sq,
-                        &b.lamb_norms,
-                        &b.flags,
-                        &b.params,
-                        &b.grads,
-                        &b.scalars,
-                        &b.tensor_table,
-                    ],
-                    &params,
-                    [n_tensors, 1, 1],
-                ));
-                optimizer.push(dispatch(
-                    ctx,
-                    Kernel::LambStep,
-                    "lamb_step",
-                    &[
-                        &b.params,
-                        &b.updates,
-                        &b.flags,
-                        &b.exp_avg,
-                        &b.exp_avg_sq,
-                        &b.lamb_norms,
-                        &b.scalars,
-                        &b.tensor_table,
-                    ],
-                    &params,
-                    [n_tensors, 1, 1],
-                ));
-            }
-        }
-        optimizer.push(dispatch(
-            ctx,
-            Kernel::Advance,
-            "advance step",
-            &[&b.flags],
-            &AdvanceParams { counter: 1, _pad: [0; 3] },
-            [1, 1, 1],
-        ));
-
+        let regularize = regularize_dispatches(ctx, b, e, tensors);
+        let optimizer = optimizer_dispatches(ctx, b, e, layout, tensors);
         let layer_stats = super::readout::layer_stats_plan(ctx, b, layout, batch);
         Plan { data, forward, backward, regularize, optimizer, layer_stats }
     }
+
+    /// Rebuilds only what an edit of the optimizer's hyperparameters,
+    /// clipping or regularization touches: those dispatches' `Params`
+    /// uniforms and bind groups. The buffers (parameters, optimizer state)
+    /// are kept; the learning rate and schedule need nothing, since the
+    /// per-step scalars are written at every submit.
+    pub fn retune(&mut self, ctx: &GpuContext, b: &Buffers, e: &Experiment, layout: &Layout, tensors: &[TensorInfo]) {
+        self.regularize = regularize_dispatches(ctx, b, e, tensors);
+        self.optimizer = optimizer_dispatches(ctx, b, e, layout, tensors);
+    }
+}
+
+/// Once per step, after the last micro-batch's backward: the regularization
+/// term's gradient of every weight tensor.
+fn regularize_dispatches(ctx: &GpuContext, b: &Buffers, e: &Experiment, tensors: &[TensorInfo]) -> Vec<Dispatch> {
+    match &e.regularization {
+        Some(reg) => tensors
+            .iter()
+            .filter(|t| t.is_weight)
+            .map(|t| {
+                dispatch(
+                    ctx,
+                    Kernel::RegularizationBackward,
+                    &format!("regularization_backward {}", t.name),
+                    &[&b.grads, &b.params],
+                    &RegularizationBackwardParams {
+                        offset: u(t.offset),
+                        len: u(t.len),
+                        kind: u32::from(reg.kind == RegularizationKind::L2),
+                        rate: reg.rate as f32,
+                    },
+                    elementwise_grid(t.len),
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Once per step: gradient norm, clipping, the update, advance the step.
+fn optimizer_dispatches(
+    ctx: &GpuContext,
+    b: &Buffers,
+    e: &Experiment,
+    layout: &Layout,
+    tensors: &[TensorInfo],
+) -> Vec<Dispatch> {
+    let count = layout.parameter_count;
+    let n_tensors = u(tensors.len());
+    let mut optimizer = vec![
+        dispatch(
+            ctx,
+            Kernel::GradNorm,
+            "grad_norm",
+            &[&b.tensor_norms, &b.grads, &b.tensor_table],
+            &GradNormParams { n_tensors, _pad: [0; 3] },
+            [n_tensors, 1, 1],
+        ),
+        dispatch(
+            ctx,
+            Kernel::ClipGradNorm,
+            "clip_grad_norm",
+            &[&b.grads, &b.stats, &b.flags, &b.tensor_norms],
+            &ClipGradNormParams {
+                count: u(count),
+                n_tensors,
+                max_norm: e.clip_grad_norm.unwrap_or(0.0) as f32,
+                clip_enabled: u32::from(e.clip_grad_norm.is_some()),
+            },
+            elementwise_grid(count),
+        ),
+    ];
+    let n_layers = u(layout.layers.len());
+    let ends = layer_ends(layout);
+    match e.optimizer {
+        OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } => optimizer.push(dispatch(
+            ctx,
+            Kernel::SgdStep,
+            "sgd_step",
+            &[&b.params, &b.momentum_buffer, &b.updates, &b.flags, &b.grads, &b.scalars],
+            &SgdStepParams {
+                count: u(count),
+                momentum: momentum as f32,
+                one_minus_dampening: (1.0 - dampening) as f32,
+                nesterov: u32::from(nesterov),
+                weight_decay: weight_decay as f32,
+                use_momentum: u32::from(momentum != 0.0),
+                n_layers,
+                _pad: 0,
+                layer_ends: ends,
+            },
+            elementwise_grid(count),
+        )),
+        OptimizerSpec::Adam { betas, eps, weight_decay, .. }
+        | OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => optimizer.push(dispatch(
+            ctx,
+            Kernel::AdamStep,
+            "adam_step",
+            &[&b.params, &b.exp_avg, &b.exp_avg_sq, &b.updates, &b.flags, &b.grads, &b.scalars],
+            &AdamStepParams {
+                count: u(count),
+                one_minus_beta1: (1.0 - betas[0]) as f32,
+                beta2: betas[1] as f32,
+                one_minus_beta2: (1.0 - betas[1]) as f32,
+                eps: eps as f32,
+                weight_decay: weight_decay as f32,
+                decoupled: u32::from(matches!(e.optimizer, OptimizerSpec::Adamw { .. })),
+                n_layers,
+                layer_ends: ends,
+            },
+            elementwise_grid(count),
+        )),
+        OptimizerSpec::Lamb { betas, eps, weight_decay, .. } => {
+            let params = LambParams {
+                n_tensors,
+                beta1: betas[0] as f32,
+                one_minus_beta1: (1.0 - betas[0]) as f32,
+                beta2: betas[1] as f32,
+                one_minus_beta2: (1.0 - betas[1]) as f32,
+                eps: eps as f32,
+                weight_decay: weight_decay as f32,
+                _pad: 0,
+            };
+            optimizer.push(dispatch(
+                ctx,
+                Kernel::LambMoments,
+                "lamb_moments",
+                &[
+                    &b.exp_avg,
+                    &b.exp_avg_sq,
+                    &b.lamb_norms,
+                    &b.flags,
+                    &b.params,
+                    &b.grads,
+                    &b.scalars,
+                    &b.tensor_table,
+                ],
+                &params,
+                [n_tensors, 1, 1],
+            ));
+            optimizer.push(dispatch(
+                ctx,
+                Kernel::LambStep,
+                "lamb_step",
+                &[
+                    &b.params,
+                    &b.updates,
+                    &b.flags,
+                    &b.exp_avg,
+                    &b.exp_avg_sq,
+                    &b.lamb_norms,
+                    &b.scalars,
+                    &b.tensor_table,
+                ],
+                &params,
+                [n_tensors, 1, 1],
+            ));
+        }
+    }
+    optimizer.push(dispatch(
+        ctx,
+        Kernel::Advance,
+        "advance step",
+        &[&b.flags],
+        &AdvanceParams { counter: 1, _pad: [0; 3] },
+        [1, 1, 1],
+    ));
+    optimizer
 }
