@@ -10,9 +10,9 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use js_sys::{Array, Float32Array, Object, Reflect};
-use stepscope_core::gpu::{probe, GpuContext, GpuEngine};
+use stepscope_core::gpu::{probe, GpuContext};
 use stepscope_core::workloads::workload;
-use stepscope_core::{CpuEngine, Error, TrainState};
+use stepscope_core::Trainer;
 use wasm_bindgen::prelude::*;
 use web_time::Instant;
 
@@ -73,59 +73,44 @@ pub async fn stepscope_bench(name: String, engine: String, seconds: f64) -> Resu
     let w = workload(&name).ok_or_else(|| js_err(format!("no workload {name}")))?;
     let (e, data) = w.build();
     let out = Object::new();
-    let (steps, elapsed_s, k) = if engine == "cpu" {
-        let mut cpu = CpuEngine::from_state(TrainState::fresh(&e), data).map_err(js_err)?;
-        cpu.step().map_err(js_err)?;
-        let started = Instant::now();
-        let mut steps = 0;
-        while steps == 0 || started.elapsed().as_secs_f64() < seconds {
-            cpu.step().map_err(js_err)?;
-            steps += 1;
-        }
-        (steps, started.elapsed().as_secs_f64(), 1)
+    let gpu = if engine == "cpu" {
+        None
     } else {
         let ctx = context().await?;
         set(&out, "adapter", ctx.describe());
-        let mut gpu = GpuEngine::from_state(ctx, TrainState::fresh(&e), data).map_err(js_err)?;
-        gpu.phase_timing = false;
-        gpu.use_fused = engine == "gpu-fused";
-        if gpu.use_fused && !gpu.runs_fused() {
+        Some(ctx)
+    };
+    let mut trainer = Trainer::fresh(&e, data, gpu).map_err(js_err)?;
+    if let Some(g) = trainer.gpu_engine() {
+        g.phase_timing = false;
+        g.use_fused = engine == "gpu-fused";
+        if g.use_fused && !g.runs_fused() {
             return Ok(JsValue::NULL);
         }
-        set(&out, "dispatches_per_step", gpu.dispatches_per_step() as u32);
-        gpu_run(&mut gpu, 1).await.map_err(js_err)?;
-        // The largest K, but a submit of at most about 2 s (one step of W3
-        // takes seconds on a software adapter).
-        let k = if engine == "gpu-k1" {
-            1
-        } else {
-            let started = Instant::now();
-            gpu_run(&mut gpu, 1).await.map_err(js_err)?;
-            let one_ms = started.elapsed().as_secs_f64() * 1e3;
-            ((2000.0 / one_ms) as usize).clamp(1, gpu.max_steps_per_submit())
-        };
+        set(&out, "dispatches_per_step", g.dispatches_per_step() as u32);
+    }
+    trainer.run(1, 1).await.map_err(js_err)?;
+    // GPU: the largest K, but a submit of at most about 2 s (one step of
+    // W3 takes seconds on a software adapter). CPU: a step per submit.
+    let k = if engine == "gpu-k1" || engine == "cpu" {
+        1
+    } else {
         let started = Instant::now();
-        let mut steps = 0;
-        while steps == 0 || started.elapsed().as_secs_f64() < seconds {
-            gpu_run(&mut gpu, k).await.map_err(js_err)?;
-            steps += k;
-        }
-        (steps, started.elapsed().as_secs_f64(), k)
+        trainer.run(1, 1).await.map_err(js_err)?;
+        let one_ms = started.elapsed().as_secs_f64() * 1e3;
+        ((2000.0 / one_ms) as usize).clamp(1, trainer.max_steps_per_submit())
     };
+    let started = Instant::now();
+    let mut steps = 0;
+    while steps == 0 || started.elapsed().as_secs_f64() < seconds {
+        trainer.run(k, k).await.map_err(js_err)?;
+        steps += k;
+    }
+    let elapsed_s = started.elapsed().as_secs_f64();
     set(&out, "steps_per_second", steps as f64 / elapsed_s);
     set(&out, "steps", steps as u32);
     set(&out, "k", k as u32);
     Ok(out.into())
-}
-
-/// One submit of `k` steps, awaited.
-async fn gpu_run(gpu: &mut GpuEngine, k: usize) -> Result<(), Error> {
-    gpu.submit(k)?;
-    let mut got = 0;
-    while got < k {
-        got += gpu.collect_async().await?.len();
-    }
-    Ok(())
 }
 
 /// The adapter's FMA peak (`shaders/fma_peak.wgsl`) and the forward

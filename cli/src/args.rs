@@ -4,6 +4,8 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use stepscope_core::trainer::Backend;
+
 use crate::Failure;
 
 /// Default number of steps when neither `--steps` nor a schedule's
@@ -96,7 +98,9 @@ pub struct TrainArgs {
     /// Steps to run now (default: what the schedule has left, else 100).
     #[arg(long, value_parser = positive::<u64>)]
     pub steps: Option<u64>,
-    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    /// cpu: the CPU reference engine; gpu: the GPU engine (wgpu: Vulkan,
+    /// Metal or DX12).
+    #[arg(long, default_value = "cpu", value_parser = backend())]
     pub backend: Backend,
     /// The final checkpoint.
     #[arg(long)]
@@ -112,13 +116,15 @@ pub struct TrainArgs {
     pub memory_budget_mib: u64,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    /// The CPU reference engine.
-    #[default]
-    Cpu,
-    /// The GPU engine (wgpu: Vulkan, Metal or DX12).
-    Gpu,
+fn backend() -> impl clap::builder::TypedValueParser<Value = Backend> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["cpu", "gpu"]).map(|name| {
+        if name == "gpu" {
+            Backend::Gpu
+        } else {
+            Backend::Cpu
+        }
+    })
 }
 
 fn positive<T: std::str::FromStr + PartialOrd + Default>(value: &str) -> Result<T, String> {

@@ -20,8 +20,9 @@ use std::sync::Arc;
 use web_time::Instant;
 
 use stepscope_core::data::Dataset;
-use stepscope_core::gpu::{probe, GpuContext, GpuEngine};
-use stepscope_core::{CpuEngine, Experiment, TrainState};
+use stepscope_core::gpu::{probe, GpuContext};
+use stepscope_core::trainer::block_on;
+use stepscope_core::{Experiment, Trainer};
 
 use crate::args::Section;
 use crate::{files, say, Failure};
@@ -110,15 +111,15 @@ fn steps_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result
         let k64 = gpu_steps(ctx, &experiment, &data, 64, Path::Phased, false)?;
         // The fused step applies to this shape on this adapter (not, e.g.,
         // past llvmpipe's loop cap).
-        let fused_applies =
-            GpuEngine::from_state(ctx.clone(), TrainState::fresh(&experiment), data.clone())?.fused_available();
+        let fused_applies = gpu_trainer(ctx, &experiment, &data)?.gpu_engine().is_some_and(|g| g.fused_available());
         let fused = |k| fused_applies.then(|| gpu_steps(ctx, &experiment, &data, k, Path::Fused, false)).transpose();
         let (fused_k1, fused_k64) = (fused(1)?, fused(64)?);
         let fused_cell =
             |speed: &Option<GpuSpeed>| speed.as_ref().map_or("—".into(), |s| format!("{:.1}", s.steps_per_second));
         let k64_phases = gpu_steps(ctx, &experiment, &data, 64, Path::PassPerPhase, false)?;
-        let mut engine = GpuEngine::from_state(ctx.clone(), TrainState::fresh(&experiment), data.clone())?;
-        let calibration = pollster::block_on(engine.calibrate())?;
+        let mut engine = gpu_trainer(ctx, &experiment, &data)?;
+        let calibration = block_on(engine.calibrate())?.expect("a GPU trainer calibrates");
+        let dispatches = engine.gpu_engine().map_or(0, |g| g.dispatches_per_step());
         let (picked_k1, picked_k64) = match (&fused_k1, &fused_k64) {
             (Some(f1), Some(f64)) if engine.runs_fused() => (f1, f64),
             _ => (&k1, &k64),
@@ -136,7 +137,7 @@ fn steps_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result
         let name = widths.iter().map(usize::to_string).collect::<Vec<_>>().join("-");
         line(format!(
             "| {name} | {batch} | {} | {cpu:.1} | {:.1} | {:.1} | {} | {} | {picked} | {:.2}× | {:.1}× | {}, {} | {:.1} |",
-            engine.dispatches_per_step(),
+            dispatches,
             k1.steps_per_second,
             k64.steps_per_second,
             fused_cell(&fused_k1),
@@ -171,14 +172,19 @@ fn synthetic(widths: &[usize], batch: usize) -> (Experiment, Dataset) {
     stepscope_core::workloads::synthetic(widths, batch, "relu", r#"{"kind": "adamw", "lr": 0.001}"#, Some(1.0))
 }
 
+/// A fresh run of `e` on the GPU, driven as the page and the CLI drive it.
+pub fn gpu_trainer(ctx: &Arc<GpuContext>, e: &Experiment, data: &Dataset) -> Result<Trainer, Failure> {
+    Ok(Trainer::fresh(e, data.clone(), Some(ctx.clone()))?)
+}
+
 fn cpu_steps_per_second(e: &Experiment, data: &Dataset, checkpointing: bool) -> Result<f64, Failure> {
-    let mut engine = CpuEngine::from_state(TrainState::fresh(e), data.clone())?;
+    let mut engine = Trainer::fresh(e, data.clone(), None)?;
     engine.set_activation_checkpointing(checkpointing)?;
-    engine.step()?; // warm-up
+    block_on(engine.run(1, 1))?; // warm-up
     let start = Instant::now();
     let mut steps = 0;
     while steps < 2 || start.elapsed().as_secs_f64() < TARGET_S {
-        engine.step()?;
+        block_on(engine.run(1, 1))?;
         steps += 1;
     }
     Ok(steps as f64 / start.elapsed().as_secs_f64())
@@ -210,19 +216,22 @@ fn gpu_steps(
     path: Path,
     checkpointing: bool,
 ) -> Result<GpuSpeed, Failure> {
-    let mut engine = GpuEngine::from_state(ctx.clone(), TrainState::fresh(e), data.clone())?;
-    engine.phase_timing = path == Path::PassPerPhase;
-    engine.use_fused = path == Path::Fused;
+    let mut engine = gpu_trainer(ctx, e, data)?;
+    let has_timestamps = engine.gpu_engine().is_some_and(|g| {
+        g.phase_timing = path == Path::PassPerPhase;
+        g.use_fused = path == Path::Fused;
+        g.has_timestamps()
+    });
     engine.set_activation_checkpointing(checkpointing)?;
-    engine.run(1, 1)?; // warm-up: first submit, first readback
+    block_on(engine.run(1, 1))?; // warm-up: first submit, first readback
     let start = Instant::now();
     let mut metrics = Vec::new();
     while metrics.is_empty() || start.elapsed().as_secs_f64() < TARGET_S {
-        metrics.extend(engine.run(per_submit, per_submit)?);
+        metrics.extend(block_on(engine.run(per_submit, per_submit))?);
     }
     let wall_s = start.elapsed().as_secs_f64();
     let steps = metrics.len() as f64;
-    let overhead_share = engine.has_timestamps().then(|| {
+    let overhead_share = has_timestamps.then(|| {
         let gpu_ms: f64 = metrics.iter().filter_map(|m| m.gpu_ms).sum();
         let wall_ms = wall_s * 1e3;
         ((wall_ms - gpu_ms) / wall_ms).max(0.0)

@@ -8,16 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use web_time::Instant;
 
 use stepscope_core::checkpoint::{load_checkpoint, load_weights, read_file_info, save_checkpoint};
-use stepscope_core::data::{DataPosition, Dataset};
-use stepscope_core::engine::Engine;
+use stepscope_core::data::Dataset;
 use stepscope_core::experiment::{DataSource, Schedule};
 use stepscope_core::gpu::GpuContext;
 use stepscope_core::limits::Limits;
-use stepscope_core::model::{init_parameters, Layout};
-use stepscope_core::optim::OptimizerState;
-use stepscope_core::{Error, Experiment, StepMetrics, TrainState};
+use stepscope_core::trainer::{block_on, Backend};
+use stepscope_core::{Error, Experiment, StepMetrics, TrainState, Trainer};
 
-use crate::args::{Backend, TrainArgs, DEFAULT_STEPS};
+use crate::args::{TrainArgs, DEFAULT_STEPS};
 use crate::files::{self, LogFile};
 use crate::{say, Failure};
 
@@ -64,14 +62,13 @@ fn initial_state(args: &TrainArgs) -> Result<TrainState, Failure> {
     }
 }
 
+/// A fresh run (`TrainState::fresh`), from given initial weights if any.
 fn fresh(experiment: Experiment, params: Option<Vec<f32>>) -> TrainState {
-    let layout = Layout::new(&experiment);
-    TrainState {
-        params: params.unwrap_or_else(|| init_parameters(&layout, experiment.seed)),
-        optimizer: OptimizerState::new(&experiment.optimizer, layout.parameter_count),
-        data_position: DataPosition::start(experiment.seed),
-        experiment,
+    let mut state = TrainState::fresh(&experiment);
+    if let Some(params) = params {
+        state.params = params;
     }
+    state
 }
 
 pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dataset, Failure> {
@@ -146,7 +143,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         ),
         None => "cpu".to_string(),
     };
-    let mut engine = Engine::from_state(state, data, gpu)?;
+    let mut engine = Trainer::new(state, data, gpu)?;
     let (train_table, test_table) = (engine.data().train.clone(), engine.data().test.clone());
     let mut metrics_file = args.metrics.as_deref().map(LogFile::create).transpose()?;
     // A second handler cannot be installed (tests run several trainings in
@@ -173,8 +170,10 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             interrupted = true;
             break;
         }
-        let mut metrics = match engine.step() {
-            Ok(m) => m,
+        let step = engine.submit(1).and_then(|()| block_on(engine.collect()));
+        let mut metrics = match step.map(|mut m| m.pop()) {
+            Ok(Some(m)) => m,
+            Ok(None) => return Err(Error::Gpu("a step produced no metrics".into()).into()),
             Err(err) => {
                 // The metrics up to the failure are real data: keep them.
                 if let Some(file) = metrics_file.take() {
@@ -186,7 +185,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         if let (Some(every), Some(out)) = (args.checkpoint_every, &args.out) {
             if (metrics.step + 1) % every == 0 {
                 let t = Instant::now();
-                files::write_atomic(out, &save_checkpoint(&engine.state()?)?)?;
+                files::write_atomic(out, &save_checkpoint(&block_on(engine.read_state())?)?)?;
                 metrics.phases.checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
             }
         }
@@ -194,8 +193,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         // measured up to the buffered write of the record.
         let t = Instant::now();
         if (i + 1) % report_every == 0 || i + 1 == steps {
-            let test =
-                engine.evaluate(&test_table)?.map(|ev| format!("  test_loss {:.5}", ev.loss)).unwrap_or_default();
+            let test = block_on(engine.evaluate(&test_table))?
+                .map(|ev| format!("  test_loss {:.5}", ev.loss))
+                .unwrap_or_default();
             say!(
                 "step {:>6}  loss {:.5}  grad_norm {:.4}  lr {:.3e}{test}",
                 metrics.step,
@@ -211,7 +211,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         }
     }
     if let Some(out) = &args.out {
-        files::write_atomic(out, &save_checkpoint(&engine.state()?)?)?;
+        files::write_atomic(out, &save_checkpoint(&block_on(engine.read_state())?)?)?;
         say!("checkpoint written to {out} (step {})", engine.step_count());
     }
     if let Some(file) = metrics_file {
@@ -225,7 +225,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         return Err(Failure { message: format!("interrupted at step {}; {saved}", engine.step_count()), status: 130 });
     }
     for (name, table) in [("train", &train_table), ("test", &test_table)] {
-        if let Some(ev) = engine.evaluate(table)? {
+        if let Some(ev) = block_on(engine.evaluate(table))? {
             let accuracy = ev.accuracy.map(|a| format!("  accuracy {:.1}%", a * 100.0)).unwrap_or_default();
             say!("{name}: loss {:.5}{accuracy}", ev.loss);
         }

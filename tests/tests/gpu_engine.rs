@@ -1,89 +1,43 @@
-//! The GPU engine against the CPU engine on WebGPU: short runs, submitted
-//! and collected the page's way (`submit` + `collect_async().await`, then
-//! `read_state().await`), proving the engine works in the browser and not
-//! only its kernels. Tolerances as `core/tests/gpu_training.rs` states them.
+//! The GPU engine against the CPU engine on WebGPU, through the trainer the
+//! page drives (`submit` + `collect().await`, then `read_state().await`):
+//! the whole-run checks of `stepscope_core::trainer::conformance`, written
+//! once and run natively too, proving the engine works in the browser and
+//! not only its kernels. Tolerances as `conformance` states them.
 #![cfg(target_arch = "wasm32")]
 
 use std::sync::Arc;
 
 use stepscope_core::data::Dataset;
 use stepscope_core::gpu::{GpuContext, GpuEngine};
-use stepscope_core::{CpuEngine, Experiment, StepMetrics};
+use stepscope_core::trainer::conformance;
+use stepscope_core::{CpuEngine, Experiment};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-/// GPU and CPU differ only in summation order and exp/tanh
-/// implementations; gpu_training.rs requires 1e-5 relative on loss and
-/// gradient norm (20× the largest deviation seen), and the same schedule
-/// value and clipping decision.
-fn assert_close_runs(name: &str, cpu: &[StepMetrics], gpu: &[StepMetrics]) {
-    assert_eq!(cpu.len(), gpu.len(), "{name}");
-    for (c, g) in cpu.iter().zip(gpu) {
-        assert_eq!(c.step, g.step, "{name}");
-        assert_eq!(c.lr, g.lr, "{name}: same schedule value");
-        assert!(
-            (c.loss - g.loss).abs() <= 1e-5 * c.loss.abs() + 1e-7,
-            "{name} step {}: loss cpu {} gpu {}",
-            c.step,
-            c.loss,
-            g.loss
-        );
-        assert!(
-            (c.grad_norm - g.grad_norm).abs() <= 1e-5 * c.grad_norm + 1e-7,
-            "{name} step {}: grad_norm cpu {} gpu {}",
-            c.step,
-            c.grad_norm,
-            g.grad_norm
-        );
-        assert_eq!(c.clipped, g.clipped, "{name} step {}: clipped", c.step);
+/// The GPU device of this test binary, shared.
+async fn ctx() -> Arc<GpuContext> {
+    thread_local! {
+        static CTX: std::cell::RefCell<Option<Arc<GpuContext>>> = const { std::cell::RefCell::new(None) };
     }
-}
-
-/// As gpu_training.rs: within 1e-5 of 1 + |p|.
-fn assert_close_params(name: &str, cpu: &[f32], gpu: &[f32]) {
-    assert_eq!(cpu.len(), gpu.len(), "{name}");
-    for (i, (c, g)) in cpu.iter().zip(gpu).enumerate() {
-        assert!((c - g).abs() <= 1e-5 * (1.0 + c.abs()), "{name}: {i} cpu {c} gpu {g}");
+    if let Some(ctx) = CTX.with(|c| c.borrow().clone()) {
+        return ctx;
     }
-}
-
-/// Trains `e` for the sum of `submits` steps on both engines, the GPU one
-/// in submits of those sizes (on the fused step when `fused`), and
-/// compares every step and the end state.
-async fn compare(name: &str, e: &Experiment, submits: &[usize], fused: bool) {
     // The engine takes an Arc; on the web the context is single-threaded.
     #[allow(clippy::arc_with_non_send_sync)]
     let ctx = Arc::new(GpuContext::new().await.expect("the browser offers a WebGPU adapter"));
-    console_log!("{name}: adapter {}", ctx.describe());
-    let data = Dataset::load(e, None).expect("built-in data");
-    let mut cpu = CpuEngine::new(e, data).expect("the CPU engine builds");
-    let mut gpu = GpuEngine::from_state(ctx, cpu.state(), cpu.data().clone()).expect("the GPU engine builds");
-    gpu.use_fused = fused;
-    assert_eq!(gpu.runs_fused(), fused, "{name}: the fused step applies");
-    let steps: usize = submits.iter().sum();
-    let mut gpu_metrics = Vec::new();
-    for &k in submits {
-        gpu.submit(k).expect("submit");
-        let before = gpu_metrics.len();
-        while gpu_metrics.len() < before + k {
-            let got = gpu.collect_async().await.expect("collect");
-            assert!(!got.is_empty(), "{name}: a submit of {k} steps gave no metrics");
-            gpu_metrics.extend(got);
-        }
+    console_log!("adapter {}", ctx.describe());
+    CTX.with(|c| *c.borrow_mut() = Some(ctx.clone()));
+    ctx
+}
+
+/// The shared whole-run body (`trainer::conformance::whole_run`, the same
+/// one the native tests run on lavapipe): `e` for the sum of `submits`
+/// steps on both engines, every step and the end state compared.
+async fn compare(name: &str, e: &Experiment, submits: &[usize], fused: bool) {
+    if let Err(message) = conformance::whole_run(name, e, ctx().await, submits, fused).await {
+        panic!("{message}");
     }
-    let cpu_metrics: Vec<StepMetrics> = (0..steps).map(|_| cpu.step().expect("cpu step")).collect();
-    assert_eq!(gpu_metrics.len(), steps, "{name}: one metrics record per step");
-    assert_close_runs(name, &cpu_metrics, &gpu_metrics);
-    let (cs, gs) = (cpu.state(), gpu.read_state().await.expect("read_state"));
-    assert_close_params(&format!("{name} params"), &cs.params, &gs.params);
-    assert_close_params(&format!("{name} exp_avg"), &cs.optimizer.exp_avg, &gs.optimizer.exp_avg);
-    assert_close_params(&format!("{name} exp_avg_sq"), &cs.optimizer.exp_avg_sq, &gs.optimizer.exp_avg_sq);
-    assert_close_params(&format!("{name} momentum"), &cs.optimizer.momentum_buffer, &gs.optimizer.momentum_buffer);
-    assert_eq!(cs.data_position, gs.data_position, "{name}");
-    assert_eq!(cs.step(), gs.step(), "{name}");
-    assert_eq!(gs.step(), steps as u64, "{name}");
-    assert!(cpu_metrics.iter().all(|m| m.loss.is_finite() && m.grad_norm > 0.0), "{name}: a real run");
 }
 
 /// The page's default experiment (spiral, two tanh layers, AdamW): 10 steps
@@ -144,4 +98,36 @@ async fn clipping_accumulation_and_momentum_train_as_on_the_cpu() {
     .expect("a valid experiment");
     compare("sgd/ce/clip/accumulation", &e, &[3, 7], false).await;
     compare("sgd/ce/clip/accumulation, fused", &e, &[3, 7], true).await;
+}
+
+/// Every optimizer, loss and schedule of the native matrix, in two submits
+/// each (one of 2 steps, one of 4), on WebGPU.
+#[wasm_bindgen_test]
+async fn every_optimizer_loss_and_schedule_trains_as_on_the_cpu() {
+    for (name, e) in conformance::training_matrix() {
+        compare(&name, &e, &[2, 4], false).await;
+    }
+}
+
+/// A run moved from the CPU to WebGPU and back equals one that stayed.
+#[wasm_bindgen_test]
+async fn switching_engines_mid_run_changes_nothing() {
+    let e = stepscope_app::model::edit::default_experiment();
+    if let Err(message) = conformance::switching_engines_mid_run("default", &e, ctx().await).await {
+        panic!("{message}");
+    }
+}
+
+/// Live hyperparameter edits are taken in place on WebGPU (phased and
+/// fused) and on the CPU, bit for bit as a run rebuilt from its state.
+#[wasm_bindgen_test]
+async fn live_edits_are_taken_in_place() {
+    let e = stepscope_app::model::edit::default_experiment();
+    for (name, gpu, fused) in
+        [("cpu", None, false), ("gpu", Some(ctx().await), false), ("fused", Some(ctx().await), true)]
+    {
+        if let Err(message) = conformance::live_edits_in_place(name, &e, gpu, fused).await {
+            panic!("{message}");
+        }
+    }
 }

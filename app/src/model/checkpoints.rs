@@ -15,7 +15,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
-use stepscope_core::gpu::PendingState;
+use stepscope_core::trainer::StateRead;
 use stepscope_core::TrainState;
 use wasm_bindgen::{JsCast, JsValue};
 use web_time::Instant;
@@ -65,49 +65,32 @@ pub struct CheckpointReport {
     pub stored: Result<(), String>,
 }
 
-/// A checkpoint whose state is being read.
-pub enum Pending {
-    Ready(Box<TrainState>),
-    Gpu(Box<PendingState>),
-}
-
-impl Pending {
-    pub fn step(&self) -> u64 {
-        match self {
-            Pending::Ready(s) => s.step(),
-            Pending::Gpu(p) => p.step(),
-        }
-    }
-
-    /// Finishes the read, serializes, keeps the state in `ring` and stores
-    /// the file (and the CSV the run trains on, if any) in IndexedDB.
-    pub async fn complete(
-        self,
-        ring: Ring,
-        csv: Option<Arc<String>>,
-        started: Instant,
-        background: bool,
-    ) -> Result<CheckpointReport, String> {
-        let step = self.step();
-        let state = match self {
-            Pending::Ready(s) => *s,
-            Pending::Gpu(p) => (*p).finish().await.map_err(|e| e.to_string())?,
-        };
-        let bytes = save_checkpoint(&state).map_err(|e| e.to_string())?;
-        remember(&ring, state);
-        let array = js_sys::Uint8Array::from(bytes.as_slice());
-        let mut values = vec![(KEY, JsValue::from(array))];
-        values.push((CSV_KEY, csv.map_or(JsValue::NULL, |c| JsValue::from_str(&c))));
-        let stored = store::put(&values).await;
-        Ok(CheckpointReport {
-            step,
-            bytes: bytes.len(),
-            background,
-            loop_ms: 0.0,
-            total_ms: started.elapsed().as_secs_f64() * 1e3,
-            stored,
-        })
-    }
+/// Finishes a state read begun for a checkpoint, serializes it, keeps
+/// the state in `ring` and stores the file (and the CSV the run trains on,
+/// if any) in IndexedDB.
+pub async fn complete(
+    read: StateRead,
+    ring: Ring,
+    csv: Option<Arc<String>>,
+    started: Instant,
+    background: bool,
+) -> Result<CheckpointReport, String> {
+    let step = read.step();
+    let state = read.finish().await.map_err(|e| e.to_string())?;
+    let bytes = save_checkpoint(&state).map_err(|e| e.to_string())?;
+    remember(&ring, state);
+    let array = js_sys::Uint8Array::from(bytes.as_slice());
+    let mut values = vec![(KEY, JsValue::from(array))];
+    values.push((CSV_KEY, csv.map_or(JsValue::NULL, |c| JsValue::from_str(&c))));
+    let stored = store::put(&values).await;
+    Ok(CheckpointReport {
+        step,
+        bytes: bytes.len(),
+        background,
+        loop_ms: 0.0,
+        total_ms: started.elapsed().as_secs_f64() * 1e3,
+        stored,
+    })
 }
 
 /// The autosaved run of this browser, if any: its state and CSV text.

@@ -9,7 +9,7 @@ use web_time::Instant;
 
 use super::engine::Chooser;
 use super::{AppState, LayerSample, LAYER_SAMPLE_MS};
-use crate::model::checkpoints::{load_autosave, CheckpointReport};
+use crate::model::checkpoints::{self, load_autosave, CheckpointReport};
 use crate::model::edit::{default_experiment, needs_reset};
 use crate::model::runner::{next_frame, Command, Runner};
 use crate::model::spikes::{Detector, Verdict, SMOOTH, WINDOW};
@@ -270,13 +270,13 @@ impl AppState {
             let loop_ms = ms(started);
             self.checkpoint_in_flight.set(true);
             spawn_local(async move {
-                let report = pending.complete(ring, csv, started, true).await;
+                let report = checkpoints::complete(pending, ring, csv, started, true).await;
                 state.checkpoint_in_flight.set(false);
                 state.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r }));
             });
             loop_ms
         } else {
-            let report = pending.complete(ring, csv, started, false).await;
+            let report = checkpoints::complete(pending, ring, csv, started, false).await;
             let loop_ms = ms(started);
             state.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r }));
             loop_ms

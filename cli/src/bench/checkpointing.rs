@@ -6,9 +6,8 @@
 use std::sync::Arc;
 
 use stepscope_core::engine::CheckpointingTrade;
-use stepscope_core::gpu::{GpuContext, GpuEngine};
+use stepscope_core::gpu::GpuContext;
 use stepscope_core::model::Layout;
-use stepscope_core::TrainState;
 
 use super::{cpu_steps_per_second, gpu_steps, synthetic, Path};
 use crate::Failure;
@@ -31,7 +30,7 @@ pub fn section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result<(
         let (experiment, data) = synthetic(widths, batch);
         let layout = Layout::new(&experiment);
         let trade = CheckpointingTrade::new(&layout, batch);
-        let mut engine = GpuEngine::from_state(ctx.clone(), TrainState::fresh(&experiment), data.clone())?;
+        let mut engine = super::gpu_trainer(ctx, &experiment, &data)?;
         let off_bytes = engine.memory().activations;
         engine.set_activation_checkpointing(true)?;
         let on_bytes = engine.memory().activations;

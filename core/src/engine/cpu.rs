@@ -146,7 +146,9 @@ impl CpuEngine {
     /// boundary (`Experiment::retunable_to`): the next step uses them.
     pub fn retune(&mut self, to: &Experiment) -> Result<()> {
         if !self.experiment.retunable_to(to) {
-            return Err(Error::Experiment("this edit changes the run's shape; rebuild the engine from its state".into()));
+            return Err(Error::Experiment(
+                "this edit changes the run's shape; rebuild the engine from its state".into(),
+            ));
         }
         if self.partial.is_some() {
             return Err(Error::Experiment("finish the step begun phase by phase before editing the run".into()));

@@ -332,12 +332,8 @@ fn tune(params: &mut FusedParams, e: &Experiment) -> Option<()> {
                 [0.0; 2],
                 0.0,
             ),
-            OptimizerSpec::Adam { betas, eps, weight_decay, .. } => {
-                (1, 0, 0, 0, 0.0, 0.0, weight_decay, betas, eps)
-            }
-            OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => {
-                (1, 1, 0, 0, 0.0, 0.0, weight_decay, betas, eps)
-            }
+            OptimizerSpec::Adam { betas, eps, weight_decay, .. } => (1, 0, 0, 0, 0.0, 0.0, weight_decay, betas, eps),
+            OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => (1, 1, 0, 0, 0.0, 0.0, weight_decay, betas, eps),
             OptimizerSpec::Lamb { .. } => return None,
         };
     let (regularization, regularization_rate) = match &e.regularization {

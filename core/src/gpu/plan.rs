@@ -369,16 +369,7 @@ fn optimizer_dispatches(
                 ctx,
                 Kernel::LambMoments,
                 "lamb_moments",
-                &[
-                    &b.exp_avg,
-                    &b.exp_avg_sq,
-                    &b.lamb_norms,
-                    &b.flags,
-                    &b.params,
-                    &b.grads,
-                    &b.scalars,
-                    &b.tensor_table,
-                ],
+                &[&b.exp_avg, &b.exp_avg_sq, &b.lamb_norms, &b.flags, &b.params, &b.grads, &b.scalars, &b.tensor_table],
                 &params,
                 [n_tensors, 1, 1],
             ));

@@ -14,7 +14,9 @@ impl GpuEngine {
     /// step's uniform. Parameters and optimizer state stay on the GPU.
     pub fn retune(&mut self, to: &Experiment) -> Result<()> {
         if !self.experiment.retunable_to(to) {
-            return Err(Error::Experiment("this edit changes the run's shape; rebuild the engine from its state".into()));
+            return Err(Error::Experiment(
+                "this edit changes the run's shape; rebuild the engine from its state".into(),
+            ));
         }
         if self.has_in_flight() || self.partial.is_some() {
             return Err(Error::Gpu("collect the steps in flight before editing the run".into()));

@@ -38,7 +38,11 @@ pub fn close_runs(name: &str, cpu: &[StepMetrics], gpu: &[StepMetrics]) -> Check
     for (c, g) in cpu.iter().zip(gpu) {
         let at = format!("{name} step {}", c.step);
         if c.step != g.step || c.lr != g.lr || c.clipped != g.clipped {
-            return Err(format!("{at}: step, lr, clipped {:?} against {:?}", (c.lr, c.clipped), (g.step, g.lr, g.clipped)));
+            return Err(format!(
+                "{at}: step, lr, clipped {:?} against {:?}",
+                (c.lr, c.clipped),
+                (g.step, g.lr, g.clipped)
+            ));
         }
         if (c.loss - g.loss).abs() > TOLERANCE * c.loss.abs() + 1e-7 {
             return Err(format!("{at}: loss {} against {}", c.loss, g.loss));
@@ -146,10 +150,8 @@ pub async fn live_edits_in_place(name: &str, e: &Experiment, gpu: Option<Arc<Gpu
     live.run(4, 2).await.map_err(&err)?;
     let mut edited = e.clone();
     edited.clip_grad_norm = Some(0.25);
-    edited.regularization = Some(crate::experiment::Regularization {
-        kind: crate::experiment::RegularizationKind::L2,
-        rate: 0.003,
-    });
+    edited.regularization =
+        Some(crate::experiment::Regularization { kind: crate::experiment::RegularizationKind::L2, rate: 0.003 });
     edited.schedule = crate::experiment::Schedule::WarmupCosine { warmup_steps: 2, total_steps: 20, min_lr: 0.001 };
     edited.optimizer = match edited.optimizer {
         OptimizerSpec::Sgd { lr, momentum, dampening, nesterov, .. } => OptimizerSpec::Sgd {
@@ -181,9 +183,13 @@ pub async fn live_edits_in_place(name: &str, e: &Experiment, gpu: Option<Arc<Gpu
     }
     let a = live.run(6, 3).await.map_err(&err)?;
     let b = rebuilt.run(6, 3).await.map_err(&err)?;
-    let bits = |m: &[StepMetrics]| m.iter().map(|m| (m.step, m.loss.to_bits(), m.grad_norm.to_bits())).collect::<Vec<_>>();
+    let bits =
+        |m: &[StepMetrics]| m.iter().map(|m| (m.step, m.loss.to_bits(), m.grad_norm.to_bits())).collect::<Vec<_>>();
     if let Some((x, y)) = bits(&a).into_iter().zip(bits(&b)).find(|(x, y)| x != y) {
-        return Err(format!("{name}: the edited run differs from the rebuilt one at step {}: {x:?} against {y:?}", x.0));
+        return Err(format!(
+            "{name}: the edited run differs from the rebuilt one at step {}: {x:?} against {y:?}",
+            x.0
+        ));
     }
     if a.iter().any(|m| m.lr != crate::optim::learning_rate(&edited.schedule, edited.optimizer.lr(), m.step)) {
         return Err(format!("{name}: the edit's schedule is not the one used"));

@@ -24,8 +24,9 @@ use crate::model::Layout;
 use crate::stats::{tensor_stats, TensorStats};
 
 /// Which engine a trainer runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Backend {
+    #[default]
     Cpu,
     Gpu,
 }

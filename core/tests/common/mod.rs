@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use stepscope_core::trainer::conformance;
 use stepscope_core::data::Dataset;
 use stepscope_core::gpu::{GpuContext, GpuEngine};
+use stepscope_core::trainer::conformance;
 use stepscope_core::{CpuEngine, Experiment, StepMetrics};
 
 /// One GPU device per test binary, shared. Fails (does not skip) without
@@ -21,6 +21,7 @@ pub fn gpu_engine(e: &Experiment) -> GpuEngine {
     GpuEngine::from_state(shared_gpu(), cpu.state(), cpu.data().clone()).unwrap()
 }
 
+#[allow(unused_imports)]
 pub use stepscope_core::trainer::conformance::{experiment, training_matrix};
 
 pub fn engine(e: &Experiment) -> CpuEngine {

@@ -2,9 +2,9 @@
 //! current state, as one big batch and as accumulated micro-batches.
 
 use stepscope_core::engine::MemoryBytes;
-use stepscope_core::{Error, StepMetrics, TrainState};
+use stepscope_core::{Error, StepMetrics, TrainState, Trainer};
 
-use super::{build, AccumulationReport, PageEngine, Runner};
+use super::{AccumulationReport, Runner};
 
 impl Runner {
     /// Takes the next step twice from the current state, in separate
@@ -42,17 +42,9 @@ impl Runner {
 
     /// One step of `state` in a fresh engine of the current backend.
     async fn one_step(&self, state: TrainState) -> Result<(TrainState, StepMetrics, MemoryBytes), Error> {
-        match build(&self.gpu, state, self.data().clone())? {
-            PageEngine::Cpu(mut e) => {
-                let metrics = e.step()?;
-                Ok((e.state(), metrics, e.memory()))
-            }
-            PageEngine::Gpu(mut e) => {
-                e.submit(1)?;
-                let metrics =
-                    e.collect_async().await?.pop().ok_or_else(|| Error::Gpu("a step produced no metrics".into()))?;
-                Ok((e.read_state().await?, metrics, e.memory()))
-            }
-        }
+        let mut trainer = Trainer::new(state, self.data().clone(), self.trainer.gpu_context().cloned())?;
+        trainer.submit(1)?;
+        let metrics = trainer.collect().await?.pop().ok_or_else(|| Error::Gpu("a step produced no metrics".into()))?;
+        Ok((trainer.read_state().await?, metrics, trainer.memory()))
     }
 }

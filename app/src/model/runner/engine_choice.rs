@@ -9,11 +9,11 @@
 //! costs nothing.
 
 use stepscope_core::data::Dataset;
-use stepscope_core::gpu::GpuEngine;
-use stepscope_core::{CpuEngine, Error, Experiment, TrainState};
+use stepscope_core::trainer::Backend;
+use stepscope_core::{Error, Experiment, Trainer};
 use web_time::Instant;
 
-use super::{build, next_frame, Runner, GPU_SUBMIT_MS};
+use super::{next_frame, Runner, GPU_SUBMIT_MS};
 use crate::model::checkpoints::latest_before;
 
 /// Which engine the user asked for (the URL's `?engine=`).
@@ -86,12 +86,12 @@ impl Runner {
     }
 
     pub fn on_gpu(&self) -> bool {
-        self.gpu.is_some()
+        self.trainer.backend() == Backend::Gpu
     }
 
     /// Whether the GPU engine runs the fused step now.
     pub fn runs_fused(&self) -> bool {
-        matches!(&self.engine, super::PageEngine::Gpu(e) if e.runs_fused())
+        self.trainer.runs_fused()
     }
 
     /// The race for the current experiment: measured now, or kept from
@@ -109,8 +109,10 @@ impl Runner {
         let cpu_steps_per_s = cpu_speed(&e, data.clone()).await?;
         // The GPU's speed is predicted from the calibration's submit costs
         // at the steps per submit the page will use (`GPU_SUBMIT_MS`).
-        let mut probe = GpuEngine::from_state(ctx, TrainState::fresh(&e), data)?;
-        let calibration = probe.calibrate().await?;
+        let mut probe = Trainer::fresh(&e, data, Some(ctx))?;
+        probe.allow_fused(crate::model::url::fused_allowed());
+        let calibration =
+            probe.calibrate().await?.ok_or_else(|| Error::Gpu("the GPU probe did not calibrate".into()))?;
         let best = if crate::model::url::fused_allowed() { calibration.best() } else { calibration.phased };
         let gpu_steps_per_s = best.steps_per_second(best.steps_for(GPU_SUBMIT_MS, calibration.max_steps));
         let fused = crate::model::url::fused_allowed() && calibration.fused_wins();
@@ -125,7 +127,7 @@ impl Runner {
     /// have left a step half done), so the CPU engine goes on from the
     /// newest automatic checkpoint instead, and the returned notice says so.
     pub async fn switch_engine(&mut self, to_gpu: bool) -> Result<Option<String>, String> {
-        if to_gpu == self.gpu.is_some() {
+        if to_gpu == self.on_gpu() {
             return Ok(None);
         }
         if to_gpu && self.ctx.is_none() {
@@ -151,10 +153,7 @@ impl Runner {
         };
         let data = self.data().clone();
         let gpu = if to_gpu { self.ctx.clone() } else { None };
-        let engine = build(&gpu, state, data).map_err(|err| err.to_string())?;
-        self.gpu = gpu;
-        self.engine = engine;
-        self.apply_lessons()?;
+        self.trainer.rebuild(state, data, gpu).map_err(|err| err.to_string())?;
         self.calibrate().await?;
         Ok(notice)
     }
@@ -164,26 +163,21 @@ impl Runner {
     /// URL's `?fused=off` keeps the phased kernels (their per-phase
     /// timestamps and bit-exact comparisons).
     pub async fn calibrate(&mut self) -> Result<(), String> {
-        if let super::PageEngine::Gpu(engine) = &mut self.engine {
-            let calibration = engine.calibrate().await.map_err(|err| err.to_string())?;
-            if !crate::model::url::fused_allowed() {
-                engine.use_fused = false;
-                engine.submit_cost = Some(calibration.phased);
-            }
-        }
-        Ok(())
+        self.trainer.allow_fused(crate::model::url::fused_allowed());
+        self.trainer.calibrate().await.map(|_| ()).map_err(|err| err.to_string())
     }
 }
 
 /// Steps per second of the CPU engine on a probe of `e`, stepping in
 /// slices between animation frames so the page keeps drawing.
 async fn cpu_speed(e: &Experiment, data: Dataset) -> Result<f64, Error> {
-    let mut probe = CpuEngine::from_state(TrainState::fresh(e), data)?;
+    let mut probe = Trainer::fresh(e, data, None)?;
     let (mut steps, mut stepping_ms) = (0usize, 0.0);
     while stepping_ms < CPU_BUDGET_MS {
         let slice = Instant::now();
         while slice.elapsed().as_secs_f64() * 1e3 < CPU_SLICE_MS {
-            match probe.step() {
+            probe.submit(1)?;
+            match probe.collect().await {
                 Ok(_) | Err(Error::NonFinite(_)) => steps += 1,
                 Err(err) => return Err(err),
             }

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use stepscope_core::engine::evaluate;
 use stepscope_core::model::Layout;
-use stepscope_core::stats::{tensor_stats, TensorStats};
+use stepscope_core::stats::TensorStats;
+use stepscope_core::trainer::Backend;
 use stepscope_core::{Error, StepMetrics};
 use wasm_bindgen_futures::JsFuture;
 use web_time::Instant;
 
-use super::{PageEngine, Runner, GPU_SUBMIT_MS, TRAIN_BUDGET_MS};
+use super::{Runner, GPU_SUBMIT_MS, TRAIN_BUDGET_MS};
 use crate::model::loader::Loader;
 use crate::model::views::{snapshot, Snapshot};
 
@@ -33,54 +34,55 @@ impl Runner {
         }
         // Lessons: a fixed number of steps between logs; a slow loader.
         let cap = if single { 1 } else { self.steps_per_log.unwrap_or(usize::MAX) };
-        match &mut self.engine {
-            PageEngine::Cpu(engine) => {
-                let mut out = Vec::new();
-                loop {
-                    let waited = wait_for_batches(&mut self.loader, 1).await;
-                    *awaited_ms += waited;
-                    let mut metrics = engine.step()?;
+        let trainer = &mut self.trainer;
+        if trainer.backend() == Backend::Cpu {
+            // Step by step until the frame's budget is spent (or the
+            // lesson's steps per log are done), each waiting for its batch.
+            let mut out = Vec::new();
+            loop {
+                let waited = wait_for_batches(&mut self.loader, 1).await;
+                *awaited_ms += waited;
+                trainer.submit(1)?;
+                for mut metrics in trainer.collect().await? {
                     metrics.phases.data_ms += waited;
                     out.push(metrics);
-                    let budget_spent = self.steps_per_log.is_none() && ms_since(started) >= TRAIN_BUDGET_MS;
-                    if out.len() >= cap || budget_spent || out.len() >= 10_000 {
-                        return Ok(out);
-                    }
                 }
-            }
-            PageEngine::Gpu(engine) => {
-                let mut k = if single { 1 } else { self.steps_per_submit.min(cap) };
-                if let Some(cap) = self.steps_per_log.filter(|_| !single) {
-                    k = cap.min(engine.max_steps_per_submit());
+                let budget_spent = self.steps_per_log.is_none() && ms_since(started) >= TRAIN_BUDGET_MS;
+                if out.len() >= cap || budget_spent || out.len() >= 10_000 {
+                    return Ok(out);
                 }
-                if let Some(loader) = self.loader.as_ref().filter(|l| l.active()) {
-                    // The loop takes the batches that are ready (at least one).
-                    k = k.min(loader.ready(now_ms()).max(1));
-                }
-                let waited = wait_for_batches(&mut self.loader, k).await;
-                *awaited_ms += waited;
-                engine.submit(k)?;
-                let wait = Instant::now();
-                let mut out = engine.collect_async().await?;
-                *awaited_ms += ms_since(wait);
-                for m in &mut out {
-                    m.phases.data_ms += waited / k as f64;
-                }
-                if !single && self.steps_per_log.is_none() {
-                    let max = engine.max_steps_per_submit();
-                    self.steps_per_submit = match engine.submit_cost {
-                        // Calibrated: as many steps as the submit cost allows.
-                        Some(cost) => cost.steps_for(GPU_SUBMIT_MS, max),
-                        // Else aim for the budget: scale K by how far off this frame was.
-                        None => {
-                            let scale = (GPU_SUBMIT_MS / ms_since(started).max(0.1)).clamp(0.5, 2.0);
-                            ((k as f64 * scale).round() as usize).clamp(1, max)
-                        }
-                    };
-                }
-                Ok(out)
             }
         }
+        let max = trainer.max_steps_per_submit();
+        let mut k = if single { 1 } else { self.steps_per_submit.min(cap) };
+        if let Some(cap) = self.steps_per_log.filter(|_| !single) {
+            k = cap.min(max);
+        }
+        if let Some(loader) = self.loader.as_ref().filter(|l| l.active()) {
+            // The loop takes the batches that are ready (at least one).
+            k = k.min(loader.ready(now_ms()).max(1));
+        }
+        let waited = wait_for_batches(&mut self.loader, k).await;
+        *awaited_ms += waited;
+        trainer.submit(k)?;
+        let wait = Instant::now();
+        let mut out = trainer.collect().await?;
+        *awaited_ms += ms_since(wait);
+        for m in &mut out {
+            m.phases.data_ms += waited / k as f64;
+        }
+        if !single && self.steps_per_log.is_none() {
+            self.steps_per_submit = match trainer.submit_cost() {
+                // Calibrated: as many steps as the submit cost allows.
+                Some(cost) => cost.steps_for(GPU_SUBMIT_MS, max),
+                // Else aim for the budget: scale K by how far off this frame was.
+                None => {
+                    let scale = (GPU_SUBMIT_MS / ms_since(started).max(0.1)).clamp(0.5, 2.0);
+                    ((k as f64 * scale).round() as usize).clamp(1, max)
+                }
+            };
+        }
+        Ok(out)
     }
 
     /// Lesson: a loader needing `delay_ms` per batch, `prefetch` ahead
@@ -112,50 +114,20 @@ impl Runner {
     /// milliseconds spent awaiting the GPU's readback.
     pub async fn snapshot(&mut self) -> (Result<Arc<Snapshot>, Error>, f64) {
         let wait = Instant::now();
-        let tensors = match &self.engine {
-            PageEngine::Gpu(e) => Some(e.read_tensors().await),
-            PageEngine::Cpu(_) => None,
-        };
-        let awaited_ms = wait.elapsed().as_secs_f64() * 1e3;
-        let result = match tensors {
-            Some(Err(err)) => Err(err),
-            Some(Ok(t)) => Ok(self.views(Some(t))),
-            None => Ok(self.views(None)),
-        };
-        (result, awaited_ms)
+        let tensors = self.trainer.tensors().await;
+        let awaited_ms = if self.trainer.backend() == Backend::Gpu { wait.elapsed().as_secs_f64() * 1e3 } else { 0.0 };
+        (tensors.map(|t| self.views(t)), awaited_ms)
     }
 
     /// Per layer: statistics of [activations, gradients, weights,
     /// updates] of the last step, from the engine (the GPU's
     /// `tensor_stats` kernel, or its CPU twin on the CPU engine).
     pub async fn layer_stats(&mut self) -> Result<Vec<[TensorStats; 4]>, Error> {
-        match &mut self.engine {
-            PageEngine::Gpu(e) => e.read_layer_stats().await,
-            PageEngine::Cpu(e) => Ok(e
-                .layout()
-                .layers
-                .iter()
-                .enumerate()
-                .map(|(l, shape)| {
-                    let range = shape.weight_offset..shape.bias_offset + shape.units;
-                    [
-                        tensor_stats(&e.activations().a[l]),
-                        tensor_stats(&e.grads()[range.clone()]),
-                        tensor_stats(&e.params()[range.clone()]),
-                        tensor_stats(&e.updates()[range]),
-                    ]
-                })
-                .collect()),
-        }
+        self.trainer.layer_stats().await
     }
 
-    fn views(&mut self, gpu_tensors: Option<[Vec<f32>; 3]>) -> Arc<Snapshot> {
+    fn views(&mut self, tensors: [Vec<f32>; 3]) -> Arc<Snapshot> {
         let started = Instant::now();
-        let tensors = match (&self.engine, gpu_tensors) {
-            (_, Some(t)) => t,
-            (PageEngine::Cpu(e), None) => [e.params().to_vec(), e.grads().to_vec(), e.updates().to_vec()],
-            (PageEngine::Gpu(_), None) => unreachable!("GPU views always come with read-back tensors"),
-        };
         let e = self.experiment().clone();
         let layout = Layout::new(&e);
         let data = self.data();

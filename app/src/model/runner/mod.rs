@@ -10,11 +10,12 @@ use std::sync::Arc;
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint, verify_restore};
 use stepscope_core::data::Dataset;
 use stepscope_core::engine::MemoryBytes;
-use stepscope_core::gpu::{GpuContext, GpuEngine};
-use stepscope_core::{CpuEngine, Error, Experiment, StepMetrics, TrainState};
+use stepscope_core::gpu::GpuContext;
+use stepscope_core::trainer::StateRead;
+use stepscope_core::{Error, Experiment, StepMetrics, TrainState, Trainer};
 use web_time::Instant;
 
-use super::checkpoints::{latest_before, remember, Pending, Ring};
+use super::checkpoints::{latest_before, remember, Ring};
 use super::loader::Loader;
 
 mod accumulation;
@@ -27,15 +28,9 @@ pub use engine_choice::{shape_key, Pin, Race};
 pub use frame::next_frame;
 use frame::now_ms;
 
-enum PageEngine {
-    Cpu(Box<CpuEngine>),
-    Gpu(Box<GpuEngine>),
-}
-
 pub struct Runner {
-    engine: PageEngine,
-    /// The GPU device the engine runs on; None on the CPU engine.
-    gpu: Option<Arc<GpuContext>>,
+    /// The run, on whichever engine (the core's one trainer).
+    trainer: Trainer,
     /// The GPU device, once created (asynchronously, after the page
     /// started training on the CPU), whichever engine runs.
     ctx: Option<Arc<GpuContext>>,
@@ -55,9 +50,6 @@ pub struct Runner {
     steps_per_log: Option<usize>,
     last_snapshot_at: Option<Instant>,
     snapshot_cost_ms: f64,
-    /// Lesson switches, kept across engine rebuilds.
-    zero_grad: bool,
-    activation_checkpointing: bool,
 }
 
 /// Time for training per animation frame, leaving room for drawing.
@@ -68,13 +60,6 @@ const TRAIN_BUDGET_MS: f64 = 8.0;
 /// second). Where a submit's fixed cost is larger, K grows past this
 /// (`SubmitCost::steps_for`).
 const GPU_SUBMIT_MS: f64 = 30.0;
-
-fn build(gpu: &Option<Arc<GpuContext>>, state: TrainState, data: Dataset) -> Result<PageEngine, Error> {
-    Ok(match gpu {
-        Some(ctx) => PageEngine::Gpu(Box::new(GpuEngine::from_state(ctx.clone(), state, data)?)),
-        None => PageEngine::Cpu(Box::new(CpuEngine::from_state(state, data)?)),
-    })
-}
 
 impl Runner {
     pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<Arc<String>>) -> Result<Runner, String> {
@@ -92,11 +77,11 @@ impl Runner {
         let ring = Ring::default();
         remember(&ring, state.clone());
         let last_checkpoint = state.step();
-        let engine = build(&gpu, state, data).map_err(|err| err.to_string())?;
+        let mut trainer = Trainer::new(state, data, gpu.clone()).map_err(|err| err.to_string())?;
+        trainer.allow_fused(crate::model::url::fused_allowed());
         Ok(Runner {
-            engine,
-            ctx: gpu.clone(),
-            gpu,
+            trainer,
+            ctx: gpu,
             races: Vec::new(),
             csv,
             steps_per_submit: 1,
@@ -106,30 +91,19 @@ impl Runner {
             steps_per_log: None,
             last_snapshot_at: None,
             snapshot_cost_ms: 0.0,
-            zero_grad: true,
-            activation_checkpointing: false,
         })
     }
 
     pub fn experiment(&self) -> &Experiment {
-        match &self.engine {
-            PageEngine::Cpu(e) => e.experiment(),
-            PageEngine::Gpu(e) => e.experiment(),
-        }
+        self.trainer.experiment()
     }
 
     fn data(&self) -> &Dataset {
-        match &self.engine {
-            PageEngine::Cpu(e) => e.data(),
-            PageEngine::Gpu(e) => e.data(),
-        }
+        self.trainer.data()
     }
 
     pub fn step_count(&self) -> u64 {
-        match &self.engine {
-            PageEngine::Cpu(e) => e.step_count(),
-            PageEngine::Gpu(e) => e.step_count(),
-        }
+        self.trainer.step_count()
     }
 
     /// The GPU device has been created: the engine may switch to it.
@@ -142,29 +116,19 @@ impl Runner {
     }
 
     async fn state(&mut self) -> Result<TrainState, Error> {
-        match &mut self.engine {
-            PageEngine::Cpu(e) => Ok(e.state()),
-            PageEngine::Gpu(e) => e.read_state().await,
-        }
+        self.trainer.read_state().await
     }
 
     /// Finishes a step begun phase by phase, so that state reads and whole
     /// steps start at a step boundary.
     pub async fn finish_partial_step(&mut self) -> Result<Option<StepMetrics>, Error> {
-        match &mut self.engine {
-            PageEngine::Cpu(e) if e.mid_step() => e.step().map(Some),
-            PageEngine::Cpu(_) => Ok(None),
-            PageEngine::Gpu(e) => e.finish_step().await,
-        }
+        self.trainer.finish_partial_step().await
     }
 
     /// Applies a command. On error the current run is left as it was.
     pub async fn handle(&mut self, command: Command) -> Result<Option<Outcome>, String> {
         if let Command::StepPhase = command {
-            let report = match &mut self.engine {
-                PageEngine::Cpu(e) => e.step_phase(),
-                PageEngine::Gpu(e) => e.step_phase().await,
-            };
+            let report = self.trainer.step_phase().await;
             return report.map(|r| Some(Outcome::Phase(Box::new(r)))).map_err(|err| err.to_string());
         }
         self.finish_partial_step().await.map_err(|err| err.to_string())?;
@@ -184,16 +148,13 @@ impl Runner {
                     .map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
                 let step = state.step();
                 let kept = state.clone();
-                let engine =
-                    build(&self.gpu, state, data).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
-                self.engine = engine;
+                self.trainer.replace(state, data).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
                 // The restored run starts its own checkpoint ring: a later
                 // rollback or device-loss recovery must not resume the run
                 // that was replaced.
                 self.ring.borrow_mut().clear();
                 remember(&self.ring, kept);
                 self.last_checkpoint = step;
-                self.apply_lessons()?;
                 return Ok(Some(Outcome::Restored(Box::new(e), step)));
             }
             Command::VerifyRestore => {
@@ -204,27 +165,18 @@ impl Runner {
             Command::Reset(e) => self.restart(&e, self.csv.clone())?,
             Command::UseCsv(text, e) => self.restart(&e, Some(text))?,
             Command::Apply(e) => {
-                let mut state = self.state().await.map_err(|err| err.to_string())?;
-                // A different optimizer starts fresh (its state and step);
-                // SGD's momentum buffer comes and goes with its momentum.
-                let optimizer = std::mem::take(&mut state.optimizer);
-                state.optimizer = optimizer.carried_to(&state.experiment.optimizer, &e.optimizer, state.params.len());
-                state.experiment = e;
-                let data = self.data().clone();
-                self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;
-                self.apply_lessons()?;
+                // Hyperparameters in place; a different optimizer starts
+                // fresh (its state and step), SGD's momentum buffer comes
+                // and goes with its momentum (`Trainer::apply`).
+                self.trainer.apply(&e).await.map_err(|err| err.to_string())?;
             }
-            Command::ZeroGrad(on) => {
-                self.zero_grad = on;
-                self.apply_lessons()?;
-            }
+            Command::ZeroGrad(on) => self.trainer.set_zero_grad(on),
             Command::Rollback(before) => {
                 let saved = latest_before(&self.ring, before)
                     .ok_or_else(|| format!("No checkpoint from before step {before} is kept."))?;
                 let e = saved.state.experiment.clone();
                 let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
-                self.engine = build(&self.gpu, saved.state, data).map_err(|err| err.to_string())?;
-                self.apply_lessons()?;
+                self.trainer.replace(saved.state, data).map_err(|err| err.to_string())?;
                 self.last_checkpoint = saved.step;
                 return Ok(Some(Outcome::RolledBack(Box::new(e), saved.step)));
             }
@@ -236,22 +188,22 @@ impl Runner {
                 let csv = stepscope_core::export::training_csv(&self.data().train);
                 return Ok(Some(Outcome::File("stepscope-train.csv".into(), csv.into_bytes())));
             }
-            Command::ActivationCheckpointing(on) => {
-                self.activation_checkpointing = on;
-                self.apply_lessons()?;
-            }
+            Command::ActivationCheckpointing(on) => self
+                .trainer
+                .set_activation_checkpointing(on)
+                .map_err(|err| format!("Activation checkpointing was not switched: {err}"))?,
             Command::Loader(delay_ms, prefetch) => self.set_loader(delay_ms, prefetch),
             Command::LogEvery(n) => self.set_steps_per_log(n),
             Command::CheckAccumulation(k) => {
                 return self.check_accumulation(k).await.map(|r| Some(Outcome::Accumulation(r)));
             }
-            Command::LoseDevice => match &self.engine {
-                PageEngine::Gpu(engine) => engine.context().device.destroy(),
-                PageEngine::Cpu(_) => return Err("No GPU device is in use to lose (pin the WebGPU engine).".into()),
+            Command::LoseDevice => match self.trainer.gpu_context() {
+                Some(ctx) => ctx.device.destroy(),
+                None => return Err("No GPU device is in use to lose (pin the WebGPU engine).".into()),
             },
-            Command::RefuseGpuWork => match &self.engine {
-                PageEngine::Gpu(engine) => {
-                    let device = &engine.context().device;
+            Command::RefuseGpuWork => match self.trainer.gpu_context() {
+                Some(ctx) => {
+                    let device = &ctx.device;
                     // An uncaptured validation error; the engine's next
                     // check reports it.
                     let _ = device.create_buffer(&wgpu::BufferDescriptor {
@@ -261,7 +213,7 @@ impl Runner {
                         mapped_at_creation: false,
                     });
                 }
-                PageEngine::Cpu(_) => return Err("No GPU device is in use (pin the WebGPU engine).".into()),
+                None => return Err("No GPU device is in use (pin the WebGPU engine).".into()),
             },
             Command::StepOnce | Command::StepPhase => {}
         }
@@ -270,40 +222,23 @@ impl Runner {
 
     /// A fresh run of `e`, keeping the lesson switches.
     fn restart(&mut self, e: &Experiment, csv: Option<Arc<String>>) -> Result<(), String> {
-        let mut fresh = Runner::new(e, self.gpu.clone(), csv)?;
+        let mut fresh = Runner::new(e, self.trainer.gpu_context().cloned(), csv)?;
         fresh.ctx = self.ctx.clone();
         fresh.races = std::mem::take(&mut self.races);
-        fresh.zero_grad = self.zero_grad;
-        fresh.activation_checkpointing = self.activation_checkpointing;
+        fresh.trainer.set_zero_grad(self.trainer.zero_grad());
+        fresh
+            .trainer
+            .set_activation_checkpointing(self.trainer.activation_checkpointing())
+            .map_err(|err| format!("Activation checkpointing was not switched: {err}"))?;
         fresh.loader = self.loader.take().map(|l| Loader::new(l.delay_ms, l.prefetch, now_ms()));
         fresh.steps_per_log = self.steps_per_log;
         *self = fresh;
-        self.apply_lessons()
-    }
-
-    /// Engine switches kept across rebuilds. Called between frames, at a
-    /// step boundary, with nothing in flight, where setting them cannot fail.
-    fn apply_lessons(&mut self) -> Result<(), String> {
-        let on = self.activation_checkpointing;
-        let set = match &mut self.engine {
-            PageEngine::Cpu(e) => {
-                e.zero_grad = self.zero_grad;
-                e.set_activation_checkpointing(on)
-            }
-            PageEngine::Gpu(e) => {
-                e.zero_grad = self.zero_grad;
-                e.set_activation_checkpointing(on)
-            }
-        };
-        set.map_err(|err| format!("Activation checkpointing was not switched: {err}"))
+        Ok(())
     }
 
     /// Bytes of the engine's training buffers.
     pub fn memory(&self) -> MemoryBytes {
-        match &self.engine {
-            PageEngine::Cpu(e) => e.memory(),
-            PageEngine::Gpu(e) => e.memory(),
-        }
+        self.trainer.memory()
     }
 
     /// Whether an automatic checkpoint is due (every `every` steps; 0: off).
@@ -314,13 +249,10 @@ impl Runner {
     }
 
     /// Starts an automatic checkpoint of the current step: the GPU copies
-    /// are queued (or the CPU state cloned); `Pending::complete` does the
+    /// are queued (or the CPU state cloned); `checkpoints::complete` does the
     /// rest, awaited now (synchronous) or in a task (background).
-    pub fn begin_checkpoint(&mut self) -> Result<Pending, Error> {
-        let pending = match &mut self.engine {
-            PageEngine::Cpu(e) => Pending::Ready(Box::new(e.state())),
-            PageEngine::Gpu(e) => Pending::Gpu(Box::new(e.begin_read_state()?)),
-        };
+    pub fn begin_checkpoint(&mut self) -> Result<StateRead, Error> {
+        let pending = self.trainer.begin_read_state()?;
         self.last_checkpoint = self.step_count();
         Ok(pending)
     }
@@ -335,7 +267,7 @@ impl Runner {
 
     /// Whether the GPU device of this run was lost (not merely an error).
     pub fn gpu_lost(&self) -> bool {
-        self.gpu.as_ref().is_some_and(|ctx| ctx.is_lost())
+        self.trainer.gpu_context().is_some_and(|ctx| ctx.is_lost())
     }
 
     /// After a device loss: a new device, and the run from the last good
@@ -344,14 +276,13 @@ impl Runner {
     // natively; the page is single-threaded, where the Arc costs nothing.
     #[allow(clippy::arc_with_non_send_sync)]
     pub async fn recover_device(&mut self) -> Result<String, String> {
-        let ctx = GpuContext::new().await.map_err(|e| format!("no GPU after the device was lost: {e}"))?;
-        self.gpu = Some(Arc::new(ctx));
-        self.ctx = self.gpu.clone();
+        let ctx = Arc::new(GpuContext::new().await.map_err(|e| format!("no GPU after the device was lost: {e}"))?);
+        self.ctx = Some(ctx.clone());
         let e = self.experiment().clone();
         let state = latest_before(&self.ring, u64::MAX).map_or_else(|| TrainState::fresh(&e), |s| s.state);
         let step = state.step();
         let data = self.data().clone();
-        self.engine = build(&self.gpu, state, data).map_err(|err| err.to_string())?;
+        self.trainer.rebuild(state, data, Some(ctx)).map_err(|err| err.to_string())?;
         Ok(format!("The GPU device was lost; training resumed on a new device from step {step}."))
     }
 }
