@@ -35,11 +35,13 @@ pub fn stepscope_test_refuse_gpu_work() -> bool {
     COMMANDS.with(|c| c.borrow().as_ref().map(|commands| push(commands, Command::RefuseGpuWork)).is_some())
 }
 
-/// Bytes of the page's WebAssembly memory (it only grows), for the soak
-/// benchmark (tests/e2e/bench/soak.mjs).
+/// Bytes of the page's WebAssembly memory (it only grows), plus the
+/// training worker's as of its last reply, for the soak benchmark
+/// (tests/e2e/bench/soak.mjs).
 #[wasm_bindgen]
 pub fn stepscope_wasm_memory_bytes() -> f64 {
-    wasm_bindgen::memory()
+    let page = wasm_bindgen::memory()
         .dyn_into::<js_sys::WebAssembly::Memory>()
-        .map_or(0.0, |m| m.buffer().dyn_into::<js_sys::ArrayBuffer>().map_or(0.0, |b| f64::from(b.byte_length())))
+        .map_or(0.0, |m| m.buffer().dyn_into::<js_sys::ArrayBuffer>().map_or(0.0, |b| f64::from(b.byte_length())));
+    page + crate::model::host::worker_memory_bytes()
 }

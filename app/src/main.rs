@@ -8,6 +8,8 @@ fn main() {
     }));
     // `?bench`: the browser benchmark drives the exports of `bench`.
     if !stepscope_app::bench::bench_mode() {
+        // The engine trains in the worker built next to the page.
+        stepscope_app::model::host::use_worker();
         leptos::mount::mount_to_body(stepscope_app::App);
     }
 }

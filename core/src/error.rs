@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-#[derive(Debug, Error, Clone, PartialEq)]
+#[derive(Debug, Error, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Error {
     /// The experiment JSON could not be parsed, or a field has a bad value.
     #[error("experiment: {0}")]

@@ -9,7 +9,7 @@ pub const TENSOR_STATS_STRIDE: usize = 8 + HISTOGRAM_BINS;
 
 /// Mean, population standard deviation, range and histogram of the finite
 /// values of a tensor, and how many values were not finite.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TensorStats {
     pub mean: f32,
     pub std: f32,

@@ -242,7 +242,7 @@ fn step_by_phase_with_checkpointing() {
     let gpu_forward = pollster::block_on(gpu.step_phase()).unwrap();
     for report in [&forward, &gpu_forward] {
         assert_eq!(report.phase, StepPhase::Forward { micro: 0 });
-        let names: Vec<&str> = report.layers[0].tensors.iter().map(|t| t.name).collect();
+        let names: Vec<&str> = report.layers[0].tensors.iter().map(|t| t.name.as_ref()).collect();
         assert_eq!(names, ["activation"]);
     }
     assert!(phased.set_activation_checkpointing(false).is_err());

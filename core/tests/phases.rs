@@ -66,14 +66,14 @@ fn each_phase_reports_its_tensors() {
     // Forward: pre-activation and activation of every layer, from the
     // engine's own buffers.
     assert_eq!(forward.layers.len(), 2);
-    let names: Vec<&str> = forward.layers[0].tensors.iter().map(|t| t.name).collect();
+    let names: Vec<&str> = forward.layers[0].tensors.iter().map(|t| t.name.as_ref()).collect();
     assert_eq!(names, ["pre-activation", "activation"]);
     assert_eq!(forward.layers[0].tensors[1].stats, tensor_stats(&engine.activations().a[0]));
     assert_eq!(forward.layers[0].tensors[1].stats.count() as usize, 16 * 8);
     assert!(forward.layers[0].tensors[1].stats.max <= 1.0, "tanh outputs");
 
     let backward = engine.step_phase().unwrap();
-    let names: Vec<&str> = backward.layers[1].tensors.iter().map(|t| t.name).collect();
+    let names: Vec<&str> = backward.layers[1].tensors.iter().map(|t| t.name.as_ref()).collect();
     assert_eq!(names, ["weight grad", "bias grad", "layer grad"]);
     let g = &backward.layers[1].tensors;
     assert!((g[2].norm.powi(2) - g[0].norm.powi(2) - g[1].norm.powi(2)).abs() < 1e-9 * g[2].norm.powi(2).max(1.0));
@@ -82,7 +82,7 @@ fn each_phase_reports_its_tensors() {
     engine.step_phase().unwrap();
     let optimizer = engine.step_phase().unwrap();
     assert_eq!(optimizer.phase, StepPhase::Optimizer);
-    let names: Vec<&str> = optimizer.layers[0].tensors.iter().map(|t| t.name).collect();
+    let names: Vec<&str> = optimizer.layers[0].tensors.iter().map(|t| t.name.as_ref()).collect();
     assert_eq!(names, ["update", "parameters", "exp_avg", "exp_avg_sq"]);
     for layer in &optimizer.layers {
         let ratio = layer.update_ratio.unwrap();

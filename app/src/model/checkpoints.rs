@@ -52,7 +52,7 @@ pub fn latest_before(ring: &Ring, step: u64) -> Option<Saved> {
 }
 
 /// What one automatic checkpoint cost.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CheckpointReport {
     pub step: u64,
     pub bytes: usize,

@@ -4,6 +4,7 @@
 
 pub mod checkpoints;
 pub mod edit;
+pub mod host;
 pub mod loader;
 pub mod runner;
 pub mod spikes;

@@ -43,11 +43,14 @@ fn committed(tx: &IdbTransaction) -> JsFuture {
 }
 
 async fn open() -> Result<IdbDatabase, String> {
-    let factory = web_sys::window()
-        .ok_or("no window")?
-        .indexed_db()
-        .map_err(describe)?
-        .ok_or("this browser has no IndexedDB (private mode?)")?;
+    // The page's window, or the training worker's global scope.
+    let global = js_sys::global();
+    let factory = match global.dyn_ref::<web_sys::Window>() {
+        Some(window) => window.indexed_db(),
+        None => global.unchecked_ref::<web_sys::WorkerGlobalScope>().indexed_db(),
+    }
+    .map_err(describe)?
+    .ok_or("this browser has no IndexedDB (private mode?)")?;
     let request: IdbOpenDbRequest = factory.open_with_u32(DB, 1).map_err(describe)?;
     let upgrade = Closure::<dyn FnMut(web_sys::Event)>::new(move |ev: web_sys::Event| {
         let db = ev

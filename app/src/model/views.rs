@@ -19,7 +19,7 @@ pub const GRID: usize = 48;
 
 /// A point to draw: position on the plane, value in [-1, 1] (class 0 → -1,
 /// class 1 → +1, or the regression target), test or train.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PlotPoint {
     pub x1: f32,
     pub x2: f32,
@@ -28,7 +28,7 @@ pub struct PlotPoint {
 }
 
 /// Everything the views need after a frame of training.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     pub step: u64,
     /// The plane's extent: [min, max] of x1 and of x2.

@@ -37,6 +37,10 @@ pub fn Header() -> impl IntoView {
             <p class="tagline">"Watch a neural network train, and see what each step costs."</p>
             <div class="backend">
                 "Backend: " <span data-testid="backend-name" data-settled=move || backend.get().settled.to_string()>{label}</span>
+                <span class="thread" data-testid="engine-thread"
+                    title="Where training runs: in a background worker the page never waits for, or on the page's own thread">
+                    {move || if state.in_worker.get() { "in a background worker" } else { "on the page's thread" }}
+                </span>
                 <select data-testid="engine-pin" aria-label="Engine" on:change=on_pin
                     prop:value=move || pin.get().name()>
                     <option value="auto">"fastest (measured)"</option>

@@ -92,8 +92,10 @@ pub fn InsideStep() -> impl IntoView {
     };
     let body = move || {
         state.phase_report.get().map(|r| {
-            let headers =
-                r.layers.first().map(|l| l.tensors.iter().map(|t| view! { <th>{t.name}</th> }).collect_view());
+            let headers = r
+                .layers
+                .first()
+                .map(|l| l.tensors.iter().map(|t| view! { <th>{t.name.to_string()}</th> }).collect_view());
             let ratio_header = r.layers.first().and_then(|l| l.update_ratio).map(|_| view! { <th>"‖Δθ‖/‖θ‖"</th> });
             let rows = r.layers.iter().map(layer_row).collect_view();
             let hint = HINTS.iter().find(|(name, _)| *name == r.phase.name()).map_or("", |(_, h)| *h);

@@ -6,27 +6,26 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use js_sys::{Function, Promise, Reflect};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use stepscope_core::gpu::GpuContext;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use super::AppState;
-use crate::model::runner::{shape_key, BackendInfo, Pin, Runner};
-
-type GpuResult = Result<(Arc<GpuContext>, String), String>;
+use crate::model::host::Host;
+use crate::model::runner::{shape_key, BackendInfo, Pin};
 
 /// The engine choice between frames: the GPU device as it arrives, and
 /// what was decided for which shape and pin.
 #[derive(Default)]
 pub struct Chooser {
-    slot: Rc<RefCell<Option<GpuResult>>>,
     started: bool,
+    /// The adapter as the browser names it, once known.
+    label: Rc<RefCell<Option<String>>>,
     adapter: String,
+    gpu_arrived: bool,
     gpu_failed: Option<String>,
     /// (shape, pin) the current choice was made for.
     decided: Option<(String, Pin)>,
@@ -34,57 +33,53 @@ pub struct Chooser {
 
 const CPU: &str = "CPU (WebAssembly)";
 
-impl Chooser {
-    /// Starts creating the GPU device unless `pin` is the CPU (then it
-    /// starts when the pin changes).
-    fn start_gpu(&mut self, pin: Pin) {
-        if self.started || pin == Pin::Cpu {
-            return;
-        }
-        self.started = true;
-        let slot = self.slot.clone();
-        spawn_local(async move {
-            let result = if !super::training::webgpu_available() {
-                Err("this browser has no WebGPU (navigator.gpu is missing)".to_string())
-            } else {
-                match GpuContext::new().await {
-                    Ok(ctx) => {
-                        let label = browser_adapter_label().await.unwrap_or_else(|| ctx.describe());
-                        Ok((Arc::new(ctx), label))
-                    }
-                    Err(e) => Err(format!("WebGPU is present but unusable: {e}")),
-                }
-            };
-            *slot.borrow_mut() = Some(result);
-        });
-    }
-}
-
 impl AppState {
-    /// Once a frame: takes the GPU device when it arrives, and when the
-    /// shape or the pin changed, picks the engine (measuring both on
-    /// auto) and moves the run to it.
-    pub(super) async fn choose_engine(&self, runner: &mut Runner, chooser: &mut Chooser) {
+    /// Once a frame: starts creating the GPU device on the engine's side
+    /// (unless the CPU is pinned), takes it when it arrives, and when the
+    /// shape or the pin changed, picks the engine (measuring both on auto)
+    /// and moves the run to it.
+    pub(super) async fn choose_engine(&self, host: &mut Host, chooser: &mut Chooser) {
         let pin = self.engine_pin.get_untracked();
-        chooser.start_gpu(pin);
-        let arrived = chooser.slot.borrow_mut().take();
-        match arrived {
-            Some(Ok((ctx, label))) => {
-                runner.set_context(ctx);
-                chooser.adapter = label;
-                chooser.decided = None;
+        if !chooser.started && pin != Pin::Cpu {
+            chooser.started = true;
+            if let Err(message) = host.start_gpu().await {
+                chooser.gpu_failed = Some(message);
             }
-            Some(Err(reason)) => {
-                chooser.gpu_failed = Some(reason);
-                chooser.decided = None;
-            }
-            None => {}
+            let label = chooser.label.clone();
+            spawn_local(async move {
+                *label.borrow_mut() = browser_adapter_label().await;
+            });
         }
-        let key = (shape_key(runner.experiment()), pin);
+        let label = chooser.label.borrow().clone();
+        if let Some(label) = label.filter(|l| chooser.gpu_arrived && *l != chooser.adapter) {
+            // The browser's name for the adapter came after the device.
+            chooser.adapter = label;
+            chooser.decided = None;
+        }
+        if chooser.started && !chooser.gpu_arrived && chooser.gpu_failed.is_none() {
+            // Nothing else may be asking while the run is paused.
+            if host.status().gpu.is_none() {
+                let _ = host.poll().await;
+            }
+            match host.status().gpu.clone() {
+                Some(Ok(described)) => {
+                    chooser.gpu_arrived = true;
+                    chooser.adapter = chooser.label.borrow().clone().unwrap_or(described);
+                    chooser.decided = None;
+                }
+                Some(Err(reason)) => {
+                    chooser.gpu_failed = Some(reason);
+                    chooser.decided = None;
+                }
+                None => {}
+            }
+        }
+        let Some(experiment) = host.experiment() else { return };
+        let key = (shape_key(experiment), pin);
         if chooser.decided.as_ref() == Some(&key) {
             return;
         }
-        let waiting = !runner.has_gpu_context() && chooser.gpu_failed.is_none();
+        let waiting = !host.has_gpu_context() && chooser.gpu_failed.is_none();
         let mut info = BackendInfo { pin, adapter: chooser.adapter.clone(), ..BackendInfo::default() };
         let to_gpu = match pin {
             Pin::Cpu => {
@@ -96,12 +91,12 @@ impl AppState {
                 self.backend.set(info);
                 return;
             }
-            _ if !runner.has_gpu_context() => {
+            _ if !host.has_gpu_context() => {
                 info.fallback_reason = chooser.gpu_failed.clone();
                 false
             }
             Pin::Gpu => true,
-            Pin::Auto => match runner.race().await {
+            Pin::Auto => match host.race().await {
                 Ok(race) => {
                     let gpu = race.gpu_wins();
                     info.race = Some(race);
@@ -113,14 +108,14 @@ impl AppState {
                 }
             },
         };
-        match runner.switch_engine(to_gpu).await {
+        match host.switch_engine(to_gpu).await {
             Ok(Some(notice)) => self.notice.set(Some(notice)),
             Ok(None) => {}
             Err(message) => self.alert.set(Some(format!("The run could not move to the other engine: {message}"))),
         }
-        info.gpu = runner.on_gpu();
+        info.gpu = host.on_gpu();
         info.name = if info.gpu { "WebGPU".into() } else { CPU.into() };
-        info.fused = runner.runs_fused();
+        info.fused = host.runs_fused();
         info.settled = true;
         self.backend.set(info);
         chooser.decided = Some(key);

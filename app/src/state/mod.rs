@@ -110,6 +110,10 @@ pub struct AppState {
     /// The last gradient-accumulation comparison.
     pub accumulation: RwSignal<Option<AccumulationReport>>,
     pub commands: StoredValue<Commands>,
+    /// Whether the engine trains in the worker (else on the page's thread).
+    pub in_worker: RwSignal<bool>,
+    /// What queuing the background checkpoint in flight cost the loop.
+    pub background_loop_ms: StoredValue<f64>,
 }
 
 /// Steps kept for the timeline.
@@ -164,6 +168,8 @@ impl AppState {
             activation_checkpointing: RwSignal::new(false),
             backward_by_mode: RwSignal::new(Default::default()),
             commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
+            in_worker: RwSignal::new(false),
+            background_loop_ms: StoredValue::new(0.0),
         }
     }
 

@@ -1,17 +1,23 @@
-//! The training loop that owns the engine (through `model::runner`) and
+//! The training loop that drives the engine (through `model::host`, in
+//! the training worker or on the page) and
 //! feeds the page's signals: each animation frame, commands, training,
 //! spike checks, automatic checkpoints, then the views.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use stepscope_core::{Error, Experiment, StepMetrics};
+use std::sync::Arc;
+
+use stepscope_core::checkpoint::save_checkpoint;
+use stepscope_core::{Error, Experiment, StepMetrics, TrainState};
 use web_time::Instant;
 
 use super::engine::Chooser;
 use super::{AppState, LayerSample, LAYER_SAMPLE_MS};
-use crate::model::checkpoints::{self, load_autosave, CheckpointReport};
+use crate::model::checkpoints::{load_autosave, CheckpointReport};
 use crate::model::edit::{default_experiment, needs_reset};
-use crate::model::runner::{next_frame, Command, Runner};
+use crate::model::host::protocol::Start;
+use crate::model::host::Host;
+use crate::model::runner::{next_frame, Command};
 use crate::model::spikes::{Detector, Verdict, SMOOTH, WINDOW};
 use crate::model::url;
 
@@ -19,7 +25,7 @@ use crate::model::url;
 const MAX_RECOVERIES: usize = 2;
 
 impl AppState {
-    /// Starts the loop that owns the engine (see `model::runner`).
+    /// Starts the loop that owns the engine (see `model::host`).
     pub fn start_training_loop(self) {
         spawn_local(async move { self.training_loop().await });
     }
@@ -30,17 +36,45 @@ impl AppState {
         let mut chooser = Chooser::default();
         let experiment = self.experiment.get_untracked();
         url::write_url(&experiment);
-        let restored = self.restore_autosave(&experiment).await;
-        let mut runner = match restored.map_or_else(|| Runner::new(&experiment, None, None), Ok) {
-            Ok(r) => r,
-            Err(message) => {
-                self.alert.set(Some(format!("{message}. Showing the default experiment.")));
-                let e = default_experiment();
-                self.experiment.set(e.clone());
-                url::write_url(&e);
-                Runner::new(&e, None, None).expect("the default experiment always builds")
-            }
+        let start = |experiment: &Experiment| Start {
+            experiment: experiment.clone(),
+            checkpoint: None,
+            csv: None,
+            fused_allowed: url::fused_allowed(),
         };
+        let restored = match self.autosaved_run(&experiment).await {
+            Some((state, csv)) => {
+                let checkpoint = save_checkpoint(&state).ok();
+                match Host::start(Start { checkpoint, csv: csv.clone(), ..start(&experiment) }).await {
+                    Ok(host) => {
+                        self.restored(&state, csv.is_some(), &experiment);
+                        Some(host)
+                    }
+                    Err(message) => {
+                        self.alert.set(Some(format!("The autosaved run was not restored: {message}")));
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let mut host = match restored {
+            Some(host) => host,
+            None => match Host::start(start(&experiment)).await {
+                Ok(host) => host,
+                Err(message) => {
+                    self.alert.set(Some(format!("{message}. Showing the default experiment.")));
+                    let e = default_experiment();
+                    self.experiment.set(e.clone());
+                    url::write_url(&e);
+                    Host::start(start(&e)).await.expect("the default experiment always builds")
+                }
+            },
+        };
+        if let Some(why) = host.fallback.clone() {
+            self.notice.set(Some(why));
+        }
+        self.in_worker.set(host.in_worker());
         let mut dirty = true;
         let mut was_running = false;
         let mut last_layer_sample: Option<Instant> = None;
@@ -67,7 +101,7 @@ impl AppState {
                     detector.clear();
                 }
                 let t = Instant::now();
-                let handled = runner.handle(command).await;
+                let handled = host.handle(command).await;
                 awaited_ms += ms(t);
                 match handled {
                     Ok(Some(outcome)) => self.outcome(outcome),
@@ -78,14 +112,14 @@ impl AppState {
             }
             if had_commands {
                 // A rebuilt GPU engine takes its calibrated path (cached).
-                if let Err(message) = runner.calibrate().await {
+                if let Err(message) = host.calibrate().await {
                     if self.alert.get_untracked().is_none() {
                         self.alert.set(Some(message));
                     }
                 }
             }
             let t = Instant::now();
-            self.choose_engine(&mut runner, &mut chooser).await;
+            self.choose_engine(&mut host, &mut chooser).await;
             awaited_ms += ms(t);
             let running = self.running.get_untracked();
             if running && !was_running {
@@ -95,7 +129,7 @@ impl AppState {
             let mut frame_metrics = Vec::new();
             let (mut checkpoint_ms, mut logging_ms) = (0.0, 0.0);
             if running || single {
-                let (result, gpu_wait_ms) = runner.train_frame(single && !running).await;
+                let (result, gpu_wait_ms) = host.train_frame(single && !running).await;
                 awaited_ms += gpu_wait_ms;
                 match result {
                     Ok(metrics) => {
@@ -106,8 +140,8 @@ impl AppState {
                         self.steps_per_frame.set(metrics.len());
                         dirty = true;
                         let spiked = self.judge(&mut detector, &metrics);
-                        if !spiked && runner.checkpoint_due(self.checkpoint_every.get_untracked()) {
-                            checkpoint_ms = self.checkpoint(&mut runner).await;
+                        if !spiked && host.checkpoint_due(self.checkpoint_every.get_untracked()) {
+                            checkpoint_ms = self.checkpoint(&mut host).await;
                             awaited_ms += checkpoint_ms;
                         }
                     }
@@ -116,7 +150,7 @@ impl AppState {
                         self.alert.set(Some(format!(
                             "Training paused: {message}. Go back to the last good checkpoint, or lower the learning rate (or turn on clipping) and press reset."
                         )));
-                        self.rollback_offer.set(Some(runner.step_count() + 1));
+                        self.rollback_offer.set(Some(host.step_count() + 1));
                         dirty = true;
                     }
                     Err(Error::Gpu(message)) => {
@@ -127,11 +161,11 @@ impl AppState {
                         recoveries.retain(|t| t.elapsed().as_secs_f64() < 60.0);
                         // The lost callback may come after the error that
                         // the loss caused; wgpu names the loss in it.
-                        let lost = runner.gpu_lost() || message.contains("lost");
+                        let lost = host.gpu_lost() || message.contains("lost");
                         if lost && recoveries.len() < MAX_RECOVERIES {
                             recoveries.push(Instant::now());
                             self.alert.set(Some(format!("GPU error: {message}")));
-                            match runner.recover_device().await {
+                            match host.recover_device().await {
                                 Ok(notice) => self.notice.set(Some(notice)),
                                 Err(message) => {
                                     self.running.set(false);
@@ -157,14 +191,15 @@ impl AppState {
                     }
                 }
             }
-            self.step.set(runner.step_count());
-            self.memory.set(runner.memory());
+            self.report_finished_checkpoints(&mut host);
+            self.step.set(host.step_count());
+            self.memory.set(host.memory());
             // Logging: as the frame budget allows, or (lesson) after every
             // frame of exactly N steps.
-            let log_now = runner.steps_per_log().is_some() && !frame_metrics.is_empty();
-            if dirty && (log_now || runner.snapshot_due()) {
+            let log_now = host.steps_per_log().is_some() && !frame_metrics.is_empty();
+            if dirty && (log_now || host.snapshot_due()) {
                 let t = Instant::now();
-                let (snapshot, read_ms) = runner.snapshot().await;
+                let (snapshot, read_ms) = host.snapshot().await;
                 awaited_ms += read_ms;
                 match snapshot {
                     Ok(snap) => {
@@ -181,12 +216,12 @@ impl AppState {
                         }
                     }
                 }
-                let step = runner.step_count();
+                let step = host.step_count();
                 let due = log_now || last_layer_sample.is_none_or(|t: Instant| ms(t) >= LAYER_SAMPLE_MS);
                 if due && self.layer_history.with_untracked(|h| h.last().is_none_or(|s| s.step != step)) {
                     let t = Instant::now();
                     last_layer_sample = Some(t);
-                    let stats = runner.layer_stats().await;
+                    let stats = host.layer_stats().await;
                     awaited_ms += ms(t);
                     match stats {
                         Ok(layers) => self.record_layers(LayerSample { step, layers }),
@@ -243,44 +278,34 @@ impl AppState {
         false
     }
 
-    /// Takes an automatic checkpoint; returns the milliseconds the loop
-    /// waited for it (all of it when synchronous, the queuing when in the
-    /// background).
-    async fn checkpoint(&self, runner: &mut Runner) -> f64 {
+    /// Takes an automatic checkpoint on the engine's side; returns the
+    /// milliseconds the loop waited for it (all of it when synchronous, the
+    /// queuing when in the background; its report comes with a later
+    /// reply, `report_finished_checkpoints`).
+    async fn checkpoint(&self, host: &mut Host) -> f64 {
         let started = Instant::now();
         let background = self.checkpoint_background.get_untracked();
-        // One background checkpoint at a time: when they fall due faster
-        // than IndexedDB stores them (the CPU engine runs thousands of steps
-        // a second), the next waits until this one is stored, instead of
-        // tasks and their bytes piling up without bound (the soak benchmark
-        // found that).
+        // One background checkpoint at a time (`host::server`).
         if background && self.checkpoint_in_flight.get_untracked() {
             return 0.0;
         }
-        let pending = match runner.begin_checkpoint() {
-            Ok(p) => p,
-            Err(err) => {
-                self.report_checkpoint(Err(err.to_string()));
-                return ms(started);
-            }
-        };
-        let (ring, csv) = (runner.ring(), runner.csv());
-        let state = *self;
-        if background {
-            let loop_ms = ms(started);
-            self.checkpoint_in_flight.set(true);
-            spawn_local(async move {
-                let report = checkpoints::complete(pending, ring, csv, started, true).await;
-                state.checkpoint_in_flight.set(false);
-                state.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r }));
-            });
-            loop_ms
-        } else {
-            let report = checkpoints::complete(pending, ring, csv, started, false).await;
-            let loop_ms = ms(started);
-            state.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r }));
-            loop_ms
+        let report = host.checkpoint(background).await;
+        let loop_ms = ms(started);
+        match report {
+            Some(report) => self.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r })),
+            None => self.background_loop_ms.set_value(loop_ms),
         }
+        self.checkpoint_in_flight.set(host.status().checkpoint_in_flight);
+        loop_ms
+    }
+
+    /// Reports the background checkpoints that finished.
+    fn report_finished_checkpoints(&self, host: &mut Host) {
+        let loop_ms = self.background_loop_ms.get_value();
+        for report in host.take_finished_checkpoints() {
+            self.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r }));
+        }
+        self.checkpoint_in_flight.set(host.status().checkpoint_in_flight);
     }
 
     /// Shows what a checkpoint cost; a failure (or a store that refused
@@ -304,8 +329,8 @@ impl AppState {
 
     /// The run autosaved in this browser, when it fits the page's
     /// experiment (the same model, data and seed; the URL's
-    /// hyperparameters then apply).
-    async fn restore_autosave(&self, experiment: &Experiment) -> Option<Runner> {
+    /// hyperparameters then apply), and its CSV.
+    async fn autosaved_run(&self, experiment: &Experiment) -> Option<(TrainState, Option<Arc<String>>)> {
         let (state, csv) = match load_autosave().await {
             Ok(Some(found)) => found,
             Ok(None) => return None,
@@ -318,39 +343,28 @@ impl AppState {
         if explicit && needs_reset(&state.experiment, experiment) {
             return None;
         }
+        Some((state, csv))
+    }
+
+    /// The page after the autosaved `state` was restored: the URL's
+    /// hyperparameters apply to it, or its experiment becomes the page's.
+    fn restored(&self, state: &TrainState, with_csv: bool, experiment: &Experiment) {
+        let explicit = matches!(url::experiment_from_url(), Ok(Some(_)));
         let step = state.step();
-        let saved = state.experiment.clone();
-        match Runner::from_state(state, None, csv.clone()) {
-            Ok(runner) => {
-                if explicit && saved != *experiment {
-                    self.command(Command::Apply(experiment.clone()));
-                } else {
-                    self.experiment.set(saved.clone());
-                    url::write_url(&saved);
-                }
-                if csv.is_some() {
-                    self.csv_name.set(Some("the autosaved CSV".into()));
-                }
-                self.step.set(step);
-                self.notice.set(Some(format!(
-                    "Restored the run autosaved in this browser at step {step}. Reset starts over."
-                )));
-                Some(runner)
-            }
-            Err(message) => {
-                self.alert.set(Some(format!("The autosaved run was not restored: {message}")));
-                None
-            }
+        if explicit && state.experiment != *experiment {
+            self.command(Command::Apply(experiment.clone()));
+        } else {
+            self.experiment.set(state.experiment.clone());
+            url::write_url(&state.experiment);
         }
+        if with_csv {
+            self.csv_name.set(Some("the autosaved CSV".into()));
+        }
+        self.step.set(step);
+        self.notice.set(Some(format!("Restored the run autosaved in this browser at step {step}. Reset starts over.")));
     }
 }
 
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
-}
-
-/// Whether `navigator.gpu` exists.
-pub(super) fn webgpu_available() -> bool {
-    let Some(window) = web_sys::window() else { return false };
-    js_sys::Reflect::get(&window.navigator(), &"gpu".into()).is_ok_and(|g| !g.is_undefined() && !g.is_null())
 }

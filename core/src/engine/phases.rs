@@ -54,17 +54,17 @@ impl std::fmt::Display for StepPhase {
 }
 
 /// Statistics and L2 norm of one tensor of a layer.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NamedStats {
     /// What the tensor is: "activation", "pre-activation", "weight grad", …
-    pub name: &'static str,
+    pub name: std::borrow::Cow<'static, str>,
     pub stats: TensorStats,
     /// L2 norm of the finite values (f64 sum).
     pub norm: f64,
 }
 
 /// One layer's tensors after a phase.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LayerPhase {
     pub layer: usize,
     pub tensors: Vec<NamedStats>,
@@ -74,7 +74,7 @@ pub struct LayerPhase {
 }
 
 /// What one phase did, summarised for the page.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PhaseReport {
     pub phase: StepPhase,
     /// The optimizer step this phase belongs to (0-based).
@@ -108,7 +108,7 @@ pub enum PhaseTensors<'a> {
 
 fn named(name: &'static str, values: &[f32]) -> NamedStats {
     let norm = values.iter().filter(|v| v.is_finite()).map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt();
-    NamedStats { name, stats: tensor_stats(values), norm }
+    NamedStats { name: name.into(), stats: tensor_stats(values), norm }
 }
 
 /// Per-layer summaries of `tensors`.

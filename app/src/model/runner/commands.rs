@@ -3,11 +3,12 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use serde::{Deserialize, Serialize};
 use stepscope_core::engine::PhaseReport;
 use stepscope_core::Experiment;
 
 /// What the controls ask of the loop.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Command {
     /// Fresh parameters for this experiment (model, data or seed changed).
     Reset(Experiment),
@@ -54,7 +55,7 @@ pub enum Command {
 }
 
 /// What a command produced for the page.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Outcome {
     Checkpoint(Vec<u8>, u64),
     Restored(Box<Experiment>, u64),
@@ -68,7 +69,7 @@ pub enum Outcome {
 }
 
 /// One step as one batch of k·b rows against k micro-batches of b rows.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AccumulationReport {
     pub step: u64,
     pub k: usize,

@@ -13,7 +13,7 @@ use stepscope_core::trainer::Backend;
 use stepscope_core::{Error, Experiment, Trainer};
 use web_time::Instant;
 
-use super::{next_frame, Runner, GPU_SUBMIT_MS};
+use super::{yield_now, Runner, GPU_SUBMIT_MS};
 use crate::model::checkpoints::latest_before;
 
 /// Which engine the user asked for (the URL's `?engine=`).
@@ -46,7 +46,7 @@ impl Pin {
 }
 
 /// Both engines' speed on one experiment, measured side by side.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Race {
     pub cpu_steps_per_s: f64,
     pub gpu_steps_per_s: f64,
@@ -110,12 +110,12 @@ impl Runner {
         // The GPU's speed is predicted from the calibration's submit costs
         // at the steps per submit the page will use (`GPU_SUBMIT_MS`).
         let mut probe = Trainer::fresh(&e, data, Some(ctx))?;
-        probe.allow_fused(crate::model::url::fused_allowed());
+        probe.allow_fused(self.fused_allowed);
         let calibration =
             probe.calibrate().await?.ok_or_else(|| Error::Gpu("the GPU probe did not calibrate".into()))?;
-        let best = if crate::model::url::fused_allowed() { calibration.best() } else { calibration.phased };
+        let best = if self.fused_allowed { calibration.best() } else { calibration.phased };
         let gpu_steps_per_s = best.steps_per_second(best.steps_for(GPU_SUBMIT_MS, calibration.max_steps));
-        let fused = crate::model::url::fused_allowed() && calibration.fused_wins();
+        let fused = self.fused_allowed && calibration.fused_wins();
         let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused };
         self.races.push((key, race.clone()));
         Ok(race)
@@ -163,13 +163,14 @@ impl Runner {
     /// URL's `?fused=off` keeps the phased kernels (their per-phase
     /// timestamps and bit-exact comparisons).
     pub async fn calibrate(&mut self) -> Result<(), String> {
-        self.trainer.allow_fused(crate::model::url::fused_allowed());
+        self.trainer.allow_fused(self.fused_allowed);
         self.trainer.calibrate().await.map(|_| ()).map_err(|err| err.to_string())
     }
 }
 
 /// Steps per second of the CPU engine on a probe of `e`, stepping in
-/// slices between animation frames so the page keeps drawing.
+/// slices with a yield to the event loop between them, so that the page
+/// keeps drawing (and a worker keeps taking messages).
 async fn cpu_speed(e: &Experiment, data: Dataset) -> Result<f64, Error> {
     let mut probe = Trainer::fresh(e, data, None)?;
     let (mut steps, mut stepping_ms) = (0usize, 0.0);
@@ -183,7 +184,7 @@ async fn cpu_speed(e: &Experiment, data: Dataset) -> Result<f64, Error> {
             }
         }
         stepping_ms += slice.elapsed().as_secs_f64() * 1e3;
-        next_frame().await;
+        yield_now().await;
     }
     Ok(steps as f64 * 1e3 / stepping_ms)
 }

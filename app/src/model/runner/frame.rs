@@ -9,23 +9,30 @@ use stepscope_core::model::Layout;
 use stepscope_core::stats::TensorStats;
 use stepscope_core::trainer::Backend;
 use stepscope_core::{Error, StepMetrics};
+use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_time::Instant;
 
-use super::{Runner, GPU_SUBMIT_MS, TRAIN_BUDGET_MS};
+use super::{Runner, GPU_SUBMIT_MS};
 use crate::model::loader::Loader;
 use crate::model::views::{snapshot, Snapshot};
 
 impl Runner {
     /// Trains for one frame: `single` runs exactly one step. Also returns
     /// the milliseconds spent awaiting the GPU (the page was free then).
-    pub async fn train_frame(&mut self, single: bool) -> (Result<Vec<StepMetrics>, Error>, f64) {
+    /// On the CPU engine, steps run until `budget_ms` is spent.
+    pub async fn train_frame(&mut self, single: bool, budget_ms: f64) -> (Result<Vec<StepMetrics>, Error>, f64) {
         let mut awaited_ms = 0.0;
-        let result = self.train_frame_inner(single, &mut awaited_ms).await;
+        let result = self.train_frame_inner(single, budget_ms, &mut awaited_ms).await;
         (result, awaited_ms)
     }
 
-    async fn train_frame_inner(&mut self, single: bool, awaited_ms: &mut f64) -> Result<Vec<StepMetrics>, Error> {
+    async fn train_frame_inner(
+        &mut self,
+        single: bool,
+        budget_ms: f64,
+        awaited_ms: &mut f64,
+    ) -> Result<Vec<StepMetrics>, Error> {
         let started = Instant::now();
         if let Some(metrics) = self.finish_partial_step().await? {
             if single {
@@ -47,7 +54,7 @@ impl Runner {
                     metrics.phases.data_ms += waited;
                     out.push(metrics);
                 }
-                let budget_spent = self.steps_per_log.is_none() && ms_since(started) >= TRAIN_BUDGET_MS;
+                let budget_spent = self.steps_per_log.is_none() && ms_since(started) >= budget_ms;
                 if out.len() >= cap || budget_spent || out.len() >= 10_000 {
                     return Ok(out);
                 }
@@ -101,15 +108,6 @@ impl Runner {
         self.steps_per_log
     }
 
-    /// Whether the views are due: at most every 50 ms, and less often when
-    /// computing them is slow, so drawing never starves training.
-    pub fn snapshot_due(&self) -> bool {
-        match self.last_snapshot_at {
-            None => true,
-            Some(t) => t.elapsed().as_secs_f64() * 1e3 >= (50.0f64).max(4.0 * self.snapshot_cost_ms),
-        }
-    }
-
     /// The views, from the engine's current parameters; and the
     /// milliseconds spent awaiting the GPU's readback.
     pub async fn snapshot(&mut self) -> (Result<Arc<Snapshot>, Error>, f64) {
@@ -134,7 +132,6 @@ impl Runner {
         let train = evaluate(&tensors[0], &layout, &e, &data.train);
         let test = evaluate(&tensors[0], &layout, &e, &data.test);
         let snap = snapshot(&e, &layout, data, self.step_count(), tensors, train, test);
-        self.last_snapshot_at = Some(Instant::now());
         self.snapshot_cost_ms = started.elapsed().as_secs_f64() * 1e3;
         snap
     }
@@ -144,9 +141,17 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// The page's clock in milliseconds (the loader's timeline).
-pub(super) fn now_ms() -> f64 {
-    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
+/// The clock in milliseconds (the loader's timeline): `performance.now()`
+/// of the page or of the worker the loop runs in.
+pub fn now_ms() -> f64 {
+    let performance = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok();
+    performance.and_then(|p| p.dyn_into::<web_sys::Performance>().ok()).map_or_else(js_sys::Date::now, |p| p.now())
+}
+
+/// Lets the event loop run (a zero timeout): in the page, drawing; in the
+/// worker, the next message.
+pub async fn yield_now() {
+    gloo_timers::future::TimeoutFuture::new(0).await;
 }
 
 /// Waits until the loader has `n` batches for the next steps; returns the

@@ -13,7 +13,6 @@ use stepscope_core::engine::MemoryBytes;
 use stepscope_core::gpu::GpuContext;
 use stepscope_core::trainer::StateRead;
 use stepscope_core::{Error, Experiment, StepMetrics, TrainState, Trainer};
-use web_time::Instant;
 
 use super::checkpoints::{latest_before, remember, Ring};
 use super::loader::Loader;
@@ -25,8 +24,7 @@ mod frame;
 
 pub use commands::{push, AccumulationReport, BackendInfo, Command, Commands, Outcome};
 pub use engine_choice::{shape_key, Pin, Race};
-pub use frame::next_frame;
-use frame::now_ms;
+pub use frame::{next_frame, now_ms, yield_now};
 
 pub struct Runner {
     /// The run, on whichever engine (the core's one trainer).
@@ -48,12 +46,16 @@ pub struct Runner {
     loader: Option<Loader>,
     /// Lesson: steps between logs, when fixed.
     steps_per_log: Option<usize>,
-    last_snapshot_at: Option<Instant>,
     snapshot_cost_ms: f64,
+    /// Whether the GPU may run the fused step (`set_fused_allowed`).
+    fused_allowed: bool,
 }
 
-/// Time for training per animation frame, leaving room for drawing.
-const TRAIN_BUDGET_MS: f64 = 8.0;
+/// Time for training per animation frame on the page's own thread,
+/// leaving room for drawing.
+pub const PAGE_TRAIN_BUDGET_MS: f64 = 8.0;
+/// In the worker, training takes nothing from drawing: a frame's worth.
+pub const WORKER_TRAIN_BUDGET_MS: f64 = 15.0;
 
 /// Wall time a GPU submit aims for: the page awaits it without blocking,
 /// and its readback refreshes the numbers on screen (about 30 times a
@@ -77,8 +79,7 @@ impl Runner {
         let ring = Ring::default();
         remember(&ring, state.clone());
         let last_checkpoint = state.step();
-        let mut trainer = Trainer::new(state, data, gpu.clone()).map_err(|err| err.to_string())?;
-        trainer.allow_fused(crate::model::url::fused_allowed());
+        let trainer = Trainer::new(state, data, gpu.clone()).map_err(|err| err.to_string())?;
         Ok(Runner {
             trainer,
             ctx: gpu,
@@ -89,9 +90,26 @@ impl Runner {
             last_checkpoint,
             loader: None,
             steps_per_log: None,
-            last_snapshot_at: None,
             snapshot_cost_ms: 0.0,
+            fused_allowed: true,
         })
+    }
+
+    /// Whether the GPU may run the fused step (the page's `?fused=off`
+    /// keeps the phased kernels and their per-phase timestamps).
+    pub fn set_fused_allowed(&mut self, allowed: bool) {
+        self.fused_allowed = allowed;
+        self.trainer.allow_fused(allowed);
+    }
+
+    /// The step of the newest automatic checkpoint.
+    pub fn last_checkpoint(&self) -> u64 {
+        self.last_checkpoint
+    }
+
+    /// What the last views cost to compute, in ms.
+    pub fn snapshot_cost_ms(&self) -> f64 {
+        self.snapshot_cost_ms
     }
 
     pub fn experiment(&self) -> &Experiment {
@@ -232,6 +250,7 @@ impl Runner {
             .map_err(|err| format!("Activation checkpointing was not switched: {err}"))?;
         fresh.loader = self.loader.take().map(|l| Loader::new(l.delay_ms, l.prefetch, now_ms()));
         fresh.steps_per_log = self.steps_per_log;
+        fresh.set_fused_allowed(self.fused_allowed);
         *self = fresh;
         Ok(())
     }

@@ -1,0 +1,280 @@
+//! Where the engine runs. The page's training loop talks to a `Host`; the
+//! engine and everything that touches it (the `Runner`: stepping, views,
+//! statistics, checkpoints, the engine race, GPU errors) live behind it:
+//!
+//! - in a dedicated Web Worker (`Host::start` on the page), so that a long
+//!   step never blocks the main thread, which only draws;
+//! - or, where the worker's files are not there (the browser tests mount
+//!   the page without them) or a worker cannot start, in the page itself,
+//!   answering the same requests through the same `Server`.
+//!
+//! Each request is answered with the loop's `Status`, which the host keeps:
+//! the page reads step counts, memory and the engine in use from it
+//! without asking.
+
+pub mod protocol;
+mod server;
+pub mod worker;
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use stepscope_core::engine::MemoryBytes;
+use stepscope_core::stats::TensorStats;
+use stepscope_core::{Error, Experiment, StepMetrics};
+use web_time::Instant;
+
+use crate::model::checkpoints::CheckpointReport;
+use crate::model::runner::{Command, Outcome, Race, PAGE_TRAIN_BUDGET_MS, WORKER_TRAIN_BUDGET_MS};
+use crate::model::views::Snapshot;
+use protocol::{Answer, Reply, Request, Start, Status};
+pub use server::webgpu_available;
+
+thread_local! {
+    static USE_WORKER: Cell<bool> = const { Cell::new(false) };
+    static WORKER_MEMORY: Cell<f64> = const { Cell::new(0.0) };
+}
+
+/// The training worker's WebAssembly memory as of its last reply (0
+/// without a worker).
+pub fn worker_memory_bytes() -> f64 {
+    WORKER_MEMORY.with(Cell::get)
+}
+
+/// Called by the page's entry point before mounting: train in the worker.
+pub fn use_worker() {
+    USE_WORKER.with(|w| w.set(true));
+}
+
+enum Link {
+    Local(Box<server::Server>),
+    Worker(worker::Client),
+}
+
+pub struct Host {
+    link: Link,
+    status: Status,
+    /// Background checkpoints finished, not yet taken by the page.
+    finished: Vec<Result<CheckpointReport, String>>,
+    last_snapshot_at: Option<Instant>,
+    /// Why the worker is not used, when it is not (shown as a notice).
+    pub fallback: Option<String>,
+}
+
+impl Host {
+    /// Starts the training loop, in the worker when the page asked for one
+    /// (`use_worker`) and it starts, else in the page.
+    pub async fn start(start: Start) -> Result<Host, String> {
+        let (link, fallback) = if USE_WORKER.with(Cell::get) {
+            match worker::Client::spawn().await {
+                Ok(client) => (Link::Worker(client), None),
+                Err(why) => (
+                    Link::Local(Box::default()),
+                    Some(format!(
+                        "Training runs on the page's main thread: the training worker did not start ({why})."
+                    )),
+                ),
+            }
+        } else {
+            (Link::Local(Box::default()), None)
+        };
+        let mut host = Host { link, status: Status::default(), finished: Vec::new(), last_snapshot_at: None, fallback };
+        match host.call(Request::Start(Box::new(start))).await.0 {
+            Answer::Done(result) => result.map(|()| host),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Whether the engine runs in the worker.
+    pub fn in_worker(&self) -> bool {
+        matches!(self.link, Link::Worker(_))
+    }
+
+    /// Sends `request`; returns the answer and the ms of main-thread work
+    /// it cost the page beyond waiting (decoding a worker's reply).
+    async fn call(&mut self, request: Request) -> (Answer, f64) {
+        let (reply, page_ms): (Reply, f64) = match &mut self.link {
+            Link::Local(server) => {
+                let started = Instant::now();
+                let reply = server.serve(request).await;
+                (reply, started.elapsed().as_secs_f64() * 1e3)
+            }
+            Link::Worker(client) => client.call(&request).await,
+        };
+        if !matches!(reply.answer, Answer::Failed(_)) {
+            let mut status = reply.status;
+            if self.in_worker() {
+                WORKER_MEMORY.with(|m| m.set(status.wasm_memory_bytes));
+            }
+            self.finished.append(&mut status.checkpoints);
+            self.status = status;
+        }
+        (reply.answer, page_ms)
+    }
+
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    pub fn step_count(&self) -> u64 {
+        self.status.step
+    }
+
+    pub fn memory(&self) -> MemoryBytes {
+        self.status.memory
+    }
+
+    pub fn experiment(&self) -> Option<&Experiment> {
+        self.status.experiment.as_ref()
+    }
+
+    pub fn on_gpu(&self) -> bool {
+        self.status.on_gpu
+    }
+
+    pub fn runs_fused(&self) -> bool {
+        self.status.runs_fused
+    }
+
+    pub fn has_gpu_context(&self) -> bool {
+        self.status.has_gpu_context
+    }
+
+    pub fn gpu_lost(&self) -> bool {
+        self.status.gpu_lost
+    }
+
+    pub fn steps_per_log(&self) -> Option<usize> {
+        self.status.steps_per_log
+    }
+
+    /// Whether an automatic checkpoint is due (every `every` steps; 0: off).
+    /// Due once a multiple of `every` was passed since the last one (a
+    /// frame trains several steps, so it lands on the frame's last step).
+    pub fn checkpoint_due(&self, every: u64) -> bool {
+        every > 0 && self.status.step / every > self.status.last_checkpoint / every
+    }
+
+    /// Whether the views are due: at most every 50 ms, and less often when
+    /// computing them is slow, so drawing never starves training.
+    pub fn snapshot_due(&self) -> bool {
+        match self.last_snapshot_at {
+            None => true,
+            Some(t) => t.elapsed().as_secs_f64() * 1e3 >= (50.0f64).max(4.0 * self.status.snapshot_cost_ms),
+        }
+    }
+
+    /// Background checkpoints finished since the last call.
+    pub fn take_finished_checkpoints(&mut self) -> Vec<Result<CheckpointReport, String>> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Asks for nothing but the status (e.g. whether the GPU arrived).
+    pub async fn poll(&mut self) -> Result<(), String> {
+        match self.call(Request::Status).await.0 {
+            Answer::Done(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn start_gpu(&mut self) -> Result<(), String> {
+        match self.call(Request::StartGpu).await.0 {
+            Answer::Done(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn handle(&mut self, command: Command) -> Result<Option<Outcome>, String> {
+        match self.call(Request::Handle(Box::new(command))).await.0 {
+            Answer::Handled(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn calibrate(&mut self) -> Result<(), String> {
+        match self.call(Request::Calibrate).await.0 {
+            Answer::Done(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn race(&mut self) -> Result<Race, Error> {
+        match self.call(Request::Race).await.0 {
+            Answer::Race(result) => result,
+            other => Err(Error::Gpu(unexpected(other))),
+        }
+    }
+
+    pub async fn switch_engine(&mut self, to_gpu: bool) -> Result<Option<String>, String> {
+        match self.call(Request::SwitchEngine(to_gpu)).await.0 {
+            Answer::Switched(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Trains for one frame (`single`: exactly one step). Also returns the
+    /// ms the page was free meanwhile: all of it but the decoding when the
+    /// worker trained, the GPU waits when the page did.
+    pub async fn train_frame(&mut self, single: bool) -> (Result<Vec<StepMetrics>, Error>, f64) {
+        let started = Instant::now();
+        let budget_ms = if self.in_worker() { WORKER_TRAIN_BUDGET_MS } else { PAGE_TRAIN_BUDGET_MS };
+        let (answer, page_ms) = self.call(Request::TrainFrame { single, budget_ms }).await;
+        let free_ms = |gpu_wait: f64| if self.in_worker() { ms_since(started) - page_ms } else { gpu_wait };
+        match answer {
+            Answer::Trained(result, gpu_wait) => (result, free_ms(gpu_wait)),
+            other => (Err(failure(other)), 0.0),
+        }
+    }
+
+    /// The views (and the ms the page was free meanwhile).
+    pub async fn snapshot(&mut self) -> (Result<Arc<Snapshot>, Error>, f64) {
+        let started = Instant::now();
+        let (answer, page_ms) = self.call(Request::Snapshot).await;
+        self.last_snapshot_at = Some(Instant::now());
+        let free_ms = |gpu_wait: f64| if self.in_worker() { ms_since(started) - page_ms } else { gpu_wait };
+        match answer {
+            Answer::Snapshot(result, gpu_wait) => (result, free_ms(gpu_wait)),
+            other => (Err(failure(other)), 0.0),
+        }
+    }
+
+    pub async fn layer_stats(&mut self) -> Result<Vec<[TensorStats; 4]>, Error> {
+        match self.call(Request::LayerStats).await.0 {
+            Answer::LayerStats(result) => result,
+            other => Err(failure(other)),
+        }
+    }
+
+    /// An automatic checkpoint: its report when synchronous; None when it
+    /// went to the background (`take_finished_checkpoints` gives it).
+    pub async fn checkpoint(&mut self, background: bool) -> Option<Result<CheckpointReport, String>> {
+        match self.call(Request::Checkpoint { background }).await.0 {
+            Answer::Checkpoint(report) => report,
+            other => Some(Err(unexpected(other))),
+        }
+    }
+
+    pub async fn recover_device(&mut self) -> Result<String, String> {
+        match self.call(Request::RecoverDevice).await.0 {
+            Answer::Recovered(result) => result,
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+fn unexpected(answer: Answer) -> String {
+    match answer {
+        Answer::Failed(message) => message,
+        other => format!("the training loop gave an unexpected answer ({other:?})"),
+    }
+}
+
+/// A failure of the engine's side as the core's error: not a GPU error
+/// (which the page would try to recover from), not a NaN.
+fn failure(answer: Answer) -> Error {
+    Error::Io(unexpected(answer))
+}

@@ -1,0 +1,194 @@
+//! The engine's side: owns the training loop's `Runner` and answers the
+//! page's requests one at a time. It runs in the training worker, or in
+//! the page itself where there is no worker (`Host::local`).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use stepscope_core::checkpoint::load_checkpoint;
+use stepscope_core::gpu::GpuContext;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::spawn_local;
+use web_time::Instant;
+
+use super::protocol::{Answer, Reply, Request, Start, Status};
+use crate::model::checkpoints::{self, CheckpointReport};
+use crate::model::runner::Runner;
+
+type Slot<T> = Rc<RefCell<Option<T>>>;
+
+#[derive(Default)]
+pub struct Server {
+    runner: Option<Runner>,
+    /// Filled by the task creating the GPU device.
+    arriving: Slot<Result<Arc<GpuContext>, String>>,
+    gpu_started: bool,
+    gpu: Option<Result<String, String>>,
+    finished: Rc<RefCell<Vec<Result<CheckpointReport, String>>>>,
+    in_flight: Rc<Cell<bool>>,
+}
+
+impl Server {
+    pub async fn serve(&mut self, request: Request) -> Reply {
+        self.take_gpu();
+        let answer = self.answer(request).await;
+        self.take_gpu();
+        Reply { answer, status: self.status() }
+    }
+
+    /// A GPU device that arrived goes to the runner.
+    fn take_gpu(&mut self) {
+        let Some(runner) = self.runner.as_mut() else { return };
+        let Some(arrived) = self.arriving.borrow_mut().take() else { return };
+        self.gpu = Some(match arrived {
+            Ok(ctx) => {
+                let adapter = ctx.describe();
+                runner.set_context(ctx);
+                Ok(adapter)
+            }
+            Err(reason) => Err(reason),
+        });
+    }
+
+    async fn answer(&mut self, request: Request) -> Answer {
+        if let Request::Start(start) = request {
+            return Answer::Done(self.start(*start));
+        }
+        if let Request::StartGpu = request {
+            self.start_gpu();
+            return Answer::Done(Ok(()));
+        }
+        let Some(runner) = self.runner.as_mut() else {
+            return Answer::Failed("the training loop was asked for work before it started".into());
+        };
+        match request {
+            Request::Start(_) | Request::StartGpu => unreachable!("answered above"),
+            Request::Handle(command) => Answer::Handled(runner.handle(*command).await),
+            Request::Calibrate => Answer::Done(runner.calibrate().await),
+            Request::Race => Answer::Race(runner.race().await),
+            Request::SwitchEngine(to_gpu) => Answer::Switched(runner.switch_engine(to_gpu).await),
+            Request::TrainFrame { single, budget_ms } => {
+                let (result, awaited_ms) = runner.train_frame(single, budget_ms).await;
+                Answer::Trained(result, awaited_ms)
+            }
+            Request::Snapshot => {
+                let (result, awaited_ms) = runner.snapshot().await;
+                Answer::Snapshot(result, awaited_ms)
+            }
+            Request::LayerStats => Answer::LayerStats(runner.layer_stats().await),
+            Request::Checkpoint { background } => {
+                Answer::Checkpoint(checkpoint(runner, background, &self.finished, &self.in_flight).await)
+            }
+            Request::RecoverDevice => Answer::Recovered(runner.recover_device().await),
+            Request::Status => Answer::Done(Ok(())),
+        }
+    }
+
+    fn start(&mut self, start: Start) -> Result<(), String> {
+        let csv = start.csv.clone();
+        let mut runner = match &start.checkpoint {
+            Some(bytes) => {
+                let state = load_checkpoint(bytes).map_err(|e| e.to_string())?;
+                Runner::from_state(state, None, csv)?
+            }
+            None => Runner::new(&start.experiment, None, csv)?,
+        };
+        runner.set_fused_allowed(start.fused_allowed);
+        self.runner = Some(runner);
+        Ok(())
+    }
+
+    fn start_gpu(&mut self) {
+        if self.gpu_started {
+            return;
+        }
+        self.gpu_started = true;
+        let slot = self.arriving.clone();
+        spawn_local(async move {
+            let result = if !webgpu_available() {
+                Err("this browser has no WebGPU (navigator.gpu is missing)".to_string())
+            } else {
+                match GpuContext::new().await {
+                    // The engine takes an Arc; the context stays on this thread.
+                    #[allow(clippy::arc_with_non_send_sync)]
+                    Ok(ctx) => Ok(Arc::new(ctx)),
+                    Err(e) => Err(format!("WebGPU is present but unusable: {e}")),
+                }
+            };
+            *slot.borrow_mut() = Some(result);
+        });
+    }
+
+    fn status(&self) -> Status {
+        let checkpoints = std::mem::take(&mut *self.finished.borrow_mut());
+        let mut status = Status {
+            gpu: self.gpu.clone(),
+            checkpoints,
+            checkpoint_in_flight: self.in_flight.get(),
+            wasm_memory_bytes: wasm_memory_bytes(),
+            ..Status::default()
+        };
+        if let Some(r) = &self.runner {
+            status.started = true;
+            status.step = r.step_count();
+            status.memory = r.memory();
+            status.experiment = Some(r.experiment().clone());
+            status.on_gpu = r.on_gpu();
+            status.runs_fused = r.runs_fused();
+            status.has_gpu_context = r.has_gpu_context();
+            status.gpu_lost = r.gpu_lost();
+            status.steps_per_log = r.steps_per_log();
+            status.last_checkpoint = r.last_checkpoint();
+            status.snapshot_cost_ms = r.snapshot_cost_ms();
+        }
+        status
+    }
+}
+
+/// Takes an automatic checkpoint: awaited whole, or (background) begun
+/// here and finished by a task that reports through `finished`. One
+/// background checkpoint at a time: when they fall due faster than
+/// IndexedDB stores them (the CPU engine runs thousands of steps a second),
+/// the next is skipped until this one is stored, instead of tasks and
+/// their bytes piling up without bound (the soak benchmark found that).
+async fn checkpoint(
+    runner: &mut Runner,
+    background: bool,
+    finished: &Rc<RefCell<Vec<Result<CheckpointReport, String>>>>,
+    in_flight: &Rc<Cell<bool>>,
+) -> Option<Result<CheckpointReport, String>> {
+    if background && in_flight.get() {
+        return None;
+    }
+    let started = Instant::now();
+    let read = match runner.begin_checkpoint() {
+        Ok(read) => read,
+        Err(err) => return Some(Err(err.to_string())),
+    };
+    let (ring, csv) = (runner.ring(), runner.csv());
+    if !background {
+        return Some(checkpoints::complete(read, ring, csv, started, false).await);
+    }
+    in_flight.set(true);
+    let (finished, in_flight) = (finished.clone(), in_flight.clone());
+    spawn_local(async move {
+        let report = checkpoints::complete(read, ring, csv, started, true).await;
+        finished.borrow_mut().push(report);
+        in_flight.set(false);
+    });
+    None
+}
+
+/// Whether `navigator.gpu` exists, in the page or in the worker.
+pub fn webgpu_available() -> bool {
+    let navigator = js_sys::Reflect::get(&js_sys::global(), &"navigator".into());
+    navigator.and_then(|n| js_sys::Reflect::get(&n, &"gpu".into())).is_ok_and(|g| !g.is_undefined() && !g.is_null())
+}
+
+/// Bytes of this side's WebAssembly memory (it only grows).
+pub fn wasm_memory_bytes() -> f64 {
+    wasm_bindgen::memory()
+        .dyn_into::<js_sys::WebAssembly::Memory>()
+        .map_or(0.0, |m| m.buffer().dyn_into::<js_sys::ArrayBuffer>().map_or(0.0, |b| f64::from(b.byte_length())))
+}
