@@ -22,8 +22,13 @@ use state::AppState;
 #[component]
 pub fn App() -> impl IntoView {
     let state = AppState::new();
-    hooks::register(state.commands.get_value());
+    hooks::register(state.run.commands.get_value());
     provide_context(state);
+    // The small contexts, for panels that need only one of them.
+    provide_context(state.run);
+    provide_context(state.charts);
+    provide_context(state.checkpoints);
+    provide_context(state.lessons);
     state.start_training_loop();
     view! {
         <Header/>

@@ -150,7 +150,29 @@ async fn layers_are_added_and_removed() {
     page.click("add-layer");
     wait_for("layer-2 to appear", || page.find("layer-2").map(|_| ()).ok_or(format!("{} layers", hidden(&page)))).await;
     assert_eq!(hidden(&page), 3);
-    assert_eq!(page.text("units-2"), page.text("units-1"), "a new layer is like the last one");
+    assert_eq!(page.value("units-2"), page.value("units-1"), "a new layer is like the last one");
+    // A width is typed, not only clicked ±1; a bad one gets a message naming
+    // the layer and changes nothing.
+    page.type_into("units-2", "37");
+    wait_for("the typed width", || {
+        if url_experiment().contains(r#""units":37"#) {
+            Ok(())
+        } else {
+            Err(url_experiment())
+        }
+    })
+    .await;
+    for bad in ["0", "abc", "2.5", "100000"] {
+        page.type_into("units-2", bad);
+        let alert = wait_for("a message", || {
+            page.find("alert").map(|a| a.text_content().unwrap_or_default()).ok_or(String::new())
+        })
+        .await;
+        assert!(alert.contains("hidden layer 3") || alert.contains("units on this page"), "{bad}: {alert}");
+        assert_eq!(page.value("units-2"), "37", "{bad}: the field shows the width again");
+        assert!(url_experiment().contains(r#""units":37"#), "{bad}: nothing changed");
+        page.click("dismiss-alert");
+    }
     wait_for("the URL to hold the new model", || {
         let now = url_experiment();
         if now != before {

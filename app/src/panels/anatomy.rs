@@ -33,7 +33,7 @@ fn bytes(n: u64) -> String {
 pub fn AnatomyPanel() -> impl IntoView {
     let state = expect_context::<AppState>();
     let recent = move || {
-        let t = state.timeline.get();
+        let t = state.charts.timeline.get();
         let start = t.len().saturating_sub(SHOWN);
         t[start..].to_vec()
     };
@@ -79,7 +79,7 @@ pub fn AnatomyPanel() -> impl IntoView {
         }
     };
     let timing_note = move || {
-        match state.last_metrics.get().map(|m| m.timing) {
+        match state.run.last_metrics.get().map(|m| m.timing) {
         Some(Timing::GpuTimestamps) => "GPU phases from timestamp queries; data adds the CPU's preparation.",
         Some(Timing::GpuCoarse) => {
             "This adapter has no timestamp queries: the GPU's work is reported whole under forward (coarse)."
@@ -93,7 +93,7 @@ pub fn AnatomyPanel() -> impl IntoView {
     }
     };
     let flops = move || {
-        let e = state.experiment.get();
+        let e = state.run.experiment.get();
         let (f, b) = step_flops(&e.widths(), e.batch_size, e.grad_accumulation);
         let (_, parts) = means(&recent());
         let measured =
@@ -105,27 +105,27 @@ pub fn AnatomyPanel() -> impl IntoView {
             b / f.max(1.0)
         )
     };
-    let memory = state.memory;
-    let grad_norm = move || {
-        state.last_metrics.get().map_or("–".into(), |m| {
-            let clip = state
-                .experiment
-                .get()
-                .clip_grad_norm
-                .map_or(String::new(), |c| format!(" (clip at {c}{})", if m.clipped { ", clipped" } else { "" }));
-            format!("{:.4}{clip}", m.grad_norm)
-        })
-    };
+    let memory = state.run.memory;
+    let grad_norm =
+        move || {
+            state.run.last_metrics.get().map_or("–".into(), |m| {
+                let clip =
+                    state.run.experiment.get().clip_grad_norm.map_or(String::new(), |c| {
+                        format!(" (clip at {c}{})", if m.clipped { ", clipped" } else { "" })
+                    });
+                format!("{:.4}{clip}", m.grad_norm)
+            })
+        };
     let on_checkpointing = move |ev| {
         let on = event_target_checked(&ev);
-        state.activation_checkpointing.set(on);
+        state.lessons.activation_checkpointing.set(on);
         state.command(Command::ActivationCheckpointing(on));
     };
     let trade = move || {
-        let e = state.experiment.get();
+        let e = state.run.experiment.get();
         let t = CheckpointingTrade::new(&Layout::new(&e), e.batch_size);
         let mean = |v: &Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-        let [off, on] = state.backward_by_mode.get();
+        let [off, on] = state.charts.backward_by_mode.get();
         let measured = match (mean(&off), mean(&on)) {
             (Some(a), Some(b)) => {
                 format!("backward measured {a:.3} ms without, {b:.3} ms with ({:+.0} %)", 100.0 * (b - a) / a.max(1e-9))
@@ -142,15 +142,15 @@ pub fn AnatomyPanel() -> impl IntoView {
     let download = move |_| state.command(Command::SaveCheckpoint);
     let on_every = move |ev| match event_target_value(&ev).trim().parse::<u64>() {
         Ok(n) => {
-            state.alert.set(None);
-            state.checkpoint_every.set(n);
+            state.run.alert.set(None);
+            state.checkpoints.checkpoint_every.set(n);
         }
-        Err(_) => state.alert.set(Some(format!(
+        Err(_) => state.run.alert.set(Some(format!(
             "Checkpoint every: `{}` is not a whole number of steps (0 turns automatic checkpoints off).",
             event_target_value(&ev)
         ))),
     };
-    let checkpoint_status = move || match state.last_checkpoint.get() {
+    let checkpoint_status = move || match state.checkpoints.last_checkpoint.get() {
         None => "No automatic checkpoint yet.".to_string(),
         Some(Err(message)) => format!("Automatic checkpoint failed: {message}"),
         Some(Ok(r)) => {
@@ -170,7 +170,7 @@ pub fn AnatomyPanel() -> impl IntoView {
         }
     };
     let verify = move |_| {
-        state.verify_result.set(None);
+        state.checkpoints.verify_result.set(None);
         state.command(Command::VerifyRestore);
     };
     let restore = move |ev: web_sys::Event| {
@@ -178,7 +178,7 @@ pub fn AnatomyPanel() -> impl IntoView {
         let Some(file) = input.files().and_then(|f| f.get(0)) else { return };
         let name = file.name();
         if file.size() > 512.0 * 1024.0 * 1024.0 {
-            state.alert.set(Some(format!("`{name}` is larger than 512 MiB: not a Stepscope checkpoint.")));
+            state.run.alert.set(Some(format!("`{name}` is larger than 512 MiB: not a Stepscope checkpoint.")));
             return;
         }
         leptos::task::spawn_local(async move {
@@ -193,13 +193,13 @@ pub fn AnatomyPanel() -> impl IntoView {
                         .map_err(|err| err.to_string())
                         .and_then(|s| crate::model::edit::page_check(&s.experiment, None));
                     if let Err(err) = checked {
-                        state.alert.set(Some(format!("The checkpoint was not loaded: {err}")));
+                        state.run.alert.set(Some(format!("The checkpoint was not loaded: {err}")));
                         return;
                     }
-                    state.running.set(false);
+                    state.run.running.set(false);
                     state.command(Command::RestoreCheckpoint(std::sync::Arc::new(bytes)));
                 }
-                Err(_) => state.alert.set(Some(format!("Could not read `{name}`."))),
+                Err(_) => state.run.alert.set(Some(format!("Could not read `{name}`."))),
             }
         });
     };
@@ -222,7 +222,7 @@ pub fn AnatomyPanel() -> impl IntoView {
                 <tr><td>"Peak during backward"</td><td data-testid="memory-peak-bytes">{move || memory.get().peak_backward()}</td><td>{move || bytes(memory.get().peak_backward())}</td></tr>
             </table>
             <label class="field check">
-                <input type="checkbox" data-testid="activation-checkpointing" prop:checked=move || state.activation_checkpointing.get() on:change=on_checkpointing/>
+                <input type="checkbox" data-testid="activation-checkpointing" prop:checked=move || state.lessons.activation_checkpointing.get() on:change=on_checkpointing/>
                 <span>"Activation checkpointing: recompute pre-activations in backward instead of storing them"</span>
             </label>
             <p class="note" data-testid="checkpointing-trade">{trade}</p>
@@ -248,18 +248,18 @@ pub fn AnatomyPanel() -> impl IntoView {
             <div class="row autosave">
                 <label class="field">
                     <span>"Automatic checkpoint every (steps, 0 = off)"</span>
-                    <input type="number" min="0" data-testid="checkpoint-every" prop:value=move || state.checkpoint_every.get().to_string() on:change=on_every/>
+                    <input type="number" min="0" data-testid="checkpoint-every" prop:value=move || state.checkpoints.checkpoint_every.get().to_string() on:change=on_every/>
                 </label>
                 <label class="field check">
-                    <input type="checkbox" data-testid="checkpoint-background" prop:checked=move || state.checkpoint_background.get()
-                        on:change=move |ev| state.checkpoint_background.set(event_target_checked(&ev))/>
+                    <input type="checkbox" data-testid="checkpoint-background" prop:checked=move || state.checkpoints.checkpoint_background.get()
+                        on:change=move |ev| state.checkpoints.checkpoint_background.set(event_target_checked(&ev))/>
                     <span>"In the background"</span>
                 </label>
             </div>
             <p data-testid="checkpoint-status">{checkpoint_status}</p>
             <p class="note">"Lesson: turn the background off and watch the checkpoint part of the timeline: a synchronous checkpoint stalls training while the state is read back, serialized and stored. A reload restores the newest automatic checkpoint; a loss spike or NaN offers the newest one from before it."</p>
-            <p data-testid="verify-result" class=move || match state.verify_result.get() { Some((_, true)) => "verified", Some((_, false)) => "failed", None => "" }>
-                {move || state.verify_result.get().map(|(s, _)| s).unwrap_or_default()}
+            <p data-testid="verify-result" class=move || match state.checkpoints.verify_result.get() { Some((_, true)) => "verified", Some((_, false)) => "failed", None => "" }>
+                {move || state.checkpoints.verify_result.get().map(|(s, _)| s).unwrap_or_default()}
             </p>
         </section>
     }

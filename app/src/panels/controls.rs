@@ -9,7 +9,7 @@ use crate::state::AppState;
 #[component]
 pub fn Controls() -> impl IntoView {
     let state = expect_context::<AppState>();
-    let running = state.running;
+    let running = state.run.running;
     let toggle = move |_| running.update(|r| *r = !*r);
     let step_once = move |_| {
         running.set(false);
@@ -17,7 +17,7 @@ pub fn Controls() -> impl IntoView {
     };
     let reset = move |_| state.reset();
     let speed = move || {
-        let n = state.steps_per_frame.get();
+        let n = state.run.steps_per_frame.get();
         if running.get() && n > 0 {
             format!("{n} steps/frame")
         } else {
@@ -33,14 +33,14 @@ pub fn Controls() -> impl IntoView {
             <button data-testid="step-once" aria-label="One step" on:click=step_once>"Step"</button>
             <button data-testid="reset" aria-label="Reset the run" on:click=reset>"Reset"</button>
             <div class="counter">
-                "Step " <span data-testid="step-count">{move || state.step.get()}</span>
+                "Step " <span data-testid="step-count">{move || state.run.step.get()}</span>
                 <span class="rate" title="Optimizer steps per second over the last half second of training">
-                    <span data-testid="steps-per-second">{move || super::header::thousands(state.steps_per_second.get())}</span>" steps/s"
+                    <span data-testid="steps-per-second">{move || super::header::thousands(state.run.steps_per_second.get())}</span>" steps/s"
                 </span>
                 <span class="speed">{speed}</span>
                 <span class="busy" title="Main-thread time the training loop takes per frame (not the GPU's)">
-                    {move || { let (last, _) = state.frame_busy_ms.get(); format!("page {last:.1} ms/frame, worst ") }}
-                    <span data-testid="frame-busy-max">{move || format!("{:.1}", state.frame_busy_ms.get().1)}</span>" ms"
+                    {move || { let (last, _) = state.run.frame_busy_ms.get(); format!("page {last:.1} ms/frame, worst ") }}
+                    <span data-testid="frame-busy-max">{move || format!("{:.1}", state.run.frame_busy_ms.get().1)}</span>" ms"
                 </span>
             </div>
             <Hyperparameters/>

@@ -39,19 +39,19 @@ fn source_name(s: DataSource) -> String {
 #[component]
 pub fn DataPanel() -> impl IntoView {
     let state = expect_context::<AppState>();
-    let e = state.experiment;
+    let e = state.run.experiment;
     let is_csv = move || e.get().data.source == DataSource::Csv;
     let on_source = move |ev| {
         let name = event_target_value(&ev);
         let Some(source) = source_from(&name) else {
-            state.alert.set(Some(format!("Unknown dataset `{name}`.")));
+            state.run.alert.set(Some(format!("Unknown dataset `{name}`.")));
             return;
         };
         if source == DataSource::Csv {
-            state.alert.set(Some("Upload a CSV file to use your own data.".into()));
+            state.run.alert.set(Some("Upload a CSV file to use your own data.".into()));
             return;
         }
-        state.csv_name.set(None);
+        state.run.csv_name.set(None);
         state.edit(|x| {
             let keep = x.data.source != DataSource::Csv;
             x.data.source = source;
@@ -72,7 +72,7 @@ pub fn DataPanel() -> impl IntoView {
                 x.data.noise = Some(v / 100.0);
                 Ok(())
             }),
-            Err(m) => state.alert.set(Some(m)),
+            Err(m) => state.run.alert.set(Some(m)),
         }
     };
     let on_split = move |ev| {
@@ -82,7 +82,7 @@ pub fn DataPanel() -> impl IntoView {
                 x.data.train_fraction = Some(v / 100.0);
                 Ok(())
             }),
-            Err(m) => state.alert.set(Some(m)),
+            Err(m) => state.run.alert.set(Some(m)),
         }
     };
     let regenerate = move |_| {
@@ -99,21 +99,21 @@ pub fn DataPanel() -> impl IntoView {
             let text = match JsFuture::from(file.text()).await {
                 Ok(t) => t.as_string().unwrap_or_default(),
                 Err(_) => {
-                    state.alert.set(Some(format!("Could not read `{name}`.")));
+                    state.run.alert.set(Some(format!("Could not read `{name}`.")));
                     return;
                 }
             };
             // Nothing changes unless the whole file is good.
-            match experiment_for_csv(&state.experiment.get_untracked(), &text) {
+            match experiment_for_csv(&state.run.experiment.get_untracked(), &text) {
                 Ok(new) => {
-                    state.alert.set(None);
-                    state.csv_name.set(Some(name));
-                    state.history.set(Vec::new());
+                    state.run.alert.set(None);
+                    state.run.csv_name.set(Some(name));
+                    state.charts.history.set(Vec::new());
                     crate::model::url::write_url(&new);
-                    state.experiment.set(new.clone());
+                    state.run.experiment.set(new.clone());
                     state.command(Command::UseCsv(std::sync::Arc::new(text), new));
                 }
-                Err(message) => state.alert.set(Some(format!("`{name}` was not loaded: {message}"))),
+                Err(message) => state.run.alert.set(Some(format!("`{name}` was not loaded: {message}"))),
             }
         });
     };
@@ -153,7 +153,7 @@ pub fn DataPanel() -> impl IntoView {
                     prop:value=move || source_name(e.get().data.source) on:change=on_source>
                     {SOURCES.iter().map(|(v, l)| view! { <option value=*v>{*l}</option> }).collect_view()}
                     <option value="csv" disabled=move || !is_csv()>
-                        {move || state.csv_name.get().map_or("CSV (upload below)".to_string(), |n| format!("CSV: {n}"))}
+                        {move || state.run.csv_name.get().map_or("CSV (upload below)".to_string(), |n| format!("CSV: {n}"))}
                     </option>
                 </select>
             </label>

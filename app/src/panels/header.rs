@@ -8,7 +8,7 @@ use crate::state::AppState;
 #[component]
 pub fn Header() -> impl IntoView {
     let state = expect_context::<AppState>();
-    let backend = state.backend;
+    let backend = state.run.backend;
     let label = move || {
         let b = backend.get();
         match (b.gpu, b.fused) {
@@ -18,16 +18,16 @@ pub fn Header() -> impl IntoView {
         }
     };
     let reason = move || why(&backend.get());
-    let pin = state.engine_pin;
+    let pin = state.run.engine_pin;
     let on_pin = move |ev: leptos::ev::Event| {
         if let Some(p) = Pin::parse(&event_target_value(&ev)) {
             state.pin_engine(p);
         }
     };
-    let dismiss = move |_| state.alert.set(None);
+    let dismiss = move |_| state.run.alert.set(None);
     let rollback = move |_| {
-        if let Some(step) = state.rollback_offer.get_untracked() {
-            state.running.set(false);
+        if let Some(step) = state.checkpoints.rollback_offer.get_untracked() {
+            state.run.running.set(false);
             state.command(crate::model::runner::Command::Rollback(step));
         }
     };
@@ -39,7 +39,7 @@ pub fn Header() -> impl IntoView {
                 "Backend: " <span data-testid="backend-name" data-settled=move || backend.get().settled.to_string()>{label}</span>
                 <span class="thread" data-testid="engine-thread"
                     title="Where training runs: in a background worker the page never waits for, or on the page's own thread">
-                    {move || if state.in_worker.get() { "in a background worker" } else { "on the page's thread" }}
+                    {move || if state.run.in_worker.get() { "in a background worker" } else { "on the page's thread" }}
                 </span>
                 <select data-testid="engine-pin" aria-label="Engine" on:change=on_pin
                     prop:value=move || pin.get().name()>
@@ -50,17 +50,17 @@ pub fn Header() -> impl IntoView {
                 <span class="reason" data-testid="backend-reason">{reason}</span>
             </div>
         </header>
-        <Show when=move || state.alert.get().is_some()>
+        <Show when=move || state.run.alert.get().is_some()>
             <div class="alert" role="alert" data-testid="alert">
-                {move || state.alert.get().unwrap_or_default()}
-                <Show when=move || state.rollback_offer.get().is_some()>
+                {move || state.run.alert.get().unwrap_or_default()}
+                <Show when=move || state.checkpoints.rollback_offer.get().is_some()>
                     <button data-testid="rollback" class="rollback" on:click=rollback>"Back to the last good checkpoint"</button>
                 </Show>
                 <button aria-label="Dismiss message" data-testid="dismiss-alert" on:click=dismiss>"×"</button>
             </div>
         </Show>
-        <Show when=move || state.notice.get().is_some()>
-            <div class="notice" role="status" data-testid="notice">{move || state.notice.get().unwrap_or_default()}</div>
+        <Show when=move || state.run.notice.get().is_some()>
+            <div class="notice" role="status" data-testid="notice">{move || state.run.notice.get().unwrap_or_default()}</div>
         </Show>
     }
 }

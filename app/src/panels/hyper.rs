@@ -4,11 +4,14 @@
 //! continue (see `model::edit::needs_reset`).
 
 use leptos::prelude::*;
-use stepscope_core::experiment::{OptimizerSpec, Regularization, RegularizationKind, Schedule};
+use stepscope_core::experiment::{OptimizerSpec, RegularizationKind, Schedule};
 use stepscope_core::optim::learning_rate;
 use stepscope_core::Experiment;
 
-use crate::model::edit::parse_number;
+use crate::model::edit::{
+    self, parse_number, schedule_fields, set_accumulation, set_batch, set_beta, set_clip, set_lr, set_momentum,
+    set_reg_rate, set_seed, set_weight_decay, whole, with_schedule_fields,
+};
 use crate::state::AppState;
 
 /// A labelled number input; `apply` validates and edits the experiment.
@@ -24,7 +27,7 @@ fn NumberField(
         let text = event_target_value(&ev);
         match parse_number(label, &text) {
             Ok(v) => state.edit(|e| apply(e, v)),
-            Err(message) => state.alert.set(Some(message)),
+            Err(message) => state.run.alert.set(Some(message)),
         }
     };
     view! {
@@ -36,125 +39,15 @@ fn NumberField(
     }
 }
 
-fn set_lr(e: &mut Experiment, v: f64) -> Result<(), String> {
-    match &mut e.optimizer {
-        OptimizerSpec::Sgd { lr, .. }
-        | OptimizerSpec::Adam { lr, .. }
-        | OptimizerSpec::Adamw { lr, .. }
-        | OptimizerSpec::Lamb { lr, .. } => *lr = v,
-    }
-    Ok(())
-}
-
-fn whole(label: &str, v: f64) -> Result<usize, String> {
-    if v >= 1.0 && v.fract() == 0.0 && v <= 1e9 {
-        Ok(v as usize)
-    } else {
-        Err(format!("{label} must be a whole number ≥ 1, got {v}."))
-    }
-}
-
-fn set_batch(e: &mut Experiment, v: f64) -> Result<(), String> {
-    e.batch_size = whole("Batch size", v)?;
-    Ok(())
-}
-
-fn set_accumulation(e: &mut Experiment, v: f64) -> Result<(), String> {
-    e.grad_accumulation = whole("Gradient accumulation", v)?;
-    Ok(())
-}
-
-fn set_seed(e: &mut Experiment, v: f64) -> Result<(), String> {
-    e.seed = whole("Seed", v + 1.0)? as u64 - 1;
-    Ok(())
-}
-
-fn set_weight_decay(e: &mut Experiment, v: f64) -> Result<(), String> {
-    match &mut e.optimizer {
-        OptimizerSpec::Sgd { weight_decay, .. }
-        | OptimizerSpec::Adam { weight_decay, .. }
-        | OptimizerSpec::Adamw { weight_decay, .. }
-        | OptimizerSpec::Lamb { weight_decay, .. } => *weight_decay = v,
-    }
-    Ok(())
-}
-
-fn set_momentum(e: &mut Experiment, v: f64) -> Result<(), String> {
-    match &mut e.optimizer {
-        OptimizerSpec::Sgd { momentum, .. } => *momentum = v,
-        _ => return Err("Momentum applies to SGD.".into()),
-    }
-    Ok(())
-}
-
-fn set_beta(e: &mut Experiment, index: usize, v: f64) -> Result<(), String> {
-    match &mut e.optimizer {
-        OptimizerSpec::Adam { betas, .. } | OptimizerSpec::Adamw { betas, .. } | OptimizerSpec::Lamb { betas, .. } => {
-            betas[index] = v
-        }
-        OptimizerSpec::Sgd { .. } => return Err("Betas apply to Adam, AdamW and LAMB.".into()),
-    }
-    Ok(())
-}
-
-fn set_clip(e: &mut Experiment, v: f64) -> Result<(), String> {
-    e.clip_grad_norm = if v == 0.0 { None } else { Some(v) };
-    Ok(())
-}
-
-fn set_reg_rate(e: &mut Experiment, v: f64) -> Result<(), String> {
-    match &mut e.regularization {
-        Some(r) => r.rate = v,
-        None => return Err("Choose L1 or L2 regularization first.".into()),
-    }
-    Ok(())
-}
-
-fn schedule_fields(s: &Schedule) -> (u64, u64, f64) {
-    match *s {
-        Schedule::Constant => (0, 1000, 0.0),
-        Schedule::WarmupCosine { warmup_steps, total_steps, min_lr }
-        | Schedule::WarmupLinear { warmup_steps, total_steps, min_lr } => (warmup_steps, total_steps, min_lr),
-    }
-}
-
-fn with_schedule_fields(
-    s: &mut Schedule,
-    warmup: Option<u64>,
-    total: Option<u64>,
-    min: Option<f64>,
-) -> Result<(), String> {
-    match s {
-        Schedule::Constant => Err("Choose a warmup schedule first.".into()),
-        Schedule::WarmupCosine { warmup_steps, total_steps, min_lr }
-        | Schedule::WarmupLinear { warmup_steps, total_steps, min_lr } => {
-            *warmup_steps = warmup.unwrap_or(*warmup_steps);
-            *total_steps = total.unwrap_or(*total_steps);
-            *min_lr = min.unwrap_or(*min_lr);
-            Ok(())
-        }
-    }
-}
-
 #[component]
 pub fn Hyperparameters() -> impl IntoView {
     let state = expect_context::<AppState>();
-    let e = state.experiment;
+    let e = state.run.experiment;
     let text = move |f: fn(&Experiment) -> String| Signal::derive(move || f(&e.get()));
     let optimizer_kind = move || e.get().optimizer.name().to_string();
     let on_optimizer = move |ev| {
         let kind = event_target_value(&ev);
-        state.edit(|x| {
-            let lr = x.optimizer.lr();
-            x.optimizer = match kind.as_str() {
-                "sgd" => OptimizerSpec::Sgd { lr, momentum: 0.9, dampening: 0.0, nesterov: false, weight_decay: 0.0 },
-                "adam" => OptimizerSpec::Adam { lr, betas: [0.9, 0.999], eps: 1e-8, weight_decay: 0.0 },
-                "adamw" => OptimizerSpec::Adamw { lr, betas: [0.9, 0.999], eps: 1e-8, weight_decay: 0.01 },
-                "lamb" => OptimizerSpec::Lamb { lr, betas: [0.9, 0.999], eps: 1e-6, weight_decay: 0.0 },
-                other => return Err(format!("Unknown optimizer `{other}`.")),
-            };
-            Ok(())
-        });
+        state.edit(|x| edit::set_optimizer(x, &kind));
     };
     let schedule_kind = move || match e.get().schedule {
         Schedule::Constant => "constant",
@@ -163,26 +56,11 @@ pub fn Hyperparameters() -> impl IntoView {
     };
     let on_schedule = move |ev| {
         let kind = event_target_value(&ev);
-        state.edit(|x| {
-            let (warmup_steps, total_steps, min_lr) = schedule_fields(&x.schedule);
-            x.schedule = match kind.as_str() {
-                "constant" => Schedule::Constant,
-                "warmup_cosine" => Schedule::WarmupCosine { warmup_steps: warmup_steps.max(10), total_steps, min_lr },
-                "warmup_linear" => Schedule::WarmupLinear { warmup_steps: warmup_steps.max(10), total_steps, min_lr },
-                other => return Err(format!("Unknown schedule `{other}`.")),
-            };
-            Ok(())
-        });
+        state.edit(|x| edit::set_schedule(x, &kind));
     };
     let on_nesterov = move |ev| {
         let on = event_target_checked(&ev);
-        state.edit(|x| match &mut x.optimizer {
-            OptimizerSpec::Sgd { nesterov, .. } => {
-                *nesterov = on;
-                Ok(())
-            }
-            _ => Err("Nesterov applies to SGD.".into()),
-        });
+        state.edit(|x| edit::set_nesterov(x, on));
     };
     let reg_kind = move || match e.get().regularization.map(|r| r.kind) {
         None => "none",
@@ -191,15 +69,7 @@ pub fn Hyperparameters() -> impl IntoView {
     };
     let on_reg = move |ev| {
         let kind = event_target_value(&ev);
-        state.edit(|x| {
-            let rate = x.regularization.as_ref().map_or(0.001, |r| r.rate);
-            x.regularization = match kind.as_str() {
-                "l1" => Some(Regularization { kind: RegularizationKind::L1, rate }),
-                "l2" => Some(Regularization { kind: RegularizationKind::L2, rate }),
-                _ => None,
-            };
-            Ok(())
-        });
+        state.edit(|x| edit::set_regularization(x, &kind));
     };
     let is_sgd = move || matches!(e.get().optimizer, OptimizerSpec::Sgd { .. });
     let has_schedule = move || !matches!(e.get().schedule, Schedule::Constant);
@@ -281,7 +151,7 @@ pub fn Hyperparameters() -> impl IntoView {
 fn SchedulePreview() -> impl IntoView {
     let state = expect_context::<AppState>();
     let path = move || {
-        let e = state.experiment.get();
+        let e = state.run.experiment.get();
         let total = schedule_fields(&e.schedule).1.max(1);
         let base = e.optimizer.lr().max(1e-12);
         let (w, h) = (160.0, 40.0);

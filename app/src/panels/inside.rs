@@ -78,20 +78,20 @@ const HINTS: [(&str, &str); 3] = [
 pub fn InsideStep() -> impl IntoView {
     let state = expect_context::<AppState>();
     let on_phase = move |_| {
-        state.running.set(false);
+        state.run.running.set(false);
         state.command(Command::StepPhase);
     };
-    let current = move || match state.phase_report.get() {
+    let current = move || match state.lessons.phase_report.get() {
         Some(r) => format!("{} of step {}", r.phase, r.step + 1),
         None => "none yet".into(),
     };
     let next = move || {
-        let r = state.phase_report.get();
+        let r = state.lessons.phase_report.get();
         let next = r.as_ref().map_or(StepPhase::Forward { micro: 0 }, |r| r.next());
         format!("next: {next}")
     };
     let body = move || {
-        state.phase_report.get().map(|r| {
+        state.lessons.phase_report.get().map(|r| {
             let headers = r
                 .layers
                 .first()

@@ -57,7 +57,7 @@ fn Distribution(l: usize, kind: usize) -> impl IntoView {
     let canvas = NodeRef::<Canvas>::new();
     let axis = RwSignal::new((0.0f32, 0.0f32));
     Effect::new(move |_| {
-        let (image, cols, lo, hi) = state.layer_history.with(|h| density(h, l, kind));
+        let (image, cols, lo, hi) = state.charts.layer_history.with(|h| density(h, l, kind));
         axis.set((lo, hi));
         let Some(canvas) = canvas.get() else { return };
         if cols == 0 {
@@ -97,10 +97,10 @@ const LINE_COLORS: [&str; 6] = ["#0877bd", "#f59322", "#2ea043", "#8e44ad", "#c0
 #[component]
 pub fn LayerPanel() -> impl IntoView {
     let state = expect_context::<AppState>();
-    let layers = move || state.experiment.with(|e| e.model.layers.len());
+    let layers = move || state.run.experiment.with(|e| e.model.layers.len());
     let (w, h) = (360.0, 90.0);
     let chart = move || {
-        state.layer_history.with(|hist| {
+        state.charts.layer_history.with(|hist| {
             let n = hist.last().map_or(0, |s| s.layers.len());
             let logs: Vec<Vec<f64>> =
                 (0..n).map(|l| hist.iter().map(|s| grad_norm(s, l).max(1e-12).log10()).collect()).collect();

@@ -46,7 +46,7 @@ pub fn Lessons() -> impl IntoView {
     let state = expect_context::<AppState>();
     let on_zero_grad = move |ev| {
         let on = !event_target_checked(&ev);
-        state.zero_grad.set(on);
+        state.lessons.zero_grad.set(on);
         state.command(Command::ZeroGrad(on));
     };
 
@@ -61,15 +61,18 @@ pub fn Lessons() -> impl IntoView {
     let on_delay = move |ev| match event_target_value(&ev).trim().parse::<f64>() {
         Ok(ms) if (0.0..=1000.0).contains(&ms) => set_loader(Some(ms), None),
         _ => state
+            .run
             .alert
             .set(Some(format!("Loader delay: `{}` is not a number of ms in 0…1000.", event_target_value(&ev)))),
     };
     let on_prefetch = move |ev| match event_target_value(&ev).trim().parse::<usize>() {
         Ok(n) if n <= 16 => set_loader(None, Some(n)),
-        _ => state.alert.set(Some(format!("Prefetch: `{}` is not a whole number in 0…16.", event_target_value(&ev)))),
+        _ => {
+            state.run.alert.set(Some(format!("Prefetch: `{}` is not a whole number in 0…16.", event_target_value(&ev))))
+        }
     };
     let busy = move || {
-        let t = state.timeline.get();
+        let t = state.charts.timeline.get();
         let start = t.len().saturating_sub(60);
         let (wall, parts) = means(&t[start..]);
         if wall <= 0.0 {
@@ -90,7 +93,7 @@ pub fn Lessons() -> impl IntoView {
         state.command(Command::LogEvery(n));
     };
     let logging = move || {
-        let t = state.timeline.get();
+        let t = state.charts.timeline.get();
         let start = t.len().saturating_sub(60);
         let (wall, parts) = means(&t[start..]);
         if wall <= 0.0 {
@@ -100,7 +103,7 @@ pub fn Lessons() -> impl IntoView {
     };
 
     // Learning rate too high.
-    let lr_readout = move || match warnings(&state.step_history.get()) {
+    let lr_readout = move || match warnings(&state.charts.step_history.get()) {
         None => "Run a scenario: the readout compares the gradient norm and the loss with their first steps.".into(),
         Some((norm, loss)) => {
             let at = |s: Option<u64>| s.map_or("not yet".to_string(), |s| format!("at step {s}"));
@@ -113,11 +116,12 @@ pub fn Lessons() -> impl IntoView {
     let on_k = move |ev| match event_target_value(&ev).trim().parse::<usize>() {
         Ok(n) if (2..=64).contains(&n) => k.set(n),
         _ => state
+            .run
             .alert
             .set(Some(format!("Micro-batches: `{}` is not a whole number in 2…64.", event_target_value(&ev)))),
     };
     let accumulation = move || {
-        state.accumulation.get().map(|r| {
+        state.lessons.accumulation.get().map(|r| {
             let kib = |b: u64| format!("{b} B ({:.1} KiB)", b as f64 / 1024.0);
             format!(
                 "From step {}: one batch of {} vs {} micro-batches of {}: loss {:.6} vs {:.6}; largest parameter difference {:.2e} (largest parameter {:.2}) — {}; stored activations {} vs {}.",
@@ -154,7 +158,7 @@ pub fn Lessons() -> impl IntoView {
                 <h4>"Forgetting to zero the gradients"</h4>
                 <label class="field check">
                     <input type="checkbox" data-testid="lesson-no-zero-grad" aria-label="Forget to zero the gradients"
-                        prop:checked=move || !state.zero_grad.get() on:change=on_zero_grad/>
+                        prop:checked=move || !state.lessons.zero_grad.get() on:change=on_zero_grad/>
                     <span>"Forget to zero the gradients"</span>
                 </label>
                 <p class="note">"Without zeroing, each step's gradient is added to all earlier ones: the gradient norm grows step after step and the updates keep pushing in old directions. Compare the gradient norm with the switch on and off (reset in between)."</p>

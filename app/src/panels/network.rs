@@ -7,11 +7,11 @@ use leptos::html::Canvas;
 use leptos::prelude::*;
 use stepscope_core::experiment::{Activation, DataSource};
 use stepscope_core::model::Layout;
-use wasm_bindgen::Clamped;
+use wasm_bindgen::{Clamped, JsCast};
 use web_sys::ImageData;
 
 use super::draw::context;
-use crate::model::edit::{add_layer, hidden_layers, remove_layer, set_units};
+use crate::model::edit::{add_layer, hidden_layers, parse_units, remove_layer, set_units};
 use crate::model::views::{color, Snapshot, GRID};
 use crate::state::{AppState, LinkMode};
 
@@ -36,7 +36,7 @@ fn activation_name(a: Activation) -> String {
 #[component]
 pub fn NetworkPanel() -> impl IntoView {
     let state = expect_context::<AppState>();
-    let e = state.experiment;
+    let e = state.run.experiment;
     let layers = move || {
         let hidden = hidden_layers(&e.get()).to_vec();
         hidden
@@ -46,6 +46,19 @@ pub fn NetworkPanel() -> impl IntoView {
                 let units = spec.units;
                 let minus = move |_| state.edit(|x| set_units(x, l, units.saturating_sub(1)));
                 let plus = move |_| state.edit(|x| set_units(x, l, units + 1));
+                // A typed width: refused with a message (and the field shows
+                // the width again) unless it is a whole number in the limits.
+                let on_units = move |ev: leptos::ev::Event| {
+                    let text = event_target_value(&ev);
+                    let label = format!("Units of hidden layer {}", l + 1);
+                    match parse_units(&label, &text) {
+                        Ok(n) => state.edit(|x| set_units(x, l, n)),
+                        Err(message) => state.run.alert.set(Some(message)),
+                    }
+                    if let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) {
+                        input.set_value(&e.get_untracked().model.layers[l].units.to_string());
+                    }
+                };
                 let on_activation = move |ev| {
                     let name = event_target_value(&ev);
                     state.edit(|x| {
@@ -57,7 +70,9 @@ pub fn NetworkPanel() -> impl IntoView {
                     <div class="layer" data-testid=format!("layer-{l}")>
                         <span class="name">{format!("Hidden {}", l + 1)}</span>
                         <button aria-label=format!("Fewer units in hidden layer {}", l + 1) data-testid=format!("units-minus-{l}") on:click=minus>"−"</button>
-                        <span class="units" data-testid=format!("units-{l}")>{units}</span>
+                        <input class="units" type="text" inputmode="numeric" size="4"
+                            aria-label=format!("Units of hidden layer {}", l + 1) data-testid=format!("units-{l}")
+                            prop:value=units.to_string() on:change=on_units/>
                         <button aria-label=format!("More units in hidden layer {}", l + 1) data-testid=format!("units-plus-{l}") on:click=plus>"+"</button>
                         <select aria-label=format!("Activation of hidden layer {}", l + 1) data-testid=format!("activation-{l}")
                             prop:value=activation_name(spec.activation) on:change=on_activation>
@@ -74,12 +89,12 @@ pub fn NetworkPanel() -> impl IntoView {
             "update" => LinkMode::Update,
             _ => LinkMode::Weight,
         };
-        state.link_mode.set(mode);
+        state.charts.link_mode.set(mode);
     };
     let canvas: NodeRef<Canvas> = NodeRef::new();
     Effect::new(move |_| {
-        let (Some(snap), Some(c)) = (state.snapshot.get(), canvas.get()) else { return };
-        draw_network(&c, &e.get_untracked(), &snap, state.link_mode.get());
+        let (Some(snap), Some(c)) = (state.charts.snapshot.get(), canvas.get()) else { return };
+        draw_network(&c, &e.get_untracked(), &snap, state.charts.link_mode.get());
     });
     let output_note = move || {
         let x = e.get();

@@ -7,7 +7,7 @@ use leptos::prelude::*;
 
 use super::draw::{paint_grid, paint_points};
 use crate::model::views::GRID;
-use crate::state::AppState;
+use crate::state::Charts;
 
 const PLOT_PX: f64 = 300.0;
 
@@ -17,11 +17,11 @@ fn fmt_loss(v: Option<f32>) -> String {
 
 #[component]
 pub fn OutputPanel() -> impl IntoView {
-    let state = expect_context::<AppState>();
+    let charts = expect_context::<Charts>();
     let boundary: NodeRef<Canvas> = NodeRef::new();
     let points: NodeRef<Canvas> = NodeRef::new();
     Effect::new(move |_| {
-        let Some(snap) = state.snapshot.get() else { return };
+        let Some(snap) = charts.snapshot.get() else { return };
         if let (Some(canvas), Some(values)) = (boundary.get(), snap.boundary.as_ref()) {
             paint_grid(&canvas, values, GRID, snap.classes);
         }
@@ -29,7 +29,7 @@ pub fn OutputPanel() -> impl IntoView {
             paint_points(&canvas, &snap.points, snap.extent, PLOT_PX, snap.classes);
         }
     });
-    let snapshot = state.snapshot;
+    let snapshot = charts.snapshot;
     let train_loss = move || fmt_loss(snapshot.get().and_then(|s| s.train.map(|t| t.loss)));
     let test_loss = move || fmt_loss(snapshot.get().and_then(|s| s.test.map(|t| t.loss)));
     let accuracy = move || {
@@ -62,10 +62,10 @@ pub fn OutputPanel() -> impl IntoView {
 /// Train and test loss (full-set evaluations) over steps.
 #[component]
 fn LossCurves() -> impl IntoView {
-    let state = expect_context::<AppState>();
+    let charts = expect_context::<Charts>();
     let (w, h) = (300.0f64, 100.0f64);
     let paths = move || {
-        let history = state.history.get();
+        let history = charts.history.get();
         let last_step = history.last().map_or(1, |p| p.step.max(1)) as f64;
         let max = history.iter().flat_map(|p| [Some(p.train), p.test]).flatten().fold(1e-6f32, f32::max) as f64;
         let path = |value: &dyn Fn(&crate::state::HistoryPoint) -> Option<f32>| {

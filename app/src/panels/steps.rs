@@ -14,8 +14,8 @@ pub fn StepCharts() -> impl IntoView {
     let state = expect_context::<AppState>();
     // Log scale for the gradient norm: explosions span decades.
     let chart = move || {
-        let h = state.step_history.get();
-        let clip = state.experiment.get().clip_grad_norm;
+        let h = state.charts.step_history.get();
+        let clip = state.run.experiment.get().clip_grad_norm;
         let last = h.last().map_or(1, |p| p.step.max(1)) as f64;
         let first = h.first().map_or(0, |p| p.step) as f64;
         let span = (last - first).max(1.0);

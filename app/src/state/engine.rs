@@ -39,7 +39,7 @@ impl AppState {
     /// shape or the pin changed, picks the engine (measuring both on auto)
     /// and moves the run to it.
     pub(super) async fn choose_engine(&self, host: &mut Host, chooser: &mut Chooser) {
-        let pin = self.engine_pin.get_untracked();
+        let pin = self.run.engine_pin.get_untracked();
         if !chooser.started && pin != Pin::Cpu {
             chooser.started = true;
             if let Err(message) = host.start_gpu().await {
@@ -88,7 +88,7 @@ impl AppState {
             }
             _ if waiting => {
                 info.name = if pin == Pin::Gpu { "starting WebGPU…".into() } else { CPU.into() };
-                self.backend.set(info);
+                self.run.backend.set(info);
                 return;
             }
             _ if !host.has_gpu_context() => {
@@ -109,22 +109,22 @@ impl AppState {
             },
         };
         match host.switch_engine(to_gpu).await {
-            Ok(Some(notice)) => self.notice.set(Some(notice)),
+            Ok(Some(notice)) => self.run.notice.set(Some(notice)),
             Ok(None) => {}
-            Err(message) => self.alert.set(Some(format!("The run could not move to the other engine: {message}"))),
+            Err(message) => self.run.alert.set(Some(format!("The run could not move to the other engine: {message}"))),
         }
         info.gpu = host.on_gpu();
         info.name = if info.gpu { "WebGPU".into() } else { CPU.into() };
         info.fused = host.runs_fused();
         info.settled = true;
-        self.backend.set(info);
+        self.run.backend.set(info);
         chooser.decided = Some(key);
     }
 
     /// The user pinned an engine (or auto): kept in the URL.
     pub fn pin_engine(&self, pin: Pin) {
         crate::model::url::write_pin(pin);
-        self.engine_pin.set(pin);
+        self.run.engine_pin.set(pin);
     }
 }
 

@@ -1,5 +1,5 @@
-//! The page's shared state: a small typed context of signals, and the
-//! training loop that feeds them.
+//! The page's shared state in four small typed contexts (the run, the
+//! charts, checkpoints, lessons), and the training loop that feeds them.
 
 use std::sync::{Arc, Mutex};
 
@@ -54,14 +54,14 @@ pub enum LinkMode {
     Update,
 }
 
+/// The run: its experiment, whether it trains, the engine, and the
+/// messages for the user.
 #[derive(Clone, Copy)]
-pub struct AppState {
+pub struct Run {
     pub experiment: RwSignal<Experiment>,
     pub running: RwSignal<bool>,
     pub step: RwSignal<u64>,
     pub last_metrics: RwSignal<Option<StepMetrics>>,
-    pub history: RwSignal<Vec<HistoryPoint>>,
-    pub snapshot: RwSignal<Option<Arc<Snapshot>>>,
     pub backend: RwSignal<BackendInfo>,
     /// The engine the user pinned (the URL's `?engine=`), or auto.
     pub engine_pin: RwSignal<Pin>,
@@ -71,26 +71,40 @@ pub struct AppState {
     pub alert: RwSignal<Option<String>>,
     /// Informational notices (device recovered, …).
     pub notice: RwSignal<Option<String>>,
-    pub link_mode: RwSignal<LinkMode>,
     pub steps_per_frame: RwSignal<usize>,
     pub csv_name: RwSignal<Option<String>>,
     /// Main-thread time the training loop spent per frame (its own work,
     /// not the time it awaited the GPU): the latest and the worst since
     /// training last started, in ms.
     pub frame_busy_ms: RwSignal<(f64, f64)>,
+    pub memory: RwSignal<MemoryBytes>,
+    /// Whether the engine trains in the worker (else on the page's thread).
+    pub in_worker: RwSignal<bool>,
+    pub commands: StoredValue<Commands>,
+}
+
+/// What the charts and views draw.
+#[derive(Clone, Copy)]
+pub struct Charts {
+    pub history: RwSignal<Vec<HistoryPoint>>,
+    pub snapshot: RwSignal<Option<Arc<Snapshot>>>,
+    pub link_mode: RwSignal<LinkMode>,
     /// Where the recent steps' time went (model::timeline).
     pub timeline: RwSignal<Vec<StepTiming>>,
-    pub memory: RwSignal<MemoryBytes>,
-    /// The last "verify restore" result: summary and pass.
-    pub verify_result: RwSignal<Option<(String, bool)>>,
     /// Per step: gradient norm, learning rate, clipped.
     pub step_history: RwSignal<Vec<StepPoint>>,
-    /// Lesson: gradients are zeroed between steps (the correct loop).
-    pub zero_grad: RwSignal<bool>,
-    /// Step-by-phase mode: what the last phase produced.
-    pub phase_report: RwSignal<Option<Arc<PhaseReport>>>,
     /// Per-layer statistics over time (thinned like the curves).
     pub layer_history: RwSignal<Vec<LayerSample>>,
+    /// Backward ms of recent steps without and with activation
+    /// checkpointing (at most 60 each), for the time it adds.
+    pub backward_by_mode: RwSignal<[Vec<f64>; 2]>,
+}
+
+/// Automatic and manual checkpoints.
+#[derive(Clone, Copy)]
+pub struct Checkpoints {
+    /// The last "verify restore" result: summary and pass.
+    pub verify_result: RwSignal<Option<(String, bool)>>,
     /// Automatic checkpoints every N steps (0: off).
     pub checkpoint_every: RwSignal<u64>,
     /// Automatic checkpoints in the background (true) or synchronously.
@@ -102,18 +116,32 @@ pub struct AppState {
     /// After a loss spike or NaN at this step: offer the newest checkpoint
     /// from before it.
     pub rollback_offer: RwSignal<Option<u64>>,
-    /// Recompute pre-activations in backward instead of storing them.
-    pub activation_checkpointing: RwSignal<bool>,
-    /// Backward ms of recent steps without and with activation
-    /// checkpointing (at most 60 each), for the time it adds.
-    pub backward_by_mode: RwSignal<[Vec<f64>; 2]>,
-    /// The last gradient-accumulation comparison.
-    pub accumulation: RwSignal<Option<AccumulationReport>>,
-    pub commands: StoredValue<Commands>,
-    /// Whether the engine trains in the worker (else on the page's thread).
-    pub in_worker: RwSignal<bool>,
     /// What queuing the background checkpoint in flight cost the loop.
     pub background_loop_ms: StoredValue<f64>,
+}
+
+/// The lessons' switches and results.
+#[derive(Clone, Copy)]
+pub struct Lessons {
+    /// Lesson: gradients are zeroed between steps (the correct loop).
+    pub zero_grad: RwSignal<bool>,
+    /// Step-by-phase mode: what the last phase produced.
+    pub phase_report: RwSignal<Option<Arc<PhaseReport>>>,
+    /// Recompute pre-activations in backward instead of storing them.
+    pub activation_checkpointing: RwSignal<bool>,
+    /// The last gradient-accumulation comparison.
+    pub accumulation: RwSignal<Option<AccumulationReport>>,
+}
+
+/// The page's state: four small typed contexts (each also provided on its
+/// own, for the panels that need only it), and the training loop that
+/// feeds them.
+#[derive(Clone, Copy)]
+pub struct AppState {
+    pub run: Run,
+    pub charts: Charts,
+    pub checkpoints: Checkpoints,
+    pub lessons: Lessons,
 }
 
 /// Steps kept for the timeline.
@@ -137,56 +165,64 @@ impl AppState {
             Err(message) => (default_experiment(), Some(message)),
         };
         AppState {
-            experiment: RwSignal::new(experiment),
-            running: RwSignal::new(false),
-            step: RwSignal::new(0),
-            last_metrics: RwSignal::new(None),
-            history: RwSignal::new(Vec::new()),
-            snapshot: RwSignal::new(None),
-            backend: RwSignal::new(BackendInfo { name: "starting…".into(), ..BackendInfo::default() }),
-            engine_pin: RwSignal::new(url::engine_pin()),
-            steps_per_second: RwSignal::new(0.0),
-            alert: RwSignal::new(alert),
-            notice: RwSignal::new(None),
-            link_mode: RwSignal::new(LinkMode::Weight),
-            steps_per_frame: RwSignal::new(0),
-            csv_name: RwSignal::new(None),
-            frame_busy_ms: RwSignal::new((0.0, 0.0)),
-            timeline: RwSignal::new(Vec::new()),
-            memory: RwSignal::new(MemoryBytes::default()),
-            verify_result: RwSignal::new(None),
-            step_history: RwSignal::new(Vec::new()),
-            zero_grad: RwSignal::new(true),
-            phase_report: RwSignal::new(None),
-            layer_history: RwSignal::new(Vec::new()),
-            checkpoint_every: RwSignal::new(100),
-            checkpoint_background: RwSignal::new(true),
-            checkpoint_in_flight: RwSignal::new(false),
-            last_checkpoint: RwSignal::new(None),
-            rollback_offer: RwSignal::new(None),
-            accumulation: RwSignal::new(None),
-            activation_checkpointing: RwSignal::new(false),
-            backward_by_mode: RwSignal::new(Default::default()),
-            commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
-            in_worker: RwSignal::new(false),
-            background_loop_ms: StoredValue::new(0.0),
+            run: Run {
+                experiment: RwSignal::new(experiment),
+                running: RwSignal::new(false),
+                step: RwSignal::new(0),
+                last_metrics: RwSignal::new(None),
+                backend: RwSignal::new(BackendInfo { name: "starting…".into(), ..BackendInfo::default() }),
+                engine_pin: RwSignal::new(url::engine_pin()),
+                steps_per_second: RwSignal::new(0.0),
+                alert: RwSignal::new(alert),
+                notice: RwSignal::new(None),
+                steps_per_frame: RwSignal::new(0),
+                csv_name: RwSignal::new(None),
+                frame_busy_ms: RwSignal::new((0.0, 0.0)),
+                memory: RwSignal::new(MemoryBytes::default()),
+                in_worker: RwSignal::new(false),
+                commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
+            },
+            charts: Charts {
+                history: RwSignal::new(Vec::new()),
+                snapshot: RwSignal::new(None),
+                link_mode: RwSignal::new(LinkMode::Weight),
+                timeline: RwSignal::new(Vec::new()),
+                step_history: RwSignal::new(Vec::new()),
+                layer_history: RwSignal::new(Vec::new()),
+                backward_by_mode: RwSignal::new(Default::default()),
+            },
+            checkpoints: Checkpoints {
+                verify_result: RwSignal::new(None),
+                checkpoint_every: RwSignal::new(100),
+                checkpoint_background: RwSignal::new(true),
+                checkpoint_in_flight: RwSignal::new(false),
+                last_checkpoint: RwSignal::new(None),
+                rollback_offer: RwSignal::new(None),
+                background_loop_ms: StoredValue::new(0.0),
+            },
+            lessons: Lessons {
+                zero_grad: RwSignal::new(true),
+                phase_report: RwSignal::new(None),
+                activation_checkpointing: RwSignal::new(false),
+                accumulation: RwSignal::new(None),
+            },
         }
     }
 
     pub fn command(&self, command: Command) {
-        push(&self.commands.get_value(), command);
+        push(&self.run.commands.get_value(), command);
     }
 
     /// Applies a control's edit: validated, written to the URL, and sent to
     /// the loop as a reset (model, data, seed) or a live change. A refused
     /// edit shows its message and changes nothing.
     pub fn edit(&self, f: impl FnOnce(&mut Experiment) -> Result<(), String>) {
-        let old = self.experiment.get_untracked();
+        let old = self.run.experiment.get_untracked();
         match edited(&old, f) {
             Ok(new) if new == old => {}
             Ok(new) => {
-                self.alert.set(None);
-                self.backward_by_mode.set(Default::default());
+                self.run.alert.set(None);
+                self.charts.backward_by_mode.set(Default::default());
                 url::write_url(&new);
                 if needs_reset(&old, &new) {
                     self.clear_run();
@@ -194,35 +230,35 @@ impl AppState {
                 } else {
                     self.command(Command::Apply(new.clone()));
                 }
-                self.experiment.set(new);
+                self.run.experiment.set(new);
             }
-            Err(message) => self.alert.set(Some(message)),
+            Err(message) => self.run.alert.set(Some(message)),
         }
     }
 
     pub fn reset(&self) {
-        self.alert.set(None);
+        self.run.alert.set(None);
         self.clear_run();
         // A reset starts over for good: the autosaved run is forgotten.
-        let alert = self.alert;
+        let alert = self.run.alert;
         spawn_local(async move {
             if let Err(message) = clear_autosave().await {
                 alert.set(Some(format!("The autosaved run could not be forgotten: {message}")));
             }
         });
-        self.command(Command::Reset(self.experiment.get_untracked()));
+        self.command(Command::Reset(self.run.experiment.get_untracked()));
     }
 
     fn clear_run(&self) {
-        self.history.set(Vec::new());
-        self.step_history.set(Vec::new());
-        self.timeline.set(Vec::new());
-        self.layer_history.set(Vec::new());
-        self.backward_by_mode.set(Default::default());
-        self.phase_report.set(None);
-        self.rollback_offer.set(None);
-        self.step.set(0);
-        self.last_metrics.set(None);
+        self.charts.history.set(Vec::new());
+        self.charts.step_history.set(Vec::new());
+        self.charts.timeline.set(Vec::new());
+        self.charts.layer_history.set(Vec::new());
+        self.charts.backward_by_mode.set(Default::default());
+        self.lessons.phase_report.set(None);
+        self.checkpoints.rollback_offer.set(None);
+        self.run.step.set(0);
+        self.run.last_metrics.set(None);
     }
 }
 

@@ -16,7 +16,7 @@ impl AppState {
     /// Spreads a frame's wall time over its steps and records each step's
     /// parts (model::timeline).
     pub(super) fn record_timeline(&self, metrics: &[StepMetrics], frame_ms: f64, checkpoint_ms: f64, logging_ms: f64) {
-        self.step_history.update(|h| {
+        self.charts.step_history.update(|h| {
             h.extend(metrics.iter().map(|m| StepPoint {
                 step: m.step,
                 loss: m.loss,
@@ -32,7 +32,7 @@ impl AppState {
             }
         });
         let k = metrics.len() as f64;
-        self.timeline.update(|t| {
+        self.charts.timeline.update(|t| {
             for m in metrics {
                 let p = &m.phases;
                 let measured =
@@ -43,8 +43,8 @@ impl AppState {
             let excess = t.len().saturating_sub(TIMELINE_LIMIT);
             t.drain(..excess);
         });
-        let mode = usize::from(self.activation_checkpointing.get_untracked());
-        self.backward_by_mode.update(|b| {
+        let mode = usize::from(self.lessons.activation_checkpointing.get_untracked());
+        self.charts.backward_by_mode.update(|b| {
             let recent = &mut b[mode];
             recent.extend(metrics.iter().map(|m| m.phases.backward_ms));
             let excess = recent.len().saturating_sub(60);
@@ -56,37 +56,37 @@ impl AppState {
         match outcome {
             Outcome::Checkpoint(bytes, step) => {
                 if let Err(message) = download(&bytes, &format!("stepscope-step{step}.safetensors")) {
-                    self.alert.set(Some(message));
+                    self.run.alert.set(Some(message));
                 }
             }
             Outcome::Restored(e, step) => {
-                self.alert.set(None);
-                self.notice.set(Some(format!("Restored the uploaded checkpoint: step {step}.")));
-                self.history.set(Vec::new());
+                self.run.alert.set(None);
+                self.run.notice.set(Some(format!("Restored the uploaded checkpoint: step {step}.")));
+                self.charts.history.set(Vec::new());
                 url::write_url(&e);
-                self.experiment.set(*e);
+                self.run.experiment.set(*e);
             }
-            Outcome::Verified(summary, passed) => self.verify_result.set(Some((summary, passed))),
-            Outcome::Accumulation(report) => self.accumulation.set(Some(report)),
+            Outcome::Verified(summary, passed) => self.checkpoints.verify_result.set(Some((summary, passed))),
+            Outcome::Accumulation(report) => self.lessons.accumulation.set(Some(report)),
             Outcome::File(name, bytes) => {
                 if let Err(message) = download(&bytes, &name) {
-                    self.alert.set(Some(message));
+                    self.run.alert.set(Some(message));
                 }
             }
             Outcome::RolledBack(e, step) => {
-                self.alert.set(None);
-                self.rollback_offer.set(None);
-                self.notice.set(Some(format!(
+                self.run.alert.set(None);
+                self.checkpoints.rollback_offer.set(None);
+                self.run.notice.set(Some(format!(
                     "Back at the checkpoint of step {step}, with the hyperparameters it was saved with."
                 )));
-                self.history.update(|h| h.retain(|p| p.step <= step));
-                self.step_history.update(|h| h.retain(|p| p.step < step));
+                self.charts.history.update(|h| h.retain(|p| p.step <= step));
+                self.charts.step_history.update(|h| h.retain(|p| p.step < step));
                 url::write_url(&e);
-                self.experiment.set(*e);
+                self.run.experiment.set(*e);
             }
             Outcome::Phase(report) => {
                 if let Some(m) = &report.metrics {
-                    self.step_history.update(|h| {
+                    self.charts.step_history.update(|h| {
                         h.push(StepPoint {
                             step: m.step,
                             loss: m.loss,
@@ -95,15 +95,15 @@ impl AppState {
                             clipped: m.clipped,
                         })
                     });
-                    self.last_metrics.set(Some(m.clone()));
+                    self.run.last_metrics.set(Some(m.clone()));
                 }
-                self.phase_report.set(Some(Arc::from(report)));
+                self.lessons.phase_report.set(Some(Arc::from(report)));
             }
         }
     }
 
     pub(super) fn record_layers(&self, sample: LayerSample) {
-        self.layer_history.update(|h| {
+        self.charts.layer_history.update(|h| {
             h.push(sample);
             if h.len() > LAYER_HISTORY_LIMIT {
                 let thinned: Vec<LayerSample> = h.iter().step_by(2).cloned().collect();
@@ -115,7 +115,7 @@ impl AppState {
     pub(super) fn record_history(&self, snap: &Snapshot) {
         let Some(train) = snap.train else { return };
         let point = HistoryPoint { step: snap.step, train: train.loss, test: snap.test.map(|t| t.loss) };
-        self.history.update(|h| {
+        self.charts.history.update(|h| {
             if h.last().is_some_and(|p| p.step == point.step) {
                 h.pop();
             }

@@ -34,7 +34,7 @@ impl AppState {
         // Training starts on the CPU engine at once; the GPU device is
         // created meanwhile and the engines are raced (state::engine).
         let mut chooser = Chooser::default();
-        let experiment = self.experiment.get_untracked();
+        let experiment = self.run.experiment.get_untracked();
         url::write_url(&experiment);
         let start = |experiment: &Experiment| Start {
             experiment: experiment.clone(),
@@ -51,7 +51,7 @@ impl AppState {
                         Some(host)
                     }
                     Err(message) => {
-                        self.alert.set(Some(format!("The autosaved run was not restored: {message}")));
+                        self.run.alert.set(Some(format!("The autosaved run was not restored: {message}")));
                         None
                     }
                 }
@@ -63,18 +63,18 @@ impl AppState {
             None => match Host::start(start(&experiment)).await {
                 Ok(host) => host,
                 Err(message) => {
-                    self.alert.set(Some(format!("{message}. Showing the default experiment.")));
+                    self.run.alert.set(Some(format!("{message}. Showing the default experiment.")));
                     let e = default_experiment();
-                    self.experiment.set(e.clone());
+                    self.run.experiment.set(e.clone());
                     url::write_url(&e);
                     Host::start(start(&e)).await.expect("the default experiment always builds")
                 }
             },
         };
         if let Some(why) = host.fallback.clone() {
-            self.notice.set(Some(why));
+            self.run.notice.set(Some(why));
         }
-        self.in_worker.set(host.in_worker());
+        self.run.in_worker.set(host.in_worker());
         let mut dirty = true;
         let mut was_running = false;
         let mut last_layer_sample: Option<Instant> = None;
@@ -89,7 +89,7 @@ impl AppState {
             let frame_start = Instant::now();
             let mut awaited_ms = 0.0;
             let commands: Vec<Command> =
-                self.commands.get_value().lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+                self.run.commands.get_value().lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
             let mut single = false;
             let had_commands = !commands.is_empty();
             for command in commands {
@@ -106,24 +106,24 @@ impl AppState {
                 match handled {
                     Ok(Some(outcome)) => self.outcome(outcome),
                     Ok(None) => {}
-                    Err(message) => self.alert.set(Some(message)),
+                    Err(message) => self.run.alert.set(Some(message)),
                 }
                 dirty = true;
             }
             if had_commands {
                 // A rebuilt GPU engine takes its calibrated path (cached).
                 if let Err(message) = host.calibrate().await {
-                    if self.alert.get_untracked().is_none() {
-                        self.alert.set(Some(message));
+                    if self.run.alert.get_untracked().is_none() {
+                        self.run.alert.set(Some(message));
                     }
                 }
             }
             let t = Instant::now();
             self.choose_engine(&mut host, &mut chooser).await;
             awaited_ms += ms(t);
-            let running = self.running.get_untracked();
+            let running = self.run.running.get_untracked();
             if running && !was_running {
-                self.frame_busy_ms.set((0.0, 0.0));
+                self.run.frame_busy_ms.set((0.0, 0.0));
             }
             was_running = running;
             let mut frame_metrics = Vec::new();
@@ -135,22 +135,22 @@ impl AppState {
                     Ok(metrics) => {
                         frame_metrics = metrics.clone();
                         if let Some(last) = metrics.last() {
-                            self.last_metrics.set(Some(last.clone()));
+                            self.run.last_metrics.set(Some(last.clone()));
                         }
-                        self.steps_per_frame.set(metrics.len());
+                        self.run.steps_per_frame.set(metrics.len());
                         dirty = true;
                         let spiked = self.judge(&mut detector, &metrics);
-                        if !spiked && host.checkpoint_due(self.checkpoint_every.get_untracked()) {
+                        if !spiked && host.checkpoint_due(self.checkpoints.checkpoint_every.get_untracked()) {
                             checkpoint_ms = self.checkpoint(&mut host).await;
                             awaited_ms += checkpoint_ms;
                         }
                     }
                     Err(Error::NonFinite(message)) => {
-                        self.running.set(false);
-                        self.alert.set(Some(format!(
+                        self.run.running.set(false);
+                        self.run.alert.set(Some(format!(
                             "Training paused: {message}. Go back to the last good checkpoint, or lower the learning rate (or turn on clipping) and press reset."
                         )));
-                        self.rollback_offer.set(Some(host.step_count() + 1));
+                        self.checkpoints.rollback_offer.set(Some(host.step_count() + 1));
                         dirty = true;
                     }
                     Err(Error::Gpu(message)) => {
@@ -164,36 +164,36 @@ impl AppState {
                         let lost = host.gpu_lost() || message.contains("lost");
                         if lost && recoveries.len() < MAX_RECOVERIES {
                             recoveries.push(Instant::now());
-                            self.alert.set(Some(format!("GPU error: {message}")));
+                            self.run.alert.set(Some(format!("GPU error: {message}")));
                             match host.recover_device().await {
-                                Ok(notice) => self.notice.set(Some(notice)),
+                                Ok(notice) => self.run.notice.set(Some(notice)),
                                 Err(message) => {
-                                    self.running.set(false);
-                                    self.alert.set(Some(message));
+                                    self.run.running.set(false);
+                                    self.run.alert.set(Some(message));
                                 }
                             }
                         } else {
-                            self.running.set(false);
+                            self.run.running.set(false);
                             let why = if lost {
                                 format!("the GPU device was lost {} times within a minute", MAX_RECOVERIES + 1)
                             } else {
                                 "the GPU refused the work".to_string()
                             };
-                            self.alert.set(Some(format!(
+                            self.run.alert.set(Some(format!(
                                 "GPU error: {message}. Training paused ({why}); choose the CPU engine to go on without the GPU."
                             )));
                         }
                         dirty = true;
                     }
                     Err(other) => {
-                        self.running.set(false);
-                        self.alert.set(Some(other.to_string()));
+                        self.run.running.set(false);
+                        self.run.alert.set(Some(other.to_string()));
                     }
                 }
             }
             self.report_finished_checkpoints(&mut host);
-            self.step.set(host.step_count());
-            self.memory.set(host.memory());
+            self.run.step.set(host.step_count());
+            self.run.memory.set(host.memory());
             // Logging: as the frame budget allows, or (lesson) after every
             // frame of exactly N steps.
             let log_now = host.steps_per_log().is_some() && !frame_metrics.is_empty();
@@ -204,28 +204,28 @@ impl AppState {
                 match snapshot {
                     Ok(snap) => {
                         self.record_history(&snap);
-                        self.snapshot.set(Some(snap));
+                        self.charts.snapshot.set(Some(snap));
                         dirty = false;
                     }
                     // Never over a message already shown: after a GPU error
                     // the snapshot fails too, and the message that says what
                     // happened and what to do must stay.
                     Err(err) => {
-                        if self.alert.get_untracked().is_none() {
-                            self.alert.set(Some(err.to_string()));
+                        if self.run.alert.get_untracked().is_none() {
+                            self.run.alert.set(Some(err.to_string()));
                         }
                     }
                 }
                 let step = host.step_count();
                 let due = log_now || last_layer_sample.is_none_or(|t: Instant| ms(t) >= LAYER_SAMPLE_MS);
-                if due && self.layer_history.with_untracked(|h| h.last().is_none_or(|s| s.step != step)) {
+                if due && self.charts.layer_history.with_untracked(|h| h.last().is_none_or(|s| s.step != step)) {
                     let t = Instant::now();
                     last_layer_sample = Some(t);
                     let stats = host.layer_stats().await;
                     awaited_ms += ms(t);
                     match stats {
                         Ok(layers) => self.record_layers(LayerSample { step, layers }),
-                        Err(err) => self.alert.set(Some(err.to_string())),
+                        Err(err) => self.run.alert.set(Some(err.to_string())),
                     }
                 }
                 logging_ms = ms(t);
@@ -238,14 +238,14 @@ impl AppState {
             if !running {
                 rate_window = (Instant::now(), 0);
             } else if window_ms >= 500.0 {
-                self.steps_per_second.set(rate_window.1 as f64 * 1e3 / window_ms);
+                self.run.steps_per_second.set(rate_window.1 as f64 * 1e3 / window_ms);
                 rate_window = (Instant::now(), 0);
             }
             if running {
                 // Awaited time includes GPU readbacks and the device's own
                 // work, during which the page is free; the rest blocked it.
                 let busy = (ms(frame_start) - awaited_ms).max(0.0);
-                self.frame_busy_ms.update(|(last, worst)| {
+                self.run.frame_busy_ms.update(|(last, worst)| {
                     *last = busy;
                     *worst = worst.max(busy);
                 });
@@ -260,17 +260,17 @@ impl AppState {
         for m in metrics {
             match detector.observe(m.loss, m.grad_norm) {
                 Verdict::Normal => {}
-                Verdict::GradJump(norm, median) => self.notice.set(Some(format!(
+                Verdict::GradJump(norm, median) => self.run.notice.set(Some(format!(
                     "The gradient norm jumped to {norm:.3} at step {} (median {median:.3} over the last {WINDOW} steps): the loss often follows.",
                     m.step + 1
                 ))),
                 Verdict::LossSpike(loss, median, norm, norm_median) => {
-                    self.running.set(false);
-                    self.alert.set(Some(format!(
+                    self.run.running.set(false);
+                    self.run.alert.set(Some(format!(
                         "Loss spike at step {}: the loss averaged over the last {SMOOTH} steps is {loss:.4}, against a median of {median:.4} over the {WINDOW} steps before (gradient norm {norm:.3}, median {norm_median:.3}). Training paused.",
                         m.step + 1
                     )));
-                    self.rollback_offer.set(Some(m.step + 1));
+                    self.checkpoints.rollback_offer.set(Some(m.step + 1));
                     return true;
                 }
             }
@@ -284,28 +284,28 @@ impl AppState {
     /// reply, `report_finished_checkpoints`).
     async fn checkpoint(&self, host: &mut Host) -> f64 {
         let started = Instant::now();
-        let background = self.checkpoint_background.get_untracked();
+        let background = self.checkpoints.checkpoint_background.get_untracked();
         // One background checkpoint at a time (`host::server`).
-        if background && self.checkpoint_in_flight.get_untracked() {
+        if background && self.checkpoints.checkpoint_in_flight.get_untracked() {
             return 0.0;
         }
         let report = host.checkpoint(background).await;
         let loop_ms = ms(started);
         match report {
             Some(report) => self.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r })),
-            None => self.background_loop_ms.set_value(loop_ms),
+            None => self.checkpoints.background_loop_ms.set_value(loop_ms),
         }
-        self.checkpoint_in_flight.set(host.status().checkpoint_in_flight);
+        self.checkpoints.checkpoint_in_flight.set(host.status().checkpoint_in_flight);
         loop_ms
     }
 
     /// Reports the background checkpoints that finished.
     fn report_finished_checkpoints(&self, host: &mut Host) {
-        let loop_ms = self.background_loop_ms.get_value();
+        let loop_ms = self.checkpoints.background_loop_ms.get_value();
         for report in host.take_finished_checkpoints() {
             self.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r }));
         }
-        self.checkpoint_in_flight.set(host.status().checkpoint_in_flight);
+        self.checkpoints.checkpoint_in_flight.set(host.status().checkpoint_in_flight);
     }
 
     /// Shows what a checkpoint cost; a failure (or a store that refused
@@ -316,15 +316,15 @@ impl AppState {
             Err(message) => Some(format!("Automatic checkpoint failed: {message}")),
             Ok(r) => r.stored.as_ref().err().map(|m| format!("Automatic checkpoints stay in memory only: {m}")),
         };
-        let was_fine = self.last_checkpoint.with_untracked(|l| match l {
+        let was_fine = self.checkpoints.last_checkpoint.with_untracked(|l| match l {
             Some(Ok(r)) => r.stored.is_ok(),
             Some(Err(_)) => false,
             None => true,
         });
         if let (Some(message), true) = (problem, was_fine) {
-            self.alert.set(Some(message));
+            self.run.alert.set(Some(message));
         }
-        self.last_checkpoint.set(Some(report));
+        self.checkpoints.last_checkpoint.set(Some(report));
     }
 
     /// The run autosaved in this browser, when it fits the page's
@@ -335,7 +335,7 @@ impl AppState {
             Ok(Some(found)) => found,
             Ok(None) => return None,
             Err(message) => {
-                self.alert.set(Some(format!("The autosaved run was not restored: {message}")));
+                self.run.alert.set(Some(format!("The autosaved run was not restored: {message}")));
                 return None;
             }
         };
@@ -354,14 +354,16 @@ impl AppState {
         if explicit && state.experiment != *experiment {
             self.command(Command::Apply(experiment.clone()));
         } else {
-            self.experiment.set(state.experiment.clone());
+            self.run.experiment.set(state.experiment.clone());
             url::write_url(&state.experiment);
         }
         if with_csv {
-            self.csv_name.set(Some("the autosaved CSV".into()));
+            self.run.csv_name.set(Some("the autosaved CSV".into()));
         }
-        self.step.set(step);
-        self.notice.set(Some(format!("Restored the run autosaved in this browser at step {step}. Reset starts over.")));
+        self.run.step.set(step);
+        self.run
+            .notice
+            .set(Some(format!("Restored the run autosaved in this browser at step {step}. Reset starts over.")));
     }
 }
 

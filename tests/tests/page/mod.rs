@@ -107,6 +107,11 @@ impl Page {
         self.get(id).text_content().unwrap_or_default().trim().to_string()
     }
 
+    /// What a text input holds.
+    pub fn value(&self, id: &str) -> String {
+        self.get(id).dyn_into::<HtmlInputElement>().expect("an input").value()
+    }
+
     pub fn click(&self, id: &str) {
         self.get(id).dyn_into::<HtmlElement>().expect("an HtmlElement").click();
     }
