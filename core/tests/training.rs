@@ -127,3 +127,32 @@ fn non_finite_is_reported_with_layer_and_phase() {
     let error = error.expect("an L2 rate of 1e30 must blow up");
     assert!(error.contains("layer") && error.contains("NaN/Inf"), "{error}");
 }
+
+/// A step taken in parts (`step_part`: each micro-batch's forward and
+/// backward, then the update; what a caller yields between on a long step)
+/// has the bits of a whole `step`, with accumulation too; the parts come in
+/// that number, and only the last gives the metrics.
+#[test]
+fn a_step_in_parts_equals_a_whole_step() {
+    for k in [1, 3] {
+        let e = common::experiment(serde_json::json!({"grad_accumulation": k, "clip_grad_norm": 0.5}));
+        let (mut whole, mut parts) = (common::engine(&e), common::engine(&e));
+        for _ in 0..4 {
+            let expected = whole.step().unwrap();
+            let mut done = None;
+            let mut count = 0;
+            while done.is_none() {
+                done = parts.step_part().unwrap();
+                count += 1;
+                assert_eq!(parts.mid_step(), done.is_none(), "k={k}: mid-step until the update");
+            }
+            let got = done.unwrap();
+            assert_eq!(count, 2 * k + 1, "k={k}: forward and backward per micro-batch, then the update");
+            assert_eq!(
+                (got.step, got.loss.to_bits(), got.grad_norm.to_bits()),
+                (expected.step, expected.loss.to_bits(), expected.grad_norm.to_bits())
+            );
+        }
+        assert_eq!(whole.state(), parts.state(), "k={k}");
+    }
+}

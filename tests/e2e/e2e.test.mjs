@@ -761,8 +761,9 @@ test('switching engines mid-run changes speed and nothing else', async () => {
 });
 
 test('training runs in a worker: the main thread only draws, and Pause stops it at once', async (t) => {
-  // The default network, and the widest the page builds today (6 × 64),
-  // each on the CPU engine, which computes in the worker's own thread.
+  // The default network, the widest the page builds today (6 × 64), and
+  // that one at batch 4096, whose step is long enough to be taken in parts
+  // across frames; each on the CPU engine, which computes in the worker.
   const { page: probe } = await open(`${root}?engine=cpu`);
   const hash = await probe.evaluate(() => location.hash);
   await probe.close();
@@ -770,7 +771,9 @@ test('training runs in a worker: the main thread only draws, and Pause stops it 
   const wide = structuredClone(e);
   const output = wide.model.layers[wide.model.layers.length - 1];
   wide.model.layers = [...Array(6)].map(() => ({ units: 64, activation: 'tanh' })).concat([output]);
-  for (const [name, url] of [['default', `${root}?engine=cpu`], ['6 × 64', `${root}?engine=cpu#e=${encodeURIComponent(JSON.stringify(wide))}`]]) {
+  const big = { ...structuredClone(wide), batch_size: 4096 };
+  const link = (x) => `${root}?engine=cpu#e=${encodeURIComponent(JSON.stringify(x))}`;
+  for (const [name, url] of [['default', `${root}?engine=cpu`], ['6 × 64', link(wide)], ['6 × 64, batch 4096', link(big)]]) {
     const { page, errors } = await open(url);
     assert.equal(await text(page, 'engine-thread'), 'in a background worker', `${name}: training runs in the worker`);
     await page.evaluate(() => {

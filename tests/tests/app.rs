@@ -307,3 +307,35 @@ async fn a_new_optimizer_shows_its_fields_and_a_new_dataset_restarts_the_run() {
     .await;
     page.close().await;
 }
+
+/// The training loop takes a long CPU step in parts across frames (here
+/// forced: a frame ends after every part), so that Pause and edits never
+/// wait for a whole step: the frames that end part-way give no step, the
+/// step comes out with the bits of a whole one, and an automatic checkpoint
+/// falling due part-way is taken at the step's end instead.
+#[wasm_bindgen_test]
+async fn a_long_cpu_step_spans_frames_with_the_same_bits() {
+    use stepscope_app::model::runner::Runner;
+    let e = stepscope_app::model::edit::default_experiment();
+    let mut whole = Runner::new(&e, None, None).expect("the default experiment builds");
+    let mut parts = Runner::new(&e, None, None).expect("the default experiment builds");
+    parts.set_yield_after_ms(0.0);
+    let expected = whole.train_frame(true, 15.0).await.0.expect("a step");
+    assert_eq!(expected.len(), 1);
+    // Forward, then backward: each frame ends part-way, with no step.
+    for part in ["forward", "backward"] {
+        let got = parts.train_frame(false, 1e9).await.0.expect("a part");
+        assert!(got.is_empty() && parts.mid_step(), "{part}: the frame ends part-way");
+        assert!(parts.begin_checkpoint().expect("no error").is_none(), "{part}: no checkpoint part-way");
+    }
+    // The update finishes the step; the frame goes on into the next one.
+    let got = parts.train_frame(false, 1e9).await.0.expect("the update");
+    assert_eq!(got.len(), 1);
+    let (a, b) = (&expected[0], &got[0]);
+    assert_eq!((a.step, a.loss.to_bits(), a.grad_norm.to_bits()), (b.step, b.loss.to_bits(), b.grad_norm.to_bits()));
+    assert!(parts.mid_step(), "the next step began in the same frame");
+    // A whole step for Step once: the one begun is finished.
+    let once = parts.train_frame(true, 0.0).await.0.expect("a step");
+    assert_eq!((once.len(), once[0].step, parts.mid_step()), (1, 1, false));
+    assert!(parts.begin_checkpoint().expect("no error").is_some(), "at a step boundary it is taken");
+}

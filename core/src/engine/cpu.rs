@@ -193,6 +193,22 @@ impl CpuEngine {
         }
     }
 
+    /// Runs the next phase of the current step (one micro-batch's forward
+    /// or backward, or the update) and keeps the step's progress, as
+    /// step-by-phase mode does but without its statistics: the metrics
+    /// when that phase finished the step. The same arithmetic in the same
+    /// order as `step`, so a step taken in parts has the same bits; a
+    /// caller can yield between parts of a long step. On an error the step
+    /// is abandoned, as `step` would.
+    pub fn step_part(&mut self) -> Result<Option<StepMetrics>> {
+        let mut partial = self.partial.take().unwrap_or_default();
+        let done = self.advance(&mut partial)?;
+        if done.is_none() {
+            self.partial = Some(partial);
+        }
+        Ok(done)
+    }
+
     /// Whether a step is part-way through (step-by-phase mode).
     pub fn mid_step(&self) -> bool {
         self.partial.is_some()

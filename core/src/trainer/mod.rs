@@ -291,6 +291,19 @@ impl Trainer {
         }
     }
 
+    /// CPU: the next phase of the current step, without its statistics
+    /// (`CpuEngine::step_part`); the metrics when it finished the step.
+    /// The GPU takes whole steps (`submit`).
+    pub fn step_part(&mut self) -> Result<Option<StepMetrics>> {
+        if self.queued > 0 {
+            return Err(Error::Experiment("collect the submitted steps before stepping in parts".into()));
+        }
+        match &mut self.inner {
+            Inner::Cpu(e) => e.step_part(),
+            Inner::Gpu(_) => Err(Error::Gpu("the GPU engine takes whole steps (submit)".into())),
+        }
+    }
+
     /// The next phase of the current step (step-by-phase mode).
     pub async fn step_phase(&mut self) -> Result<PhaseReport> {
         match &mut self.inner {

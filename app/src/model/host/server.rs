@@ -163,7 +163,9 @@ async fn checkpoint(
     }
     let started = Instant::now();
     let read = match runner.begin_checkpoint() {
-        Ok(read) => read,
+        Ok(Some(read)) => read,
+        // Part-way through a long step: taken at its end.
+        Ok(None) => return None,
         Err(err) => return Some(Err(err.to_string())),
     };
     let (ring, csv) = (runner.ring(), runner.csv());

@@ -34,28 +34,46 @@ impl Runner {
         awaited_ms: &mut f64,
     ) -> Result<Vec<StepMetrics>, Error> {
         let started = Instant::now();
-        if let Some(metrics) = self.finish_partial_step().await? {
-            if single {
-                return Ok(vec![metrics]);
+        let cpu = self.trainer.backend() == Backend::Cpu;
+        if !cpu {
+            // A step begun phase by phase is finished before whole steps.
+            if let Some(metrics) = self.finish_partial_step().await? {
+                if single {
+                    return Ok(vec![metrics]);
+                }
             }
         }
         // Lessons: a fixed number of steps between logs; a slow loader.
         let cap = if single { 1 } else { self.steps_per_log.unwrap_or(usize::MAX) };
         let trainer = &mut self.trainer;
-        if trainer.backend() == Backend::Cpu {
-            // Step by step until the frame's budget is spent (or the
-            // lesson's steps per log are done), each waiting for its batch.
+        if cpu {
+            // Step in parts (each micro-batch's forward and backward, then
+            // the update; the same bits as whole steps) until the frame's
+            // budget is spent at a step boundary, or the lesson's steps per
+            // log are done, each step waiting for its batch. A long step
+            // ends the frame part-way once it ran `yield_after_ms`, so that
+            // Pause and edits wait at most about that long; it goes on from
+            // its next part in the next frame.
             let mut out = Vec::new();
             loop {
-                let waited = wait_for_batches(&mut self.loader, 1).await;
-                *awaited_ms += waited;
-                trainer.submit(1)?;
-                for mut metrics in trainer.collect().await? {
-                    metrics.phases.data_ms += waited;
+                if !trainer.mid_step() {
+                    let waited = wait_for_batches(&mut self.loader, 1).await;
+                    *awaited_ms += waited;
+                    self.loader_wait_ms += waited;
+                }
+                let part = trainer.step_part();
+                if part.is_err() {
+                    self.loader_wait_ms = 0.0;
+                }
+                if let Some(mut metrics) = part? {
+                    metrics.phases.data_ms += std::mem::take(&mut self.loader_wait_ms);
                     out.push(metrics);
                 }
-                let budget_spent = self.steps_per_log.is_none() && ms_since(started) >= budget_ms;
-                if out.len() >= cap || budget_spent || out.len() >= 10_000 {
+                let elapsed = ms_since(started);
+                let free = self.steps_per_log.is_none();
+                let budget_spent = free && !trainer.mid_step() && elapsed >= budget_ms;
+                let long_step = free && !single && trainer.mid_step() && elapsed >= self.yield_after_ms;
+                if out.len() >= cap || budget_spent || long_step || out.len() >= 10_000 {
                     return Ok(out);
                 }
             }

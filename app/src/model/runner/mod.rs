@@ -49,7 +49,15 @@ pub struct Runner {
     snapshot_cost_ms: f64,
     /// Whether the GPU may run the fused step (`set_fused_allowed`).
     fused_allowed: bool,
+    /// CPU: loader waits of the step in progress (its data time).
+    loader_wait_ms: f64,
+    /// CPU: a frame ends part-way through a step that ran this long.
+    yield_after_ms: f64,
 }
+
+/// A CPU step taking longer than this is taken in parts over several
+/// frames (`train_frame`), so that commands wait at most about this long.
+pub const YIELD_AFTER_MS: f64 = 50.0;
 
 /// Time for training per animation frame on the page's own thread,
 /// leaving room for drawing.
@@ -92,6 +100,8 @@ impl Runner {
             steps_per_log: None,
             snapshot_cost_ms: 0.0,
             fused_allowed: true,
+            loader_wait_ms: 0.0,
+            yield_after_ms: YIELD_AFTER_MS,
         })
     }
 
@@ -100,6 +110,17 @@ impl Runner {
     pub fn set_fused_allowed(&mut self, allowed: bool) {
         self.fused_allowed = allowed;
         self.trainer.allow_fused(allowed);
+    }
+
+    /// CPU: how long a step may run before a frame ends part-way through
+    /// it (`YIELD_AFTER_MS`; 0 in a test: after every part).
+    pub fn set_yield_after_ms(&mut self, ms: f64) {
+        self.yield_after_ms = ms;
+    }
+
+    /// Whether a step is part-way through (a long CPU step, or step by phase).
+    pub fn mid_step(&self) -> bool {
+        self.trainer.mid_step()
     }
 
     /// The step of the newest automatic checkpoint.
@@ -251,6 +272,7 @@ impl Runner {
         fresh.loader = self.loader.take().map(|l| Loader::new(l.delay_ms, l.prefetch, now_ms()));
         fresh.steps_per_log = self.steps_per_log;
         fresh.set_fused_allowed(self.fused_allowed);
+        fresh.yield_after_ms = self.yield_after_ms;
         *self = fresh;
         Ok(())
     }
@@ -269,11 +291,16 @@ impl Runner {
 
     /// Starts an automatic checkpoint of the current step: the GPU copies
     /// are queued (or the CPU state cloned); `checkpoints::complete` does the
-    /// rest, awaited now (synchronous) or in a task (background).
-    pub fn begin_checkpoint(&mut self) -> Result<StateRead, Error> {
+    /// rest, awaited now (synchronous) or in a task (background). None
+    /// part-way through a long CPU step: it is taken at the next step
+    /// boundary (still due then).
+    pub fn begin_checkpoint(&mut self) -> Result<Option<StateRead>, Error> {
+        if self.trainer.mid_step() {
+            return Ok(None);
+        }
         let pending = self.trainer.begin_read_state()?;
         self.last_checkpoint = self.step_count();
-        Ok(pending)
+        Ok(Some(pending))
     }
 
     pub fn ring(&self) -> Ring {
