@@ -17,6 +17,11 @@ use stepscope_core::Experiment;
 /// Grid points per side for the boundary and the thumbnails.
 pub const GRID: usize = 48;
 
+/// Units of a layer the diagram draws (and the views carry thumbnails
+/// of): the first this many; a wider layer shows "+N more". This bounds
+/// what crosses from the worker and what the page draws, whatever the width.
+pub const SHOWN_UNITS: usize = 24;
+
 /// A point to draw: position on the plane, value in [-1, 1] (class 0 → -1,
 /// class 1 → +1, or the regression target), test or train.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -38,8 +43,8 @@ pub struct Snapshot {
     pub boundary: Option<Vec<f32>>,
     /// Number of classes for cross_entropy (colours by argmax), else 0.
     pub classes: usize,
-    /// Per layer, per unit: the unit's output over the plane, (GRID, GRID),
-    /// scaled to [-1, 1].
+    /// Per layer, per unit (the first `SHOWN_UNITS`): the unit's output over
+    /// the plane, (GRID, GRID), scaled to [-1, 1].
     pub neurons: Vec<Vec<Vec<f32>>>,
     pub points: Vec<PlotPoint>,
     pub params: Vec<f32>,
@@ -128,7 +133,7 @@ pub fn snapshot(
         .enumerate()
         .map(|(l, shape)| {
             let a = &acts.a[l];
-            (0..shape.units)
+            (0..shape.units.min(SHOWN_UNITS))
                 .map(|u| {
                     let column: Vec<f32> = (0..GRID * GRID).map(|i| a[i * shape.units + u]).collect();
                     let scale = column.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
@@ -221,6 +226,14 @@ mod tests {
         assert!(boundary.iter().all(|v| (-1.0..=1.0).contains(v)));
         assert_eq!(snap.neurons.len(), 3);
         assert_eq!(snap.neurons[0].len(), 16, "the default network's first hidden layer");
+        // A layer wider than the diagram shows carries only what it draws.
+        let mut wide = e.clone();
+        wide.model.layers[0].units = 64;
+        let wide_layout = Layout::new(&wide);
+        let wide_params = stepscope_core::model::init_parameters(&wide_layout, 1);
+        let q = wide_params.len();
+        let wide_snap = snapshot(&wide, &wide_layout, &data, 0, [wide_params, vec![0.0; q], vec![0.0; q]], None, None);
+        assert_eq!(wide_snap.neurons[0].len(), SHOWN_UNITS);
         assert_eq!(snap.points.len(), 500);
         // Other parameters, another picture.
         let other = snapshot(

@@ -12,7 +12,7 @@ use web_sys::ImageData;
 
 use super::draw::context;
 use crate::model::edit::{add_layer, hidden_layers, parse_units, remove_layer, set_units};
-use crate::model::views::{color, Snapshot, GRID};
+use crate::model::views::{color, Snapshot, GRID, SHOWN_UNITS};
 use crate::state::{AppState, LinkMode};
 
 const ACTIVATIONS: [(&str, &str); 7] = [
@@ -142,14 +142,16 @@ fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experim
         return; // the snapshot is from before a model change
     }
     let widths = e.widths();
-    let tallest = widths.iter().copied().max().unwrap_or(1).min(24) as f64;
-    let (w, h) = (GAP_X * (widths.len() - 1) as f64 + NODE + 8.0, GAP_Y * tallest + 8.0);
+    let tallest = widths.iter().copied().max().unwrap_or(1).min(SHOWN_UNITS) as f64;
+    // Room under the columns for "+N more".
+    let extra = if widths.iter().any(|&n| n > SHOWN_UNITS) { 16.0 } else { 0.0 };
+    let (w, h) = (GAP_X * (widths.len() - 1) as f64 + NODE + 8.0, GAP_Y * tallest + 8.0 + extra);
     canvas.set_width(w as u32);
     canvas.set_height(h as u32);
     ctx.clear_rect(0.0, 0.0, w, h);
     let pos = |col: usize, row: usize| -> (f64, f64) {
-        let n = widths[col].min(24) as f64;
-        let top = (h - GAP_Y * n) / 2.0;
+        let n = widths[col].min(SHOWN_UNITS) as f64;
+        let top = (h - extra - GAP_Y * n) / 2.0;
         (4.0 + GAP_X * col as f64, top + GAP_Y * row as f64 + (GAP_Y - NODE) / 2.0)
     };
     let values = match mode {
@@ -160,8 +162,8 @@ fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experim
     for (l, shape) in layout.layers.iter().enumerate() {
         let weights = &values[shape.weight_offset..shape.bias_offset];
         let max = weights.iter().fold(1e-12f32, |m, v| m.max(v.abs()));
-        for o in 0..shape.units.min(24) {
-            for i in 0..shape.inputs.min(24) {
+        for o in 0..shape.units.min(SHOWN_UNITS) {
+            for i in 0..shape.inputs.min(SHOWN_UNITS) {
                 let v = weights[o * shape.inputs + i] / max;
                 let (x0, y0) = pos(l, i);
                 let (x1, y1) = pos(l + 1, o);
@@ -178,7 +180,7 @@ fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experim
     // Inputs: each feature over the plane; then every unit's output.
     let features = e.data.features();
     for (col, &width) in widths.iter().enumerate() {
-        for row in 0..width.min(24) {
+        for row in 0..width.min(SHOWN_UNITS) {
             let grid: Vec<f32> = if col == 0 {
                 feature_grid(e, snap, row, &features)
             } else {
@@ -186,6 +188,13 @@ fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experim
             };
             let (x, y) = pos(col, row);
             thumbnail(&ctx, &grid, x, y);
+        }
+        if width > SHOWN_UNITS {
+            // The rest of a wide layer, named rather than drawn.
+            let (x, y) = pos(col, SHOWN_UNITS - 1);
+            ctx.set_fill_style_str("#555");
+            ctx.set_font("11px sans-serif");
+            let _ = ctx.fill_text(&format!("+{} more", width - SHOWN_UNITS), x, y + NODE + 12.0);
         }
     }
 }
