@@ -785,13 +785,15 @@ test('training runs in a worker: the main thread only draws, and Pause stops it 
     await page.waitForTimeout(3000);
     const rate = await text(page, 'steps-per-second');
     const busy = await text(page, 'frame-busy-max');
-    // Pause, then the time until the step count last changed.
+    // Pause, then the time until the step count last changed: the frame in
+    // flight when Pause was clicked still reports; after 2 s without a
+    // change the run is taken to have stopped (a figure, not an assertion).
     const pauseMs = await page.evaluate(async () => {
       const count = () => document.querySelector('[data-testid=step-count]').textContent;
       const clicked = performance.now();
       document.querySelector('[data-testid=train-toggle]').click();
       let [last, changed] = [count(), clicked];
-      while (performance.now() - changed < 600) {
+      while (performance.now() - changed < 2000) {
         await new Promise((ok) => requestAnimationFrame(ok));
         if (count() !== last) [last, changed] = [count(), performance.now()];
       }
@@ -803,7 +805,8 @@ test('training runs in a worker: the main thread only draws, and Pause stops it 
     // neighbours as much as the page.
     t.diagnostic(`${name}: ${rate} steps/s in the worker; longest main-thread task ${longest.toFixed(0)} ms (0: none over 50 ms); the loop's own main-thread work per frame at worst ${busy} ms; Pause → step count stopped after ${pauseMs.toFixed(0)} ms`);
     assert.ok(steps > 0, `${name}: it trained`);
-    await page.waitForTimeout(300);
+    // Behaviour: once stopped, it stays stopped.
+    await page.waitForTimeout(1000);
     assert.equal(Number((await text(page, 'step-count')).replace(/,/g, '')), steps, `${name}: paused means paused`);
     assert.deepEqual(errors, []);
     await page.close();

@@ -9,7 +9,6 @@
 //! small ring and mapped asynchronously: nothing blocks on the GPU in the
 //! step path, so the same code runs on the web.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use web_time::Instant;
@@ -17,27 +16,27 @@ use web_time::Instant;
 use super::buffers::{Buffers, MAX_STEPS_PER_SUBMIT};
 use super::fused::FusedStep;
 use super::params::*;
-use super::passes::{non_finite, pollster_free_pop, record_pass, PassKind};
+use super::passes::{pollster_free_pop, record_pass, PassKind};
 use super::plan::{Dispatch, Plan};
-use super::readback::{map_read, take_mapped, MapFuture};
-use super::{read_buffer, GpuContext};
+use super::readback::{map_read, MapFuture};
+use super::GpuContext;
 use crate::data::{Batcher, Dataset};
-use crate::engine::{MemoryBytes, PhaseTimes, StepMetrics, Timing, TrainState};
+use crate::engine::{MemoryBytes, TrainState};
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{Layout, TensorInfo};
 use crate::optim::{learning_rate, StepScalars};
 
 /// A submitted batch of steps whose results are not read yet.
-struct InFlight {
-    staging: wgpu::Buffer,
-    map: MapFuture,
-    first_step: u64,
-    lrs: Vec<f64>,
+pub(super) struct InFlight {
+    pub(super) staging: wgpu::Buffer,
+    pub(super) map: MapFuture,
+    pub(super) first_step: u64,
+    pub(super) lrs: Vec<f64>,
     /// (step in submit, pass) of each timestamp pair, in query order.
-    passes: Vec<(usize, PassKind)>,
-    cpu_data_ms: f64,
-    started: Instant,
+    pub(super) passes: Vec<(usize, PassKind)>,
+    pub(super) cpu_data_ms: f64,
+    pub(super) started: Instant,
 }
 
 pub struct GpuEngine {
@@ -50,13 +49,13 @@ pub struct GpuEngine {
     /// Optimizer steps whose results are applied (read back).
     pub(super) step: u64,
     /// Optimizer steps submitted (≥ `step` while a submit is in flight).
-    submitted_step: u64,
+    pub(super) submitted_step: u64,
     pub(super) buffers: Buffers,
     pub(super) plan: Plan,
     pub(super) max_steps_per_submit: usize,
-    timestamps: Option<(wgpu::QuerySet, wgpu::Buffer)>,
-    in_flight: Vec<InFlight>,
-    spare_staging: Vec<wgpu::Buffer>,
+    pub(super) timestamps: Option<(wgpu::QuerySet, wgpu::Buffer)>,
+    pub(super) in_flight: Vec<InFlight>,
+    pub(super) spare_staging: Vec<wgpu::Buffer>,
     /// When false, gradients are not zeroed between steps (a lesson).
     pub zero_grad: bool,
     /// True: each phase is its own compute pass with a timestamp pair, so
@@ -301,171 +300,6 @@ impl GpuEngine {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })
-    }
-
-    /// Metrics of every submit whose readback has completed, without
-    /// blocking (the web's path; natively call `ctx.poll()` first).
-    pub fn try_collect(&mut self) -> Result<Vec<StepMetrics>> {
-        self.ctx.poll();
-        let mut out = Vec::new();
-        while let Some(first) = self.in_flight.first_mut() {
-            let waker = std::task::Waker::noop();
-            let mut cx = std::task::Context::from_waker(waker);
-            match std::pin::Pin::new(&mut first.map).poll(&mut cx) {
-                std::task::Poll::Pending => break,
-                std::task::Poll::Ready(result) => {
-                    let done = self.in_flight.remove(0);
-                    result.map_err(|e| Error::Gpu(format!("reading step statistics: {e}")))?;
-                    out.extend(self.finish(done)?);
-                }
-            }
-        }
-        self.ctx.check()?;
-        Ok(out)
-    }
-
-    /// Awaits the oldest submit in flight and returns its metrics (with
-    /// any others already done). The web's path: the browser resolves the
-    /// mapping while the page stays responsive.
-    pub async fn collect_async(&mut self) -> Result<Vec<StepMetrics>> {
-        if let Some(first) = self.in_flight.first_mut() {
-            self.ctx.poll();
-            (&mut first.map).await.map_err(|e| Error::Gpu(format!("reading step statistics: {e}")))?;
-            let done = self.in_flight.remove(0);
-            let mut out = self.finish(done)?;
-            out.extend(self.try_collect()?);
-            return Ok(out);
-        }
-        Ok(Vec::new())
-    }
-
-    /// Parameters, gradients and last updates (each (P)), read back for
-    /// the page's views.
-    pub async fn read_tensors(&self) -> Result<[Vec<f32>; 3]> {
-        let p = self.layout.parameter_count;
-        let mut out: [Vec<f32>; 3] = Default::default();
-        for (slot, buffer) in out.iter_mut().zip([&self.buffers.params, &self.buffers.grads, &self.buffers.updates]) {
-            let bytes = read_buffer(&self.ctx, buffer).await?;
-            *slot = bytemuck::cast_slice::<u8, f32>(&bytes)[..p].to_vec();
-        }
-        self.ctx.check()?;
-        Ok(out)
-    }
-
-    /// Native: waits for every submit in flight and returns their metrics.
-    pub fn collect(&mut self) -> Result<Vec<StepMetrics>> {
-        self.ctx.wait_idle()?;
-        let mut out = self.try_collect()?;
-        // With the device shared between threads, another thread's poll
-        // may be the one running our map callbacks, a moment after our
-        // wait returned: poll until they have run (bounded).
-        let started = Instant::now();
-        while !self.in_flight.is_empty() {
-            if started.elapsed().as_secs_f64() > 10.0 {
-                return Err(Error::Gpu("a readback did not complete after waiting for the GPU".into()));
-            }
-            std::thread::yield_now();
-            out.extend(self.try_collect()?);
-        }
-        Ok(out)
-    }
-
-    /// Decodes one submit's readback into per-step metrics.
-    fn finish(&mut self, done: InFlight) -> Result<Vec<StepMetrics>> {
-        let bytes = take_mapped(&done.staging)?;
-        self.spare_staging.push(done.staging);
-        let steps = done.lrs.len();
-        let wall_ms = done.started.elapsed().as_secs_f64() * 1e3;
-        let floats: &[f32] = bytemuck::cast_slice(&bytes[..16 * steps]);
-        let flags: &[u32] = bytemuck::cast_slice(&bytes[16 * steps..16 * steps + 16]);
-        let k = self.experiment.grad_accumulation as f32;
-        let mut per_step = vec![PhaseTimes::default(); steps];
-        let mut gpu_ms = vec![None; steps];
-        let timing = if done.passes.is_empty() {
-            // No timestamps: only the submit's wall time is known. It is
-            // reported whole in forward_ms, labelled Timing::GpuCoarse.
-            for phases in per_step.iter_mut() {
-                phases.data_ms = done.cpu_data_ms / steps as f64;
-                phases.forward_ms = (wall_ms - done.cpu_data_ms) / steps as f64;
-            }
-            Timing::GpuCoarse
-        } else {
-            let ticks: &[u64] = bytemuck::cast_slice(&bytes[16 * steps + 16..16 * steps + 16 + 16 * done.passes.len()]);
-            let period_ms = self.ctx.queue.get_timestamp_period() as f64 * 1e-6;
-            for (i, &(s, kind)) in done.passes.iter().enumerate() {
-                let ms = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period_ms;
-                if kind == PassKind::Fused {
-                    gpu_ms.iter_mut().for_each(|g| *g = Some(ms / steps as f64));
-                    continue;
-                }
-                *gpu_ms[s].get_or_insert(0.0) += ms;
-                let p = &mut per_step[s];
-                match kind {
-                    PassKind::Data => p.data_ms += ms,
-                    PassKind::Forward => p.forward_ms += ms,
-                    PassKind::Backward => p.backward_ms += ms,
-                    PassKind::Optimizer => p.optimizer_ms += ms,
-                    PassKind::Step | PassKind::Fused => {}
-                }
-            }
-            for p in per_step.iter_mut() {
-                p.data_ms += done.cpu_data_ms / steps as f64;
-            }
-            if done.passes[0].1 == PassKind::Fused {
-                Timing::GpuFused
-            } else if self.phase_timing {
-                Timing::GpuTimestamps
-            } else {
-                Timing::GpuTotal
-            }
-        };
-        let code = flags[0];
-        let good_steps = if code == u32::MAX { steps } else { (code >> 16) as usize };
-        let metrics: Vec<StepMetrics> = (0..good_steps)
-            .map(|s| StepMetrics {
-                step: done.first_step + s as u64,
-                loss: floats[4 * s] / k,
-                grad_norm: floats[4 * s + 1],
-                lr: done.lrs[s],
-                clipped: floats[4 * s + 2] > 0.5,
-                phases: per_step[s],
-                timing,
-                gpu_ms: gpu_ms[s],
-            })
-            .collect();
-        // A non-finite value in forward or backward stops its step before
-        // the update (the optimizer kernels skip once the flag is set); one
-        // in the optimizer phase comes after the update was applied.
-        let applied = good_steps + usize::from(code != u32::MAX && (code >> 8) & 0xff == PHASE_OPTIMIZER);
-        self.step = done.first_step + applied as u64;
-        if code != u32::MAX {
-            // Later submits ran on top of a failed one: drop them too.
-            self.in_flight.clear();
-            self.submitted_step = self.step;
-            return Err(non_finite(code, self.layout.layers.len()));
-        }
-        Ok(metrics)
-    }
-
-    /// One optimizer step, submitted and read back (native).
-    pub fn step(&mut self) -> Result<StepMetrics> {
-        self.submit(1)?;
-        let mut metrics = self.collect()?;
-        metrics.pop().ok_or_else(|| Error::Gpu("a step produced no metrics".into()))
-    }
-
-    /// `steps` optimizer steps in submits of up to `per_submit` steps, one
-    /// readback each (native).
-    pub fn run(&mut self, steps: usize, per_submit: usize) -> Result<Vec<StepMetrics>> {
-        let mut out = Vec::with_capacity(steps);
-        let mut left = steps;
-        while left > 0 {
-            let n = left.min(per_submit).min(self.max_steps_per_submit());
-            self.submit(n)?;
-            out.extend(self.collect()?);
-            left -= n;
-        }
-        Ok(out)
     }
 
     /// After a step outside `submit`: nothing is in flight past `step`.

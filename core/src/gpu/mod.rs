@@ -9,6 +9,7 @@
 mod activation_checkpointing;
 mod buffers;
 mod calibrate;
+mod collect;
 mod context;
 mod engine;
 mod fused;

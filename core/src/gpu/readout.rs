@@ -18,6 +18,26 @@ use crate::optim::OptimizerState;
 use crate::stats::{from_gpu, TensorStats};
 
 impl GpuEngine {
+    /// Parameters, gradients and last updates (each (P)), read back for
+    /// the page's views.
+    pub async fn read_tensors(&self) -> Result<[Vec<f32>; 3]> {
+        let p = self.layout.parameter_count;
+        let mut out: [Vec<f32>; 3] = Default::default();
+        for (slot, buffer) in out.iter_mut().zip([&self.buffers.params, &self.buffers.grads, &self.buffers.updates]) {
+            let bytes = read_buffer(&self.ctx, buffer).await?;
+            *slot = bytemuck::cast_slice::<u8, f32>(&bytes)[..p].to_vec();
+        }
+        self.ctx.check()?;
+        Ok(out)
+    }
+
+    /// The parameters (P) alone, read back (evaluations).
+    pub async fn read_params(&self) -> Result<Vec<f32>> {
+        let bytes = read_buffer(&self.ctx, &self.buffers.params).await?;
+        self.ctx.check()?;
+        Ok(bytemuck::cast_slice::<u8, f32>(&bytes)[..self.layout.parameter_count].to_vec())
+    }
+
     /// A snapshot of the run read back from the GPU, for checkpoints.
     /// Waits for submits in flight first.
     pub async fn read_state(&mut self) -> Result<TrainState> {

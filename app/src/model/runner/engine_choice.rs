@@ -163,7 +163,6 @@ impl Runner {
     /// URL's `?fused=off` keeps the phased kernels (their per-phase
     /// timestamps and bit-exact comparisons).
     pub async fn calibrate(&mut self) -> Result<(), String> {
-        self.trainer.allow_fused(self.fused_allowed);
         self.trainer.calibrate().await.map(|_| ()).map_err(|err| err.to_string())
     }
 }

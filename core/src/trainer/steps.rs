@@ -1,0 +1,93 @@
+//! Training: whole steps submitted and collected, a CPU step in parts, and
+//! step-by-phase mode.
+
+use super::{Inner, Trainer};
+use crate::engine::{PhaseReport, StepMetrics};
+use crate::error::{Error, Result};
+
+impl Trainer {
+    /// Starts `k` more optimizer steps (clamped to 1…`max_steps_per_submit`).
+    pub fn submit(&mut self, k: usize) -> Result<()> {
+        let k = k.clamp(1, self.max_steps_per_submit());
+        match &mut self.inner {
+            Inner::Cpu(_) => self.queued += k,
+            Inner::Gpu(e) => e.submit(k)?,
+        }
+        Ok(())
+    }
+
+    /// The metrics of every step submitted and not yet collected. A
+    /// non-finite value stops the run at the last good step: the error
+    /// names the layer and phase, and later submitted steps are dropped.
+    pub async fn collect(&mut self) -> Result<Vec<StepMetrics>> {
+        match &mut self.inner {
+            Inner::Cpu(e) => {
+                let k = std::mem::take(&mut self.queued);
+                let mut out = Vec::with_capacity(k);
+                for _ in 0..k {
+                    out.push(e.step()?);
+                }
+                Ok(out)
+            }
+            Inner::Gpu(e) => {
+                let mut out = Vec::new();
+                while e.has_in_flight() {
+                    out.extend(e.collect_any().await?);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// `steps` steps in submits of at most `per_submit`, each collected.
+    pub async fn run(&mut self, steps: usize, per_submit: usize) -> Result<Vec<StepMetrics>> {
+        let mut out = Vec::with_capacity(steps);
+        let mut left = steps;
+        while left > 0 {
+            let k = left.min(per_submit.max(1)).min(self.max_steps_per_submit());
+            self.submit(k)?;
+            out.extend(self.collect().await?);
+            left -= k;
+        }
+        Ok(out)
+    }
+
+    /// Whether a step begun phase by phase is unfinished.
+    pub fn mid_step(&self) -> bool {
+        match &self.inner {
+            Inner::Cpu(e) => e.mid_step(),
+            Inner::Gpu(e) => e.mid_step(),
+        }
+    }
+
+    /// CPU: the next phase of the current step, without its statistics
+    /// (`CpuEngine::step_part`); the metrics when it finished the step.
+    /// The GPU takes whole steps (`submit`).
+    pub fn step_part(&mut self) -> Result<Option<StepMetrics>> {
+        if self.queued > 0 {
+            return Err(Error::Experiment("collect the submitted steps before stepping in parts".into()));
+        }
+        match &mut self.inner {
+            Inner::Cpu(e) => e.step_part(),
+            Inner::Gpu(_) => Err(Error::Gpu("the GPU engine takes whole steps (submit)".into())),
+        }
+    }
+
+    /// The next phase of the current step (step-by-phase mode).
+    pub async fn step_phase(&mut self) -> Result<PhaseReport> {
+        match &mut self.inner {
+            Inner::Cpu(e) => e.step_phase(),
+            Inner::Gpu(e) => e.step_phase().await,
+        }
+    }
+
+    /// Finishes a step begun phase by phase, so that state reads and whole
+    /// steps start at a step boundary.
+    pub async fn finish_partial_step(&mut self) -> Result<Option<StepMetrics>> {
+        match &mut self.inner {
+            Inner::Cpu(e) if e.mid_step() => e.step().map(Some),
+            Inner::Cpu(_) => Ok(None),
+            Inner::Gpu(e) => e.finish_step().await,
+        }
+    }
+}
