@@ -54,7 +54,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         grads[g] = v;
         if (!is_finite(v)) {
             let step = atomicLoad(&flags[1]);
-            atomicMin(&flags[0], (step << 16u) | (PHASE_BACKWARD << 8u) | (15u - p.layer));
+            atomicMin(&flags[0], (step << 16u) | (PHASE_BACKWARD << 8u) | (255u - p.layer));
         }
     }
 }

@@ -360,7 +360,7 @@ fn backward_layer(l: u32, step: u32, lid: u32) {
         let v = ld(g) + acc;
         st(g, v);
         if (!is_finite(v)) {
-            record(step, PHASE_BACKWARD, 15u - l);
+            record(step, PHASE_BACKWARD, 255u - l);
         }
     }
     if (l > 0u) {

@@ -27,6 +27,29 @@ pub enum Error {
     /// An I/O error while reading or writing a file.
     #[error("io: {0}")]
     Io(String),
+    /// Something around the engines failed (the page's training worker,
+    /// the browser's storage); the message says what.
+    #[error("{0}")]
+    Other(String),
+    /// An error with what was being done said first ("The checkpoint was
+    /// not loaded: …"); `cause` keeps its kind.
+    #[error("{context}: {cause}")]
+    Context { context: String, cause: Box<Error> },
+}
+
+impl Error {
+    /// This error, with what was being done said first.
+    pub fn context(self, context: impl Into<String>) -> Error {
+        Error::Context { context: context.into(), cause: Box::new(self) }
+    }
+
+    /// The error under any context.
+    pub fn cause(&self) -> &Error {
+        match self {
+            Error::Context { cause, .. } => cause.cause(),
+            other => other,
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -46,4 +69,16 @@ pub fn zeros(n: usize, what: &str) -> Result<Vec<f32>> {
     })?;
     v.resize(n, 0.0);
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_is_said_first_and_keeps_the_kind() {
+        let err = Error::Checkpoint("truncated".into()).context("The checkpoint was not loaded");
+        assert_eq!(err.to_string(), "The checkpoint was not loaded: checkpoint: truncated");
+        assert_eq!(err.cause(), &Error::Checkpoint("truncated".into()));
+    }
 }

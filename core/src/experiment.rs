@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 /// Largest width of any layer (inputs included): keeps a typo such as
 /// `"units": 1600000` from allocating gigabytes in the browser.
 pub const MAX_UNITS: usize = 4096;
-pub const MAX_LAYERS: usize = 16;
+pub const MAX_LAYERS: usize = 17;
 pub const MAX_BATCH: usize = 65_536;
 pub const MAX_SAMPLES: usize = 100_000;
 

@@ -28,8 +28,10 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The page's: what its controls offer, and 1 GiB.
-    pub const PAGE: Limits = Limits { hidden_layers: 6, hidden_units: 64, memory_bytes: 1 << 30 };
+    /// The page's: what its controls offer (16 hidden layers of 1,024
+    /// units), and 1 GiB. The engine runs in a worker and steps in parts,
+    /// so a large network trains slowly but never freezes the page.
+    pub const PAGE: Limits = Limits { hidden_layers: 16, hidden_units: 1024, memory_bytes: 1 << 30 };
 
     /// The engines' own field limits, with a memory budget in MiB.
     pub fn native(budget_mib: u64) -> Limits {
@@ -188,13 +190,21 @@ mod tests {
             format!(r#"{}{{"units": 1, "activation": "linear"}}"#, layer.repeat(n))
         };
         let page = Limits::PAGE;
-        assert!(page.check(&experiment(&hidden(6, 64), 32, r#"{"kind": "adamw"}"#), None).is_ok());
-        let msg = page.check(&experiment(&hidden(7, 8), 32, r#"{"kind": "adamw"}"#), None).unwrap_err().to_string();
-        assert!(msg.contains("7 hidden layers, more than the 6 allowed here"), "{msg}");
-        let msg = page.check(&experiment(&hidden(15, 1024), 32, r#"{"kind": "adamw"}"#), None).unwrap_err().to_string();
-        assert!(msg.contains("15 hidden layers"), "{msg}");
-        let msg = page.check(&experiment(&hidden(2, 65), 32, r#"{"kind": "adamw"}"#), None).unwrap_err().to_string();
-        assert!(msg.contains("hidden layer 1 has 65 units, more than the 64 allowed here"), "{msg}");
+        // The largest network the page builds, with AdamW: 16.8 M
+        // parameters, 257 MiB with gradients and moments.
+        let largest = page.check(&experiment(&hidden(16, 1024), 32, r#"{"kind": "adamw"}"#), None).unwrap();
+        assert!(largest.total() < 300 << 20, "{}", largest.describe());
+        let mut deeper = experiment(&hidden(16, 8), 32, r#"{"kind": "adamw"}"#);
+        deeper.model.layers.insert(0, deeper.model.layers[0].clone());
+        let msg = page.check(&deeper, None).unwrap_err().to_string();
+        assert!(msg.contains("17 hidden layers, more than the 16 allowed here"), "{msg}");
+        let msg = page.check(&experiment(&hidden(2, 1025), 32, r#"{"kind": "adamw"}"#), None).unwrap_err().to_string();
+        assert!(msg.contains("hidden layer 1 has 1025 units, more than the 1024 allowed here"), "{msg}");
+        // Within the field limits but past the page's memory budget: the
+        // largest network at a batch of 65,536 needs 16 GiB of activations.
+        let msg =
+            page.check(&experiment(&hidden(16, 1024), 65_536, r#"{"kind": "adamw"}"#), None).unwrap_err().to_string();
+        assert!(msg.contains("more than the 1024.0 MiB budget of this page"), "{msg}");
         // Memory: 15 hidden layers of 4096 units with Adam hold 3.5 GiB of
         // parameters, gradients and moments, and at batch 65,536 another
         // 46 GiB of activations and backward buffers.

@@ -21,7 +21,7 @@ use crate::limits::Limits;
 pub const FRAGMENT_KEY: &str = "#e=";
 
 /// The longest fragment read. The largest experiment the page can build
-/// (six layers of 64 units with every option) encodes to about 3 KB;
+/// (16 hidden layers with every option) encodes to about 5 KB;
 /// anything far beyond is not an experiment.
 pub const MAX_FRAGMENT_BYTES: usize = 64 * 1024;
 
@@ -158,12 +158,12 @@ mod tests {
         let bad = parse_fragment("#e=%7B%22seed%22%3A").unwrap_err();
         assert!(bad.contains("line 1"), "{bad}");
         assert!(parse_fragment("#e=%E0%A4%A").unwrap_err().contains("not valid URI encoding"));
-        // What the controls could not build: 15 hidden layers of 1,024 units.
+        // What the controls could not build: 16 hidden layers of 2,048 units.
         let mut huge = default_like();
         huge.model.layers =
-            (0..15).map(|_| huge.model.layers[0].clone()).chain([huge.model.layers[1].clone()]).collect();
-        for layer in &mut huge.model.layers[..15] {
-            layer.units = 1024;
+            (0..16).map(|_| huge.model.layers[0].clone()).chain([huge.model.layers[1].clone()]).collect();
+        for layer in &mut huge.model.layers[..16] {
+            layer.units = 2048;
         }
         let refused = parse_fragment(&fragment(&huge)).unwrap_err();
         assert!(refused.contains("layer"), "{refused}");

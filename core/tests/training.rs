@@ -6,6 +6,8 @@ mod common;
 use serde_json::json;
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
 use stepscope_core::data::Dataset;
+use stepscope_core::engine::{evaluate, Evaluator, LAYER_PART_MACS};
+use stepscope_core::model::Layout;
 use stepscope_core::{CpuEngine, StepMetrics};
 
 fn run(engine: &mut CpuEngine, steps: usize) -> Vec<StepMetrics> {
@@ -129,14 +131,31 @@ fn non_finite_is_reported_with_layer_and_phase() {
 }
 
 /// A step taken in parts (`step_part`: each micro-batch's forward and
-/// backward, then the update; what a caller yields between on a long step)
-/// has the bits of a whole `step`, with accumulation too; the parts come in
-/// that number, and only the last gives the metrics.
+/// backward, then the update; a layer at a time for a large network; what a
+/// caller yields between on a long step) has the bits of a whole `step`,
+/// with accumulation and activation checkpointing too; the parts come in
+/// that number, and only the last gives the metrics. A step begun in parts
+/// and finished by `step_phase` (step-by-phase mode) or `step` has the
+/// same bits as well.
 #[test]
 fn a_step_in_parts_equals_a_whole_step() {
-    for k in [1, 3] {
-        let e = common::experiment(serde_json::json!({"grad_accumulation": k, "clip_grad_norm": 0.5}));
+    let wide = serde_json::json!({"layers": [
+        {"units": 300, "activation": "relu"},
+        {"units": 300, "activation": "tanh"},
+        {"units": 1, "activation": "linear"}]});
+    for (k, model, checkpointing) in [
+        (1, serde_json::json!({}), false),
+        (3, serde_json::json!({}), false),
+        (1, wide.clone(), false),
+        (2, wide, true),
+    ] {
+        let by_layer = !model.as_object().unwrap().is_empty();
+        let e = common::experiment(serde_json::json!({"grad_accumulation": k, "clip_grad_norm": 0.5, "model": model}));
+        let layers = e.model.layers.len();
+        assert_eq!(by_layer, (e.batch_size * Layout::new(&e).parameter_count) as u64 >= LAYER_PART_MACS);
         let (mut whole, mut parts) = (common::engine(&e), common::engine(&e));
+        whole.set_activation_checkpointing(checkpointing).unwrap();
+        parts.set_activation_checkpointing(checkpointing).unwrap();
         for _ in 0..4 {
             let expected = whole.step().unwrap();
             let mut done = None;
@@ -147,12 +166,49 @@ fn a_step_in_parts_equals_a_whole_step() {
                 assert_eq!(parts.mid_step(), done.is_none(), "k={k}: mid-step until the update");
             }
             let got = done.unwrap();
-            assert_eq!(count, 2 * k + 1, "k={k}: forward and backward per micro-batch, then the update");
+            let per_pass = if by_layer { layers } else { 1 };
+            assert_eq!(count, 2 * k * per_pass + 1, "k={k}: forward and backward per micro-batch, then the update");
             assert_eq!(
                 (got.step, got.loss.to_bits(), got.grad_norm.to_bits()),
                 (expected.step, expected.loss.to_bits(), expected.grad_norm.to_bits())
             );
         }
         assert_eq!(whole.state(), parts.state(), "k={k}");
+        // Begun a layer at a time, finished phase by phase, then whole.
+        whole.step().unwrap();
+        parts.step_part().unwrap();
+        while parts.step_phase().unwrap().metrics.is_none() {}
+        assert_eq!(whole.state(), parts.state(), "k={k}: finished by step_phase");
+        whole.step().unwrap();
+        parts.step_part().unwrap();
+        parts.step().unwrap();
+        assert_eq!(whole.state(), parts.state(), "k={k}: finished by step");
+    }
+}
+
+/// An evaluation taken a few rows at a time (what the page's views do for
+/// a large network, yielding between parts) agrees with `evaluate`: exactly
+/// when the table is one chunk done at once, to f32 rounding otherwise.
+#[test]
+fn an_evaluation_in_parts_agrees_with_a_whole_one() {
+    let e = common::experiment(serde_json::json!({}));
+    let engine = common::engine(&e);
+    let layout = Layout::new(&e);
+    let table = &engine.data().test;
+    let whole = evaluate(engine.params(), &layout, &e, table).unwrap();
+    let mut at_once = Evaluator::new(&layout, table.rows(), table.rows());
+    assert!(at_once.advance(engine.params(), &layout, &e, table, usize::MAX));
+    assert_eq!(at_once.result(), Some(whole));
+    for (chunk, step) in [(1, 1), (7, 3), (16, 40)] {
+        let mut parts = Evaluator::new(&layout, table.rows(), chunk);
+        let mut calls = 0;
+        while !parts.advance(engine.params(), &layout, &e, table, step) {
+            assert!(parts.result().is_none(), "no figure before the table is done");
+            calls += 1;
+        }
+        assert_eq!(calls, table.rows().div_ceil(step) - 1, "chunk {chunk}, {step} rows a call");
+        let got = parts.result().unwrap();
+        assert!((got.loss - whole.loss).abs() <= 1e-5 * whole.loss.abs().max(1.0), "{got:?} against {whole:?}");
+        assert!((got.accuracy.unwrap() - whole.accuracy.unwrap()).abs() <= 1e-6);
     }
 }

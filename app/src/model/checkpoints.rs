@@ -16,14 +16,18 @@ use std::sync::Arc;
 
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
 use stepscope_core::trainer::StateRead;
-use stepscope_core::TrainState;
+use stepscope_core::{Error, TrainState};
 use wasm_bindgen::{JsCast, JsValue};
 use web_time::Instant;
 
 use super::store;
 
-/// Checkpoints kept in memory.
+/// Checkpoints kept in memory: at most this many, and at most
+/// `KEEP_BYTES` of them (the newest is always kept), so that a large
+/// network's ring does not hold gigabytes (16 × 1024 with Adam: 200 MB a
+/// state).
 const KEEP: usize = 4;
+const KEEP_BYTES: usize = 256 << 20;
 const KEY: &str = "checkpoint";
 const CSV_KEY: &str = "csv";
 
@@ -41,7 +45,8 @@ pub fn remember(ring: &Ring, state: TrainState) {
     let mut ring = ring.borrow_mut();
     ring.retain(|s| s.step != state.step());
     ring.push_back(Saved { step: state.step(), state });
-    while ring.len() > KEEP {
+    let bytes = |s: &Saved| 4 * s.state.params.len() + s.state.optimizer.bytes();
+    while ring.len() > KEEP || (ring.len() > 1 && ring.iter().map(bytes).sum::<usize>() > KEEP_BYTES) {
         ring.pop_front();
     }
 }
@@ -74,10 +79,10 @@ pub async fn complete(
     csv: Option<Arc<String>>,
     started: Instant,
     background: bool,
-) -> Result<CheckpointReport, String> {
+) -> Result<CheckpointReport, Error> {
     let step = read.step();
-    let state = read.finish().await.map_err(|e| e.to_string())?;
-    let bytes = save_checkpoint(&state).map_err(|e| e.to_string())?;
+    let state = read.finish().await?;
+    let bytes = save_checkpoint(&state)?;
     remember(&ring, state);
     let array = js_sys::Uint8Array::from(bytes.as_slice());
     let mut values = vec![(KEY, JsValue::from(array))];

@@ -185,18 +185,10 @@ pub fn AnatomyPanel() -> impl IntoView {
             match JsFuture::from(file.array_buffer()).await {
                 Ok(buffer) => {
                     let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
-                    // A file that will be refused changes nothing, not even
-                    // the play state: checked here before the run pauses
-                    // (the runner checks again, with the data, before it
-                    // replaces the run).
-                    let checked = stepscope_core::checkpoint::load_checkpoint(&bytes)
-                        .map_err(|err| err.to_string())
-                        .and_then(|s| crate::model::edit::page_check(&s.experiment, None));
-                    if let Err(err) = checked {
-                        state.run.alert.set(Some(format!("The checkpoint was not loaded: {err}")));
-                        return;
-                    }
-                    state.run.running.set(false);
+                    // Checked whole on the engine's side before the run is
+                    // replaced (parsing a large file here would hold the
+                    // page): a refused file changes nothing, not even the
+                    // play state; a restored run is paused.
                     state.command(Command::RestoreCheckpoint(std::sync::Arc::new(bytes)));
                 }
                 Err(_) => state.run.alert.set(Some(format!("Could not read `{name}`."))),

@@ -12,7 +12,7 @@ use web_sys::ImageData;
 
 use super::draw::context;
 use crate::model::edit::{add_layer, hidden_layers, parse_units, remove_layer, set_units};
-use crate::model::views::{color, Snapshot, GRID, SHOWN_UNITS};
+use crate::model::views::{color, Snapshot, SHOWN_UNITS};
 use crate::state::{AppState, LinkMode};
 
 const ACTIVATIONS: [(&str, &str); 7] = [
@@ -133,38 +133,46 @@ pub fn NetworkPanel() -> impl IntoView {
 
 const NODE: f64 = 34.0;
 const GAP_Y: f64 = 40.0;
+/// Space between columns: 96 px, less for a deep network so that the
+/// diagram stays about `MAX_WIDTH` wide (CSS scales it into its column).
 const GAP_X: f64 = 96.0;
+const MIN_GAP_X: f64 = 48.0;
+const MAX_WIDTH: f64 = 720.0;
 
 fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experiment, snap: &Snapshot, mode: LinkMode) {
     let Some(ctx) = context(canvas) else { return };
     let layout = Layout::new(e);
-    if snap.params.len() != layout.parameter_count {
+    let widths = e.widths();
+    let drawn = |n: usize| n.min(SHOWN_UNITS);
+    let fits = snap.links.len() == layout.layers.len()
+        && snap.links.iter().zip(&layout.layers).all(|(b, l)| (b.outs, b.ins) == (drawn(l.units), drawn(l.inputs)));
+    if !fits {
         return; // the snapshot is from before a model change
     }
-    let widths = e.widths();
     let tallest = widths.iter().copied().max().unwrap_or(1).min(SHOWN_UNITS) as f64;
     // Room under the columns for "+N more".
     let extra = if widths.iter().any(|&n| n > SHOWN_UNITS) { 16.0 } else { 0.0 };
-    let (w, h) = (GAP_X * (widths.len() - 1) as f64 + NODE + 8.0, GAP_Y * tallest + 8.0 + extra);
+    let gaps = (widths.len() - 1).max(1) as f64;
+    let gap_x = ((MAX_WIDTH - NODE - 8.0) / gaps).clamp(MIN_GAP_X, GAP_X);
+    let (w, h) = (gap_x * (widths.len() - 1) as f64 + NODE + 8.0, GAP_Y * tallest + 8.0 + extra);
     canvas.set_width(w as u32);
     canvas.set_height(h as u32);
     ctx.clear_rect(0.0, 0.0, w, h);
     let pos = |col: usize, row: usize| -> (f64, f64) {
         let n = widths[col].min(SHOWN_UNITS) as f64;
         let top = (h - extra - GAP_Y * n) / 2.0;
-        (4.0 + GAP_X * col as f64, top + GAP_Y * row as f64 + (GAP_Y - NODE) / 2.0)
+        (4.0 + gap_x * col as f64, top + GAP_Y * row as f64 + (GAP_Y - NODE) / 2.0)
     };
-    let values = match mode {
-        LinkMode::Weight => &snap.params,
-        LinkMode::Gradient => &snap.grads,
-        LinkMode::Update => &snap.updates,
+    let kind = match mode {
+        LinkMode::Weight => 0,
+        LinkMode::Gradient => 1,
+        LinkMode::Update => 2,
     };
-    for (l, shape) in layout.layers.iter().enumerate() {
-        let weights = &values[shape.weight_offset..shape.bias_offset];
-        let max = weights.iter().fold(1e-12f32, |m, v| m.max(v.abs()));
-        for o in 0..shape.units.min(SHOWN_UNITS) {
-            for i in 0..shape.inputs.min(SHOWN_UNITS) {
-                let v = weights[o * shape.inputs + i] / max;
+    for (l, block) in snap.links.iter().enumerate() {
+        let (values, max) = (&block.values[kind], block.max[kind].max(1e-12));
+        for o in 0..block.outs {
+            for i in 0..block.ins {
+                let v = values[o * block.ins + i] / max;
                 let (x0, y0) = pos(l, i);
                 let (x1, y1) = pos(l + 1, o);
                 let [r, g, b] = color(v.signum(), 0);
@@ -187,7 +195,7 @@ fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experim
                 snap.neurons.get(col - 1).and_then(|layer| layer.get(row)).cloned().unwrap_or_default()
             };
             let (x, y) = pos(col, row);
-            thumbnail(&ctx, &grid, x, y);
+            thumbnail(&ctx, &grid, snap.grid, x, y);
         }
         if width > SHOWN_UNITS {
             // The rest of a wide layer, named rather than drawn.
@@ -210,11 +218,12 @@ fn feature_grid(
     }
     let [x_lo, x_hi, y_lo, y_hi] = snap.extent;
     let Some(feature) = features.get(index) else { return Vec::new() };
-    let raw: Vec<f32> = (0..GRID * GRID)
+    let side = snap.grid;
+    let raw: Vec<f32> = (0..side * side)
         .map(|i| {
-            let (r, c) = (i / GRID, i % GRID);
-            let x2 = y_hi - (r as f32 + 0.5) / GRID as f32 * (y_hi - y_lo);
-            let x1 = x_lo + (c as f32 + 0.5) / GRID as f32 * (x_hi - x_lo);
+            let (r, c) = (i / side, i % side);
+            let x2 = y_hi - (r as f32 + 0.5) / side as f32 * (y_hi - y_lo);
+            let x1 = x_lo + (c as f32 + 0.5) / side as f32 * (x_hi - x_lo);
             feature.eval(x1 as f64, x2 as f64) as f32
         })
         .collect();
@@ -222,15 +231,15 @@ fn feature_grid(
     raw.iter().map(|v| v / scale).collect()
 }
 
-/// A NODE×NODE picture of a (GRID, GRID) grid, nearest-sampled; grey when
+/// A NODE×NODE picture of a (n, n) grid, nearest-sampled; grey when
 /// there is nothing to show.
-fn thumbnail(ctx: &web_sys::CanvasRenderingContext2d, grid: &[f32], x: f64, y: f64) {
+fn thumbnail(ctx: &web_sys::CanvasRenderingContext2d, grid: &[f32], n: usize, x: f64, y: f64) {
     let side = NODE as usize;
     let mut rgba = Vec::with_capacity(side * side * 4);
     for r in 0..side {
         for c in 0..side {
-            let rgb = if grid.len() == GRID * GRID {
-                color(grid[(r * GRID / side) * GRID + c * GRID / side], 0)
+            let rgb = if n > 0 && grid.len() == n * n {
+                color(grid[(r * n / side) * n + c * n / side], 0)
             } else {
                 [200, 200, 200]
             };

@@ -23,7 +23,7 @@ pub fn OutputPanel() -> impl IntoView {
     Effect::new(move |_| {
         let Some(snap) = charts.snapshot.get() else { return };
         if let (Some(canvas), Some(values)) = (boundary.get(), snap.boundary.as_ref()) {
-            paint_grid(&canvas, values, GRID, snap.classes);
+            paint_grid(&canvas, values, snap.grid, snap.classes);
         }
         if let Some(canvas) = points.get() {
             paint_points(&canvas, &snap.points, snap.extent, PLOT_PX, snap.classes);

@@ -43,7 +43,7 @@ impl AppState {
         if !chooser.started && pin != Pin::Cpu {
             chooser.started = true;
             if let Err(message) = host.start_gpu().await {
-                chooser.gpu_failed = Some(message);
+                chooser.gpu_failed = Some(message.to_string());
             }
             let label = chooser.label.clone();
             spawn_local(async move {

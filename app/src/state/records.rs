@@ -60,6 +60,7 @@ impl AppState {
                 }
             }
             Outcome::Restored(e, step) => {
+                self.run.running.set(false);
                 self.run.alert.set(None);
                 self.run.notice.set(Some(format!("Restored the uploaded checkpoint: step {step}.")));
                 self.charts.history.set(Vec::new());

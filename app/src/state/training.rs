@@ -106,7 +106,7 @@ impl AppState {
                 match handled {
                     Ok(Some(outcome)) => self.outcome(outcome),
                     Ok(None) => {}
-                    Err(message) => self.run.alert.set(Some(message)),
+                    Err(message) => self.run.alert.set(Some(message.to_string())),
                 }
                 dirty = true;
             }
@@ -114,7 +114,7 @@ impl AppState {
                 // A rebuilt GPU engine takes its calibrated path (cached).
                 if let Err(message) = host.calibrate().await {
                     if self.run.alert.get_untracked().is_none() {
-                        self.run.alert.set(Some(message));
+                        self.run.alert.set(Some(message.to_string()));
                     }
                 }
             }
@@ -169,7 +169,7 @@ impl AppState {
                                 Ok(notice) => self.run.notice.set(Some(notice)),
                                 Err(message) => {
                                     self.run.running.set(false);
-                                    self.run.alert.set(Some(message));
+                                    self.run.alert.set(Some(message.to_string()));
                                 }
                             }
                         } else {
@@ -199,10 +199,13 @@ impl AppState {
             let log_now = host.steps_per_log().is_some() && !frame_metrics.is_empty();
             if dirty && (log_now || host.snapshot_due()) {
                 let t = Instant::now();
-                let (snapshot, read_ms) = host.snapshot().await;
+                // A lesson's log takes the views whole, at its step.
+                let (snapshot, read_ms) = host.snapshot(log_now).await;
                 awaited_ms += read_ms;
                 match snapshot {
-                    Ok(snap) => {
+                    // Still being computed (a large network): next frame.
+                    Ok(None) => {}
+                    Ok(Some(snap)) => {
                         self.record_history(&snap);
                         self.charts.snapshot.set(Some(snap));
                         dirty = false;
@@ -311,7 +314,8 @@ impl AppState {
     /// Shows what a checkpoint cost; a failure (or a store that refused
     /// it) is also a warning in the alert, once until checkpoints succeed
     /// again.
-    fn report_checkpoint(&self, report: Result<CheckpointReport, String>) {
+    fn report_checkpoint(&self, report: Result<CheckpointReport, Error>) {
+        let report = report.map_err(|err| err.to_string());
         let problem = match &report {
             Err(message) => Some(format!("Automatic checkpoint failed: {message}")),
             Ok(r) => r.stored.as_ref().err().map(|m| format!("Automatic checkpoints stay in memory only: {m}")),

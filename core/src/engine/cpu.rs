@@ -5,7 +5,8 @@ use web_time::Instant;
 
 use super::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use super::{
-    evaluate, forward_pass, Activations, Evaluation, MemoryBytes, Phase, PhaseTimes, StepMetrics, Timing, TrainState,
+    evaluate, forward_layer, forward_pass, Activations, Evaluation, MemoryBytes, Phase, PhaseTimes, StepMetrics,
+    Timing, TrainState,
 };
 use crate::data::{Batcher, Dataset, Table};
 use crate::error::{zeros, Error, Result};
@@ -15,6 +16,10 @@ use crate::model::{
     TensorInfo,
 };
 use crate::optim::{clip_grad_norm, global_grad_norm, learning_rate, optimizer_step, OptimizerState};
+
+/// Multiply-adds of one micro-batch (batch × parameters) from which
+/// `step_part` takes a step a layer at a time: about a millisecond of work.
+pub const LAYER_PART_MACS: u64 = 1 << 20;
 
 pub struct CpuEngine {
     experiment: Experiment,
@@ -41,6 +46,9 @@ pub struct CpuEngine {
 /// Where a step taken phase by phase stands.
 struct Partial {
     next: StepPhase,
+    /// Layers of the current forward or backward phase already run (a
+    /// large network's step is taken a layer at a time by `step_part`).
+    layers_done: usize,
     loss_sum: f32,
     last_loss: f32,
     phases: PhaseTimes,
@@ -48,7 +56,13 @@ struct Partial {
 
 impl Default for Partial {
     fn default() -> Partial {
-        Partial { next: StepPhase::Forward { micro: 0 }, loss_sum: 0.0, last_loss: 0.0, phases: PhaseTimes::default() }
+        Partial {
+            next: StepPhase::Forward { micro: 0 },
+            layers_done: 0,
+            loss_sum: 0.0,
+            last_loss: 0.0,
+            phases: PhaseTimes::default(),
+        }
     }
 }
 
@@ -187,22 +201,25 @@ impl CpuEngine {
     pub fn step(&mut self) -> Result<StepMetrics> {
         let mut partial = self.partial.take().unwrap_or_default();
         loop {
-            if let Some(metrics) = self.advance(&mut partial)? {
+            if let Some(metrics) = self.advance(&mut partial, false)? {
                 return Ok(metrics);
             }
         }
     }
 
-    /// Runs the next phase of the current step (one micro-batch's forward
-    /// or backward, or the update) and keeps the step's progress, as
-    /// step-by-phase mode does but without its statistics: the metrics
-    /// when that phase finished the step. The same arithmetic in the same
+    /// Runs the next part of the current step and keeps the step's
+    /// progress, as step-by-phase mode does but without its statistics:
+    /// the metrics when that part finished the step. A part is one
+    /// micro-batch's forward or backward, or the update; where one
+    /// micro-batch costs at least `LAYER_PART_MACS` multiply-adds, it is
+    /// one layer's forward or backward. The same arithmetic in the same
     /// order as `step`, so a step taken in parts has the same bits; a
     /// caller can yield between parts of a long step. On an error the step
     /// is abandoned, as `step` would.
     pub fn step_part(&mut self) -> Result<Option<StepMetrics>> {
         let mut partial = self.partial.take().unwrap_or_default();
-        let done = self.advance(&mut partial)?;
+        let by_layer = (self.experiment.batch_size * self.layout.parameter_count) as u64 >= LAYER_PART_MACS;
+        let done = self.advance(&mut partial, by_layer)?;
         if done.is_none() {
             self.partial = Some(partial);
         }
@@ -225,7 +242,7 @@ impl CpuEngine {
         let mut partial = self.partial.take().unwrap_or_default();
         let phase = partial.next;
         let step = self.optimizer.step;
-        let metrics = self.advance(&mut partial)?;
+        let metrics = self.advance(&mut partial, false)?;
         let k = self.experiment.grad_accumulation;
         let layers = match phase {
             StepPhase::Forward { .. } => {
@@ -246,42 +263,72 @@ impl CpuEngine {
         Ok(PhaseReport { phase, step, micro_batches: k, loss, metrics, layers })
     }
 
-    /// Runs the phase `partial.next` and moves it on; the optimizer phase
+    /// Runs the phase `partial.next` (from where it stands, or only its
+    /// next layer when `one_layer`) and moves it on; the optimizer phase
     /// ends the step and returns its metrics.
-    fn advance(&mut self, partial: &mut Partial) -> Result<Option<StepMetrics>> {
+    fn advance(&mut self, partial: &mut Partial, one_layer: bool) -> Result<Option<StepMetrics>> {
         let e = self.experiment.clone();
         let e = &e;
         let (batch, k) = (e.batch_size, e.grad_accumulation);
+        let layers = self.layout.layers.len();
         let phases = &mut partial.phases;
         match partial.next {
             StepPhase::Forward { micro } => {
-                if micro == 0 && self.zero_grad {
-                    self.grads.fill(0.0);
-                }
                 let t0 = Instant::now();
-                self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
-                let t1 = Instant::now();
-                if let Some(layer) = forward_pass(&mut self.acts, &self.params, &self.inputs, &self.layout, e) {
-                    return Err(non_finite(Phase::Forward, layer));
+                if partial.layers_done == 0 {
+                    if micro == 0 && self.zero_grad {
+                        self.grads.fill(0.0);
+                    }
+                    self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
                 }
+                let t1 = Instant::now();
+                loop {
+                    let l = partial.layers_done;
+                    if !forward_layer(&mut self.acts, &self.params, &self.inputs, &self.layout, e, l) {
+                        return Err(non_finite(Phase::Forward, l));
+                    }
+                    partial.layers_done += 1;
+                    if partial.layers_done == layers || one_layer {
+                        break;
+                    }
+                }
+                phases.data_ms += ms(t0, t1);
+                phases.forward_ms += ms(t1, Instant::now());
+                if partial.layers_done < layers {
+                    return Ok(None);
+                }
+                let t2 = Instant::now();
                 let loss = loss_forward(self.acts.output(), &self.targets, e.loss, batch, e.outputs());
                 if !loss.is_finite() {
-                    return Err(non_finite(Phase::Loss, self.layout.layers.len() - 1));
+                    return Err(non_finite(Phase::Loss, layers - 1));
                 }
                 partial.loss_sum += loss;
                 partial.last_loss = loss;
-                phases.data_ms += ms(t0, t1);
-                phases.forward_ms += ms(t1, Instant::now());
+                phases.forward_ms += ms(t2, Instant::now());
             }
             StepPhase::Backward { micro } => {
                 let t0 = Instant::now();
-                self.backward(1.0 / k as f32)?;
-                if micro + 1 == k {
+                if partial.layers_done == 0 {
+                    let (out, targets) = (self.acts.output(), &self.targets);
+                    let scale = 1.0 / k as f32;
+                    loss_backward(&mut self.grad_out[layers - 1], out, targets, e.loss, batch, e.outputs(), scale);
+                }
+                loop {
+                    self.backward_layer(layers - 1 - partial.layers_done)?;
+                    partial.layers_done += 1;
+                    if partial.layers_done == layers || one_layer {
+                        break;
+                    }
+                }
+                if partial.layers_done == layers && micro + 1 == k {
                     if let Some(reg) = &e.regularization {
                         regularization_backward(&mut self.grads, &self.params, &self.tensors, reg);
                     }
                 }
                 phases.backward_ms += ms(t0, Instant::now());
+                if partial.layers_done < layers {
+                    return Ok(None);
+                }
             }
             StepPhase::Optimizer => {
                 let t0 = Instant::now();
@@ -314,44 +361,42 @@ impl CpuEngine {
             }
         }
         partial.next = partial.next.next(k);
+        partial.layers_done = 0;
         Ok(None)
     }
 
-    /// Backward through the loss and every layer for the current batch;
-    /// accumulates into `grads`. `scale` is 1/k under accumulation. With
-    /// activation checkpointing each layer's z is recomputed first.
-    fn backward(&mut self, scale: f32) -> Result<()> {
+    /// Backward through layer `l` for the current batch (∂L/∂a of its
+    /// outputs is in `grad_out[l]`); accumulates into `grads` and writes
+    /// ∂L/∂a of its inputs. With activation checkpointing the layer's z is
+    /// recomputed first.
+    fn backward_layer(&mut self, l: usize) -> Result<()> {
         let e = &self.experiment;
         let batch = e.batch_size;
-        let last = self.layout.layers.len() - 1;
         let acts = &mut self.acts;
-        loss_backward(&mut self.grad_out[last], acts.output(), &self.targets, e.loss, batch, e.outputs(), scale);
-        for l in (0..=last).rev() {
-            let shape = self.layout.layers[l];
-            let n = batch * shape.units;
-            let weight = &self.params[shape.weight_offset..shape.bias_offset];
-            let x = if l == 0 { self.inputs.as_slice() } else { acts.a[l - 1].as_slice() };
-            let z = if acts.checkpointing {
-                // Recompute z[l] = x·Wᵀ + b into the shared scratch: the
-                // same function on the same x, W and b as forward, so the
-                // same bits. a[l] is still stored.
-                let bias = &self.params[shape.bias_offset..shape.bias_offset + shape.units];
-                let z = &mut acts.z[0][..n];
-                dense_forward(z, x, weight, bias, batch, shape.inputs, shape.units);
-                &*z
-            } else {
-                &acts.z[l][..]
-            };
-            let dz = &mut self.grad_pre[..n];
-            activation_backward(dz, &self.grad_out[l], z, &acts.a[l], e.model.layers[l].activation);
-            let (dweight, rest) = self.grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
-            let dbias = &mut rest[..shape.units];
-            let dx = if l == 0 { None } else { Some(self.grad_out[l - 1].as_mut_slice()) };
-            dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
-            let end = shape.bias_offset + shape.units;
-            if self.grads[shape.weight_offset..end].iter().any(|g| !g.is_finite()) {
-                return Err(non_finite(Phase::Backward, l));
-            }
+        let shape = self.layout.layers[l];
+        let n = batch * shape.units;
+        let weight = &self.params[shape.weight_offset..shape.bias_offset];
+        let x = if l == 0 { self.inputs.as_slice() } else { acts.a[l - 1].as_slice() };
+        let z = if acts.checkpointing {
+            // Recompute z[l] = x·Wᵀ + b into the shared scratch: the
+            // same function on the same x, W and b as forward, so the
+            // same bits. a[l] is still stored.
+            let bias = &self.params[shape.bias_offset..shape.bias_offset + shape.units];
+            let z = &mut acts.z[0][..n];
+            dense_forward(z, x, weight, bias, batch, shape.inputs, shape.units);
+            &*z
+        } else {
+            &acts.z[l][..]
+        };
+        let dz = &mut self.grad_pre[..n];
+        activation_backward(dz, &self.grad_out[l], z, &acts.a[l], e.model.layers[l].activation);
+        let (dweight, rest) = self.grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
+        let dbias = &mut rest[..shape.units];
+        let dx = if l == 0 { None } else { Some(self.grad_out[l - 1].as_mut_slice()) };
+        dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
+        let end = shape.bias_offset + shape.units;
+        if self.grads[shape.weight_offset..end].iter().any(|g| !g.is_finite()) {
+            return Err(non_finite(Phase::Backward, l));
         }
         Ok(())
     }

@@ -86,54 +86,121 @@ pub fn forward_pass(
     layout: &Layout,
     experiment: &Experiment,
 ) -> Option<usize> {
-    let rows = acts.rows;
     let mut first_non_finite = None;
-    for (l, shape) in layout.layers.iter().enumerate() {
-        let slot = if acts.checkpointing { 0 } else { l };
-        let z = &mut acts.z[slot][..rows * shape.units];
-        let (before, after) = acts.a.split_at_mut(l);
-        let x = if l == 0 { inputs } else { &before[l - 1] };
-        let weight = &params[shape.weight_offset..shape.bias_offset];
-        let bias = &params[shape.bias_offset..shape.bias_offset + shape.units];
-        dense_forward(z, x, weight, bias, rows, shape.inputs, shape.units);
-        activation_forward(&mut after[0], z, experiment.model.layers[l].activation);
-        if first_non_finite.is_none() && (z.iter().any(|v| !v.is_finite()) || after[0].iter().any(|v| !v.is_finite())) {
+    for l in 0..layout.layers.len() {
+        if !forward_layer(acts, params, inputs, layout, experiment, l) && first_non_finite.is_none() {
             first_non_finite = Some(l);
         }
     }
     first_non_finite
 }
 
+/// Layer `l` of `forward_pass` (its inputs are layer l−1's outputs, or
+/// `inputs`): false when its pre-activation or output holds a NaN or Inf.
+/// Running the layers one by one gives the same bits as `forward_pass`.
+pub fn forward_layer(
+    acts: &mut Activations,
+    params: &[f32],
+    inputs: &[f32],
+    layout: &Layout,
+    experiment: &Experiment,
+    l: usize,
+) -> bool {
+    let rows = acts.rows;
+    let shape = layout.layers[l];
+    let slot = if acts.checkpointing { 0 } else { l };
+    let z = &mut acts.z[slot][..rows * shape.units];
+    let (before, after) = acts.a.split_at_mut(l);
+    let x = if l == 0 { inputs } else { &before[l - 1] };
+    let weight = &params[shape.weight_offset..shape.bias_offset];
+    let bias = &params[shape.bias_offset..shape.bias_offset + shape.units];
+    dense_forward(z, x, weight, bias, rows, shape.inputs, shape.units);
+    activation_forward(&mut after[0], z, experiment.model.layers[l].activation);
+    z.iter().all(|v| v.is_finite()) && after[0].iter().all(|v| v.is_finite())
+}
+
 /// Mean loss (and accuracy for classification) of `params` over `table`.
 pub fn evaluate(params: &[f32], layout: &Layout, experiment: &Experiment, table: &Table) -> Option<Evaluation> {
-    let rows = table.rows();
-    if rows == 0 {
-        return None;
+    let mut evaluator = Evaluator::new(layout, table.rows(), EVAL_CHUNK_ROWS);
+    evaluator.advance(params, layout, experiment, table, usize::MAX);
+    evaluator.result()
+}
+
+/// An evaluation taken some rows at a time (`advance`), so that a caller
+/// can yield between parts of a long one (the page's views of a large
+/// network). Rows go through the network in chunks, so memory does not
+/// grow with the table. A table of one chunk, evaluated in one `advance`,
+/// gives exactly the unchunked figures; more chunks combine their means
+/// weighted by rows, in f64.
+pub struct Evaluator {
+    rows: usize,
+    done: usize,
+    chunk: usize,
+    acts: Activations,
+    loss_sum: f64,
+    correct: f64,
+    classified: bool,
+    whole: Option<Evaluation>,
+}
+
+impl Evaluator {
+    /// For a table of `rows` rows, at most `chunk` rows at once.
+    pub fn new(layout: &Layout, rows: usize, chunk: usize) -> Evaluator {
+        let chunk = chunk.clamp(1, EVAL_CHUNK_ROWS).min(rows.max(1));
+        let acts = Activations::new(layout, chunk);
+        Evaluator { rows, done: 0, chunk, acts, loss_sum: 0.0, correct: 0.0, classified: false, whole: None }
     }
-    // In chunks of EVAL_CHUNK_ROWS rows, so memory does not grow with the
-    // table. A table of one chunk gives exactly the unchunked figures; more
-    // chunks combine their means weighted by rows, in f64.
-    let chunk = rows.min(EVAL_CHUNK_ROWS);
-    let mut acts = Activations::new(layout, chunk);
-    let (i, t, outputs) = (table.input_width, table.target_width, experiment.outputs());
-    let (mut loss_sum, mut correct, mut classified) = (0.0f64, 0.0f64, false);
-    for start in (0..rows).step_by(chunk) {
-        let n = chunk.min(rows - start);
-        acts.resize(layout, n);
-        forward_pass(&mut acts, params, &table.inputs[start * i..(start + n) * i], layout, experiment);
-        let (y, targets) = (acts.output(), &table.targets[start * t..(start + n) * t]);
-        let loss = loss_forward(y, targets, experiment.loss, n, outputs);
-        if rows == n {
-            return Some(Evaluation { loss, accuracy: accuracy(y, targets, experiment, n) });
+
+    /// Evaluates up to `max_rows` more rows (at least one chunk's worth
+    /// where rows are left); true when the table is done.
+    pub fn advance(
+        &mut self,
+        params: &[f32],
+        layout: &Layout,
+        experiment: &Experiment,
+        table: &Table,
+        max_rows: usize,
+    ) -> bool {
+        let (i, t, outputs) = (table.input_width, table.target_width, experiment.outputs());
+        let end = self.done.saturating_add(max_rows.max(1)).min(self.rows);
+        while self.done < end {
+            let (start, n) = (self.done, self.chunk.min(end - self.done));
+            self.acts.resize(layout, n);
+            forward_pass(&mut self.acts, params, &table.inputs[start * i..(start + n) * i], layout, experiment);
+            let (y, targets) = (self.acts.output(), &table.targets[start * t..(start + n) * t]);
+            let loss = loss_forward(y, targets, experiment.loss, n, outputs);
+            let accuracy = accuracy(y, targets, experiment, n);
+            if n == self.rows {
+                self.whole = Some(Evaluation { loss, accuracy });
+            }
+            self.loss_sum += f64::from(loss) * n as f64;
+            if let Some(a) = accuracy {
+                self.correct += f64::from(a) * n as f64;
+                self.classified = true;
+            }
+            self.done += n;
         }
-        loss_sum += f64::from(loss) * n as f64;
-        if let Some(a) = accuracy(y, targets, experiment, n) {
-            correct += f64::from(a) * n as f64;
-            classified = true;
-        }
+        self.done == self.rows
     }
-    let accuracy = classified.then(|| (correct / rows as f64) as f32);
-    Some(Evaluation { loss: (loss_sum / rows as f64) as f32, accuracy })
+
+    /// Rows evaluated so far.
+    pub fn rows_done(&self) -> usize {
+        self.done
+    }
+
+    /// The figures over the whole table (None for an empty table, or
+    /// before the table is done).
+    pub fn result(&self) -> Option<Evaluation> {
+        if self.rows == 0 || self.done < self.rows {
+            return None;
+        }
+        if self.whole.is_some() {
+            return self.whole;
+        }
+        let rows = self.rows as f64;
+        let accuracy = self.classified.then(|| (self.correct / rows) as f32);
+        Some(Evaluation { loss: (self.loss_sum / rows) as f32, accuracy })
+    }
 }
 
 /// The network's outputs for `inputs` (rows, I): (rows, O), computed in

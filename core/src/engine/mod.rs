@@ -6,8 +6,8 @@ mod cpu;
 mod forward;
 pub mod phases;
 
-pub use cpu::CpuEngine;
-pub use forward::{evaluate, forward_pass, predict, Activations};
+pub use cpu::{CpuEngine, LAYER_PART_MACS};
+pub use forward::{evaluate, forward_layer, forward_pass, predict, Activations, Evaluator};
 pub use phases::{PhaseReport, StepPhase};
 
 use serde::{Deserialize, Serialize};

@@ -85,7 +85,7 @@ pub fn non_finite(code: u32, layers: usize) -> Error {
     let (phase_name, layer) = match phase {
         PHASE_FORWARD => ("forward", order),
         PHASE_LOSS => ("loss", layers - 1),
-        PHASE_BACKWARD => ("backward", 15 - order),
+        PHASE_BACKWARD => ("backward", 255 - order),
         _ => ("optimizer", order),
     };
     let kept = if phase == PHASE_OPTIMIZER {

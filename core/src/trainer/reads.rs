@@ -62,9 +62,19 @@ impl Trainer {
 
     /// Parameters, gradients and the last updates (each (P)), for views.
     pub async fn tensors(&mut self) -> Result<[Vec<f32>; 3]> {
+        self.with_tensors(|[p, g, u]| [p.to_vec(), g.to_vec(), u.to_vec()]).await
+    }
+
+    /// `f` of the parameters, gradients and last updates, borrowed on the
+    /// CPU engine (a large network's views copy only what they keep), read
+    /// back from the GPU.
+    pub async fn with_tensors<T>(&mut self, f: impl FnOnce([&[f32]; 3]) -> T) -> Result<T> {
         match &mut self.inner {
-            Inner::Cpu(e) => Ok([e.params().to_vec(), e.grads().to_vec(), e.updates().to_vec()]),
-            Inner::Gpu(e) => e.read_tensors().await,
+            Inner::Cpu(e) => Ok(f([e.params(), e.grads(), e.updates()])),
+            Inner::Gpu(e) => {
+                let [p, g, u] = e.read_tensors().await?;
+                Ok(f([&p, &g, &u]))
+            }
         }
     }
 

@@ -12,6 +12,7 @@
 //! the page reads step counts, memory and the engine in use from it
 //! without asking.
 
+pub mod bytes;
 pub mod protocol;
 mod server;
 pub mod worker;
@@ -25,7 +26,9 @@ use stepscope_core::{Error, Experiment, StepMetrics};
 use web_time::Instant;
 
 use crate::model::checkpoints::CheckpointReport;
-use crate::model::runner::{Command, Outcome, Race, PAGE_TRAIN_BUDGET_MS, WORKER_TRAIN_BUDGET_MS};
+use crate::model::runner::{
+    Command, Outcome, Race, PAGE_TRAIN_BUDGET_MS, PAGE_VIEWS_BUDGET_MS, WORKER_TRAIN_BUDGET_MS, WORKER_VIEWS_BUDGET_MS,
+};
 use crate::model::views::Snapshot;
 use protocol::{Answer, Reply, Request, Start, Status};
 pub use server::webgpu_available;
@@ -55,8 +58,10 @@ pub struct Host {
     link: Link,
     status: Status,
     /// Background checkpoints finished, not yet taken by the page.
-    finished: Vec<Result<CheckpointReport, String>>,
+    finished: Vec<Result<CheckpointReport, Error>>,
     last_snapshot_at: Option<Instant>,
+    /// Views begun and not yet done (`snapshot`).
+    views_pending: bool,
     /// Why the worker is not used, when it is not (shown as a notice).
     pub fallback: Option<String>,
 }
@@ -64,7 +69,7 @@ pub struct Host {
 impl Host {
     /// Starts the training loop, in the worker when the page asked for one
     /// (`use_worker`) and it starts, else in the page.
-    pub async fn start(start: Start) -> Result<Host, String> {
+    pub async fn start(start: Start) -> Result<Host, Error> {
         let (link, fallback) = if USE_WORKER.with(Cell::get) {
             match worker::Client::spawn().await {
                 Ok(client) => (Link::Worker(client), None),
@@ -78,7 +83,14 @@ impl Host {
         } else {
             (Link::Local(Box::default()), None)
         };
-        let mut host = Host { link, status: Status::default(), finished: Vec::new(), last_snapshot_at: None, fallback };
+        let mut host = Host {
+            link,
+            status: Status::default(),
+            finished: Vec::new(),
+            last_snapshot_at: None,
+            views_pending: false,
+            fallback,
+        };
         match host.call(Request::Start(Box::new(start))).await.0 {
             Answer::Done(result) => result.map(|()| host),
             other => Err(unexpected(other)),
@@ -155,9 +167,14 @@ impl Host {
         every > 0 && self.status.step / every > self.status.last_checkpoint / every
     }
 
-    /// Whether the views are due: at most every 50 ms, and less often when
-    /// computing them is slow, so drawing never starves training.
+    /// Whether the views are due: while they are being computed in parts,
+    /// at every frame; else at most every 50 ms, and less often when
+    /// computing them is slow (4 times their cost apart), so that they take
+    /// at most about a fifth of the engine's time.
     pub fn snapshot_due(&self) -> bool {
+        if self.views_pending {
+            return true;
+        }
         match self.last_snapshot_at {
             None => true,
             Some(t) => t.elapsed().as_secs_f64() * 1e3 >= (50.0f64).max(4.0 * self.status.snapshot_cost_ms),
@@ -165,33 +182,33 @@ impl Host {
     }
 
     /// Background checkpoints finished since the last call.
-    pub fn take_finished_checkpoints(&mut self) -> Vec<Result<CheckpointReport, String>> {
+    pub fn take_finished_checkpoints(&mut self) -> Vec<Result<CheckpointReport, Error>> {
         std::mem::take(&mut self.finished)
     }
 
     /// Asks for nothing but the status (e.g. whether the GPU arrived).
-    pub async fn poll(&mut self) -> Result<(), String> {
+    pub async fn poll(&mut self) -> Result<(), Error> {
         match self.call(Request::Status).await.0 {
             Answer::Done(result) => result,
             other => Err(unexpected(other)),
         }
     }
 
-    pub async fn start_gpu(&mut self) -> Result<(), String> {
+    pub async fn start_gpu(&mut self) -> Result<(), Error> {
         match self.call(Request::StartGpu).await.0 {
             Answer::Done(result) => result,
             other => Err(unexpected(other)),
         }
     }
 
-    pub async fn handle(&mut self, command: Command) -> Result<Option<Outcome>, String> {
+    pub async fn handle(&mut self, command: Command) -> Result<Option<Outcome>, Error> {
         match self.call(Request::Handle(Box::new(command))).await.0 {
             Answer::Handled(result) => result,
             other => Err(unexpected(other)),
         }
     }
 
-    pub async fn calibrate(&mut self) -> Result<(), String> {
+    pub async fn calibrate(&mut self) -> Result<(), Error> {
         match self.call(Request::Calibrate).await.0 {
             Answer::Done(result) => result,
             other => Err(unexpected(other)),
@@ -201,11 +218,11 @@ impl Host {
     pub async fn race(&mut self) -> Result<Race, Error> {
         match self.call(Request::Race).await.0 {
             Answer::Race(result) => result,
-            other => Err(Error::Gpu(unexpected(other))),
+            other => Err(unexpected(other)),
         }
     }
 
-    pub async fn switch_engine(&mut self, to_gpu: bool) -> Result<Option<String>, String> {
+    pub async fn switch_engine(&mut self, to_gpu: bool) -> Result<Option<String>, Error> {
         match self.call(Request::SwitchEngine(to_gpu)).await.0 {
             Answer::Switched(result) => result,
             other => Err(unexpected(other)),
@@ -222,39 +239,45 @@ impl Host {
         let free_ms = |gpu_wait: f64| if self.in_worker() { ms_since(started) - page_ms } else { gpu_wait };
         match answer {
             Answer::Trained(result, gpu_wait) => (result, free_ms(gpu_wait)),
-            other => (Err(failure(other)), 0.0),
+            other => (Err(unexpected(other)), 0.0),
         }
     }
 
-    /// The views (and the ms the page was free meanwhile).
-    pub async fn snapshot(&mut self) -> (Result<Arc<Snapshot>, Error>, f64) {
+    /// Works on the views for a slice of time (all of them when `whole`):
+    /// the views once done, None while a large network's are still being
+    /// computed; and the ms the page was free meanwhile.
+    pub async fn snapshot(&mut self, whole: bool) -> (Result<Option<Arc<Snapshot>>, Error>, f64) {
         let started = Instant::now();
-        let (answer, page_ms) = self.call(Request::Snapshot).await;
-        self.last_snapshot_at = Some(Instant::now());
+        let budget_ms = if self.in_worker() { WORKER_VIEWS_BUDGET_MS } else { PAGE_VIEWS_BUDGET_MS };
+        let (answer, page_ms) = self.call(Request::Snapshot { budget_ms, whole }).await;
+        self.views_pending = matches!(answer, Answer::Snapshot(Ok(None), _));
+        if !self.views_pending {
+            self.last_snapshot_at = Some(Instant::now());
+        }
         let free_ms = |gpu_wait: f64| if self.in_worker() { ms_since(started) - page_ms } else { gpu_wait };
         match answer {
             Answer::Snapshot(result, gpu_wait) => (result, free_ms(gpu_wait)),
-            other => (Err(failure(other)), 0.0),
+            other => (Err(unexpected(other)), 0.0),
         }
     }
 
     pub async fn layer_stats(&mut self) -> Result<Vec<[TensorStats; 4]>, Error> {
         match self.call(Request::LayerStats).await.0 {
             Answer::LayerStats(result) => result,
-            other => Err(failure(other)),
+            other => Err(unexpected(other)),
         }
     }
 
     /// An automatic checkpoint: its report when synchronous; None when it
     /// went to the background (`take_finished_checkpoints` gives it).
-    pub async fn checkpoint(&mut self, background: bool) -> Option<Result<CheckpointReport, String>> {
+    pub async fn checkpoint(&mut self, background: bool) -> Option<Result<CheckpointReport, Error>> {
         match self.call(Request::Checkpoint { background }).await.0 {
             Answer::Checkpoint(report) => report,
             other => Some(Err(unexpected(other))),
         }
     }
 
-    pub async fn recover_device(&mut self) -> Result<String, String> {
+    pub async fn recover_device(&mut self) -> Result<String, Error> {
         match self.call(Request::RecoverDevice).await.0 {
             Answer::Recovered(result) => result,
             other => Err(unexpected(other)),
@@ -266,15 +289,12 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-fn unexpected(answer: Answer) -> String {
+/// The engine's side failed, or answered what was not asked: as the core's
+/// error, not a GPU error (which the page would try to recover from), not
+/// a NaN.
+fn unexpected(answer: Answer) -> Error {
     match answer {
-        Answer::Failed(message) => message,
-        other => format!("the training loop gave an unexpected answer ({other:?})"),
+        Answer::Failed(message) => Error::Other(message),
+        other => Error::Other(format!("the training loop gave an unexpected answer ({other:?})")),
     }
-}
-
-/// A failure of the engine's side as the core's error: not a GPU error
-/// (which the page would try to recover from), not a NaN.
-fn failure(answer: Answer) -> Error {
-    Error::Io(unexpected(answer))
 }

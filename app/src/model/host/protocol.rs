@@ -18,6 +18,7 @@ use crate::model::views::Snapshot;
 pub struct Start {
     pub experiment: Experiment,
     /// A checkpoint file to continue (the autosaved run), else fresh.
+    #[serde(with = "super::bytes::option")]
     pub checkpoint: Option<Vec<u8>>,
     pub csv: Option<Arc<String>>,
     /// The page's `?fused=off` keeps the GPU on the phased kernels.
@@ -40,7 +41,11 @@ pub enum Request {
         single: bool,
         budget_ms: f64,
     },
-    Snapshot,
+    /// Work on the views for about `budget_ms` (all of them when `whole`).
+    Snapshot {
+        budget_ms: f64,
+        whole: bool,
+    },
     LayerStats,
     /// An automatic checkpoint: awaited whole, or begun and finished in
     /// the background (its report comes in a later `Status`).
@@ -54,18 +59,20 @@ pub enum Request {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Answer {
-    Done(Result<(), String>),
-    Handled(Result<Option<Outcome>, String>),
+    Done(Result<(), Error>),
+    Handled(Result<Option<Outcome>, Error>),
     Race(Result<Race, Error>),
-    Switched(Result<Option<String>, String>),
+    Switched(Result<Option<String>, Error>),
     /// A frame's steps, and the ms spent awaiting the GPU within it.
     Trained(Result<Vec<StepMetrics>, Error>, f64),
-    Snapshot(Result<Arc<Snapshot>, Error>, f64),
+    /// The views when done (None: still being computed), and the ms
+    /// spent awaiting the GPU.
+    Snapshot(Result<Option<Arc<Snapshot>>, Error>, f64),
     LayerStats(Result<Vec<[TensorStats; 4]>, Error>),
     /// A synchronous checkpoint's report; None when it went to the
     /// background (or one was already running there).
-    Checkpoint(Option<Result<CheckpointReport, String>>),
-    Recovered(Result<String, String>),
+    Checkpoint(Option<Result<CheckpointReport, Error>>),
+    Recovered(Result<String, Error>),
     /// The engine's side failed (the worker panicked or could not be
     /// reached); the message says how.
     Failed(String),
@@ -90,7 +97,7 @@ pub struct Status {
     /// there is none.
     pub gpu: Option<Result<String, String>>,
     /// Background checkpoints finished since the last reply.
-    pub checkpoints: Vec<Result<CheckpointReport, String>>,
+    pub checkpoints: Vec<Result<CheckpointReport, Error>>,
     pub checkpoint_in_flight: bool,
     /// Bytes of the WebAssembly memory on the engine's side.
     pub wasm_memory_bytes: f64,
@@ -126,6 +133,31 @@ mod tests {
     /// optional fields) crosses to the worker and back unchanged, as do
     /// the replies' metrics, errors, views and reports.
     #[test]
+    fn bytes_cross_as_bin_and_errors_keep_their_kind() {
+        let file: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+        let restore = Request::Handle(Box::new(Command::RestoreCheckpoint(Arc::new(file.clone()))));
+        let encoded = encode(&restore);
+        assert!(encoded.len() < file.len() + 100, "a file crosses as its bytes: {} bytes", encoded.len());
+        round_trip(&restore);
+        let saved = Answer::Handled(Ok(Some(Outcome::Checkpoint(file.clone(), 4))));
+        assert!(encode(&saved).len() < file.len() + 100);
+        round_trip(&saved);
+        round_trip(&Answer::Handled(Ok(Some(Outcome::File("stepscope-train.csv".into(), file)))));
+        let e = training_matrix().remove(0).1;
+        round_trip(&Request::Start(Box::new(Start {
+            experiment: e,
+            checkpoint: None,
+            csv: None,
+            fused_allowed: true,
+        })));
+        let refused = Error::Checkpoint("truncated".into()).context("The checkpoint was not loaded");
+        let back: Answer = decode(&encode(&Answer::Handled(Err(refused.clone())))).unwrap();
+        let Answer::Handled(Err(back)) = back else { panic!("{back:?}") };
+        assert_eq!(back, refused);
+        assert_eq!(back.cause(), &Error::Checkpoint("truncated".into()));
+    }
+
+    #[test]
     fn messages_cross_unchanged() {
         for (_, e) in training_matrix() {
             round_trip(&Request::Start(Box::new(Start {
@@ -156,7 +188,9 @@ mod tests {
             neurons: vec![vec![vec![-1.0, 1.0]]],
             ..Default::default()
         };
-        round_trip(&Answer::Snapshot(Ok(Arc::new(snapshot)), 1.0));
+        round_trip(&Answer::Snapshot(Ok(Some(Arc::new(snapshot))), 1.0));
+        round_trip(&Answer::Snapshot(Ok(None), 0.0));
+        round_trip(&Request::Snapshot { budget_ms: 10.0, whole: false });
         let report = PhaseReport {
             phase: StepPhase::Optimizer,
             step: 3,

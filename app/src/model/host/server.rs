@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use stepscope_core::checkpoint::load_checkpoint;
 use stepscope_core::gpu::GpuContext;
+use stepscope_core::Error;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::spawn_local;
 use web_time::Instant;
@@ -25,7 +26,7 @@ pub struct Server {
     arriving: Slot<Result<Arc<GpuContext>, String>>,
     gpu_started: bool,
     gpu: Option<Result<String, String>>,
-    finished: Rc<RefCell<Vec<Result<CheckpointReport, String>>>>,
+    finished: Rc<RefCell<Vec<Result<CheckpointReport, Error>>>>,
     in_flight: Rc<Cell<bool>>,
 }
 
@@ -72,8 +73,8 @@ impl Server {
                 let (result, awaited_ms) = runner.train_frame(single, budget_ms).await;
                 Answer::Trained(result, awaited_ms)
             }
-            Request::Snapshot => {
-                let (result, awaited_ms) = runner.snapshot().await;
+            Request::Snapshot { budget_ms, whole } => {
+                let (result, awaited_ms) = runner.views(budget_ms, whole).await;
                 Answer::Snapshot(result, awaited_ms)
             }
             Request::LayerStats => Answer::LayerStats(runner.layer_stats().await),
@@ -85,11 +86,11 @@ impl Server {
         }
     }
 
-    fn start(&mut self, start: Start) -> Result<(), String> {
+    fn start(&mut self, start: Start) -> Result<(), Error> {
         let csv = start.csv.clone();
         let mut runner = match &start.checkpoint {
             Some(bytes) => {
-                let state = load_checkpoint(bytes).map_err(|e| e.to_string())?;
+                let state = load_checkpoint(bytes)?;
                 Runner::from_state(state, None, csv)?
             }
             None => Runner::new(&start.experiment, None, csv)?,
@@ -155,9 +156,9 @@ impl Server {
 async fn checkpoint(
     runner: &mut Runner,
     background: bool,
-    finished: &Rc<RefCell<Vec<Result<CheckpointReport, String>>>>,
+    finished: &Rc<RefCell<Vec<Result<CheckpointReport, Error>>>>,
     in_flight: &Rc<Cell<bool>>,
-) -> Option<Result<CheckpointReport, String>> {
+) -> Option<Result<CheckpointReport, Error>> {
     if background && in_flight.get() {
         return None;
     }
@@ -166,7 +167,7 @@ async fn checkpoint(
         Ok(Some(read)) => read,
         // Part-way through a long step: taken at its end.
         Ok(None) => return None,
-        Err(err) => return Some(Err(err.to_string())),
+        Err(err) => return Some(Err(err)),
     };
     let (ring, csv) = (runner.ring(), runner.csv());
     if !background {

@@ -13,18 +13,18 @@ impl Runner {
     /// (the batcher hands them out in order either way), so the updates
     /// agree up to float32 summation order; the activations stored differ
     /// k-fold. The run itself is not touched.
-    pub(super) async fn check_accumulation(&mut self, k: usize) -> Result<AccumulationReport, String> {
+    pub(super) async fn check_accumulation(&mut self, k: usize) -> Result<AccumulationReport, Error> {
         if !(2..=64).contains(&k) {
-            return Err(format!("Micro-batches: {k} is outside 2…64."));
+            return Err(Error::Experiment(format!("micro-batches: {k} is outside 2…64")));
         }
-        let state = self.state().await.map_err(|err| err.to_string())?;
+        let state = self.state().await?;
         let b = state.experiment.batch_size;
         let mut one = state.clone();
         one.experiment.batch_size = k * b;
         one.experiment.grad_accumulation = 1;
         let mut accumulated = state.clone();
         accumulated.experiment.grad_accumulation = k;
-        let fail = |err: Error| format!("The accumulation check did not run: {err}");
+        let fail = |err: Error| err.context("The accumulation check did not run");
         let (one_state, one_metrics, one_memory) = self.one_step(one).await.map_err(fail)?;
         let (acc_state, acc_metrics, acc_memory) = self.one_step(accumulated).await.map_err(fail)?;
         let max_diff = one_state.params.iter().zip(&acc_state.params).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);

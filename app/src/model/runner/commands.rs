@@ -21,7 +21,7 @@ pub enum Command {
     /// The current run as checkpoint bytes, for a download.
     SaveCheckpoint,
     /// Continue from an uploaded checkpoint (refused whole if bad).
-    RestoreCheckpoint(Arc<Vec<u8>>),
+    RestoreCheckpoint(#[serde(with = "crate::model::host::bytes::arc")] Arc<Vec<u8>>),
     /// Restore the current run into a fresh engine and compare.
     VerifyRestore,
     /// The "forgot to zero the gradients" lesson: false keeps gradients
@@ -57,14 +57,14 @@ pub enum Command {
 /// What a command produced for the page.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Outcome {
-    Checkpoint(Vec<u8>, u64),
+    Checkpoint(#[serde(with = "crate::model::host::bytes::vec")] Vec<u8>, u64),
     Restored(Box<Experiment>, u64),
     Verified(String, bool),
     Phase(Box<PhaseReport>),
     /// Rolled back to the checkpoint of this step (its experiment).
     RolledBack(Box<Experiment>, u64),
     /// A file to download: name and contents.
-    File(String, Vec<u8>),
+    File(String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>),
     Accumulation(AccumulationReport),
 }
 

@@ -126,12 +126,12 @@ impl Runner {
     /// error the GPU's buffers are not to be trusted (a refused submit may
     /// have left a step half done), so the CPU engine goes on from the
     /// newest automatic checkpoint instead, and the returned notice says so.
-    pub async fn switch_engine(&mut self, to_gpu: bool) -> Result<Option<String>, String> {
+    pub async fn switch_engine(&mut self, to_gpu: bool) -> Result<Option<String>, Error> {
         if to_gpu == self.on_gpu() {
             return Ok(None);
         }
         if to_gpu && self.ctx.is_none() {
-            return Err("no WebGPU device to switch to".into());
+            return Err(Error::Gpu("no WebGPU device to switch to".into()));
         }
         let read = match self.finish_partial_step().await {
             Ok(_) => self.state().await,
@@ -140,8 +140,9 @@ impl Runner {
         let (state, notice) = match read {
             Ok(state) => (state, None),
             Err(Error::Gpu(why)) if !to_gpu => {
-                let saved = latest_before(&self.ring, u64::MAX)
-                    .ok_or_else(|| format!("the GPU's state could not be read ({why}) and no checkpoint is kept"))?;
+                let saved = latest_before(&self.ring, u64::MAX).ok_or_else(|| {
+                    Error::Gpu(format!("the GPU's state could not be read ({why}) and no checkpoint is kept"))
+                })?;
                 let notice = format!(
                     "The GPU's state could not be read after its error; the CPU engine goes on from the newest automatic checkpoint, step {}.",
                     saved.step
@@ -149,11 +150,11 @@ impl Runner {
                 self.last_checkpoint = saved.step;
                 (saved.state, Some(notice))
             }
-            Err(err) => return Err(err.to_string()),
+            Err(err) => return Err(err),
         };
         let data = self.data().clone();
         let gpu = if to_gpu { self.ctx.clone() } else { None };
-        self.trainer.rebuild(state, data, gpu).map_err(|err| err.to_string())?;
+        self.trainer.rebuild(state, data, gpu)?;
         self.calibrate().await?;
         Ok(notice)
     }
@@ -162,8 +163,8 @@ impl Runner {
     /// experiment on this adapter (cached per shape by the core). The
     /// URL's `?fused=off` keeps the phased kernels (their per-phase
     /// timestamps and bit-exact comparisons).
-    pub async fn calibrate(&mut self) -> Result<(), String> {
-        self.trainer.calibrate().await.map(|_| ()).map_err(|err| err.to_string())
+    pub async fn calibrate(&mut self) -> Result<(), Error> {
+        self.trainer.calibrate().await.map(|_| ())
     }
 }
 

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use stepscope_core::engine::evaluate;
 use stepscope_core::model::Layout;
 use stepscope_core::stats::TensorStats;
 use stepscope_core::trainer::Backend;
@@ -15,7 +14,7 @@ use web_time::Instant;
 
 use super::{Runner, GPU_SUBMIT_MS};
 use crate::model::loader::Loader;
-use crate::model::views::{snapshot, Snapshot};
+use crate::model::views::{link_blocks, Snapshot, ViewJob};
 
 impl Runner {
     /// Trains for one frame: `single` runs exactly one step. Also returns
@@ -126,13 +125,38 @@ impl Runner {
         self.steps_per_log
     }
 
-    /// The views, from the engine's current parameters; and the
+    /// Works on the views for about `budget_ms` (all of them when
+    /// `whole`): the views once done, from the engine's parameters at the
+    /// step they were begun; None while they are still being computed
+    /// (`ViewJob`: a large network's take several calls). Also the
     /// milliseconds spent awaiting the GPU's readback.
-    pub async fn snapshot(&mut self) -> (Result<Arc<Snapshot>, Error>, f64) {
-        let wait = Instant::now();
-        let tensors = self.trainer.tensors().await;
-        let awaited_ms = if self.trainer.backend() == Backend::Gpu { wait.elapsed().as_secs_f64() * 1e3 } else { 0.0 };
-        (tensors.map(|t| self.views(t)), awaited_ms)
+    pub async fn views(&mut self, budget_ms: f64, whole: bool) -> (Result<Option<Arc<Snapshot>>, Error>, f64) {
+        let mut awaited_ms = 0.0;
+        let (e, step) = (self.experiment().clone(), self.step_count());
+        if self.view_job.as_ref().is_some_and(|job| !job.is_for(&e, self.data(), step)) {
+            self.view_job = None;
+        }
+        if self.view_job.is_none() {
+            let layout = Layout::new(&e);
+            let wait = Instant::now();
+            let read = self.trainer.with_tensors(|t| (t[0].to_vec(), link_blocks(&layout, t))).await;
+            if self.trainer.backend() == Backend::Gpu {
+                awaited_ms = ms_since(wait);
+            }
+            let (params, links) = match read {
+                Ok(read) => read,
+                Err(err) => return (Err(err), awaited_ms),
+            };
+            self.view_job = Some(ViewJob::new(&e, self.data(), step, params, links));
+        }
+        let Some(job) = self.view_job.as_mut() else { unreachable!("a job was just begun") };
+        let data = self.trainer.data();
+        let done = job.advance(data, if whole { f64::INFINITY } else { budget_ms });
+        if done.is_some() {
+            self.snapshot_cost_ms = job.spent_ms();
+            self.view_job = None;
+        }
+        (Ok(done.map(Arc::new)), awaited_ms)
     }
 
     /// Per layer: statistics of [activations, gradients, weights,
@@ -140,18 +164,6 @@ impl Runner {
     /// `tensor_stats` kernel, or its CPU twin on the CPU engine).
     pub async fn layer_stats(&mut self) -> Result<Vec<[TensorStats; 4]>, Error> {
         self.trainer.layer_stats().await
-    }
-
-    fn views(&mut self, tensors: [Vec<f32>; 3]) -> Arc<Snapshot> {
-        let started = Instant::now();
-        let e = self.experiment().clone();
-        let layout = Layout::new(&e);
-        let data = self.data();
-        let train = evaluate(&tensors[0], &layout, &e, &data.train);
-        let test = evaluate(&tensors[0], &layout, &e, &data.test);
-        let snap = snapshot(&e, &layout, data, self.step_count(), tensors, train, test);
-        self.snapshot_cost_ms = started.elapsed().as_secs_f64() * 1e3;
-        snap
     }
 }
 

@@ -11,11 +11,13 @@ use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint, verify_restor
 use stepscope_core::data::Dataset;
 use stepscope_core::engine::MemoryBytes;
 use stepscope_core::gpu::GpuContext;
+use stepscope_core::limits::Limits;
 use stepscope_core::trainer::StateRead;
 use stepscope_core::{Error, Experiment, StepMetrics, TrainState, Trainer};
 
 use super::checkpoints::{latest_before, remember, Ring};
 use super::loader::Loader;
+use super::views::ViewJob;
 
 mod accumulation;
 mod commands;
@@ -46,7 +48,10 @@ pub struct Runner {
     loader: Option<Loader>,
     /// Lesson: steps between logs, when fixed.
     steps_per_log: Option<usize>,
+    /// What the last views cost to compute, in ms of work.
     snapshot_cost_ms: f64,
+    /// Views being computed in parts (`views`).
+    view_job: Option<ViewJob>,
     /// Whether the GPU may run the fused step (`set_fused_allowed`).
     fused_allowed: bool,
     /// CPU: loader waits of the step in progress (its data time).
@@ -65,6 +70,11 @@ pub const PAGE_TRAIN_BUDGET_MS: f64 = 8.0;
 /// In the worker, training takes nothing from drawing: a frame's worth.
 pub const WORKER_TRAIN_BUDGET_MS: f64 = 15.0;
 
+/// Time for the views per request, while a large network's are computed
+/// in parts: in the worker, and on the page's own thread.
+pub const WORKER_VIEWS_BUDGET_MS: f64 = 10.0;
+pub const PAGE_VIEWS_BUDGET_MS: f64 = 4.0;
+
 /// Wall time a GPU submit aims for: the page awaits it without blocking,
 /// and its readback refreshes the numbers on screen (about 30 times a
 /// second). Where a submit's fixed cost is larger, K grows past this
@@ -72,7 +82,7 @@ pub const WORKER_TRAIN_BUDGET_MS: f64 = 15.0;
 const GPU_SUBMIT_MS: f64 = 30.0;
 
 impl Runner {
-    pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<Arc<String>>) -> Result<Runner, String> {
+    pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<Arc<String>>) -> Result<Runner, Error> {
         Runner::from_state(TrainState::fresh(e), gpu, csv)
     }
 
@@ -81,13 +91,12 @@ impl Runner {
         state: TrainState,
         gpu: Option<Arc<GpuContext>>,
         csv: Option<Arc<String>>,
-    ) -> Result<Runner, String> {
-        let data =
-            Dataset::load(&state.experiment, csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
+    ) -> Result<Runner, Error> {
+        let data = Dataset::load(&state.experiment, csv.as_deref().map(String::as_str))?;
         let ring = Ring::default();
         remember(&ring, state.clone());
         let last_checkpoint = state.step();
-        let trainer = Trainer::new(state, data, gpu.clone()).map_err(|err| err.to_string())?;
+        let trainer = Trainer::new(state, data, gpu.clone())?;
         Ok(Runner {
             trainer,
             ctx: gpu,
@@ -99,6 +108,7 @@ impl Runner {
             loader: None,
             steps_per_log: None,
             snapshot_cost_ms: 0.0,
+            view_job: None,
             fused_allowed: true,
             loader_wait_ms: 0.0,
             yield_after_ms: YIELD_AFTER_MS,
@@ -165,29 +175,28 @@ impl Runner {
     }
 
     /// Applies a command. On error the current run is left as it was.
-    pub async fn handle(&mut self, command: Command) -> Result<Option<Outcome>, String> {
+    pub async fn handle(&mut self, command: Command) -> Result<Option<Outcome>, Error> {
         if let Command::StepPhase = command {
             let report = self.trainer.step_phase().await;
-            return report.map(|r| Some(Outcome::Phase(Box::new(r)))).map_err(|err| err.to_string());
+            return report.map(|r| Some(Outcome::Phase(Box::new(r))));
         }
-        self.finish_partial_step().await.map_err(|err| err.to_string())?;
+        self.finish_partial_step().await?;
         match command {
             Command::SaveCheckpoint => {
-                let state = self.state().await.map_err(|err| err.to_string())?;
-                let bytes = save_checkpoint(&state).map_err(|err| err.to_string())?;
+                let state = self.state().await?;
+                let bytes = save_checkpoint(&state)?;
                 return Ok(Some(Outcome::Checkpoint(bytes, state.step())));
             }
             Command::RestoreCheckpoint(bytes) => {
                 // Everything is checked before the current run is replaced.
-                let state = load_checkpoint(&bytes).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
+                let not_loaded = |err: Error| err.context("The checkpoint was not loaded");
+                let state = load_checkpoint(&bytes).map_err(not_loaded)?;
                 let e = state.experiment.clone();
-                let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str))
-                    .map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
-                crate::model::edit::page_check(&e, Some((data.train.rows(), data.test.rows())))
-                    .map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
+                let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str)).map_err(not_loaded)?;
+                Limits::PAGE.check(&e, Some((data.train.rows(), data.test.rows()))).map_err(not_loaded)?;
                 let step = state.step();
                 let kept = state.clone();
-                self.trainer.replace(state, data).map_err(|err| format!("The checkpoint was not loaded: {err}"))?;
+                self.trainer.replace(state, data).map_err(not_loaded)?;
                 // The restored run starts its own checkpoint ring: a later
                 // rollback or device-loss recovery must not resume the run
                 // that was replaced.
@@ -197,8 +206,8 @@ impl Runner {
                 return Ok(Some(Outcome::Restored(Box::new(e), step)));
             }
             Command::VerifyRestore => {
-                let state = self.state().await.map_err(|err| err.to_string())?;
-                let report = verify_restore(&state, self.data(), 5).map_err(|err| err.to_string())?;
+                let state = self.state().await?;
+                let report = verify_restore(&state, self.data(), 5)?;
                 return Ok(Some(Outcome::Verified(report.summary(), report.passed())));
             }
             Command::Reset(e) => self.restart(&e, self.csv.clone())?,
@@ -207,15 +216,15 @@ impl Runner {
                 // Hyperparameters in place; a different optimizer starts
                 // fresh (its state and step), SGD's momentum buffer comes
                 // and goes with its momentum (`Trainer::apply`).
-                self.trainer.apply(&e).await.map_err(|err| err.to_string())?;
+                self.trainer.apply(&e).await?;
             }
             Command::ZeroGrad(on) => self.trainer.set_zero_grad(on),
             Command::Rollback(before) => {
                 let saved = latest_before(&self.ring, before)
-                    .ok_or_else(|| format!("No checkpoint from before step {before} is kept."))?;
+                    .ok_or_else(|| Error::Checkpoint(format!("no checkpoint from before step {before} is kept")))?;
                 let e = saved.state.experiment.clone();
-                let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str)).map_err(|err| err.to_string())?;
-                self.trainer.replace(saved.state, data).map_err(|err| err.to_string())?;
+                let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str))?;
+                self.trainer.replace(saved.state, data)?;
                 self.last_checkpoint = saved.step;
                 return Ok(Some(Outcome::RolledBack(Box::new(e), saved.step)));
             }
@@ -230,7 +239,7 @@ impl Runner {
             Command::ActivationCheckpointing(on) => self
                 .trainer
                 .set_activation_checkpointing(on)
-                .map_err(|err| format!("Activation checkpointing was not switched: {err}"))?,
+                .map_err(|err| err.context("Activation checkpointing was not switched"))?,
             Command::Loader(delay_ms, prefetch) => self.set_loader(delay_ms, prefetch),
             Command::LogEvery(n) => self.set_steps_per_log(n),
             Command::CheckAccumulation(k) => {
@@ -238,7 +247,7 @@ impl Runner {
             }
             Command::LoseDevice => match self.trainer.gpu_context() {
                 Some(ctx) => ctx.device.destroy(),
-                None => return Err("No GPU device is in use to lose (pin the WebGPU engine).".into()),
+                None => return Err(Error::Gpu("no GPU device is in use to lose (pin the WebGPU engine)".into())),
             },
             Command::RefuseGpuWork => match self.trainer.gpu_context() {
                 Some(ctx) => {
@@ -252,7 +261,7 @@ impl Runner {
                         mapped_at_creation: false,
                     });
                 }
-                None => return Err("No GPU device is in use (pin the WebGPU engine).".into()),
+                None => return Err(Error::Gpu("no GPU device is in use (pin the WebGPU engine)".into())),
             },
             Command::StepOnce | Command::StepPhase => {}
         }
@@ -260,7 +269,7 @@ impl Runner {
     }
 
     /// A fresh run of `e`, keeping the lesson switches.
-    fn restart(&mut self, e: &Experiment, csv: Option<Arc<String>>) -> Result<(), String> {
+    fn restart(&mut self, e: &Experiment, csv: Option<Arc<String>>) -> Result<(), Error> {
         let mut fresh = Runner::new(e, self.trainer.gpu_context().cloned(), csv)?;
         fresh.ctx = self.ctx.clone();
         fresh.races = std::mem::take(&mut self.races);
@@ -268,7 +277,7 @@ impl Runner {
         fresh
             .trainer
             .set_activation_checkpointing(self.trainer.activation_checkpointing())
-            .map_err(|err| format!("Activation checkpointing was not switched: {err}"))?;
+            .map_err(|err| err.context("Activation checkpointing was not switched"))?;
         fresh.loader = self.loader.take().map(|l| Loader::new(l.delay_ms, l.prefetch, now_ms()));
         fresh.steps_per_log = self.steps_per_log;
         fresh.set_fused_allowed(self.fused_allowed);
@@ -321,14 +330,14 @@ impl Runner {
     // The engine takes an `Arc<GpuContext>` so that it is shareable
     // natively; the page is single-threaded, where the Arc costs nothing.
     #[allow(clippy::arc_with_non_send_sync)]
-    pub async fn recover_device(&mut self) -> Result<String, String> {
-        let ctx = Arc::new(GpuContext::new().await.map_err(|e| format!("no GPU after the device was lost: {e}"))?);
+    pub async fn recover_device(&mut self) -> Result<String, Error> {
+        let ctx = Arc::new(GpuContext::new().await.map_err(|e| e.context("no GPU after the device was lost"))?);
         self.ctx = Some(ctx.clone());
         let e = self.experiment().clone();
         let state = latest_before(&self.ring, u64::MAX).map_or_else(|| TrainState::fresh(&e), |s| s.state);
         let step = state.step();
         let data = self.data().clone();
-        self.trainer.rebuild(state, data, Some(ctx)).map_err(|err| err.to_string())?;
+        self.trainer.rebuild(state, data, Some(ctx))?;
         Ok(format!("The GPU device was lost; training resumed on a new device from step {step}."))
     }
 }

@@ -1,20 +1,28 @@
 //! What the page draws, computed from the engine's real parameters: the
 //! output over the input plane (decision boundary or regression surface),
-//! each neuron's output over the plane (thumbnails), and the points.
+//! each drawn neuron's output over the plane (thumbnails), the links the
+//! diagram draws, the points, and full-set evaluations.
 //!
 //! The plane is the built-in data's [-6, 6]² (or a CSV's x1, x2 range);
 //! inputs are made from each grid point with the experiment's features, and
 //! the CPU reference forward pass gives every layer's outputs at once.
-
-use std::sync::Arc;
+//!
+//! What a view costs is bounded whatever the network (`job`): the grid
+//! is coarser for a large network, the work is done in parts between
+//! training frames, and only what the page draws crosses to it.
 
 use stepscope_core::data::Dataset;
-use stepscope_core::engine::{forward_pass, Activations, Evaluation};
+use stepscope_core::engine::Evaluation;
 use stepscope_core::experiment::{DataSource, Loss};
 use stepscope_core::model::Layout;
 use stepscope_core::Experiment;
 
-/// Grid points per side for the boundary and the thumbnails.
+mod job;
+
+pub use job::{grid_side, link_blocks, ViewJob};
+
+/// Grid points per side for the boundary and the thumbnails, at most
+/// (`grid_side` picks fewer for a large network).
 pub const GRID: usize = 48;
 
 /// Units of a layer the diagram draws (and the views carry thumbnails
@@ -32,24 +40,38 @@ pub struct PlotPoint {
     pub test: bool,
 }
 
+/// The links the diagram draws into one layer: between its first
+/// `outs` units and the first `ins` units of its input, each kind
+/// [weights, gradients, last updates] as an (outs, ins) block, with the
+/// largest magnitude over the layer's whole weight matrix (a link's width
+/// is relative to it).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LinkBlock {
+    pub outs: usize,
+    pub ins: usize,
+    pub values: [Vec<f32>; 3],
+    pub max: [f32; 3],
+}
+
 /// Everything the views need after a frame of training.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     pub step: u64,
     /// The plane's extent: [min, max] of x1 and of x2.
     pub extent: [f32; 4],
-    /// Output over the plane, (GRID, GRID) row-major from the top-left,
+    /// Grid points per side of `boundary` and of the thumbnails.
+    pub grid: usize,
+    /// Output over the plane, (grid, grid) row-major from the top-left,
     /// as a value in [-1, 1] per point (None when the data are not 2-D).
     pub boundary: Option<Vec<f32>>,
     /// Number of classes for cross_entropy (colours by argmax), else 0.
     pub classes: usize,
     /// Per layer, per unit (the first `SHOWN_UNITS`): the unit's output over
-    /// the plane, (GRID, GRID), scaled to [-1, 1].
+    /// the plane, (grid, grid), scaled to [-1, 1].
     pub neurons: Vec<Vec<Vec<f32>>>,
     pub points: Vec<PlotPoint>,
-    pub params: Vec<f32>,
-    pub grads: Vec<f32>,
-    pub updates: Vec<f32>,
+    /// Per layer, the links the diagram draws.
+    pub links: Vec<LinkBlock>,
     pub train: Option<Evaluation>,
     pub test: Option<Evaluation>,
 }
@@ -90,32 +112,18 @@ fn output_value(row: &[f32], loss: Loss) -> f32 {
     }
 }
 
-/// Computes the snapshot for `params` (P).
-pub fn snapshot(
-    e: &Experiment,
-    layout: &Layout,
-    data: &Dataset,
-    step: u64,
-    tensors: [Vec<f32>; 3],
-    train: Option<Evaluation>,
-    test: Option<Evaluation>,
-) -> Arc<Snapshot> {
-    let [params, grads, updates] = tensors;
-    let mut snap = Snapshot { step, params, grads, updates, train, test, ..Snapshot::default() };
-    snap.classes = if e.loss == Loss::CrossEntropy { e.outputs() } else { 0 };
-    let Some(extent) = plane_extent(e, data) else {
-        return Arc::new(snap);
-    };
-    snap.extent = extent;
+/// The model inputs at each point of a (side, side) grid over `extent`,
+/// row 0 at the top (the largest x2): the experiment's features of (x1,
+/// x2), or (x1, x2) itself for a CSV.
+pub fn grid_inputs(e: &Experiment, extent: [f32; 4], side: usize) -> Vec<f32> {
     let [x_lo, x_hi, y_lo, y_hi] = extent;
     let features = e.data.features();
     let csv = e.data.source == DataSource::Csv;
-    let mut inputs = Vec::with_capacity(GRID * GRID * e.model.inputs);
-    for r in 0..GRID {
-        // Row 0 is the top of the picture: the largest x2.
-        let x2 = y_hi - (r as f32 + 0.5) / GRID as f32 * (y_hi - y_lo);
-        for c in 0..GRID {
-            let x1 = x_lo + (c as f32 + 0.5) / GRID as f32 * (x_hi - x_lo);
+    let mut inputs = Vec::with_capacity(side * side * e.model.inputs);
+    for r in 0..side {
+        let x2 = y_hi - (r as f32 + 0.5) / side as f32 * (y_hi - y_lo);
+        for c in 0..side {
+            let x1 = x_lo + (c as f32 + 0.5) / side as f32 * (x_hi - x_lo);
             if csv {
                 inputs.extend([x1, x2]);
             } else {
@@ -123,27 +131,20 @@ pub fn snapshot(
             }
         }
     }
-    let mut acts = Activations::new(layout, GRID * GRID);
-    forward_pass(&mut acts, &snap.params, &inputs, layout, e);
-    let outputs = e.outputs();
-    snap.boundary = Some(acts.output().chunks_exact(outputs).map(|row| output_value(row, e.loss)).collect());
-    snap.neurons = layout
-        .layers
-        .iter()
-        .enumerate()
-        .map(|(l, shape)| {
-            let a = &acts.a[l];
-            (0..shape.units.min(SHOWN_UNITS))
-                .map(|u| {
-                    let column: Vec<f32> = (0..GRID * GRID).map(|i| a[i * shape.units + u]).collect();
-                    let scale = column.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
-                    column.iter().map(|v| v / scale).collect()
-                })
-                .collect()
-        })
-        .collect();
-    snap.points = plot_points(e, data);
-    Arc::new(snap)
+    inputs
+}
+
+/// The views of `params` at `step`, computed at once (tests; the loop
+/// computes them in parts, `ViewJob`).
+pub fn snapshot(e: &Experiment, data: &Dataset, step: u64, tensors: [&[f32]; 3]) -> Snapshot {
+    let layout = Layout::new(e);
+    let links = link_blocks(&layout, tensors);
+    let mut job = ViewJob::new(e, data, step, tensors[0].to_vec(), links);
+    loop {
+        if let Some(snap) = job.advance(data, f64::INFINITY) {
+            return snap;
+        }
+    }
 }
 
 fn plot_points(e: &Experiment, data: &Dataset) -> Vec<PlotPoint> {
@@ -219,32 +220,68 @@ mod tests {
         let data = Dataset::load(&e, None).unwrap();
         let layout = Layout::new(&e);
         let params = stepscope_core::model::init_parameters(&layout, 1);
-        let p = params.len();
-        let snap = snapshot(&e, &layout, &data, 0, [params.clone(), vec![0.0; p], vec![0.0; p]], None, None);
+        let zeros = vec![0.0; params.len()];
+        let snap = snapshot(&e, &data, 0, [&params, &zeros, &zeros]);
+        assert_eq!(snap.grid, GRID, "a small network gets the full grid");
         let boundary = snap.boundary.as_ref().unwrap();
         assert_eq!(boundary.len(), GRID * GRID);
         assert!(boundary.iter().all(|v| (-1.0..=1.0).contains(v)));
         assert_eq!(snap.neurons.len(), 3);
         assert_eq!(snap.neurons[0].len(), 16, "the default network's first hidden layer");
-        // A layer wider than the diagram shows carries only what it draws.
-        let mut wide = e.clone();
-        wide.model.layers[0].units = 64;
-        let wide_layout = Layout::new(&wide);
-        let wide_params = stepscope_core::model::init_parameters(&wide_layout, 1);
-        let q = wide_params.len();
-        let wide_snap = snapshot(&wide, &wide_layout, &data, 0, [wide_params, vec![0.0; q], vec![0.0; q]], None, None);
-        assert_eq!(wide_snap.neurons[0].len(), SHOWN_UNITS);
         assert_eq!(snap.points.len(), 500);
+        // The evaluations are the engine's own.
+        let train = stepscope_core::engine::evaluate(&params, &layout, &e, &data.train);
+        assert_eq!(snap.train, train);
+        // The links: the first layer's 16 × 2 weights, all drawn.
+        assert_eq!((snap.links[0].outs, snap.links[0].ins), (16, 2));
+        let w0 = &params[layout.layers[0].weight_offset..layout.layers[0].bias_offset];
+        assert_eq!(snap.links[0].values[0], w0);
+        assert_eq!(snap.links[0].max[0], w0.iter().fold(0.0f32, |m, v| m.max(v.abs())));
         // Other parameters, another picture.
-        let other = snapshot(
-            &e,
-            &layout,
-            &data,
-            0,
-            [params.iter().map(|v| -v).collect(), vec![0.0; p], vec![0.0; p]],
-            None,
-            None,
-        );
+        let negated: Vec<f32> = params.iter().map(|v| -v).collect();
+        let other = snapshot(&e, &data, 0, [&negated, &zeros, &zeros]);
         assert_ne!(other.boundary, snap.boundary);
+    }
+
+    /// A wide network: the views carry only
+    /// what the diagram draws, on a coarser grid, and the same picture
+    /// comes out whether they are computed at once or in many small parts.
+    #[test]
+    fn a_large_network_gets_bounded_views() {
+        let mut e = super::super::edit::default_experiment();
+        let hidden = e.model.layers[0].clone();
+        e.model.layers = (0..2).map(|_| hidden.clone()).chain([e.model.layers.last().unwrap().clone()]).collect();
+        for layer in &mut e.model.layers[..2] {
+            layer.units = 1024;
+        }
+        e.data.samples = Some(100);
+        let data = Dataset::load(&e, None).unwrap();
+        let layout = Layout::new(&e);
+        let params = stepscope_core::model::init_parameters(&layout, 1);
+        let zeros = vec![0.0; params.len()];
+        let side = grid_side(&layout);
+        assert!((job::MIN_GRID..GRID).contains(&side), "{side}");
+        let at_once = snapshot(&e, &data, 3, [&params, &zeros, &zeros]);
+        assert_eq!(at_once.grid, side);
+        assert_eq!(at_once.boundary.as_ref().unwrap().len(), side * side);
+        assert!(at_once.neurons.iter().all(|layer| layer.len() <= SHOWN_UNITS));
+        assert!(at_once.neurons[1].iter().all(|unit| unit.len() == side * side));
+        assert_eq!((at_once.links[1].outs, at_once.links[1].ins), (SHOWN_UNITS, SHOWN_UNITS));
+        assert_eq!(at_once.links[1].values[0].len(), SHOWN_UNITS * SHOWN_UNITS);
+        // In parts: each call does at least one chunk, and the job is
+        // not done after the first.
+        let mut job = ViewJob::new(&e, &data, 3, params.clone(), link_blocks(&layout, [&params, &zeros, &zeros]));
+        let mut calls = 1;
+        let in_parts = loop {
+            if let Some(snap) = job.advance(&data, 0.0) {
+                break snap;
+            }
+            calls += 1;
+        };
+        assert!(calls > 10, "{calls} calls");
+        assert_eq!(in_parts.boundary, at_once.boundary);
+        assert_eq!(in_parts.neurons, at_once.neurons);
+        let (a, b) = (in_parts.train.unwrap().loss, at_once.train.unwrap().loss);
+        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} against {b}");
     }
 }

@@ -1,0 +1,215 @@
+//! The views of one step, computed in parts (`ViewJob::advance`) between
+//! training frames, so that however large the network, no part runs long
+//! and Pause or an edit is never kept waiting behind a picture.
+//!
+//! The cost is bounded three ways:
+//! - the grid is coarser for a large network (`grid_side`): at most
+//!   `GRID_BUDGET_MACS` multiply-adds for the whole plane;
+//! - the work goes in chunks of about `CHUNK_MACS` (grid points, then test
+//!   rows, then train rows), and a call stops once its time is spent;
+//! - only what the page draws is kept: the thumbnails and links of the
+//!   first `SHOWN_UNITS` units of each layer.
+//!
+//! The job holds its own copy of the parameters, so training goes on
+//! between parts and the views all show the one step they were taken at.
+
+use web_time::Instant;
+
+use stepscope_core::data::Dataset;
+use stepscope_core::engine::{forward_pass, Activations, Evaluator};
+use stepscope_core::experiment::Loss;
+use stepscope_core::model::Layout;
+use stepscope_core::Experiment;
+
+use super::{grid_inputs, output_value, plane_extent, plot_points, LinkBlock, Snapshot, GRID, SHOWN_UNITS};
+
+/// Multiply-adds of the whole grid's forward pass, at most (the grid is
+/// never coarser than `MIN_GRID` a side, whatever that costs).
+pub const GRID_BUDGET_MACS: u64 = 1 << 28;
+/// The coarsest grid, a side.
+pub const MIN_GRID: usize = 12;
+/// Multiply-adds of one chunk of work: a few milliseconds in WebAssembly.
+const CHUNK_MACS: u64 = 1 << 22;
+
+/// Grid points a side for a network: the full `GRID` while the plane's
+/// forward pass costs at most `GRID_BUDGET_MACS`, else as many as it allows.
+pub fn grid_side(layout: &Layout) -> usize {
+    let per_point = layout.parameter_count.max(1) as u64;
+    let fits = ((GRID_BUDGET_MACS / per_point) as f64).sqrt() as usize;
+    fits.clamp(MIN_GRID, GRID)
+}
+
+/// The links the diagram draws, from the engine's [parameters, gradients,
+/// updates]: per layer, the block between its first `SHOWN_UNITS` units
+/// and the first `SHOWN_UNITS` of its inputs, and each kind's largest
+/// magnitude over the whole weight matrix.
+pub fn link_blocks(layout: &Layout, tensors: [&[f32]; 3]) -> Vec<LinkBlock> {
+    layout
+        .layers
+        .iter()
+        .map(|shape| {
+            let (outs, ins) = (shape.units.min(SHOWN_UNITS), shape.inputs.min(SHOWN_UNITS));
+            let block = |t: &[f32]| -> Vec<f32> {
+                let weights = &t[shape.weight_offset..shape.bias_offset];
+                (0..outs).flat_map(|o| weights[o * shape.inputs..o * shape.inputs + ins].iter().copied()).collect()
+            };
+            let max = |t: &[f32]| t[shape.weight_offset..shape.bias_offset].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            LinkBlock { outs, ins, values: tensors.map(block), max: tensors.map(max) }
+        })
+        .collect()
+}
+
+/// The plane's forward pass, some points at a time.
+struct GridPass {
+    side: usize,
+    extent: [f32; 4],
+    inputs: Vec<f32>,
+    done: usize,
+    acts: Activations,
+    boundary: Vec<f32>,
+    /// Per layer, per drawn unit: its output at each point (not yet scaled).
+    neurons: Vec<Vec<Vec<f32>>>,
+}
+
+pub struct ViewJob {
+    experiment: Experiment,
+    layout: Layout,
+    step: u64,
+    rows: (usize, usize),
+    params: Vec<f32>,
+    links: Vec<LinkBlock>,
+    chunk_rows: usize,
+    grid: Option<GridPass>,
+    test: Evaluator,
+    train: Evaluator,
+    spent_ms: f64,
+}
+
+impl ViewJob {
+    /// The views of `params` (a copy: training may go on) at `step`.
+    pub fn new(e: &Experiment, data: &Dataset, step: u64, params: Vec<f32>, links: Vec<LinkBlock>) -> ViewJob {
+        let layout = Layout::new(e);
+        let per_row = layout.parameter_count.max(1) as u64;
+        let chunk_rows = (CHUNK_MACS / per_row).clamp(1, 4096) as usize;
+        let grid = plane_extent(e, data).map(|extent| {
+            let side = grid_side(&layout);
+            let shown = layout.layers.iter().map(|l| vec![vec![0.0; side * side]; l.units.min(SHOWN_UNITS)]).collect();
+            GridPass {
+                side,
+                extent,
+                inputs: grid_inputs(e, extent, side),
+                done: 0,
+                acts: Activations::new(&layout, chunk_rows.min(side * side)),
+                boundary: Vec::with_capacity(side * side),
+                neurons: shown,
+            }
+        });
+        let rows = (data.train.rows(), data.test.rows());
+        ViewJob {
+            experiment: e.clone(),
+            test: Evaluator::new(&layout, rows.1, chunk_rows),
+            train: Evaluator::new(&layout, rows.0, chunk_rows),
+            layout,
+            step,
+            rows,
+            params,
+            links,
+            chunk_rows,
+            grid,
+            spent_ms: 0.0,
+        }
+    }
+
+    /// Whether this job still describes the run: the same experiment and
+    /// data, and not from after the run's step (a restore went back).
+    pub fn is_for(&self, e: &Experiment, data: &Dataset, step: u64) -> bool {
+        self.experiment == *e && self.rows == (data.train.rows(), data.test.rows()) && self.step <= step
+    }
+
+    /// The step the views show.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Milliseconds of work so far.
+    pub fn spent_ms(&self) -> f64 {
+        self.spent_ms
+    }
+
+    /// Does chunks of work until `budget_ms` is spent (at least one);
+    /// the views once all are done.
+    pub fn advance(&mut self, data: &Dataset, budget_ms: f64) -> Option<Snapshot> {
+        let started = Instant::now();
+        let mut done = false;
+        loop {
+            done = done || self.chunk(data);
+            let elapsed = started.elapsed().as_secs_f64() * 1e3;
+            if done || elapsed >= budget_ms {
+                self.spent_ms += elapsed;
+                break;
+            }
+        }
+        done.then(|| self.finish(data))
+    }
+
+    /// One chunk: grid points, else test rows, else train rows; true when
+    /// nothing is left.
+    fn chunk(&mut self, data: &Dataset) -> bool {
+        let (e, layout, params, n) = (&self.experiment, &self.layout, &self.params, self.chunk_rows);
+        if let Some(grid) = self.grid.as_mut().filter(|g| g.done < g.side * g.side) {
+            let points = grid.side * grid.side;
+            let (start, rows) = (grid.done, n.min(points - grid.done));
+            let width = e.model.inputs;
+            grid.acts.resize(layout, rows);
+            forward_pass(&mut grid.acts, params, &grid.inputs[start * width..(start + rows) * width], layout, e);
+            let outputs = e.outputs();
+            grid.boundary.extend(grid.acts.output().chunks_exact(outputs).map(|row| output_value(row, e.loss)));
+            for (l, shape) in layout.layers.iter().enumerate() {
+                let a = &grid.acts.a[l];
+                for (u, column) in grid.neurons[l].iter_mut().enumerate() {
+                    for p in 0..rows {
+                        column[start + p] = a[p * shape.units + u];
+                    }
+                }
+            }
+            grid.done += rows;
+            return false;
+        }
+        if !self.test.advance(params, layout, e, &data.test, n) {
+            return false;
+        }
+        self.train.advance(params, layout, e, &data.train, n)
+    }
+
+    fn finish(&mut self, data: &Dataset) -> Snapshot {
+        let e = &self.experiment;
+        let mut snap = Snapshot {
+            step: self.step,
+            classes: if e.loss == Loss::CrossEntropy { e.outputs() } else { 0 },
+            links: std::mem::take(&mut self.links),
+            train: self.train.result(),
+            test: self.test.result(),
+            ..Snapshot::default()
+        };
+        if let Some(grid) = self.grid.take() {
+            snap.extent = grid.extent;
+            snap.grid = grid.side;
+            snap.boundary = Some(grid.boundary);
+            snap.neurons = grid
+                .neurons
+                .into_iter()
+                .map(|layer| {
+                    layer
+                        .into_iter()
+                        .map(|column| {
+                            let scale = column.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+                            column.iter().map(|v| v / scale).collect()
+                        })
+                        .collect()
+                })
+                .collect();
+            snap.points = plot_points(e, data);
+        }
+        snap
+    }
+}
