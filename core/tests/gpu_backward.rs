@@ -365,7 +365,7 @@ async fn bias_backward_matches_cpu() {
 }
 gpu_common::twin_test!(bias_backward_matches_cpu);
 
-/// A NaN in dz makes gradients non-finite: phase 3, order 15 − layer, at
+/// A NaN in dz makes gradients non-finite: phase 3, order 255 − layer, at
 /// the current step; only the affected unit's gradients are NaN.
 async fn backward_flags_non_finite_gradients() {
     let (batch, inputs, units) = (5, 3, 4);
@@ -375,11 +375,11 @@ async fn backward_flags_non_finite_gradients() {
     let grads = vec![0.0; 2 + units * inputs + units];
     let (g, code) =
         dense_backward_weight_gpu(&grads, &flags_at_step(6, 0), &dz, &x, (inputs, units, batch), 2, 2).await;
-    assert_eq!(code, (6 << 16) | (PHASE_BACKWARD << 8) | 13);
+    assert_eq!(code, (6 << 16) | (PHASE_BACKWARD << 8) | 253);
     assert!(g[2 + inputs].is_nan() && g[2].is_finite(), "unit 1's row is NaN, unit 0's is not");
     let bias = 2 + units * inputs;
     let (g, code) = bias_backward_gpu(&grads, &flags_at_step(4, 1), &dz, batch, bias, 3).await;
-    assert_eq!(code, (4 << 16) | (PHASE_BACKWARD << 8) | 12);
+    assert_eq!(code, (4 << 16) | (PHASE_BACKWARD << 8) | 252);
     assert!(g[bias + 1].is_nan() && g[bias].is_finite(), "unit 1's bias is NaN, unit 0's is not");
 }
 gpu_common::twin_test!(backward_flags_non_finite_gradients);

@@ -21,7 +21,7 @@ use super::plan::{Dispatch, Plan};
 use super::readback::{map_read, MapFuture};
 use super::GpuContext;
 use crate::data::{Batcher, Dataset};
-use crate::engine::{MemoryBytes, TrainState};
+use crate::engine::{MemoryBytes, StepPhase, TrainState};
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{Layout, TensorInfo};
@@ -63,7 +63,7 @@ pub struct GpuEngine {
     /// boundaries), timed as a whole: for throughput.
     pub phase_timing: bool,
     /// A step begun phase by phase (`step_phase`) and not yet finished.
-    pub(super) partial: Option<super::phases::GpuPartial>,
+    pub(super) partial: Option<GpuPartial>,
     /// The fused step, when the experiment allows it (`fused_unsupported`).
     pub(super) fused: Option<FusedStep>,
     /// Whether submits run the fused step (when available and activation
@@ -82,6 +82,14 @@ const MAX_QUERIES: usize = 4096;
 const RING: usize = 3;
 /// Row indices uploaded per submit at most (16 MiB).
 const MAX_ROWS_PER_SUBMIT: usize = 1 << 22;
+
+/// Where a step taken phase by phase stands (`phases.rs`).
+pub(super) struct GpuPartial {
+    pub(super) next: StepPhase,
+    pub(super) lr: f64,
+    /// The step's loss sum read after the previous forward phase.
+    pub(super) loss_so_far: f32,
+}
 
 impl GpuEngine {
     /// Continues `state` on the GPU of `ctx`. All buffers, pipelines and

@@ -2,7 +2,7 @@
 //! recorded from the same dispatch lists as a full step, and the tensors
 //! it produced are read back for the page's summaries.
 
-use super::engine::GpuEngine;
+use super::engine::{GpuEngine, GpuPartial};
 use super::params::FLAGS_INIT;
 use super::passes::{non_finite, record_pass, PassKind};
 use super::plan::Dispatch;
@@ -11,14 +11,6 @@ use crate::engine::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use crate::engine::{PhaseTimes, StepMetrics, Timing};
 use crate::error::{Error, Result};
 use crate::optim::{learning_rate, StepScalars};
-
-/// Where a step taken phase by phase stands.
-pub(super) struct GpuPartial {
-    next: StepPhase,
-    lr: f64,
-    /// The step's loss sum read after the previous forward phase.
-    loss_so_far: f32,
-}
 
 impl GpuEngine {
     /// Whether a step is part-way through (step-by-phase mode).
