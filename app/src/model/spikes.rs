@@ -30,7 +30,7 @@ pub const MAX_FACTOR: f32 = 1.5;
 pub const GRAD_FACTOR: f32 = 10.0;
 
 /// What a step looked like against the recent ones.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Verdict {
     Normal,
     /// The gradient norm jumped: (norm, median).

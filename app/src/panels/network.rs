@@ -132,6 +132,8 @@ pub fn NetworkPanel() -> impl IntoView {
 }
 
 const NODE: f64 = 34.0;
+/// Steps of a link's drawn magnitude (width and opacity).
+const LINK_LEVELS: usize = 8;
 const GAP_Y: f64 = 40.0;
 /// Space between columns: 96 px, less for a deep network so that the
 /// diagram stays about `MAX_WIDTH` wide (CSS scales it into its column).
@@ -168,22 +170,39 @@ fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experim
         LinkMode::Gradient => 1,
         LinkMode::Update => 2,
     };
+    // Links, by sign and by magnitude in LINK_LEVELS steps: one path and
+    // one stroke per (sign, level), not per link (a deep, wide network
+    // draws thousands of them).
+    let mut paths: Vec<Vec<(f64, f64, f64, f64)>> = vec![Vec::new(); 2 * LINK_LEVELS];
     for (l, block) in snap.links.iter().enumerate() {
         let (values, max) = (&block.values[kind], block.max[kind].max(1e-12));
         for o in 0..block.outs {
             for i in 0..block.ins {
                 let v = values[o * block.ins + i] / max;
+                let level = ((v.abs() * LINK_LEVELS as f32) as usize).min(LINK_LEVELS - 1);
                 let (x0, y0) = pos(l, i);
                 let (x1, y1) = pos(l + 1, o);
-                let [r, g, b] = color(v.signum(), 0);
-                ctx.set_stroke_style_str(&format!("rgba({r},{g},{b},{:.2})", 0.25 + 0.75 * v.abs()));
-                ctx.set_line_width(0.5 + 3.5 * v.abs() as f64);
-                ctx.begin_path();
-                ctx.move_to(x0 + NODE, y0 + NODE / 2.0);
-                ctx.line_to(x1, y1 + NODE / 2.0);
-                ctx.stroke();
+                paths[usize::from(v >= 0.0) * LINK_LEVELS + level].push((
+                    x0 + NODE,
+                    y0 + NODE / 2.0,
+                    x1,
+                    y1 + NODE / 2.0,
+                ));
             }
         }
+    }
+    for (bucket, lines) in paths.iter().enumerate().filter(|(_, lines)| !lines.is_empty()) {
+        let (sign, level) = (if bucket >= LINK_LEVELS { 1.0 } else { -1.0 }, bucket % LINK_LEVELS);
+        let magnitude = (level as f32 + 0.5) / LINK_LEVELS as f32;
+        let [r, g, b] = color(sign, 0);
+        ctx.set_stroke_style_str(&format!("rgba({r},{g},{b},{:.2})", 0.25 + 0.75 * magnitude));
+        ctx.set_line_width(0.5 + 3.5 * magnitude as f64);
+        ctx.begin_path();
+        for &(x0, y0, x1, y1) in lines {
+            ctx.move_to(x0, y0);
+            ctx.line_to(x1, y1);
+        }
+        ctx.stroke();
     }
     // Inputs: each feature over the plane; then every unit's output.
     let features = e.data.features();

@@ -153,10 +153,6 @@ const HISTORY_LIMIT: usize = 600;
 /// Most per-layer samples kept (columns of the distributions over time).
 const LAYER_HISTORY_LIMIT: usize = 120;
 
-/// Least time between per-layer samples: each costs a GPU pass and a
-/// readback, counted under logging in the timeline.
-const LAYER_SAMPLE_MS: f64 = 250.0;
-
 impl AppState {
     pub fn new() -> AppState {
         let (experiment, alert) = match url::experiment_from_url() {

@@ -18,18 +18,16 @@ mod server;
 pub mod worker;
 
 use std::cell::Cell;
-use std::sync::Arc;
 
 use stepscope_core::engine::MemoryBytes;
-use stepscope_core::stats::TensorStats;
-use stepscope_core::{Error, Experiment, StepMetrics};
+use stepscope_core::{Error, Experiment};
 use web_time::Instant;
 
 use crate::model::checkpoints::CheckpointReport;
 use crate::model::runner::{
-    Command, Outcome, Race, PAGE_TRAIN_BUDGET_MS, PAGE_VIEWS_BUDGET_MS, WORKER_TRAIN_BUDGET_MS, WORKER_VIEWS_BUDGET_MS,
+    FramePlan, FrameReport, Race, PAGE_TRAIN_BUDGET_MS, PAGE_VIEWS_BUDGET_MS, WORKER_TRAIN_BUDGET_MS,
+    WORKER_VIEWS_BUDGET_MS,
 };
-use crate::model::views::Snapshot;
 use protocol::{Answer, Reply, Request, Start, Status};
 pub use server::webgpu_available;
 
@@ -59,9 +57,6 @@ pub struct Host {
     status: Status,
     /// Background checkpoints finished, not yet taken by the page.
     finished: Vec<Result<CheckpointReport, Error>>,
-    last_snapshot_at: Option<Instant>,
-    /// Views begun and not yet done (`snapshot`).
-    views_pending: bool,
     /// Why the worker is not used, when it is not (shown as a notice).
     pub fallback: Option<String>,
 }
@@ -83,14 +78,7 @@ impl Host {
         } else {
             (Link::Local(Box::default()), None)
         };
-        let mut host = Host {
-            link,
-            status: Status::default(),
-            finished: Vec::new(),
-            last_snapshot_at: None,
-            views_pending: false,
-            fallback,
-        };
+        let mut host = Host { link, status: Status::default(), finished: Vec::new(), fallback };
         match host.call(Request::Start(Box::new(start))).await.0 {
             Answer::Done(result) => result.map(|()| host),
             other => Err(unexpected(other)),
@@ -160,27 +148,6 @@ impl Host {
         self.status.steps_per_log
     }
 
-    /// Whether an automatic checkpoint is due (every `every` steps; 0: off).
-    /// Due once a multiple of `every` was passed since the last one (a
-    /// frame trains several steps, so it lands on the frame's last step).
-    pub fn checkpoint_due(&self, every: u64) -> bool {
-        every > 0 && self.status.step / every > self.status.last_checkpoint / every
-    }
-
-    /// Whether the views are due: while they are being computed in parts,
-    /// at every frame; else at most every 50 ms, and less often when
-    /// computing them is slow (4 times their cost apart), so that they take
-    /// at most about a fifth of the engine's time.
-    pub fn snapshot_due(&self) -> bool {
-        if self.views_pending {
-            return true;
-        }
-        match self.last_snapshot_at {
-            None => true,
-            Some(t) => t.elapsed().as_secs_f64() * 1e3 >= (50.0f64).max(4.0 * self.status.snapshot_cost_ms),
-        }
-    }
-
     /// Background checkpoints finished since the last call.
     pub fn take_finished_checkpoints(&mut self) -> Vec<Result<CheckpointReport, Error>> {
         std::mem::take(&mut self.finished)
@@ -197,13 +164,6 @@ impl Host {
     pub async fn start_gpu(&mut self) -> Result<(), Error> {
         match self.call(Request::StartGpu).await.0 {
             Answer::Done(result) => result,
-            other => Err(unexpected(other)),
-        }
-    }
-
-    pub async fn handle(&mut self, command: Command) -> Result<Option<Outcome>, Error> {
-        match self.call(Request::Handle(Box::new(command))).await.0 {
-            Answer::Handled(result) => result,
             other => Err(unexpected(other)),
         }
     }
@@ -229,51 +189,23 @@ impl Host {
         }
     }
 
-    /// Trains for one frame (`single`: exactly one step). Also returns the
-    /// ms the page was free meanwhile: all of it but the decoding when the
-    /// worker trained, the GPU waits when the page did.
-    pub async fn train_frame(&mut self, single: bool) -> (Result<Vec<StepMetrics>, Error>, f64) {
+    /// One frame of the loop on the engine's side (`Runner::frame`): the
+    /// report, and the ms the page was free meanwhile (all of it but the
+    /// decoding when the worker did the frame; the GPU waits when the page
+    /// did).
+    pub async fn frame(&mut self, mut plan: FramePlan) -> (FrameReport, f64) {
         let started = Instant::now();
-        let budget_ms = if self.in_worker() { WORKER_TRAIN_BUDGET_MS } else { PAGE_TRAIN_BUDGET_MS };
-        let (answer, page_ms) = self.call(Request::TrainFrame { single, budget_ms }).await;
-        let free_ms = |gpu_wait: f64| if self.in_worker() { ms_since(started) - page_ms } else { gpu_wait };
+        let worker = self.in_worker();
+        plan.budget_ms = if worker { WORKER_TRAIN_BUDGET_MS } else { PAGE_TRAIN_BUDGET_MS };
+        plan.views_budget_ms = if worker { WORKER_VIEWS_BUDGET_MS } else { PAGE_VIEWS_BUDGET_MS };
+        let (answer, page_ms) = self.call(Request::Frame(Box::new(plan))).await;
         match answer {
-            Answer::Trained(result, gpu_wait) => (result, free_ms(gpu_wait)),
-            other => (Err(unexpected(other)), 0.0),
-        }
-    }
-
-    /// Works on the views for a slice of time (all of them when `whole`):
-    /// the views once done, None while a large network's are still being
-    /// computed; and the ms the page was free meanwhile.
-    pub async fn snapshot(&mut self, whole: bool) -> (Result<Option<Arc<Snapshot>>, Error>, f64) {
-        let started = Instant::now();
-        let budget_ms = if self.in_worker() { WORKER_VIEWS_BUDGET_MS } else { PAGE_VIEWS_BUDGET_MS };
-        let (answer, page_ms) = self.call(Request::Snapshot { budget_ms, whole }).await;
-        self.views_pending = matches!(answer, Answer::Snapshot(Ok(None), _));
-        if !self.views_pending {
-            self.last_snapshot_at = Some(Instant::now());
-        }
-        let free_ms = |gpu_wait: f64| if self.in_worker() { ms_since(started) - page_ms } else { gpu_wait };
-        match answer {
-            Answer::Snapshot(result, gpu_wait) => (result, free_ms(gpu_wait)),
-            other => (Err(unexpected(other)), 0.0),
-        }
-    }
-
-    pub async fn layer_stats(&mut self) -> Result<Vec<[TensorStats; 4]>, Error> {
-        match self.call(Request::LayerStats).await.0 {
-            Answer::LayerStats(result) => result,
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// An automatic checkpoint: its report when synchronous; None when it
-    /// went to the background (`take_finished_checkpoints` gives it).
-    pub async fn checkpoint(&mut self, background: bool) -> Option<Result<CheckpointReport, Error>> {
-        match self.call(Request::Checkpoint { background }).await.0 {
-            Answer::Checkpoint(report) => report,
-            other => Some(Err(unexpected(other))),
+            Answer::Frame(report) => {
+                let free_ms = if worker { ms_since(started) - page_ms } else { report.gpu_wait_ms };
+                (*report, free_ms)
+            }
+            // The engine's side failed: as a training error, which pauses.
+            other => (FrameReport { trained: Some(Err(unexpected(other))), ..FrameReport::default() }, 0.0),
         }
     }
 

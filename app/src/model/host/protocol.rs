@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use stepscope_core::engine::MemoryBytes;
-use stepscope_core::stats::TensorStats;
-use stepscope_core::{Error, Experiment, StepMetrics};
+use stepscope_core::{Error, Experiment};
 
 use crate::model::checkpoints::CheckpointReport;
-use crate::model::runner::{Command, Outcome, Race};
+#[cfg(test)]
+use crate::model::runner::{Command, Outcome};
+use crate::model::runner::{FramePlan, FrameReport, Race};
+#[cfg(test)]
 use crate::model::views::Snapshot;
 
 /// How a run starts: the experiment, or an autosaved checkpoint of it.
@@ -31,27 +33,12 @@ pub enum Request {
     /// Start creating the GPU device (in a task of its own: training goes
     /// on meanwhile); `Status::gpu` says when it is there.
     StartGpu,
-    Handle(Box<Command>),
     Calibrate,
     Race,
     SwitchEngine(bool),
-    /// One frame of training: `single`, exactly one step; else the CPU
-    /// engine steps for `budget_ms`.
-    TrainFrame {
-        single: bool,
-        budget_ms: f64,
-    },
-    /// Work on the views for about `budget_ms` (all of them when `whole`).
-    Snapshot {
-        budget_ms: f64,
-        whole: bool,
-    },
-    LayerStats,
-    /// An automatic checkpoint: awaited whole, or begun and finished in
-    /// the background (its report comes in a later `Status`).
-    Checkpoint {
-        background: bool,
-    },
+    /// One frame of the loop (`Runner::frame`): commands, training,
+    /// checkpoints and views as due.
+    Frame(Box<FramePlan>),
     RecoverDevice,
     /// Nothing but the status.
     Status,
@@ -60,18 +47,9 @@ pub enum Request {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Answer {
     Done(Result<(), Error>),
-    Handled(Result<Option<Outcome>, Error>),
     Race(Result<Race, Error>),
     Switched(Result<Option<String>, Error>),
-    /// A frame's steps, and the ms spent awaiting the GPU within it.
-    Trained(Result<Vec<StepMetrics>, Error>, f64),
-    /// The views when done (None: still being computed), and the ms
-    /// spent awaiting the GPU.
-    Snapshot(Result<Option<Arc<Snapshot>>, Error>, f64),
-    LayerStats(Result<Vec<[TensorStats; 4]>, Error>),
-    /// A synchronous checkpoint's report; None when it went to the
-    /// background (or one was already running there).
-    Checkpoint(Option<Result<CheckpointReport, Error>>),
+    Frame(Box<FrameReport>),
     Recovered(Result<String, Error>),
     /// The engine's side failed (the worker panicked or could not be
     /// reached); the message says how.
@@ -120,29 +98,44 @@ pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::spikes::Verdict;
     use stepscope_core::engine::{PhaseReport, StepPhase};
+    use stepscope_core::stats::TensorStats;
     use stepscope_core::trainer::conformance::training_matrix;
+    use stepscope_core::StepMetrics;
 
     fn round_trip<T: Serialize + for<'de> Deserialize<'de> + std::fmt::Debug>(value: &T) {
         let back: T = decode(&encode(value)).expect("decodes");
         assert_eq!(format!("{back:?}"), format!("{value:?}"));
     }
 
-    /// Every experiment of the training matrix (each optimizer, loss,
-    /// schedule, clipping and regularization: internally tagged enums and
-    /// optional fields) crosses to the worker and back unchanged, as do
-    /// the replies' metrics, errors, views and reports.
+    fn frame(commands: Vec<Command>) -> Request {
+        Request::Frame(Box::new(FramePlan { commands, running: true, budget_ms: 15.0, ..FramePlan::default() }))
+    }
+
+    fn answer(report: FrameReport) -> Answer {
+        Answer::Frame(Box::new(report))
+    }
+
+    /// Checkpoint files and downloads cross as MessagePack `bin`, and an
+    /// error keeps its kind under its context.
     #[test]
     fn bytes_cross_as_bin_and_errors_keep_their_kind() {
         let file: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
-        let restore = Request::Handle(Box::new(Command::RestoreCheckpoint(Arc::new(file.clone()))));
+        let restore = frame(vec![Command::RestoreCheckpoint(Arc::new(file.clone()))]);
         let encoded = encode(&restore);
-        assert!(encoded.len() < file.len() + 100, "a file crosses as its bytes: {} bytes", encoded.len());
+        assert!(encoded.len() < file.len() + 300, "a file crosses as its bytes: {} bytes", encoded.len());
         round_trip(&restore);
-        let saved = Answer::Handled(Ok(Some(Outcome::Checkpoint(file.clone(), 4))));
-        assert!(encode(&saved).len() < file.len() + 100);
+        let saved = answer(FrameReport {
+            outcomes: vec![Ok(Some(Outcome::Checkpoint(file.clone(), 4)))],
+            ..FrameReport::default()
+        });
+        assert!(encode(&saved).len() < file.len() + 300);
         round_trip(&saved);
-        round_trip(&Answer::Handled(Ok(Some(Outcome::File("stepscope-train.csv".into(), file)))));
+        round_trip(&answer(FrameReport {
+            outcomes: vec![Ok(Some(Outcome::File("stepscope-train.csv".into(), file)))],
+            ..FrameReport::default()
+        }));
         let e = training_matrix().remove(0).1;
         round_trip(&Request::Start(Box::new(Start {
             experiment: e,
@@ -151,12 +144,17 @@ mod tests {
             fused_allowed: true,
         })));
         let refused = Error::Checkpoint("truncated".into()).context("The checkpoint was not loaded");
-        let back: Answer = decode(&encode(&Answer::Handled(Err(refused.clone())))).unwrap();
-        let Answer::Handled(Err(back)) = back else { panic!("{back:?}") };
-        assert_eq!(back, refused);
+        let sent = answer(FrameReport { outcomes: vec![Err(refused.clone())], ..FrameReport::default() });
+        let Answer::Frame(back) = decode(&encode(&sent)).unwrap() else { panic!("not a frame") };
+        let Err(back) = &back.outcomes[0] else { panic!("{back:?}") };
+        assert_eq!(back, &refused);
         assert_eq!(back.cause(), &Error::Checkpoint("truncated".into()));
     }
 
+    /// Every experiment of the training matrix (each optimizer, loss,
+    /// schedule, clipping and regularization: internally tagged enums and
+    /// optional fields) crosses to the worker and back unchanged, as do
+    /// the frame reports' metrics, errors, verdicts, views and reports.
     #[test]
     fn messages_cross_unchanged() {
         for (_, e) in training_matrix() {
@@ -166,7 +164,7 @@ mod tests {
                 csv: Some(Arc::new("x1,y\n1,0\n".into())),
                 fused_allowed: false,
             })));
-            round_trip(&Request::Handle(Box::new(Command::Apply(e.clone()))));
+            round_trip(&frame(vec![Command::Apply(e.clone()), Command::StepOnce]));
             let status = Status { experiment: Some(e), started: true, step: 7, ..Status::default() };
             round_trip(&Reply { answer: Answer::Done(Ok(())), status });
         }
@@ -180,33 +178,43 @@ mod tests {
             timing: stepscope_core::engine::Timing::Cpu,
             gpu_ms: Some(0.5),
         };
-        round_trip(&Answer::Trained(Ok(vec![metrics.clone()]), 2.0));
-        round_trip(&Answer::Trained(Err(Error::NonFinite("layer 1, backward".into())), 0.0));
         let snapshot = Snapshot {
             step: 9,
+            grid: 2,
             boundary: Some(vec![0.5; 4]),
             neurons: vec![vec![vec![-1.0, 1.0]]],
             ..Default::default()
         };
-        round_trip(&Answer::Snapshot(Ok(Some(Arc::new(snapshot))), 1.0));
-        round_trip(&Answer::Snapshot(Ok(None), 0.0));
-        round_trip(&Request::Snapshot { budget_ms: 10.0, whole: false });
         let report = PhaseReport {
             phase: StepPhase::Optimizer,
             step: 3,
             micro_batches: 2,
             loss: None,
-            metrics: Some(metrics),
+            metrics: Some(metrics.clone()),
             layers: Vec::new(),
         };
-        round_trip(&Answer::Handled(Ok(Some(Outcome::Phase(Box::new(report))))));
-        round_trip(&Answer::Checkpoint(Some(Ok(CheckpointReport {
-            step: 100,
-            bytes: 2048,
-            background: true,
-            loop_ms: 0.1,
-            total_ms: 3.0,
-            stored: Err("quota".into()),
-        }))));
+        round_trip(&answer(FrameReport {
+            outcomes: vec![Ok(Some(Outcome::Phase(Box::new(report)))), Ok(None)],
+            calibration: Some(Error::Gpu("lost".into())),
+            trained: Some(Ok(vec![metrics])),
+            verdicts: vec![(3, Verdict::GradJump(2.0, 1.0)), (4, Verdict::LossSpike(1.0, 0.1, 3.0, 1.0))],
+            checkpoint: Some(Ok(CheckpointReport {
+                step: 100,
+                bytes: 2048,
+                background: false,
+                loop_ms: 0.1,
+                total_ms: 3.0,
+                stored: Err("quota".into()),
+            })),
+            checkpoint_ms: 3.0,
+            views: Some(Ok(Arc::new(snapshot))),
+            layers: Some(Ok((4, vec![[TensorStats::default(); 4]]))),
+            logging_ms: 1.5,
+            gpu_wait_ms: 2.0,
+        }));
+        round_trip(&answer(FrameReport {
+            trained: Some(Err(Error::NonFinite("layer 1, backward".into()))),
+            ..FrameReport::default()
+        }));
     }
 }

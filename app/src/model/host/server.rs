@@ -2,7 +2,7 @@
 //! page's requests one at a time. It runs in the training worker, or in
 //! the page itself where there is no worker (`Host::local`).
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -11,10 +11,8 @@ use stepscope_core::gpu::GpuContext;
 use stepscope_core::Error;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::spawn_local;
-use web_time::Instant;
 
 use super::protocol::{Answer, Reply, Request, Start, Status};
-use crate::model::checkpoints::{self, CheckpointReport};
 use crate::model::runner::Runner;
 
 type Slot<T> = Rc<RefCell<Option<T>>>;
@@ -26,8 +24,6 @@ pub struct Server {
     arriving: Slot<Result<Arc<GpuContext>, String>>,
     gpu_started: bool,
     gpu: Option<Result<String, String>>,
-    finished: Rc<RefCell<Vec<Result<CheckpointReport, Error>>>>,
-    in_flight: Rc<Cell<bool>>,
 }
 
 impl Server {
@@ -65,22 +61,10 @@ impl Server {
         };
         match request {
             Request::Start(_) | Request::StartGpu => unreachable!("answered above"),
-            Request::Handle(command) => Answer::Handled(runner.handle(*command).await),
             Request::Calibrate => Answer::Done(runner.calibrate().await),
             Request::Race => Answer::Race(runner.race().await),
             Request::SwitchEngine(to_gpu) => Answer::Switched(runner.switch_engine(to_gpu).await),
-            Request::TrainFrame { single, budget_ms } => {
-                let (result, awaited_ms) = runner.train_frame(single, budget_ms).await;
-                Answer::Trained(result, awaited_ms)
-            }
-            Request::Snapshot { budget_ms, whole } => {
-                let (result, awaited_ms) = runner.views(budget_ms, whole).await;
-                Answer::Snapshot(result, awaited_ms)
-            }
-            Request::LayerStats => Answer::LayerStats(runner.layer_stats().await),
-            Request::Checkpoint { background } => {
-                Answer::Checkpoint(checkpoint(runner, background, &self.finished, &self.in_flight).await)
-            }
+            Request::Frame(plan) => Answer::Frame(Box::new(runner.frame(*plan).await)),
             Request::RecoverDevice => Answer::Recovered(runner.recover_device().await),
             Request::Status => Answer::Done(Ok(())),
         }
@@ -122,15 +106,10 @@ impl Server {
     }
 
     fn status(&self) -> Status {
-        let checkpoints = std::mem::take(&mut *self.finished.borrow_mut());
-        let mut status = Status {
-            gpu: self.gpu.clone(),
-            checkpoints,
-            checkpoint_in_flight: self.in_flight.get(),
-            wasm_memory_bytes: wasm_memory_bytes(),
-            ..Status::default()
-        };
+        let mut status = Status { gpu: self.gpu.clone(), wasm_memory_bytes: wasm_memory_bytes(), ..Status::default() };
         if let Some(r) = &self.runner {
+            status.checkpoints = r.take_finished();
+            status.checkpoint_in_flight = r.checkpoint_in_flight();
             status.started = true;
             status.step = r.step_count();
             status.memory = r.memory();
@@ -145,42 +124,6 @@ impl Server {
         }
         status
     }
-}
-
-/// Takes an automatic checkpoint: awaited whole, or (background) begun
-/// here and finished by a task that reports through `finished`. One
-/// background checkpoint at a time: when they fall due faster than
-/// IndexedDB stores them (the CPU engine runs thousands of steps a second),
-/// the next is skipped until this one is stored, instead of tasks and
-/// their bytes piling up without bound (the soak benchmark found that).
-async fn checkpoint(
-    runner: &mut Runner,
-    background: bool,
-    finished: &Rc<RefCell<Vec<Result<CheckpointReport, Error>>>>,
-    in_flight: &Rc<Cell<bool>>,
-) -> Option<Result<CheckpointReport, Error>> {
-    if background && in_flight.get() {
-        return None;
-    }
-    let started = Instant::now();
-    let read = match runner.begin_checkpoint() {
-        Ok(Some(read)) => read,
-        // Part-way through a long step: taken at its end.
-        Ok(None) => return None,
-        Err(err) => return Some(Err(err)),
-    };
-    let (ring, csv) = (runner.ring(), runner.csv());
-    if !background {
-        return Some(checkpoints::complete(read, ring, csv, started, false).await);
-    }
-    in_flight.set(true);
-    let (finished, in_flight) = (finished.clone(), in_flight.clone());
-    spawn_local(async move {
-        let report = checkpoints::complete(read, ring, csv, started, true).await;
-        finished.borrow_mut().push(report);
-        in_flight.set(false);
-    });
-    None
 }
 
 /// Whether `navigator.gpu` exists, in the page or in the worker.

@@ -5,6 +5,8 @@
 //! adapted to the budget, awaited without blocking), then refresh the
 //! views from the engine's real parameters.
 
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint, verify_restore};
@@ -14,19 +16,23 @@ use stepscope_core::gpu::GpuContext;
 use stepscope_core::limits::Limits;
 use stepscope_core::trainer::StateRead;
 use stepscope_core::{Error, Experiment, StepMetrics, TrainState, Trainer};
+use web_time::Instant;
 
-use super::checkpoints::{latest_before, remember, Ring};
+use super::checkpoints::{self, latest_before, remember, CheckpointReport, Ring};
 use super::loader::Loader;
+use super::spikes::Detector;
 use super::views::ViewJob;
 
 mod accumulation;
 mod commands;
 mod engine_choice;
 mod frame;
+mod report;
 
 pub use commands::{push, AccumulationReport, BackendInfo, Command, Commands, Outcome};
 pub use engine_choice::{shape_key, Pin, Race};
 pub use frame::{next_frame, now_ms, yield_now};
+pub use report::{FramePlan, FrameReport, LAYER_SAMPLE_MS};
 
 pub struct Runner {
     /// The run, on whichever engine (the core's one trainer).
@@ -52,6 +58,19 @@ pub struct Runner {
     snapshot_cost_ms: f64,
     /// Views being computed in parts (`views`).
     view_job: Option<ViewJob>,
+    /// Whether the run changed since the last views, when they were
+    /// finished, and when and at which step the per-layer statistics were
+    /// last read (`frame`).
+    views_dirty: bool,
+    last_views_at: Option<Instant>,
+    last_layers_at: Option<Instant>,
+    last_layers_step: Option<u64>,
+    /// Loss spikes and gradient-norm jumps over the recent steps.
+    detector: Detector,
+    /// Background checkpoints finished and not yet reported, and whether
+    /// one is being stored.
+    finished: Rc<RefCell<Vec<Result<CheckpointReport, Error>>>>,
+    in_flight: Rc<Cell<bool>>,
     /// Whether the GPU may run the fused step (`set_fused_allowed`).
     fused_allowed: bool,
     /// CPU: loader waits of the step in progress (its data time).
@@ -109,6 +128,13 @@ impl Runner {
             steps_per_log: None,
             snapshot_cost_ms: 0.0,
             view_job: None,
+            views_dirty: true,
+            last_views_at: None,
+            last_layers_at: None,
+            last_layers_step: None,
+            detector: Detector::default(),
+            finished: Rc::default(),
+            in_flight: Rc::default(),
             fused_allowed: true,
             loader_wait_ms: 0.0,
             yield_after_ms: YIELD_AFTER_MS,
@@ -282,6 +308,9 @@ impl Runner {
         fresh.steps_per_log = self.steps_per_log;
         fresh.set_fused_allowed(self.fused_allowed);
         fresh.yield_after_ms = self.yield_after_ms;
+        // A background checkpoint of the old run still reports when done.
+        fresh.finished = self.finished.clone();
+        fresh.in_flight = self.in_flight.clone();
         *self = fresh;
         Ok(())
     }
@@ -312,12 +341,46 @@ impl Runner {
         Ok(Some(pending))
     }
 
-    pub fn ring(&self) -> Ring {
-        self.ring.clone()
+    /// Takes an automatic checkpoint: awaited whole (its report), or begun
+    /// here and finished by a task that reports through `take_finished`
+    /// (None). One background checkpoint at a time: when they fall due
+    /// faster than IndexedDB stores them (the CPU engine runs thousands of
+    /// steps a second), the next is skipped until this one is stored,
+    /// instead of tasks and their bytes piling up without bound (the soak
+    /// benchmark found that).
+    pub async fn auto_checkpoint(&mut self, background: bool) -> Option<Result<CheckpointReport, Error>> {
+        if background && self.in_flight.get() {
+            return None;
+        }
+        let started = Instant::now();
+        let read = match self.begin_checkpoint() {
+            Ok(Some(read)) => read,
+            // Part-way through a long step: taken at its end.
+            Ok(None) => return None,
+            Err(err) => return Some(Err(err)),
+        };
+        let (ring, csv) = (self.ring.clone(), self.csv.clone());
+        if !background {
+            return Some(checkpoints::complete(read, ring, csv, started, false).await);
+        }
+        self.in_flight.set(true);
+        let (finished, in_flight) = (self.finished.clone(), self.in_flight.clone());
+        wasm_bindgen_futures::spawn_local(async move {
+            let report = checkpoints::complete(read, ring, csv, started, true).await;
+            finished.borrow_mut().push(report);
+            in_flight.set(false);
+        });
+        None
     }
 
-    pub fn csv(&self) -> Option<Arc<String>> {
-        self.csv.clone()
+    /// Background checkpoints finished since the last call.
+    pub fn take_finished(&self) -> Vec<Result<CheckpointReport, Error>> {
+        std::mem::take(&mut *self.finished.borrow_mut())
+    }
+
+    /// Whether a background checkpoint is being stored.
+    pub fn checkpoint_in_flight(&self) -> bool {
+        self.in_flight.get()
     }
 
     /// Whether the GPU device of this run was lost (not merely an error).

@@ -1,0 +1,170 @@
+//! The loop, one frame at a time: the page sends what it wants of a frame
+//! (its commands, whether it is training, its checkpoint settings) and the
+//! runner does the frame — commands, training, spike checks, automatic
+//! checkpoints, views and per-layer statistics when due — and returns one
+//! typed report. The page only draws the report; no second loop lives in
+//! `state/`.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use stepscope_core::stats::TensorStats;
+use stepscope_core::{Error, StepMetrics};
+use web_time::Instant;
+
+use super::{Command, Outcome, Runner};
+use crate::model::checkpoints::CheckpointReport;
+use crate::model::spikes::Verdict;
+use crate::model::views::Snapshot;
+
+/// Least time between per-layer samples (ms; and one at every log of a
+/// lesson's fixed steps per log): each costs a GPU pass and a readback,
+/// counted under logging in the timeline.
+pub const LAYER_SAMPLE_MS: f64 = 250.0;
+
+/// Per layer: statistics of [activations, gradients, weights, updates].
+pub type LayerStats = Vec<[TensorStats; 4]>;
+
+/// What the page asks of one frame.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FramePlan {
+    /// The controls' commands since the last frame, in order.
+    pub commands: Vec<Command>,
+    /// Whether the run is training (Train pressed); a `StepOnce` command
+    /// takes one step when it is not.
+    pub running: bool,
+    /// Training time of the frame (the CPU engine), and time for views
+    /// computed in parts.
+    pub budget_ms: f64,
+    pub views_budget_ms: f64,
+    /// Automatic checkpoints every this many steps (0: off), in the
+    /// background or awaited.
+    pub checkpoint_every: u64,
+    pub checkpoint_background: bool,
+}
+
+/// What one frame did.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FrameReport {
+    /// Each command's result, in order.
+    pub outcomes: Vec<Result<Option<Outcome>, Error>>,
+    /// Choosing the GPU's path after the commands failed.
+    pub calibration: Option<Error>,
+    /// The frame's steps, or why training stopped; None when it did not train.
+    pub trained: Option<Result<Vec<StepMetrics>, Error>>,
+    /// Steps that looked wrong against the recent ones (step, verdict); a
+    /// loss spike ends the list and skips the frame's checkpoint.
+    pub verdicts: Vec<(u64, Verdict)>,
+    /// An automatic checkpoint awaited in this frame: its report.
+    pub checkpoint: Option<Result<CheckpointReport, Error>>,
+    /// The loop's wait for an automatic checkpoint (all of it when awaited,
+    /// the queuing when in the background); 0 when none was due.
+    pub checkpoint_ms: f64,
+    /// The views, when a set was finished in this frame.
+    pub views: Option<Result<Arc<Snapshot>, Error>>,
+    /// Per-layer statistics at a step, when read in this frame.
+    pub layers: Option<Result<(u64, LayerStats), Error>>,
+    /// Time for views and statistics (the timeline's logging part).
+    pub logging_ms: f64,
+    /// Time awaiting the GPU (its readbacks and work): the thread was free.
+    pub gpu_wait_ms: f64,
+}
+
+impl Runner {
+    /// Runs one frame of the loop for `plan`.
+    pub async fn frame(&mut self, plan: FramePlan) -> FrameReport {
+        let mut report = FrameReport::default();
+        let single = plan.commands.iter().any(|c| matches!(c, Command::StepOnce));
+        let had_commands = !plan.commands.is_empty();
+        // A restored or rolled-back run waits for the page's next word.
+        let mut replaced = false;
+        for command in plan.commands {
+            if matches!(
+                command,
+                Command::Reset(_) | Command::UseCsv(..) | Command::RestoreCheckpoint(_) | Command::Rollback(_)
+            ) {
+                self.detector.clear();
+            }
+            let outcome = self.handle(command).await;
+            replaced |= matches!(outcome, Ok(Some(Outcome::Restored(..) | Outcome::RolledBack(..))));
+            report.outcomes.push(outcome);
+            self.views_dirty = true;
+        }
+        if had_commands {
+            // A rebuilt GPU engine takes its calibrated path (cached).
+            report.calibration = self.calibrate().await.err();
+        }
+        if (plan.running || single) && !replaced {
+            let (result, waited) = self.train_frame(single && !plan.running, plan.budget_ms).await;
+            report.gpu_wait_ms += waited;
+            self.views_dirty = true;
+            if let Ok(metrics) = &result {
+                for m in metrics {
+                    let verdict = self.detector.observe(m.loss, m.grad_norm);
+                    let spike = matches!(verdict, Verdict::LossSpike(..));
+                    if verdict != Verdict::Normal {
+                        report.verdicts.push((m.step, verdict));
+                    }
+                    if spike {
+                        break;
+                    }
+                }
+                let spiked = report.verdicts.iter().any(|(_, v)| matches!(v, Verdict::LossSpike(..)));
+                if !spiked && self.checkpoint_due(plan.checkpoint_every) {
+                    let started = Instant::now();
+                    let awaited = self.auto_checkpoint(plan.checkpoint_background).await;
+                    report.checkpoint_ms = ms_since(started);
+                    report.gpu_wait_ms += report.checkpoint_ms;
+                    let loop_ms = report.checkpoint_ms;
+                    report.checkpoint = awaited.map(|r| r.map(|r| CheckpointReport { loop_ms, ..r }));
+                }
+            }
+            report.trained = Some(result);
+        }
+        // Logging: as the views' cost allows, or (lesson) after every frame
+        // of exactly N steps, whole, at that step.
+        let log_now = self.steps_per_log.is_some() && matches!(&report.trained, Some(Ok(m)) if !m.is_empty());
+        if self.views_dirty && (log_now || self.views_due()) {
+            let started = Instant::now();
+            let (views, waited) = self.views(plan.views_budget_ms, log_now).await;
+            report.gpu_wait_ms += waited;
+            match views {
+                Ok(Some(snap)) => {
+                    self.views_dirty = false;
+                    self.last_views_at = Some(Instant::now());
+                    report.views = Some(Ok(snap));
+                }
+                // Still being computed (a large network): next frame.
+                Ok(None) => {}
+                Err(err) => report.views = Some(Err(err)),
+            }
+            let step = self.step_count();
+            let due = log_now || self.last_layers_at.is_none_or(|t| ms_since(t) >= LAYER_SAMPLE_MS);
+            if due && self.last_layers_step != Some(step) {
+                self.last_layers_at = Some(Instant::now());
+                let wait = Instant::now();
+                let stats = self.layer_stats().await;
+                report.gpu_wait_ms += ms_since(wait);
+                if stats.is_ok() {
+                    self.last_layers_step = Some(step);
+                }
+                report.layers = Some(stats.map(|layers| (step, layers)));
+            }
+            report.logging_ms = ms_since(started);
+        }
+        report
+    }
+
+    /// Whether the views are due: while they are being computed in parts,
+    /// at every frame; else at most every 50 ms, and less often when
+    /// computing them is slow (4 times their cost apart), so that they
+    /// take at most about a fifth of the engine's time.
+    fn views_due(&self) -> bool {
+        self.view_job.is_some()
+            || self.last_views_at.is_none_or(|t| ms_since(t) >= (50.0f64).max(4.0 * self.snapshot_cost_ms))
+    }
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
