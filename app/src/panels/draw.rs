@@ -9,12 +9,24 @@ pub fn context(canvas: &HtmlCanvasElement) -> Option<CanvasRenderingContext2d> {
     canvas.get_context("2d").ok().flatten().and_then(|c| c.dyn_into::<CanvasRenderingContext2d>().ok())
 }
 
+/// Sizes a canvas's backing store, only when it changes: setting a
+/// canvas's width, even to the same value, reallocates and clears it, and
+/// the browser lays out and rasterizes it anew (the largest main-thread
+/// cost of drawing a wide network's views).
+pub fn resize(canvas: &HtmlCanvasElement, width: u32, height: u32) {
+    if canvas.width() != width {
+        canvas.set_width(width);
+    }
+    if canvas.height() != height {
+        canvas.set_height(height);
+    }
+}
+
 /// Paints `values` ((side, side), each in [-1, 1]) over the whole canvas;
 /// the canvas's own size is `side` × `side` (CSS scales it smoothly).
 pub fn paint_grid(canvas: &HtmlCanvasElement, values: &[f32], side: usize, classes: usize) {
     let Some(ctx) = context(canvas) else { return };
-    canvas.set_width(side as u32);
-    canvas.set_height(side as u32);
+    resize(canvas, side as u32, side as u32);
     let mut rgba = Vec::with_capacity(side * side * 4);
     for &v in values.iter().take(side * side) {
         let [r, g, b] = color(v, classes);
@@ -29,8 +41,7 @@ pub fn paint_grid(canvas: &HtmlCanvasElement, values: &[f32], side: usize, class
 /// ([x1 min, x1 max, x2 min, x2 max]); test points get a dark ring.
 pub fn paint_points(canvas: &HtmlCanvasElement, points: &[PlotPoint], extent: [f32; 4], size: f64, classes: usize) {
     let Some(ctx) = context(canvas) else { return };
-    canvas.set_width(size as u32);
-    canvas.set_height(size as u32);
+    resize(canvas, size as u32, size as u32);
     ctx.clear_rect(0.0, 0.0, size, size);
     let [x_lo, x_hi, y_lo, y_hi] = extent;
     for p in points {

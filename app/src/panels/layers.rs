@@ -64,8 +64,7 @@ fn Distribution(l: usize, kind: usize) -> impl IntoView {
             return;
         }
         let Some(ctx) = context(&canvas) else { return };
-        canvas.set_width(cols as u32);
-        canvas.set_height(ROWS as u32);
+        super::draw::resize(&canvas, cols as u32, ROWS as u32);
         let mut rgba = Vec::with_capacity(image.len() * 4);
         for v in &image {
             let shade = (255.0 * (1.0 - v.sqrt())) as u8;

@@ -157,8 +157,7 @@ fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experim
     let gaps = (widths.len() - 1).max(1) as f64;
     let gap_x = ((MAX_WIDTH - NODE - 8.0) / gaps).clamp(MIN_GAP_X, GAP_X);
     let (w, h) = (gap_x * (widths.len() - 1) as f64 + NODE + 8.0, GAP_Y * tallest + 8.0 + extra);
-    canvas.set_width(w as u32);
-    canvas.set_height(h as u32);
+    super::draw::resize(canvas, w as u32, h as u32);
     ctx.clear_rect(0.0, 0.0, w, h);
     let pos = |col: usize, row: usize| -> (f64, f64) {
         let n = widths[col].min(SHOWN_UNITS) as f64;
@@ -170,6 +169,27 @@ fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experim
         LinkMode::Gradient => 1,
         LinkMode::Update => 2,
     };
+    // Inputs: each feature over the plane; then every unit's output: all
+    // thumbnails go into one image of the canvas, put at once (one
+    // putImageData per thumbnail cost a wide network's page 100 ms), and
+    // the links are drawn over it, between the columns.
+    let (cw, ch) = (w as usize, h as usize);
+    let mut image = vec![0u8; cw * ch * 4];
+    let features = e.data.features();
+    for (col, &width) in widths.iter().enumerate() {
+        for row in 0..width.min(SHOWN_UNITS) {
+            let grid: Vec<f32> = if col == 0 {
+                feature_grid(e, snap, row, &features)
+            } else {
+                snap.neurons.get(col - 1).and_then(|layer| layer.get(row)).cloned().unwrap_or_default()
+            };
+            let (x, y) = pos(col, row);
+            thumbnail(&mut image, cw, &grid, snap.grid, x.round() as usize, y.round() as usize);
+        }
+    }
+    if let Ok(picture) = ImageData::new_with_u8_clamped_array_and_sh(Clamped(&image), cw as u32, ch as u32) {
+        let _ = ctx.put_image_data(&picture, 0.0, 0.0);
+    }
     // Links, by sign and by magnitude in LINK_LEVELS steps: one path and
     // one stroke per (sign, level), not per link (a deep, wide network
     // draws thousands of them).
@@ -204,25 +224,12 @@ fn draw_network(canvas: &web_sys::HtmlCanvasElement, e: &stepscope_core::Experim
         }
         ctx.stroke();
     }
-    // Inputs: each feature over the plane; then every unit's output.
-    let features = e.data.features();
-    for (col, &width) in widths.iter().enumerate() {
-        for row in 0..width.min(SHOWN_UNITS) {
-            let grid: Vec<f32> = if col == 0 {
-                feature_grid(e, snap, row, &features)
-            } else {
-                snap.neurons.get(col - 1).and_then(|layer| layer.get(row)).cloned().unwrap_or_default()
-            };
-            let (x, y) = pos(col, row);
-            thumbnail(&ctx, &grid, snap.grid, x, y);
-        }
-        if width > SHOWN_UNITS {
-            // The rest of a wide layer, named rather than drawn.
-            let (x, y) = pos(col, SHOWN_UNITS - 1);
-            ctx.set_fill_style_str("#555");
-            ctx.set_font("11px sans-serif");
-            let _ = ctx.fill_text(&format!("+{} more", width - SHOWN_UNITS), x, y + NODE + 12.0);
-        }
+    // The rest of a wide layer, named rather than drawn.
+    for (col, &width) in widths.iter().enumerate().filter(|(_, &n)| n > SHOWN_UNITS) {
+        let (x, y) = pos(col, SHOWN_UNITS - 1);
+        ctx.set_fill_style_str("#555");
+        ctx.set_font("11px sans-serif");
+        let _ = ctx.fill_text(&format!("+{} more", width - SHOWN_UNITS), x, y + NODE + 12.0);
     }
 }
 
@@ -250,11 +257,11 @@ fn feature_grid(
     raw.iter().map(|v| v / scale).collect()
 }
 
-/// A NODE×NODE picture of a (n, n) grid, nearest-sampled; grey when
-/// there is nothing to show.
-fn thumbnail(ctx: &web_sys::CanvasRenderingContext2d, grid: &[f32], n: usize, x: f64, y: f64) {
+/// A NODE×NODE picture of a (n, n) grid, nearest-sampled, written into
+/// `image` (RGBA, `width` pixels a row) at (x, y); grey when there is
+/// nothing to show.
+fn thumbnail(image: &mut [u8], width: usize, grid: &[f32], n: usize, x: usize, y: usize) {
     let side = NODE as usize;
-    let mut rgba = Vec::with_capacity(side * side * 4);
     for r in 0..side {
         for c in 0..side {
             let rgb = if n > 0 && grid.len() == n * n {
@@ -262,10 +269,10 @@ fn thumbnail(ctx: &web_sys::CanvasRenderingContext2d, grid: &[f32], n: usize, x:
             } else {
                 [200, 200, 200]
             };
-            rgba.extend([rgb[0], rgb[1], rgb[2], 255]);
+            let at = ((y + r) * width + x + c) * 4;
+            if let Some(px) = image.get_mut(at..at + 4) {
+                px.copy_from_slice(&[rgb[0], rgb[1], rgb[2], 255]);
+            }
         }
-    }
-    if let Ok(image) = ImageData::new_with_u8_clamped_array_and_sh(Clamped(&rgba), side as u32, side as u32) {
-        let _ = ctx.put_image_data(&image, x, y);
     }
 }
