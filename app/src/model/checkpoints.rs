@@ -24,7 +24,7 @@ use super::store;
 
 /// Checkpoints kept in memory: at most this many, and at most
 /// `KEEP_BYTES` of them (the newest is always kept), so that a large
-/// network's ring does not hold gigabytes (16 × 1024 with Adam: 200 MB a
+/// network's ring does not hold gigabytes (16 × 1024 with Adam: 190 MB a
 /// state).
 const KEEP: usize = 4;
 const KEEP_BYTES: usize = 256 << 20;
