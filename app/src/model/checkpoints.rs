@@ -14,9 +14,9 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
+use stepscope_core::checkpoint::{read_checkpoint_header, save_checkpoint};
 use stepscope_core::trainer::StateRead;
-use stepscope_core::{Error, TrainState};
+use stepscope_core::{Error, Experiment, TrainState};
 use wasm_bindgen::{JsCast, JsValue};
 use web_time::Instant;
 
@@ -98,18 +98,32 @@ pub async fn complete(
     })
 }
 
-/// The autosaved run of this browser, if any: its state and CSV text.
-/// A stored file that no longer loads is reported, not used.
-pub async fn load_autosave() -> Result<Option<(TrainState, Option<Arc<String>>)>, String> {
+/// The run autosaved in this browser: the checkpoint file, what its
+/// header says (experiment and step), and the CSV it trains on.
+pub struct Autosave {
+    pub bytes: Vec<u8>,
+    pub experiment: Experiment,
+    pub step: u64,
+    pub csv: Option<Arc<String>>,
+}
+
+/// The autosaved run of this browser, if any. Only the file's header is
+/// read here (a large network's file is hundreds of megabytes, and this
+/// runs on the page's thread); the engine's side loads and checks the
+/// whole file when it starts from it. A header that does not read, or an
+/// experiment past the page's limits, is reported, not used.
+pub async fn load_autosave() -> Result<Option<Autosave>, String> {
     let Some(value) = store::get(KEY).await? else { return Ok(None) };
     let Some(array) = value.dyn_ref::<js_sys::Uint8Array>() else {
         return Err("the autosaved checkpoint is not a byte array".into());
     };
-    let state = load_checkpoint(&array.to_vec()).map_err(|e| format!("the autosaved checkpoint is unusable: {e}"))?;
-    crate::model::edit::page_check(&state.experiment, None)
+    let bytes = array.to_vec();
+    let (experiment, step) =
+        read_checkpoint_header(&bytes).map_err(|e| format!("the autosaved checkpoint is unusable: {e}"))?;
+    crate::model::edit::page_check(&experiment, None)
         .map_err(|e| format!("the autosaved checkpoint is unusable: {e}"))?;
     let csv = store::get(CSV_KEY).await?.and_then(|v| v.as_string()).map(Arc::new);
-    Ok(Some((state, csv)))
+    Ok(Some(Autosave { bytes, experiment, step, csv }))
 }
 
 /// Forgets the autosaved run (a reset starts over for good).

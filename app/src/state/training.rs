@@ -5,15 +5,13 @@
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use std::sync::Arc;
 
-use stepscope_core::checkpoint::save_checkpoint;
-use stepscope_core::{Error, Experiment, StepMetrics, TrainState};
+use stepscope_core::{Error, Experiment, StepMetrics};
 use web_time::Instant;
 
 use super::engine::Chooser;
 use super::{AppState, LayerSample};
-use crate::model::checkpoints::{load_autosave, CheckpointReport};
+use crate::model::checkpoints::{load_autosave, Autosave, CheckpointReport};
 use crate::model::edit::{default_experiment, needs_reset};
 use crate::model::host::protocol::Start;
 use crate::model::host::Host;
@@ -43,11 +41,12 @@ impl AppState {
             fused_allowed: url::fused_allowed(),
         };
         let restored = match self.autosaved_run(&experiment).await {
-            Some((state, csv)) => {
-                let checkpoint = save_checkpoint(&state).ok();
-                match Host::start(Start { checkpoint, csv: csv.clone(), ..start(&experiment) }).await {
+            Some(saved) => {
+                let (saved_experiment, step, with_csv) = (saved.experiment, saved.step, saved.csv.is_some());
+                let checkpoint = Some(saved.bytes);
+                match Host::start(Start { checkpoint, csv: saved.csv, ..start(&experiment) }).await {
                     Ok(host) => {
-                        self.restored(&state, csv.is_some(), &experiment);
+                        self.restored(&saved_experiment, step, with_csv, &experiment);
                         Some(host)
                     }
                     Err(message) => {
@@ -298,8 +297,8 @@ impl AppState {
     /// The run autosaved in this browser, when it fits the page's
     /// experiment (the same model, data and seed; the URL's
     /// hyperparameters then apply), and its CSV.
-    async fn autosaved_run(&self, experiment: &Experiment) -> Option<(TrainState, Option<Arc<String>>)> {
-        let (state, csv) = match load_autosave().await {
+    async fn autosaved_run(&self, experiment: &Experiment) -> Option<Autosave> {
+        let saved = match load_autosave().await {
             Ok(Some(found)) => found,
             Ok(None) => return None,
             Err(message) => {
@@ -308,22 +307,22 @@ impl AppState {
             }
         };
         let explicit = matches!(url::experiment_from_url(), Ok(Some(_)));
-        if explicit && needs_reset(&state.experiment, experiment) {
+        if explicit && needs_reset(&saved.experiment, experiment) {
             return None;
         }
-        Some((state, csv))
+        Some(saved)
     }
 
-    /// The page after the autosaved `state` was restored: the URL's
-    /// hyperparameters apply to it, or its experiment becomes the page's.
-    fn restored(&self, state: &TrainState, with_csv: bool, experiment: &Experiment) {
+    /// The page after the autosaved run (`saved`, at `step`) was restored:
+    /// the URL's hyperparameters apply to it, or its experiment becomes the
+    /// page's.
+    fn restored(&self, saved: &Experiment, step: u64, with_csv: bool, experiment: &Experiment) {
         let explicit = matches!(url::experiment_from_url(), Ok(Some(_)));
-        let step = state.step();
-        if explicit && state.experiment != *experiment {
+        if explicit && saved != experiment {
             self.command(Command::Apply(experiment.clone()));
         } else {
-            self.run.experiment.set(state.experiment.clone());
-            url::write_url(&state.experiment);
+            self.run.experiment.set(saved.clone());
+            url::write_url(saved);
         }
         if with_csv {
             self.run.csv_name.set(Some("the autosaved CSV".into()));

@@ -102,20 +102,9 @@ fn fits_in_file(layout: &Layout, copies: usize, file_bytes: usize) -> Result<()>
 pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
     let file = parse(bytes)?;
     let meta = metadata(bytes)?;
-    let get = |key: &str| {
-        meta.get(key)
-            .ok_or_else(|| Error::Checkpoint(format!("metadata has no `{key}`: not a Stepscope checkpoint (a plain weights file can be given as initial weights instead)")))
-    };
+    let (experiment, step) = experiment_and_step(&meta)?;
+    let get = |key: &str| meta_value(&meta, key);
     let format = get("format")?;
-    if format != FORMAT_TAG && format != FORMAT_TAG_V1 {
-        return bad(format!(
-            "format `{format}` is not supported (this build reads `{FORMAT_TAG}` and `{FORMAT_TAG_V1}`)"
-        ));
-    }
-    let experiment = Experiment::from_json(get("experiment")?)
-        .map_err(|e| Error::Checkpoint(format!("the stored experiment is invalid: {e}")))?;
-    let step: u64 =
-        get("step")?.parse().map_err(|_| Error::Checkpoint("metadata `step` is not a whole number".into()))?;
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Position {
@@ -178,6 +167,37 @@ pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
 }
 
 /// The `__metadata__` map (empty when absent). Call after `parse`.
+/// A checkpoint's experiment and step, from its header alone (the
+/// tensors are not read): cheap for a file of hundreds of megabytes, so
+/// that a caller can decide whether to load it (the page, about the run
+/// autosaved in the browser). `load_checkpoint` checks everything else.
+pub fn read_checkpoint_header(bytes: &[u8]) -> Result<(Experiment, u64)> {
+    experiment_and_step(&metadata(bytes)?)
+}
+
+fn meta_value<'a>(meta: &'a std::collections::HashMap<String, String>, key: &str) -> Result<&'a String> {
+    meta.get(key).ok_or_else(|| {
+        Error::Checkpoint(format!(
+            "metadata has no `{key}`: not a Stepscope checkpoint (a plain weights file can be given as initial weights instead)"
+        ))
+    })
+}
+
+fn experiment_and_step(meta: &std::collections::HashMap<String, String>) -> Result<(Experiment, u64)> {
+    let format = meta_value(meta, "format")?;
+    if format != FORMAT_TAG && format != FORMAT_TAG_V1 {
+        return bad(format!(
+            "format `{format}` is not supported (this build reads `{FORMAT_TAG}` and `{FORMAT_TAG_V1}`)"
+        ));
+    }
+    let experiment = Experiment::from_json(meta_value(meta, "experiment")?)
+        .map_err(|e| Error::Checkpoint(format!("the stored experiment is invalid: {e}")))?;
+    let step: u64 = meta_value(meta, "step")?
+        .parse()
+        .map_err(|_| Error::Checkpoint("metadata `step` is not a whole number".into()))?;
+    Ok((experiment, step))
+}
+
 fn metadata(bytes: &[u8]) -> Result<std::collections::HashMap<String, String>> {
     let (_, header) =
         SafeTensors::read_metadata(bytes).map_err(|e| Error::Checkpoint(format!("malformed safetensors: {e}")))?;

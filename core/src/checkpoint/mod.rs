@@ -13,7 +13,7 @@
 mod load;
 mod verify;
 
-pub use load::{load_checkpoint, load_weights, read_file_info, FileInfo};
+pub use load::{load_checkpoint, load_weights, read_checkpoint_header, read_file_info, FileInfo};
 pub use verify::{verify_restore, VerifyReport};
 
 use std::collections::HashMap;

@@ -281,3 +281,22 @@ fn plain_weights_file_is_accepted_as_initial_weights() {
     let msg = load_weights(&stray, &e).unwrap_err().to_string();
     assert!(msg.contains("unexpected tensor `optimizer.layers.0.weight.exp_avg`"), "{msg}");
 }
+
+/// The header alone names the experiment and step (what the page reads of
+/// an autosaved run before handing the file to the worker), and refuses
+/// what is not a checkpoint.
+#[test]
+fn the_header_names_the_experiment_and_step() {
+    let state = trained_state();
+    let bytes = save_checkpoint(&state).unwrap();
+    assert_eq!(read_checkpoint_header(&bytes).unwrap(), (state.experiment.clone(), 3));
+    let garbage = b"\x89PNG\r\n\x1a\n not a checkpoint at all";
+    assert!(read_checkpoint_header(garbage).unwrap_err().to_string().contains("malformed safetensors"));
+    let params = state.params.clone();
+    let plain = safetensors::serialize(
+        [("layers.0.weight", TensorView::new(Dtype::F32, vec![params.len()], bytemuck::cast_slice(&params)).unwrap())],
+        None,
+    )
+    .unwrap();
+    assert!(read_checkpoint_header(&plain).unwrap_err().to_string().contains("not a Stepscope checkpoint"));
+}
