@@ -183,11 +183,6 @@ impl Evaluator {
         self.done == self.rows
     }
 
-    /// Rows evaluated so far.
-    pub fn rows_done(&self) -> usize {
-        self.done
-    }
-
     /// The figures over the whole table (None for an empty table, or
     /// before the table is done).
     pub fn result(&self) -> Option<Evaluation> {

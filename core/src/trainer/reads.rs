@@ -60,11 +60,6 @@ impl Trainer {
         })
     }
 
-    /// Parameters, gradients and the last updates (each (P)), for views.
-    pub async fn tensors(&mut self) -> Result<[Vec<f32>; 3]> {
-        self.with_tensors(|[p, g, u]| [p.to_vec(), g.to_vec(), u.to_vec()]).await
-    }
-
     /// `f` of the parameters, gradients and last updates, borrowed on the
     /// CPU engine (a large network's views copy only what they keep), read
     /// back from the GPU.

@@ -70,7 +70,6 @@ pub struct Status {
     pub steps_per_log: Option<usize>,
     /// The step of the newest automatic checkpoint.
     pub last_checkpoint: u64,
-    pub snapshot_cost_ms: f64,
     /// The GPU device, once its creation finished: its adapter, or why
     /// there is none.
     pub gpu: Option<Result<String, String>>,

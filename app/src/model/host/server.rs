@@ -120,7 +120,6 @@ impl Server {
             status.gpu_lost = r.gpu_lost();
             status.steps_per_log = r.steps_per_log();
             status.last_checkpoint = r.last_checkpoint();
-            status.snapshot_cost_ms = r.snapshot_cost_ms();
         }
         status
     }

@@ -167,7 +167,7 @@ impl Runner {
     }
 }
 
-fn ms_since(t: Instant) -> f64 {
+pub(super) fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 

@@ -32,7 +32,7 @@ mod report;
 pub use commands::{push, AccumulationReport, BackendInfo, Command, Commands, Outcome};
 pub use engine_choice::{shape_key, Pin, Race};
 pub use frame::{next_frame, now_ms, yield_now};
-pub use report::{FramePlan, FrameReport, LAYER_SAMPLE_MS};
+pub use report::{FramePlan, FrameReport};
 
 pub struct Runner {
     /// The run, on whichever engine (the core's one trainer).
@@ -162,11 +162,6 @@ impl Runner {
     /// The step of the newest automatic checkpoint.
     pub fn last_checkpoint(&self) -> u64 {
         self.last_checkpoint
-    }
-
-    /// What the last views cost to compute, in ms.
-    pub fn snapshot_cost_ms(&self) -> f64 {
-        self.snapshot_cost_ms
     }
 
     pub fn experiment(&self) -> &Experiment {

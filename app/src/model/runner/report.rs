@@ -12,6 +12,7 @@ use stepscope_core::stats::TensorStats;
 use stepscope_core::{Error, StepMetrics};
 use web_time::Instant;
 
+use super::frame::ms_since;
 use super::{Command, Outcome, Runner};
 use crate::model::checkpoints::CheckpointReport;
 use crate::model::spikes::Verdict;
@@ -163,8 +164,4 @@ impl Runner {
         self.view_job.is_some()
             || self.last_views_at.is_none_or(|t| ms_since(t) >= (50.0f64).max(4.0 * self.snapshot_cost_ms))
     }
-}
-
-fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
 }

@@ -126,11 +126,6 @@ impl ViewJob {
         self.experiment == *e && self.rows == (data.train.rows(), data.test.rows()) && self.step <= step
     }
 
-    /// The step the views show.
-    pub fn step(&self) -> u64 {
-        self.step
-    }
-
     /// Milliseconds of work so far.
     pub fn spent_ms(&self) -> f64 {
         self.spent_ms
