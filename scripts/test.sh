@@ -55,7 +55,8 @@ done
 test "$(ls dist/*.wasm | wc -l)" -eq 2
 
 echo "== end-to-end: the built page in headless Chromium (WebGPU on its software adapter)"
-(cd tests/e2e && node --test e2e.test.mjs)
+# One file per feature (harness.mjs is what they share), one after another.
+(cd tests/e2e && node --test --test-concurrency=1 *.test.mjs)
 
 echo "== browser benchmark smoke run: Stepscope and TensorFlow.js each train W1 briefly (no speed asserted; bench/run.mjs)"
 (cd tests/e2e && node bench/run.mjs --quick)

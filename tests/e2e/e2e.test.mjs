@@ -6,74 +6,18 @@
 // fall, watches frame times, changes the network, restores an experiment
 // from a shared URL, refuses bad input without losing the run, and saves a
 // screenshot to tests/e2e/artifacts/.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { setup, artifacts, text, number, stepCount, trainUntil, setField } from './harness.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const dist = path.resolve(here, '../../dist');
-const artifacts = path.join(here, 'artifacts');
-const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
-
-let server;
-// The page as a newcomer opens it (the engine picked by measurement), and
-// pinned to WebGPU with the phased kernels: most tests check the GPU
-// engine's per-phase behaviour, which the fused step does not split.
-let root;
-let base;
-let browser;
-
-before(async () => {
-  assert.ok(fs.existsSync(path.join(dist, 'index.html')), 'dist/index.html missing: run `trunk build --release` first');
-  server = http.createServer((req, res) => {
-    const url = new URL(req.url, 'http://localhost');
-    const file = path.join(dist, url.pathname === '/' ? 'index.html' : path.normalize(url.pathname));
-    if (!file.startsWith(dist) || !fs.existsSync(file)) {
-      res.writeHead(404).end();
-      return;
-    }
-    res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
-    fs.createReadStream(file).pipe(res);
-  });
-  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-  root = `http://127.0.0.1:${server.address().port}/`;
-  base = `${root}?engine=gpu&fused=off`;
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      '--enable-webgpu-developer-features'],
-  });
-  fs.mkdirSync(artifacts, { recursive: true });
-});
-
-after(async () => {
-  await browser?.close();
-  server?.close();
-});
-
-async function open(url) {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await page.goto(url);
-  // Settled: the engine is chosen (the GPU device created and, on auto,
-  // both engines measured).
-  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true',
-    null, { timeout: 90_000 });
-  return { page, errors };
-}
-
-const text = (page, id) => page.locator(`[data-testid=${id}]`).textContent();
-const number = async (page, id) => Number.parseFloat(await text(page, id));
+const ctx = setup();
+const open = (url, options) => ctx.open(url, options);
 
 test('trains the default network on WebGPU and stays responsive', async () => {
-  const { page, errors } = await open(base);
+  const { page, errors } = await open(ctx.base);
   const backend = await text(page, 'backend-name');
   assert.match(backend, /^WebGPU/, `expected the WebGPU backend, got "${backend}"`);
   assert.equal(await text(page, 'engine-thread'), 'in a background worker');
@@ -109,7 +53,7 @@ test('trains the default network on WebGPU and stays responsive', async () => {
 });
 
 test('changing the network resets and keeps training', async () => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   await page.getByTestId('step-once').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
   assert.equal(await page.locator('[data-testid^=layer-]').count(), 2);
@@ -125,7 +69,7 @@ test('changing the network resets and keeps training', async () => {
 });
 
 test('a shared URL restores the experiment', async () => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   await page.getByTestId('add-layer').click();
   await page.getByTestId('learning-rate').fill('0.005');
   await page.getByTestId('learning-rate').press('Enter');
@@ -145,7 +89,7 @@ test('a shared URL restores the experiment', async () => {
 
 test('bad input gets a message and loses nothing', async () => {
   // A malformed shared URL: a message, and the default experiment.
-  const { page: broken } = await open(`${base}#e=%7B%22seed%22%3A`);
+  const { page: broken } = await open(`${ctx.base}#e=%7B%22seed%22%3A`);
   assert.match(await broken.getByTestId('alert').textContent(), /refused/);
   assert.equal(await broken.getByTestId('dataset').inputValue(), 'spiral');
   await broken.close();
@@ -154,12 +98,12 @@ test('bad input gets a message and loses nothing', async () => {
   // same limits as the controls, with a message; the default is shown.
   const huge = { seed: 1, model: { inputs: 2, layers: [...Array(16).fill({ units: 1024, activation: 'tanh' }), { units: 1, activation: 'linear' }] },
     loss: 'bce_with_logits', optimizer: { kind: 'adam', lr: 0.01 }, batch_size: 65536, data: { source: 'spiral' } };
-  const { page: hostile } = await open(`${base}#e=${encodeURIComponent(JSON.stringify(huge))}`);
+  const { page: hostile } = await open(`${ctx.base}#e=${encodeURIComponent(JSON.stringify(huge))}`);
   assert.match(await hostile.getByTestId('alert').textContent(), /refused \(experiment: the run needs .* more than the 1024\.0 MiB budget of this page\)/);
   assert.equal(await hostile.locator('[data-testid^=layer-]').count(), 2);
   await hostile.close();
 
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   await page.getByTestId('step-once').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
   // A bad number: named in a message; the run is untouched.
@@ -191,7 +135,7 @@ test('bad input gets a message and loses nothing', async () => {
 });
 
 test('a NaN pauses training, names where it appeared, and reset recovers', async () => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   // Regression (mean squared error) with SGD at a learning rate of 100 (the
   // largest accepted): the weights grow each step until the loss overflows.
   await page.getByTestId('dataset').selectOption('reg_plane');
@@ -213,7 +157,7 @@ test('a NaN pauses training, names where it appeared, and reset recovers', async
 });
 
 test('the step timeline adds up and memory matches the model', async () => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   await page.getByTestId('train-toggle').click();
   await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 40, null, { timeout: 60_000 });
   await page.getByTestId('train-toggle').click();
@@ -246,7 +190,7 @@ test('the step timeline adds up and memory matches the model', async () => {
 });
 
 test('checkpoints download, restore, verify, and bad uploads change nothing', async () => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   for (let i = 0; i < 3; i++) {
     await page.getByTestId('step-once').click();
     await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), i + 1);
@@ -306,7 +250,7 @@ test('checkpoints download, restore, verify, and bad uploads change nothing', as
 });
 
 test('lesson: forgetting to zero the gradients makes the gradient norm grow', async () => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   const gradNormAfter = async (steps) => {
     for (let i = 1; i <= steps; i++) {
       await page.getByTestId('step-once').click();
@@ -325,7 +269,7 @@ test('lesson: forgetting to zero the gradients makes the gradient norm grow', as
 });
 
 test('without WebGPU the CPU engine runs and says why', async () => {
-  const { page } = await open(`${root}?backend=cpu`);
+  const { page } = await open(`${ctx.root}?backend=cpu`);
   assert.match(await text(page, 'backend-name'), /CPU/);
   assert.match(await text(page, 'backend-reason'), /CPU engine was pinned/);
   await page.getByTestId('train-toggle').click();
@@ -335,7 +279,7 @@ test('without WebGPU the CPU engine runs and says why', async () => {
 });
 
 test('step by phase shows what each phase produced, and layers fill in over time', async () => {
-  for (const url of [base, `${root}?engine=cpu`]) {
+  for (const url of [ctx.base, `${ctx.root}?engine=cpu`]) {
     const { page } = await open(url);
     const phases = [
       ['forward (micro-batch 1) of step 1', 'activation', '0'],
@@ -381,19 +325,9 @@ test('step by phase shows what each phase produced, and layers fill in over time
   }
 });
 
-const stepCount = (page) => number(page, 'step-count');
-async function trainUntil(page, steps) {
-  await page.getByTestId('train-toggle').click();
-  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent) >= n, steps, { timeout: 60_000 });
-  await page.getByTestId('train-toggle').click();
-}
-async function setField(page, id, value) {
-  await page.getByTestId(id).fill(String(value));
-  await page.getByTestId(id).press('Enter');
-}
 
 test('a lost GPU device: the page says so, resumes from the newest checkpoint, and the run continues with the same numbers', async (t) => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true');
   assert.match(await text(page, 'backend-name'), /WebGPU/);
   await setField(page, 'checkpoint-every', 10);
@@ -452,7 +386,7 @@ test('a lost GPU device: the page says so, resumes from the newest checkpoint, a
 });
 
 test('a GPU error that is not a device loss pauses the run, and the CPU engine goes on from the newest checkpoint', async (t) => {
-  const { page } = await open(`${base}?engine=gpu`);
+  const { page } = await open(`${ctx.base}?engine=gpu`);
   await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true');
   assert.match(await text(page, 'backend-name'), /WebGPU/);
   await setField(page, 'checkpoint-every', 10);
@@ -481,7 +415,7 @@ test('a GPU error that is not a device loss pauses the run, and the CPU engine g
 });
 
 test('automatic checkpoints survive a reload; synchronous ones stall the loop', async (t) => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   await setField(page, 'checkpoint-every', 10);
   // Synchronous: the loop waits for readback, serialization and IndexedDB.
   await page.getByTestId('checkpoint-background').uncheck();
@@ -524,7 +458,7 @@ test('automatic checkpoints survive a reload; synchronous ones stall the loop', 
 });
 
 test('a loss spike pauses training and one click goes back to the last good checkpoint', async () => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   await setField(page, 'checkpoint-every', 20);
   await trainUntil(page, 80);
   const lr = await page.getByTestId('learning-rate').inputValue();
@@ -545,7 +479,7 @@ test('a loss spike pauses training and one click goes back to the last good chec
 });
 
 test('the exported PyTorch script continues the page\'s run, also under torchrun, and comes back', async (t) => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   for (let i = 1; i <= 3; i++) {
     await page.getByTestId('step-once').click();
     await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), i);
@@ -592,7 +526,7 @@ test('the exported PyTorch script continues the page\'s run, also under torchrun
 });
 
 test('lessons: a slow loader shows as data time, prefetch hides it; logging every step costs every step', async (t) => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   const dataMs = async () => Number((await text(page, 'gpu-busy-share')).match(/data ([\d.]+) ms/)[1]);
   await setField(page, 'loader-delay-ms', 12);
   await setField(page, 'loader-prefetch', 0);
@@ -619,7 +553,7 @@ test('lessons: a slow loader shows as data time, prefetch hides it; logging ever
 });
 
 test('lessons: a too-high learning rate warns in the gradient norm first; accumulation equals one big batch', async (t) => {
-  const { page } = await open(base);
+  const { page } = await open(ctx.base);
   await page.getByTestId('accumulation-check').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=accumulation-result]').textContent !== '');
   const acc = await text(page, 'accumulation-result');
@@ -659,7 +593,7 @@ test('lessons: a too-high learning rate warns in the gradient norm first; accumu
 });
 
 test('activation checkpointing stores less, recomputes in backward, and changes no result', async (t) => {
-  for (const url of [base, `${root}?engine=cpu`]) {
+  for (const url of [ctx.base, `${ctx.root}?engine=cpu`]) {
     const { page } = await open(url);
     const run = async () => {
       for (let i = 1; i <= 8; i++) {
@@ -697,16 +631,16 @@ test('activation checkpointing stores less, recomputes in backward, and changes 
 
 test('the page as opened picks the faster engine, says why, and learns the spiral', async (t) => {
   // First trained step after navigation: a figure, not an assertion.
-  const first = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  const first = await ctx.browser.newPage({ viewport: { width: 1400, height: 1000 } });
   const navigated = Date.now();
-  await first.goto(root);
+  await first.goto(ctx.root);
   await first.getByTestId('train-toggle').click();
   await first.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 1, null, { timeout: 60_000 });
   const firstStepMs = Date.now() - navigated;
   await first.close();
 
   const started = Date.now();
-  const { page, errors } = await open(root);
+  const { page, errors } = await open(ctx.root);
   const settledMs = Date.now() - started;
   const reason = await text(page, 'backend-reason');
   // Both engines measured on this very network, with their figures.
@@ -737,7 +671,7 @@ test('the page as opened picks the faster engine, says why, and learns the spira
 
 test('switching engines mid-run changes speed and nothing else', async () => {
   const run = async (switchAt) => {
-    const { page } = await open(`${root}?engine=cpu&fused=off`);
+    const { page } = await open(`${ctx.root}?engine=cpu&fused=off`);
     for (let i = 1; i <= 8; i++) {
       if (i === switchAt) {
         await page.getByTestId('engine-pin').selectOption('gpu');
@@ -766,14 +700,14 @@ test('training runs in a worker: the main thread only draws, and Pause stops it 
   // and a 784-512-512-10 network on a CSV of 784 inputs and 10 classes;
   // each on the CPU engine, which computes in the worker (in parts across
   // frames where a step is long: a layer at a time for a large network).
-  const { page: probe } = await open(`${root}?engine=cpu`);
+  const { page: probe } = await open(`${ctx.root}?engine=cpu`);
   const hash = await probe.evaluate(() => location.hash);
   await probe.close();
   const e = JSON.parse(decodeURIComponent(hash.slice('#e='.length)));
   const output = e.model.layers[e.model.layers.length - 1];
   const hidden = (n, units, activation = 'tanh') => ({ ...structuredClone(e),
     model: { ...e.model, layers: [...Array(n)].map(() => ({ units, activation })).concat([output]) } });
-  const link = (x) => `${root}?engine=cpu#e=${encodeURIComponent(JSON.stringify(x))}`;
+  const link = (x) => `${ctx.root}?engine=cpu#e=${encodeURIComponent(JSON.stringify(x))}`;
   // 784 inputs, 10 classes, 500 rows: the CSV upload builds 784-512-512-10.
   const csv = path.join(os.tmpdir(), `stepscope-784-${process.pid}.csv`);
   const header = [...Array(784)].map((_, i) => `x${i + 1}`).join(',') + ',y\n';
@@ -784,7 +718,7 @@ test('training runs in a worker: the main thread only draws, and Pause stops it 
   }
   fs.writeFileSync(csv, header + body);
   const cases = [
-    ['default', `${root}?engine=cpu`],
+    ['default', `${ctx.root}?engine=cpu`],
     ['6 × 64', link(hidden(6, 64))],
     ['6 × 64, batch 4096', link({ ...hidden(6, 64), batch_size: 4096 })],
     ['16 × 256', link(hidden(16, 256))],
@@ -849,12 +783,12 @@ test('training runs in a worker: the main thread only draws, and Pause stops it 
 });
 
 test('a large network restores a checkpoint while training, and the page stays responsive', async (t) => {
-  const { page: probe } = await open(`${root}?engine=cpu`);
+  const { page: probe } = await open(`${ctx.root}?engine=cpu`);
   const e = JSON.parse(decodeURIComponent((await probe.evaluate(() => location.hash)).slice('#e='.length)));
   await probe.close();
   const output = e.model.layers[e.model.layers.length - 1];
   e.model.layers = [...Array(16)].map(() => ({ units: 256, activation: 'tanh' })).concat([output]);
-  const { page, errors } = await open(`${root}?engine=cpu#e=${encodeURIComponent(JSON.stringify(e))}`);
+  const { page, errors } = await open(`${ctx.root}?engine=cpu#e=${encodeURIComponent(JSON.stringify(e))}`);
   await page.getByTestId('train-toggle').click();
   await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 5, null, { timeout: 60_000 });
   // Downloaded while training: a checkpoint of 16 × 256 with AdamW.

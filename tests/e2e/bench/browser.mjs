@@ -8,7 +8,8 @@ import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-export const dist = path.resolve(here, '../../../dist');
+// STEPSCOPE_DIST names another build (e.g. `trunk build --release --dist /tmp/d`).
+export const dist = process.env.STEPSCOPE_DIST ? path.resolve(process.env.STEPSCOPE_DIST) : path.resolve(here, '../../../dist');
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
 
 const serveFile = (file, res) => {

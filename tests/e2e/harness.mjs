@@ -1,0 +1,64 @@
+// What the end-to-end test files share: the trunk-built page (dist/) served
+// on 127.0.0.1, one headless Chromium with WebGPU on its software adapter
+// (flags as in ../../shared/TOOLCHAIN.md), and small helpers that read the
+// page by its data-testids. Each *.test.mjs file calls `setup()` once at
+// its top; scripts/test.sh runs the files one after another.
+import { before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { serve, launch, dist } from './bench/browser.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export { dist };
+export const artifacts = path.join(here, 'artifacts');
+
+// `ctx.root`: the page as a newcomer opens it (the engine picked by
+// measurement); `ctx.base`: pinned to WebGPU with the phased kernels (most
+// tests check the GPU engine's per-phase behaviour, which the fused step
+// does not split). Both are set once `before` has run.
+export function setup() {
+  const ctx = { root: null, base: null, browser: null, server: null };
+  before(async () => {
+    assert.ok(fs.existsSync(path.join(dist, 'index.html')), 'dist/index.html missing: run `trunk build --release` first');
+    const served = await serve();
+    ctx.server = served.server;
+    ctx.root = served.root;
+    ctx.base = `${ctx.root}?engine=gpu&fused=off`;
+    ctx.browser = await launch();
+    fs.mkdirSync(artifacts, { recursive: true });
+  });
+  after(async () => {
+    await ctx.browser?.close();
+    ctx.server?.close();
+  });
+  // Opens `url` and waits until the engine is chosen (the GPU device
+  // created and, on auto, both engines measured).
+  ctx.open = async (url, { viewport = { width: 1400, height: 1000 }, colorScheme } = {}) => {
+    const page = await ctx.browser.newPage({ viewport, colorScheme });
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(String(e)));
+    await page.goto(url);
+    await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true',
+      null, { timeout: 90_000 });
+    return { page, errors };
+  };
+  return ctx;
+}
+
+export const text = (page, id) => page.locator(`[data-testid=${id}]`).textContent();
+export const number = async (page, id) => Number.parseFloat((await text(page, id)).replace(/,/g, ''));
+export const stepCount = (page) => number(page, 'step-count');
+
+export async function trainUntil(page, steps, timeout = 60_000) {
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= n,
+    steps, { timeout });
+  await page.getByTestId('train-toggle').click();
+}
+
+export async function setField(page, id, value) {
+  await page.getByTestId(id).fill(String(value));
+  await page.getByTestId(id).press('Enter');
+}
