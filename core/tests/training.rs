@@ -128,6 +128,10 @@ fn non_finite_is_reported_with_layer_and_phase() {
     }
     let error = error.expect("an L2 rate of 1e30 must blow up");
     assert!(error.contains("layer") && error.contains("NaN/Inf"), "{error}");
+    // The step is numbered as the page counts them: the failed step is the
+    // one after the last completed.
+    let failed = engine.step_count() + 1;
+    assert!(error.contains(&format!("at step {failed},")), "{error}");
 }
 
 /// A step taken in parts (`step_part`: each micro-batch's forward and

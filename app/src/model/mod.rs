@@ -12,3 +12,4 @@ pub mod store;
 pub mod timeline;
 pub mod url;
 pub mod views;
+pub mod words;

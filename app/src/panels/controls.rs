@@ -35,7 +35,7 @@ pub fn Controls() -> impl IntoView {
             <div class="counter">
                 "Step " <span data-testid="step-count">{move || state.run.step.get()}</span>
                 <span class="rate" title="Optimizer steps per second over the last half second of training">
-                    <span data-testid="steps-per-second">{move || super::header::thousands(state.run.steps_per_second.get())}</span>" steps/s"
+                    <span data-testid="steps-per-second">{move || crate::model::words::thousands(state.run.steps_per_second.get())}</span>" steps/s"
                 </span>
                 <span class="speed">{speed}</span>
                 <span class="busy" title="Main-thread time the training loop takes per frame (not the GPU's)">

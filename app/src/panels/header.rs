@@ -3,6 +3,7 @@
 use leptos::prelude::*;
 
 use crate::model::runner::{BackendInfo, Pin};
+use crate::model::words::{fallback_summary, friendly_adapter, thousands};
 use crate::state::AppState;
 
 #[component]
@@ -12,12 +13,13 @@ pub fn Header() -> impl IntoView {
     let label = move || {
         let b = backend.get();
         match (b.gpu, b.fused) {
-            (true, true) => format!("{} · {} · fused step", b.name, b.adapter),
-            (true, false) => format!("{} · {}", b.name, b.adapter),
+            (true, true) => format!("{} — {} · fused step", b.name, friendly_adapter(&b.adapter)),
+            (true, false) => format!("{} — {}", b.name, friendly_adapter(&b.adapter)),
             _ => b.name.clone(),
         }
     };
     let reason = move || why(&backend.get());
+    let details = move || backend.get().fallback_reason.filter(|r| !r.contains("pinned"));
     let pin = state.run.engine_pin;
     let on_pin = move |ev: leptos::ev::Event| {
         if let Some(p) = Pin::parse(&event_target_value(&ev)) {
@@ -36,7 +38,8 @@ pub fn Header() -> impl IntoView {
             <h1>"Stepscope"</h1>
             <p class="tagline">"Watch a neural network train, and see what each step costs."</p>
             <div class="backend">
-                "Backend: " <span data-testid="backend-name" data-settled=move || backend.get().settled.to_string()>{label}</span>
+                <span data-testid="backend-name" class="engine-name" data-settled=move || backend.get().settled.to_string()
+                    title=move || backend.get().adapter>{label}</span>
                 <span class="thread" data-testid="engine-thread"
                     title="Where training runs: in a background worker the page never waits for, or on the page's own thread">
                     {move || if state.run.in_worker.get() { "in a background worker" } else { "on the page's thread" }}
@@ -47,7 +50,11 @@ pub fn Header() -> impl IntoView {
                     <option value="cpu">"CPU"</option>
                     <option value="gpu">"WebGPU"</option>
                 </select>
-                <span class="reason" data-testid="backend-reason">{reason}</span>
+                <span class="reason" data-testid="backend-reason">{reason}
+                    {move || details().map(|d| view! {
+                        <details class="why"><summary>"Details"</summary><span data-testid="backend-details">{d}</span></details>
+                    })}
+                </span>
             </div>
         </header>
         <Show when=move || state.run.alert.get().is_some()>
@@ -57,6 +64,17 @@ pub fn Header() -> impl IntoView {
                     <button data-testid="rollback" class="rollback" on:click=rollback>"Back to the last good checkpoint"</button>
                 </Show>
                 <button aria-label="Dismiss message" data-testid="dismiss-alert" on:click=dismiss>"×"</button>
+            </div>
+        </Show>
+        <Show when=move || state.run.spike_warning.get().is_some()>
+            <div class="warning" role="status" data-testid="spike-warning">
+                <span>{move || state.run.spike_warning.get().unwrap_or_default()}</span>
+                <span class="actions">
+                    <Show when=move || state.checkpoints.rollback_offer.get().is_some()>
+                        <button data-testid="spike-rollback" on:click=rollback>"Back to the last good checkpoint"</button>
+                    </Show>
+                    <button aria-label="Dismiss warning" data-testid="dismiss-warning" on:click=move |_| state.run.spike_warning.set(None)>"×"</button>
+                </span>
             </div>
         </Show>
         <Show when=move || state.run.notice.get().is_some()>
@@ -69,14 +87,14 @@ pub fn Header() -> impl IntoView {
 /// cannot be used.
 fn why(b: &BackendInfo) -> Option<String> {
     if let Some(reason) = &b.fallback_reason {
-        return Some(format!("Running on the CPU because {reason}."));
+        return Some(fallback_summary(reason));
     }
     let race = b.race.as_ref()?;
     let path = if race.fused { "fused step" } else { "phased kernels" };
     let figures = format!(
         "CPU (WebAssembly) {} steps/s; WebGPU ({}, {path}) {} steps/s for this network",
         thousands(race.cpu_steps_per_s),
-        b.adapter,
+        friendly_adapter(&b.adapter),
         thousands(race.gpu_steps_per_s)
     );
     Some(match (b.pin, race.gpu_wins()) {
@@ -84,20 +102,4 @@ fn why(b: &BackendInfo) -> Option<String> {
         (Pin::Auto, false) => format!("The CPU is faster here: {figures}."),
         _ => format!("Pinned: {figures}."),
     })
-}
-
-/// 18900.4 → "18,900"; below 10, one decimal.
-pub fn thousands(x: f64) -> String {
-    if x < 10.0 {
-        return format!("{x:.1}");
-    }
-    let digits = format!("{:.0}", x);
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

@@ -71,6 +71,10 @@ pub struct Run {
     pub alert: RwSignal<Option<String>>,
     /// Informational notices (device recovered, …).
     pub notice: RwSignal<Option<String>>,
+    /// A loss spike seen while training went on (shown as a warning).
+    pub spike_warning: RwSignal<Option<String>>,
+    /// Whether a loss spike pauses training (opt-in; else it warns).
+    pub pause_on_spike: RwSignal<bool>,
     pub steps_per_frame: RwSignal<usize>,
     pub csv_name: RwSignal<Option<String>>,
     /// Main-thread time the training loop spent per frame (its own work,
@@ -171,6 +175,8 @@ impl AppState {
                 steps_per_second: RwSignal::new(0.0),
                 alert: RwSignal::new(alert),
                 notice: RwSignal::new(None),
+                spike_warning: RwSignal::new(None),
+                pause_on_spike: RwSignal::new(false),
                 steps_per_frame: RwSignal::new(0),
                 csv_name: RwSignal::new(None),
                 frame_busy_ms: RwSignal::new((0.0, 0.0)),
@@ -253,6 +259,7 @@ impl AppState {
         self.charts.backward_by_mode.set(Default::default());
         self.lessons.phase_report.set(None);
         self.checkpoints.rollback_offer.set(None);
+        self.run.spike_warning.set(None);
         self.run.step.set(0);
         self.run.last_metrics.set(None);
     }

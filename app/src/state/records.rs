@@ -76,6 +76,7 @@ impl AppState {
             }
             Outcome::RolledBack(e, step) => {
                 self.run.alert.set(None);
+                self.run.spike_warning.set(None);
                 self.checkpoints.rollback_offer.set(None);
                 self.run.notice.set(Some(format!(
                     "Back at the checkpoint of step {step}, with the hyperparameters it was saved with."

@@ -17,6 +17,7 @@ use crate::model::host::protocol::Start;
 use crate::model::host::Host;
 use crate::model::runner::{next_frame, Command, FramePlan, FrameReport};
 use crate::model::spikes::{Verdict, SMOOTH, WINDOW};
+use crate::model::words::{count, value};
 use crate::model::url;
 
 /// Device re-creations allowed within a minute before the page stops trying.
@@ -243,23 +244,37 @@ impl AppState {
     }
 
     /// Shows the loss spikes and gradient-norm jumps the engine's side
-    /// found in a frame's steps; on a spike, pauses and offers the last
-    /// good checkpoint.
+    /// found in a frame's steps. A spike is a warning that offers the last
+    /// good checkpoint; it pauses training only when the user asked for
+    /// that (ordinary AdamW noise can look like a spike, and a healthy run
+    /// must never stop on its own).
     fn judge(&self, verdicts: &[(u64, Verdict)]) {
         for (step, verdict) in verdicts {
             match *verdict {
                 Verdict::Normal => {}
                 Verdict::GradJump(norm, median) => self.run.notice.set(Some(format!(
-                    "The gradient norm jumped to {norm:.3} at step {} (median {median:.3} over the last {WINDOW} steps): the loss often follows.",
-                    step + 1
+                    "The gradient norm jumped to {} at step {} (median {} over the last {WINDOW} steps): the loss often follows.",
+                    value(norm as f64, 3),
+                    count(step + 1),
+                    value(median as f64, 3)
                 ))),
                 Verdict::LossSpike(loss, median, norm, norm_median) => {
-                    self.run.running.set(false);
-                    self.run.alert.set(Some(format!(
-                        "Loss spike at step {}: the loss averaged over the last {SMOOTH} steps is {loss:.4}, against a median of {median:.4} over the {WINDOW} steps before (gradient norm {norm:.3}, median {norm_median:.3}). Training paused.",
-                        step + 1
-                    )));
+                    let pause = self.run.pause_on_spike.get_untracked();
+                    let message = format!(
+                        "Loss spike at step {}: the loss averaged over the last {SMOOTH} steps is {}, against a median of {} over the {WINDOW} steps before (gradient norm {}, median {}).",
+                        step + 1,
+                        value(loss as f64, 4),
+                        value(median as f64, 4),
+                        value(norm as f64, 3),
+                        value(norm_median as f64, 3)
+                    );
                     self.checkpoints.rollback_offer.set(Some(step + 1));
+                    if pause {
+                        self.run.running.set(false);
+                        self.run.alert.set(Some(format!("{message} Training paused.")));
+                    } else {
+                        self.run.spike_warning.set(Some(format!("{message} Training goes on.")));
+                    }
                 }
             }
         }

@@ -285,7 +285,7 @@ impl CpuEngine {
                 loop {
                     let l = partial.layers_done;
                     if !forward_layer(&mut self.acts, &self.params, &self.inputs, &self.layout, e, l) {
-                        return Err(non_finite(Phase::Forward, l));
+                        return Err(non_finite(Phase::Forward, l, self.optimizer.step + 1));
                     }
                     partial.layers_done += 1;
                     if partial.layers_done == layers || one_layer {
@@ -300,7 +300,7 @@ impl CpuEngine {
                 let t2 = Instant::now();
                 let loss = loss_forward(self.acts.output(), &self.targets, e.loss, batch, e.outputs());
                 if !loss.is_finite() {
-                    return Err(non_finite(Phase::Loss, layers - 1));
+                    return Err(non_finite(Phase::Loss, layers - 1, self.optimizer.step + 1));
                 }
                 partial.loss_sum += loss;
                 partial.last_loss = loss;
@@ -346,7 +346,7 @@ impl CpuEngine {
                 }
                 phases.optimizer_ms = ms(t0, Instant::now());
                 if let Some(layer) = self.first_non_finite_layer(&self.params) {
-                    return Err(non_finite(Phase::Optimizer, layer));
+                    return Err(non_finite(Phase::Optimizer, layer, step + 1));
                 }
                 return Ok(Some(StepMetrics {
                     step,
@@ -396,7 +396,7 @@ impl CpuEngine {
         dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
         let end = shape.bias_offset + shape.units;
         if self.grads[shape.weight_offset..end].iter().any(|g| !g.is_finite()) {
-            return Err(non_finite(Phase::Backward, l));
+            return Err(non_finite(Phase::Backward, l, self.optimizer.step + 1));
         }
         Ok(())
     }
@@ -431,11 +431,12 @@ fn ms(a: Instant, b: Instant) -> f64 {
     (b - a).as_secs_f64() * 1e3
 }
 
-fn non_finite(phase: Phase, layer: usize) -> Error {
+/// `step`: the step's number as the page counts it (the first is 1).
+fn non_finite(phase: Phase, layer: usize, step: u64) -> Error {
     let kept = if phase == Phase::Optimizer {
         "the update already applied: restore the last good checkpoint"
     } else {
         "parameters and optimizer state kept from before this step"
     };
-    Error::NonFinite(format!("first NaN/Inf in layer {layer} during {phase}; {kept}"))
+    Error::NonFinite(format!("first NaN/Inf at step {step}, in layer {layer} during {phase}; {kept}"))
 }

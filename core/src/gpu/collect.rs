@@ -140,7 +140,7 @@ impl GpuEngine {
             // Later submits ran on top of a failed one: drop them too.
             self.in_flight.clear();
             self.submitted_step = self.step;
-            return Err(non_finite(code, self.layout.layers.len()));
+            return Err(non_finite(code, self.layout.layers.len(), done.first_step));
         }
         Ok(metrics)
     }

@@ -77,9 +77,11 @@ pub fn pollster_free_pop(scope: wgpu::ErrorScopeGuard) -> Option<Error> {
     }
 }
 
-/// Decodes a non-finite code `(step << 16) | (phase << 8) | order`.
-pub fn non_finite(code: u32, layers: usize) -> Error {
-    let step = code >> 16;
+/// Decodes a non-finite code `(step << 16) | (phase << 8) | order`; the
+/// code's step counts from `first_step`, the engine's step count when the
+/// submit began. The message numbers steps as the page does (the first is 1).
+pub fn non_finite(code: u32, layers: usize, first_step: u64) -> Error {
+    let step = first_step + u64::from(code >> 16) + 1;
     let phase = (code >> 8) & 0xff;
     let order = (code & 0xff) as usize;
     let (phase_name, layer) = match phase {
@@ -93,5 +95,5 @@ pub fn non_finite(code: u32, layers: usize) -> Error {
     } else {
         "parameters and optimizer state kept from before this step"
     };
-    Error::NonFinite(format!("first NaN/Inf in layer {layer} during {phase_name} (step {step} of the submit); {kept}"))
+    Error::NonFinite(format!("first NaN/Inf at step {step}, in layer {layer} during {phase_name}; {kept}"))
 }

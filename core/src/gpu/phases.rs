@@ -81,11 +81,12 @@ impl GpuEngine {
         let flags = read_buffer(&self.ctx, &self.buffers.flags).await?;
         let code = bytemuck::cast_slice::<u8, u32>(&flags)[0];
         if code != FLAGS_INIT[0] {
+            let first_step = self.step;
             if phase == StepPhase::Optimizer {
                 self.step += 1;
             }
             self.sync_submitted_step();
-            return Err(non_finite(code, self.layout.layers.len()));
+            return Err(non_finite(code, self.layout.layers.len(), first_step));
         }
         let stats = floats(read_buffer(&self.ctx, &self.buffers.stats).await?, 4);
         let p = self.layout.parameter_count;
