@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+mod data_spec;
+
+pub use data_spec::*;
+
 /// Largest width of any layer (inputs included): keeps a typo such as
 /// `"units": 1600000` from allocating gigabytes in the browser.
 pub const MAX_UNITS: usize = 4096;
@@ -73,6 +77,17 @@ pub enum Loss {
     Mse,
     BceWithLogits,
     CrossEntropy,
+}
+
+impl Loss {
+    /// The name the experiment JSON uses (`"cross_entropy"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Loss::Mse => "mse",
+            Loss::BceWithLogits => "bce_with_logits",
+            Loss::CrossEntropy => "cross_entropy",
+        }
+    }
 }
 
 /// Optimizers as in `torch.optim` (LAMB as `optax.lamb`). Left-out
@@ -203,97 +218,6 @@ pub struct Regularization {
 pub enum RegularizationKind {
     L1,
     L2,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DataSpec {
-    pub source: DataSource,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub samples: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub noise: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub train_fraction: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub features: Option<Vec<Feature>>,
-    #[serde(default = "yes")]
-    pub shuffle: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-pub const DEFAULT_SAMPLES: usize = 500;
-pub const DEFAULT_NOISE: f64 = 0.0;
-pub const DEFAULT_TRAIN_FRACTION: f64 = 0.5;
-pub const DEFAULT_FEATURES: [Feature; 2] = [Feature::X1, Feature::X2];
-
-impl DataSpec {
-    pub fn samples(&self) -> usize {
-        self.samples.unwrap_or(DEFAULT_SAMPLES)
-    }
-    pub fn noise(&self) -> f64 {
-        self.noise.unwrap_or(DEFAULT_NOISE)
-    }
-    pub fn train_fraction(&self) -> f64 {
-        self.train_fraction.unwrap_or(DEFAULT_TRAIN_FRACTION)
-    }
-    pub fn features(&self) -> Vec<Feature> {
-        self.features.clone().unwrap_or_else(|| DEFAULT_FEATURES.to_vec())
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DataSource {
-    Circle,
-    Xor,
-    Gauss,
-    Spiral,
-    RegPlane,
-    RegGauss,
-    Csv,
-}
-
-impl DataSource {
-    pub fn is_regression(self) -> bool {
-        matches!(self, DataSource::RegPlane | DataSource::RegGauss)
-    }
-}
-
-/// Input features of the built-in 2-D datasets, as TensorFlow Playground's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Feature {
-    #[serde(rename = "x1")]
-    X1,
-    #[serde(rename = "x2")]
-    X2,
-    #[serde(rename = "x1_sq")]
-    X1Squared,
-    #[serde(rename = "x2_sq")]
-    X2Squared,
-    #[serde(rename = "x1_x2")]
-    X1TimesX2,
-    #[serde(rename = "sin_x1")]
-    SinX1,
-    #[serde(rename = "sin_x2")]
-    SinX2,
-}
-
-impl Feature {
-    pub fn eval(self, x1: f64, x2: f64) -> f64 {
-        match self {
-            Feature::X1 => x1,
-            Feature::X2 => x2,
-            Feature::X1Squared => x1 * x1,
-            Feature::X2Squared => x2 * x2,
-            Feature::X1TimesX2 => x1 * x2,
-            Feature::SinX1 => x1.sin(),
-            Feature::SinX2 => x2.sin(),
-        }
-    }
 }
 
 impl Experiment {

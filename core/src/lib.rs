@@ -23,6 +23,7 @@ pub mod fuzz;
 pub mod gpu;
 pub mod limits;
 pub mod link;
+pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod rng;

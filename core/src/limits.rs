@@ -6,6 +6,7 @@
 //! `Limits::check` with its limits, the CLI with its own, so a link can
 //! never build what the controls would refuse.
 
+use crate::data::DIGITS_ROWS;
 use crate::engine::MemoryBytes;
 use crate::error::{Error, Result};
 use crate::experiment::{DataSource, Experiment, MAX_BATCH, MAX_LAYERS, MAX_UNITS};
@@ -93,6 +94,7 @@ impl RunBytes {
     pub fn of(e: &Experiment, rows: Option<(usize, usize)>) -> RunBytes {
         let (train, test) = rows.unwrap_or_else(|| match e.data.source {
             DataSource::Csv => (0, 0),
+            DataSource::Digits => (DIGITS_ROWS, 0),
             _ => (e.data.samples(), 0),
         });
         let row_bytes = 4 * (e.model.inputs + e.outputs()) as u64;

@@ -2,6 +2,7 @@
 //! (what a checkpoint restores). Each message names the field, the value
 //! and what is allowed, in the words a user typed.
 
+use crate::data::DIGITS_PIXELS;
 use crate::engine::TrainState;
 use crate::error::{Error, Result};
 use crate::experiment::*;
@@ -137,64 +138,91 @@ fn schedule(s: &Schedule) -> Result<()> {
 
 fn data(e: &Experiment) -> Result<()> {
     let d = &e.data;
-    if d.source == DataSource::Csv {
-        for (given, name) in [
-            (d.samples.is_some(), "samples"),
-            (d.noise.is_some(), "noise"),
-            (d.train_fraction.is_some(), "train_fraction"),
-            (d.features.is_some(), "features"),
-        ] {
-            if given {
-                return bad(format!(
-                    "data.{name} does not apply to \"source\": \"csv\" (the CSV's columns are the data)"
-                ));
-            }
-        }
-        return Ok(());
-    }
-    let samples = d.samples();
-    if !(2..=MAX_SAMPLES).contains(&samples) {
-        return bad(format!("data.samples must be in 2..={MAX_SAMPLES}, got {samples}"));
-    }
-    let noise = d.noise();
-    if !noise.is_finite() || !(0.0..=1.0).contains(&noise) {
-        return bad(format!("data.noise must be in [0, 1], got {noise}"));
-    }
     let fraction = d.train_fraction();
     if !fraction.is_finite() || fraction <= 0.0 || fraction > 1.0 {
         return bad(format!("data.train_fraction must be in (0, 1], got {fraction}"));
     }
-    let features = d.features();
-    if features.is_empty() {
-        return bad("data.features must name at least one feature".into());
-    }
-    for (i, f) in features.iter().enumerate() {
-        if features[..i].contains(f) {
-            return bad(format!("data.features lists {f:?} twice"));
+    let generated = d.source.is_plane();
+    if !generated {
+        let why = match d.source {
+            DataSource::Csv => "the CSV's columns are the data",
+            _ => "its 1,797 images are the data",
+        };
+        for (given, name) in
+            [(d.samples.is_some(), "samples"), (d.noise.is_some(), "noise"), (d.features.is_some(), "features")]
+        {
+            if given {
+                return bad(format!("data.{name} does not apply to \"source\": \"{}\" ({why})", d.source.name()));
+            }
         }
     }
-    if features.len() != e.model.inputs {
-        return bad(format!("model.inputs is {} but data.features has {} features", e.model.inputs, features.len()));
-    }
-    let outputs = e.outputs();
-    let wanted = match (d.source.is_regression(), e.loss) {
-        (true, Loss::Mse) => 1,
-        (true, loss) => {
+    if generated {
+        let samples = d.samples();
+        if !(2..=MAX_SAMPLES).contains(&samples) {
+            return bad(format!("data.samples must be in 2..={MAX_SAMPLES}, got {samples}"));
+        }
+        let noise = d.noise();
+        if !noise.is_finite() || !(0.0..=1.0).contains(&noise) {
+            return bad(format!("data.noise must be in [0, 1], got {noise}"));
+        }
+        let features = d.features();
+        if features.is_empty() {
+            return bad("data.features must name at least one feature".into());
+        }
+        for (i, f) in features.iter().enumerate() {
+            if features[..i].contains(f) {
+                return bad(format!("data.features lists {f:?} twice"));
+            }
+        }
+        if features.len() != e.model.inputs {
             return bad(format!(
-                "data.source {:?} is a regression dataset: it needs loss \"mse\", not {loss:?}",
-                d.source
-            ))
+                "model.inputs is {} but data.features has {} features",
+                e.model.inputs,
+                features.len()
+            ));
         }
-        (false, Loss::CrossEntropy) => 2,
-        (false, _) => 1,
-    };
-    if outputs != wanted {
+    }
+    if d.source == DataSource::Digits && e.model.inputs != DIGITS_PIXELS {
         return bad(format!(
-            "the output layer has {outputs} units but {:?} data with loss {:?} needs {wanted}",
-            d.source, e.loss
+            "digits has {DIGITS_PIXELS} inputs (8×8 pixels): model.inputs must be {DIGITS_PIXELS}, got {}",
+            e.model.inputs
         ));
     }
-    Ok(())
+    if d.source == DataSource::Csv {
+        // The file decides (`parse_csv` checks its columns and targets).
+        return Ok(());
+    }
+    loss_fits(e)
+}
+
+/// The loss and output width against the data's classes (the page's loss
+/// selector offers `Experiment::fitting_losses`, the same rule).
+fn loss_fits(e: &Experiment) -> Result<()> {
+    let (source, loss, outputs) = (e.data.source.name(), e.loss, e.outputs());
+    let Some(wanted) = e.output_units_for(loss) else {
+        return match e.data.source.classes() {
+            None => bad(format!(
+                "data.source {source:?} is a regression dataset: it needs loss \"mse\" with 1 output unit, not {:?}",
+                loss.name()
+            )),
+            Some(classes) => bad(format!(
+                "{source} has {classes} classes: the loss must be cross_entropy with {classes} output units, not {}",
+                loss.name()
+            )),
+        };
+    };
+    if outputs == wanted {
+        return Ok(());
+    }
+    match e.data.source.classes() {
+        Some(classes) if classes > 2 => bad(format!(
+            "{source} has {classes} classes: the loss must be cross_entropy with {classes} output units, not {outputs}"
+        )),
+        _ => bad(format!(
+            "the output layer has {outputs} units but {source} data with loss {} needs {wanted}",
+            loss.name()
+        )),
+    }
 }
 
 /// A run's state, as a checkpoint or the page hands it over: its

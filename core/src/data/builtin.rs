@@ -1,6 +1,7 @@
 //! The built-in 2-D datasets of TensorFlow Playground (`dataset.ts`),
 //! drawn from our seeded RNG. Noise is a fraction (0.1 = the playground's
-//! "10"). Classes are 0 and 1 (the playground's -1 and +1).
+//! "10"). Classes are 0 and 1 (the playground's -1 and +1). `spiral3` is
+//! CS231n's three-arm spiral, classes 0, 1 and 2.
 
 use std::f64::consts::PI;
 
@@ -16,7 +17,9 @@ pub fn generate_points(source: DataSource, samples: usize, noise: f64, rng: &mut
         DataSource::Spiral => spiral(samples, noise, rng),
         DataSource::RegPlane => reg_plane(samples, noise, rng),
         DataSource::RegGauss => reg_gauss(samples, noise, rng),
-        DataSource::Csv => Vec::new(),
+        DataSource::Spiral3 => spiral3(samples, noise, rng),
+        // Not points of the plane: rows of a table (`Dataset::load`).
+        DataSource::Digits | DataSource::Csv => Vec::new(),
     }
 }
 
@@ -91,6 +94,29 @@ fn spiral(n: usize, noise: f64, rng: &mut Rng) -> Vec<Point> {
     points
 }
 
+/// CS231n's spiral (<https://cs231n.github.io/neural-networks-case-study/>):
+/// arm k of K = 3 takes n/K points (the first n mod K arms one more), the
+/// i-th of m at radius r = i/(m−1) and angle t = 4k + 4·i/(m−1) + ε with
+/// ε ~ N(0, σ²), point (r sin t, r cos t). CS231n's σ = 0.2 is noise 0.1
+/// here (σ = 2·noise); radii are scaled by 5 to fill the plane as the
+/// playground's spiral does.
+fn spiral3(n: usize, noise: f64, rng: &mut Rng) -> Vec<Point> {
+    const ARMS: usize = 3;
+    let sigma = 2.0 * noise;
+    let mut points = Vec::with_capacity(n);
+    for arm in 0..ARMS {
+        let count = n / ARMS + usize::from(arm < n % ARMS);
+        let last = (count.max(2) - 1) as f64;
+        for i in 0..count {
+            let along = i as f64 / last;
+            let r = 5.0 * along;
+            let t = 4.0 * (arm as f64 + along) + rng.normal(0.0, sigma * sigma);
+            points.push(Point { x1: r * t.sin(), x2: r * t.cos(), label: arm as f64 });
+        }
+    }
+    points
+}
+
 fn reg_plane(n: usize, noise: f64, rng: &mut Rng) -> Vec<Point> {
     let radius = 6.0;
     (0..n)
@@ -146,18 +172,53 @@ mod tests {
             DataSource::Spiral,
             DataSource::RegPlane,
             DataSource::RegGauss,
+            DataSource::Spiral3,
         ] {
             let points = generate_points(source, 101, 0.2, &mut Rng::new(1, 1));
             assert_eq!(points.len(), 101, "{source:?}");
             for p in &points {
                 assert!(p.x1.is_finite() && p.x2.is_finite());
-                if source.is_regression() {
-                    assert!((-1.5..=1.5).contains(&p.label), "{source:?} {p:?}");
-                } else {
-                    assert!(p.label == 0.0 || p.label == 1.0);
+                match source.classes() {
+                    None => assert!((-1.5..=1.5).contains(&p.label), "{source:?} {p:?}"),
+                    Some(classes) => {
+                        assert!(p.label.fract() == 0.0 && (0.0..classes as f64).contains(&p.label), "{p:?}")
+                    }
                 }
             }
         }
+    }
+
+    #[test]
+    fn spiral3_is_balanced_seeded_and_noisy_as_asked() {
+        let draw = |n, noise, seed| spiral3(n, noise, &mut Rng::new(seed, 1));
+        assert_eq!(draw(301, 0.1, 4), draw(301, 0.1, 4));
+        assert_ne!(draw(301, 0.1, 4), draw(301, 0.1, 5));
+        let counts = |points: &[Point]| {
+            let mut c = [0; 3];
+            points.iter().for_each(|p| c[p.label as usize] += 1);
+            c
+        };
+        assert_eq!(counts(&draw(301, 0.1, 4)), [101, 100, 100]);
+        assert_eq!(counts(&draw(2, 0.0, 4)), [1, 1, 0]);
+        // Without noise, arm k's i-th point of m lies at radius 5·i/(m−1)
+        // and angle 4k + 4·i/(m−1): the arms interleave, 4 radians apart.
+        for p in draw(30, 0.0, 4) {
+            let r = p.x1.hypot(p.x2);
+            let t = 4.0 * (p.label + r / 5.0);
+            assert!((p.x1 - r * t.sin()).abs() < 1e-12 && (p.x2 - r * t.cos()).abs() < 1e-12, "{p:?}");
+        }
+        // Noise moves points off their arm; more noise, further.
+        let off = |noise| -> f64 {
+            draw(300, noise, 4)
+                .iter()
+                .map(|p| {
+                    let r = p.x1.hypot(p.x2);
+                    let t = 4.0 * (p.label + r / 5.0);
+                    (p.x1 - r * t.sin()).hypot(p.x2 - r * t.cos())
+                })
+                .sum()
+        };
+        assert!(off(0.0) < 1e-9 && off(0.05) > 1.0 && off(0.3) > 3.0 * off(0.05));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Training data: the built-in 2-D datasets, CSV files, and the order in
-//! which rows are served to the engine.
+//! Training data: the built-in 2-D datasets, the digits, CSV files, their
+//! train/test split, and the order in which rows are served to the engine.
 //!
 //! Shapes: N rows, I inputs, T target columns. A target is a float for
 //! `mse` and `bce_with_logits`, and a class index stored as f32 for
@@ -8,10 +8,12 @@
 mod batcher;
 mod builtin;
 mod csv;
+mod digits;
 
 pub use batcher::{Batcher, DataPosition};
 pub use builtin::generate_points;
 pub use csv::{csv_header, csv_rows, parse_csv};
+pub use digits::{digits_table, DIGITS_CLASSES, DIGITS_MAX_PIXEL, DIGITS_PIXELS, DIGITS_ROWS, DIGITS_SIDE};
 
 use crate::error::Result;
 use crate::experiment::{DataSource, Experiment, Loss};
@@ -37,10 +39,32 @@ impl Table {
         inputs.extend_from_slice(&self.inputs[row * i..(row + 1) * i]);
         targets.extend_from_slice(&self.targets[row * t..(row + 1) * t]);
     }
+
+    /// The rows `rows` of `self`, in that order.
+    pub fn select(&self, rows: &[usize]) -> Table {
+        let mut table = Table { input_width: self.input_width, target_width: self.target_width, ..Table::default() };
+        table.inputs.reserve(rows.len() * self.input_width);
+        table.targets.reserve(rows.len() * self.target_width);
+        for &row in rows {
+            self.copy_row(row, &mut table.inputs, &mut table.targets);
+        }
+        table
+    }
+}
+
+/// The train/test split of `n` rows: a permutation from the seed's split
+/// stream, its first ⌊n·train_fraction⌋ rows (at least one) training and
+/// the rest testing, as TensorFlow Playground splits its points.
+pub fn split_rows(experiment: &Experiment, n: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut order: Vec<usize> =
+        Rng::new(experiment.seed, stream::SPLIT).permutation(n).into_iter().map(|i| i as usize).collect();
+    let split = ((n as f64 * experiment.data.train_fraction()).floor() as usize).clamp(1.min(n), n);
+    let test = order.split_off(split);
+    (order, test)
 }
 
 /// A point of a built-in dataset on the input plane, with its label
-/// (class 0/1, or the regression value in [-1, 1]).
+/// (the class index 0, 1, 2 …, or the regression value in [-1, 1]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Point {
     pub x1: f64,
@@ -60,35 +84,57 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Builds the data of `experiment`: generated from the seed for built-in
-    /// sources, parsed from `csv_text` for `"source": "csv"`.
+    /// Builds the data of `experiment`: generated from the seed for the 2-D
+    /// sources, the embedded images for `digits`, parsed from `csv_text`
+    /// for `"source": "csv"`; then split into train and test (`split_rows`).
+    ///
+    /// A built-in's rows keep the split's shuffled order. A CSV's keep the
+    /// file's order within each part, so that `shuffle: false` still serves
+    /// them as written and a CSV with every row training (no
+    /// `train_fraction`, as before CSV runs could be split) gives the same
+    /// run as it always did.
     pub fn load(experiment: &Experiment, csv_text: Option<&str>) -> Result<Dataset> {
         let spec = &experiment.data;
-        if spec.source == DataSource::Csv {
-            let text = csv_text
-                .ok_or_else(|| crate::Error::Experiment("data.source is \"csv\" but no CSV file was given".into()))?;
-            let train = parse_csv(text, experiment)?;
-            return Ok(Dataset { train, ..Dataset::default() });
+        match spec.source {
+            DataSource::Csv => {
+                let text = csv_text.ok_or_else(|| {
+                    crate::Error::Experiment("data.source is \"csv\" but no CSV file was given".into())
+                })?;
+                let table = parse_csv(text, experiment)?;
+                if spec.train_fraction.is_none() {
+                    return Ok(Dataset { test: table.select(&[]), train: table, ..Dataset::default() });
+                }
+                let (mut train, mut test) = split_rows(experiment, table.rows());
+                train.sort_unstable();
+                test.sort_unstable();
+                Ok(Dataset { train: table.select(&train), test: table.select(&test), ..Dataset::default() })
+            }
+            DataSource::Digits => {
+                let table = digits_table();
+                let (train, test) = split_rows(experiment, table.rows());
+                Ok(Dataset { train: table.select(&train), test: table.select(&test), ..Dataset::default() })
+            }
+            source => {
+                let mut rng = Rng::new(experiment.seed, stream::DATA);
+                let points = generate_points(source, spec.samples(), spec.noise(), &mut rng);
+                let (train, test) = split_rows(experiment, points.len());
+                let train_points: Vec<Point> = train.iter().map(|&i| points[i]).collect();
+                let test_points: Vec<Point> = test.iter().map(|&i| points[i]).collect();
+                Ok(Dataset {
+                    train: points_table(&train_points, experiment),
+                    test: points_table(&test_points, experiment),
+                    train_points,
+                    test_points,
+                })
+            }
         }
-        let mut rng = Rng::new(experiment.seed, stream::DATA);
-        let mut points = generate_points(spec.source, spec.samples(), spec.noise(), &mut rng);
-        // Shuffle, then split, as TensorFlow Playground does.
-        let order = Rng::new(experiment.seed, stream::SPLIT).permutation(points.len());
-        points = order.iter().map(|&i| points[i as usize]).collect();
-        let split = ((points.len() as f64 * spec.train_fraction()).floor() as usize).max(1);
-        let test_points = points.split_off(split);
-        Ok(Dataset {
-            train: points_table(&points, experiment),
-            test: points_table(&test_points, experiment),
-            train_points: points,
-            test_points,
-        })
     }
 }
 
-/// Turns labelled points into feature rows and targets. Classes are 0/1;
-/// `mse` on a classification dataset uses ±1 targets, as TensorFlow
-/// Playground does.
+/// Turns labelled points into feature rows and targets. The target is the
+/// class index (or the regression value), except that `mse` on a
+/// two-class dataset uses ±1 targets, as TensorFlow Playground does
+/// (validation allows `mse` on no other classification data).
 fn points_table(points: &[Point], experiment: &Experiment) -> Table {
     let features = experiment.data.features();
     let regression = experiment.data.source.is_regression();
