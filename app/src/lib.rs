@@ -13,7 +13,7 @@ pub mod state;
 use leptos::prelude::*;
 
 use panels::{
-    anatomy::AnatomyPanel, controls::Controls, data::DataPanel, header::Header, network::NetworkPanel,
+    anatomy::AnatomyPanel, controls::{Controls, Settings}, data::DataPanel, header::Header, network::NetworkPanel,
     output::OutputPanel,
 };
 use state::AppState;
@@ -34,12 +34,14 @@ pub fn App() -> impl IntoView {
         <Header/>
         <main class="layout">
             <Controls/>
+            <Settings/>
             <div class="columns">
                 <DataPanel/>
                 <NetworkPanel/>
                 <OutputPanel/>
             </div>
             <AnatomyPanel/>
+            <panels::runs::RunsPanel/>
         </main>
     }
 }

@@ -457,8 +457,41 @@ test('automatic checkpoints survive a reload; synchronous ones stall the loop', 
   await page.close();
 });
 
-test('a loss spike pauses training and one click goes back to the last good checkpoint', async () => {
+test('a healthy run never pauses on its own; a loss spike warns, and pauses only when asked', async () => {
+  // The default experiment trains on the CPU engine for 15 s: whatever the
+  // detector makes of AdamW's noise, the run goes on.
+  const { page: healthy } = await open(`${ctx.root}?engine=cpu`);
+  assert.equal(await healthy.getByTestId('pause-on-spike').isChecked(), false, 'pausing is opt-in');
+  await healthy.getByTestId('train-toggle').click();
+  const started = await stepCount(healthy);
+  await healthy.waitForTimeout(15_000);
+  assert.match(await text(healthy, 'train-toggle'), /Pause/, 'still training');
+  assert.ok(await stepCount(healthy) > started, 'steps went on');
+  assert.equal(await healthy.locator('[data-testid=alert]').count(), 0);
+  const warned = await healthy.locator('[data-testid=spike-warning]').count();
+  console.log(`healthy default run: ${await stepCount(healthy)} steps in 15 s on the CPU engine, spike warning shown: ${warned > 0}`);
+  await healthy.close();
+
+  // A real blow-up, SGD at lr 3 (no pause asked): a warning, and training goes on.
+  const { page: warn } = await open(`${ctx.root}?engine=cpu`);
+  await trainUntil(warn, 100);
+  await warn.getByTestId('optimizer').selectOption('sgd');
+  await setField(warn, 'learning-rate', 3);
+  await warn.getByTestId('train-toggle').click();
+  await warn.waitForFunction(() => document.querySelector('[data-testid=spike-warning], [data-testid=alert]'), null, { timeout: 60_000 });
+  const message = await warn.locator('[data-testid=spike-warning], [data-testid=alert]').first().textContent();
+  if (/Loss spike/.test(message)) {
+    assert.match(await text(warn, 'train-toggle'), /Pause/, `a warning does not pause: ${message}`);
+    assert.doesNotMatch(message, /e\+?\d|\d{12,}/, `numbers are written for people: ${message}`);
+  } else {
+    assert.match(message, /NaN/, message);
+  }
+  await warn.close();
+});
+
+test('a loss spike pauses training when asked, and one click goes back to the last good checkpoint', async () => {
   const { page } = await open(ctx.base);
+  await page.getByTestId('pause-on-spike').check();
   await setField(page, 'checkpoint-every', 20);
   await trainUntil(page, 80);
   const lr = await page.getByTestId('learning-rate').inputValue();

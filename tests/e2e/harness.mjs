@@ -48,7 +48,13 @@ export function setup() {
 }
 
 export const text = (page, id) => page.locator(`[data-testid=${id}]`).textContent();
-export const number = async (page, id) => Number.parseFloat((await text(page, id)).replace(/,/g, ''));
+// A number shown on the page: its data-value where the text is rounded
+// for people (losses), else the text without thousands separators.
+export const number = async (page, id) => {
+  const el = page.locator(`[data-testid=${id}]`);
+  const raw = await el.getAttribute('data-value');
+  return Number.parseFloat(raw ? raw : (await el.textContent()).replace(/,/g, ''));
+};
 export const stepCount = (page) => number(page, 'step-count');
 
 export async function trainUntil(page, steps, timeout = 60_000) {

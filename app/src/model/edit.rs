@@ -51,19 +51,31 @@ pub fn needs_reset(old: &Experiment, new: &Experiment) -> bool {
     old.model != new.model || old.data != new.data || old.seed != new.seed || old.loss != new.loss
 }
 
-/// The output layer and loss that a data source implies (binary
-/// classification: one logit with bce; regression: one linear unit with
-/// mse). CSV keeps what its upload inferred.
+/// Fits the model's ends to the data after a change of data or
+/// features: the input width, and the output layer for the loss, kept
+/// where it still fits the data (else the data's usual one). CSV keeps what
+/// its upload inferred. A change of dataset calls `fit_new_data` instead.
 pub fn fit_output(e: &mut Experiment) {
-    if e.data.source == DataSource::Csv {
-        return;
-    }
-    let loss = if e.data.source.is_regression() { Loss::Mse } else { Loss::BceWithLogits };
-    e.loss = loss;
-    if let Some(out) = e.model.layers.last_mut() {
-        *out = LayerSpec { units: 1, activation: Activation::Linear };
-    }
-    e.model.inputs = e.data.features().len();
+    let loss = e.loss;
+    e.fit_to_data(Some(loss));
+}
+
+/// Fits the model's ends to newly chosen data with that data's usual loss
+/// (bce for two classes, cross-entropy for more, mse for regression).
+pub fn fit_new_data(e: &mut Experiment) {
+    e.fit_to_data(None);
+}
+
+/// The loss selector: `name` as the experiment JSON spells it; the output
+/// layer takes the units that loss needs on this data.
+pub fn set_loss(e: &mut Experiment, name: &str) -> Result<(), String> {
+    let loss = e
+        .fitting_losses()
+        .into_iter()
+        .find(|l| l.name() == name)
+        .ok_or_else(|| format!("The loss `{name}` does not fit the {} data.", e.data.source.name()))?;
+    e.fit_to_data(Some(loss));
+    Ok(())
 }
 
 /// Applies `edit` to a copy of `e` and validates it: Ok(new) or the

@@ -15,19 +15,12 @@ use super::lessons::Lessons;
 use super::steps::StepCharts;
 use crate::model::runner::Command;
 use crate::model::timeline::{means, step_flops, PHASES};
+use crate::model::words::{big, bytes, count, duration_ms, value};
 use crate::state::AppState;
 
 /// Steps drawn in the timeline.
 const SHOWN: usize = 60;
 const COLORS: [&str; 7] = ["#9e9e9e", "#0877bd", "#f59322", "#2ea043", "#8e44ad", "#c0392b", "#d0d0d0"];
-
-fn bytes(n: u64) -> String {
-    match n {
-        n if n >= 1 << 20 => format!("{:.2} MiB", n as f64 / (1u64 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
-        n => format!("{n} B"),
-    }
-}
 
 #[component]
 pub fn AnatomyPanel() -> impl IntoView {
@@ -75,7 +68,7 @@ pub fn AnatomyPanel() -> impl IntoView {
         view! {
             <ul class="legend">{items}</ul>
             <p>"Mean step: " <span data-testid="step-wall-ms">{format!("{wall:.3}")}</span>" ms over the last "
-                {recent().len()}" steps"</p>
+                {count(recent().len() as u64)}" steps"</p>
         }
     };
     let timing_note = move || {
@@ -99,9 +92,9 @@ pub fn AnatomyPanel() -> impl IntoView {
         let measured =
             if parts[1] > 0.0 && parts[2] > 0.0 { format!("{:.2}", parts[2] / parts[1]) } else { "–".into() };
         format!(
-            "FLOPs per step: forward {:.3} M, backward {:.3} M (1 : {:.2}); measured time forward : backward 1 : {measured}",
-            f / 1e6,
-            b / 1e6,
+            "FLOPs per step: forward {}, backward {} (1 : {:.2}); measured time forward : backward 1 : {measured}",
+            big(f),
+            big(b),
             b / f.max(1.0)
         )
     };
@@ -113,7 +106,7 @@ pub fn AnatomyPanel() -> impl IntoView {
                     state.run.experiment.get().clip_grad_norm.map_or(String::new(), |c| {
                         format!(" (clip at {c}{})", if m.clipped { ", clipped" } else { "" })
                     });
-                format!("{:.4}{clip}", m.grad_norm)
+                format!("{}{clip}", value(f64::from(m.grad_norm), 4))
             })
         };
     let on_checkpointing = move |ev| {
@@ -133,9 +126,10 @@ pub fn AnatomyPanel() -> impl IntoView {
             _ => "train with it off and on to measure the time it adds to backward".into(),
         };
         format!(
-            "Recomputing z saves {} B of stored activations per micro-batch (4·B·(ΣO − max O)) for {} extra FLOPs per micro-batch (+{:.0} % of the step's matmuls); {measured}.",
+            "Recomputing z saves {} B ({}) of stored activations per micro-batch (4·B·(ΣO − max O)) for {} extra FLOPs per micro-batch (+{:.0} % of the step's matmuls); {measured}.",
             t.bytes_saved,
-            t.extra_flops,
+            bytes(t.bytes_saved),
+            big(t.extra_flops as f64),
             100.0 * t.flops_added()
         )
     };
@@ -160,13 +154,14 @@ pub fn AnatomyPanel() -> impl IntoView {
             };
             let how = if r.background {
                 format!(
-                    "in the background: the loop waited {:.2} ms; readback, serialization and storage took {:.1} ms beside training",
-                    r.loop_ms, r.total_ms
+                    "in the background: the loop waited {}; readback, serialization and storage took {} beside training",
+                    duration_ms(r.loop_ms),
+                    duration_ms(r.total_ms)
                 )
             } else {
-                format!("synchronously: the loop stalled {:.1} ms for readback, serialization and storage", r.loop_ms)
+                format!("synchronously: the loop stalled {} for readback, serialization and storage", duration_ms(r.loop_ms))
             };
-            format!("Step {}: {}, {stored}; taken {how}.", r.step, bytes(r.bytes as u64))
+            format!("Step {}: {}, {stored}; taken {how}.", count(r.step), bytes(r.bytes as u64))
         }
     };
     let verify = move |_| {
@@ -198,6 +193,10 @@ pub fn AnatomyPanel() -> impl IntoView {
     view! {
         <section class="panel anatomy" aria-label="Anatomy of a training step">
             <h2>"Anatomy of a step"</h2>
+            <div class="anatomy-grid">
+            <details class="section wide" data-testid="section-timeline" open>
+                <summary>"Timeline" <span class="hint">"where each step's time goes"</span></summary>
+                <div class="body">
             <div class="timeline">
                 <svg data-testid="phase-timeline" viewBox="0 0 360 90" width="360" height="90" role="img"
                     aria-label="Time per phase of the recent steps">{bars}</svg>
@@ -205,7 +204,11 @@ pub fn AnatomyPanel() -> impl IntoView {
             </div>
             <p class="note">{timing_note}" Overlapping time is assigned by a fixed priority (forward, backward, optimizer, data, checkpoint, logging), so the parts add up to the step."</p>
             <p class="note" data-testid="flops">{flops}</p>
-            <h3>"Memory (the engine's buffers)"</h3>
+                </div>
+            </details>
+            <details class="section" data-testid="section-memory" open>
+                <summary>"Memory" <span class="hint">"the engine's buffers"</span></summary>
+                <div class="body">
             <table class="memory">
                 <tr><td>"Parameters"</td><td data-testid="memory-params-bytes">{move || memory.get().params}</td><td>{move || bytes(memory.get().params)}</td></tr>
                 <tr><td>"Gradients"</td><td data-testid="memory-grads-bytes">{move || memory.get().grads}</td><td>{move || bytes(memory.get().grads)}</td></tr>
@@ -218,12 +221,36 @@ pub fn AnatomyPanel() -> impl IntoView {
                 <span>"Activation checkpointing: recompute pre-activations in backward instead of storing them"</span>
             </label>
             <p class="note" data-testid="checkpointing-trade">{trade}</p>
+                </div>
+            </details>
+            <details class="section" data-testid="section-gradients" open>
+                <summary>"Gradients" <span class="hint">"the norm warns before the loss explodes"</span></summary>
+                <div class="body">
             <p>"Gradient norm: " <span data-testid="grad-norm">{grad_norm}</span></p>
             <StepCharts/>
+                </div>
+            </details>
+            <details class="section wide" data-testid="section-inside" open>
+                <summary>"Inside a step" <span class="hint">"one phase at a time"</span></summary>
+                <div class="body">
             <InsideStep/>
+                </div>
+            </details>
+            <details class="section wide" data-testid="section-layers" open>
+                <summary>"Layers over time" <span class="hint">"distributions per layer"</span></summary>
+                <div class="body">
             <LayerPanel/>
+                </div>
+            </details>
+            <details class="section wide" data-testid="section-lessons" open>
+                <summary>"Lessons" <span class="hint">"break the run on purpose"</span></summary>
+                <div class="body">
             <Lessons/>
-            <h3>"Checkpoints"</h3>
+                </div>
+            </details>
+            <details class="section wide" data-testid="section-checkpoints" open>
+                <summary>"Checkpoints" <span class="hint">"save, restore, verify, continue in PyTorch"</span></summary>
+                <div class="body">
             <div class="checkpoints">
                 <button data-testid="download-checkpoint" aria-label="Download a checkpoint" on:click=download>"Download .safetensors"</button>
                 <label class="field">
@@ -253,6 +280,9 @@ pub fn AnatomyPanel() -> impl IntoView {
             <p data-testid="verify-result" class=move || match state.checkpoints.verify_result.get() { Some((_, true)) => "verified", Some((_, false)) => "failed", None => "" }>
                 {move || state.checkpoints.verify_result.get().map(|(s, _)| s).unwrap_or_default()}
             </p>
+                </div>
+            </details>
+            </div>
         </section>
     }
 }

@@ -1,4 +1,5 @@
-//! Play/pause, one step, reset, the step counter, and the hyperparameters.
+//! Play/pause, one step, reset, the step counter; and the card of
+//! hyperparameters.
 
 use leptos::prelude::*;
 
@@ -19,30 +20,43 @@ pub fn Controls() -> impl IntoView {
     let speed = move || {
         let n = state.run.steps_per_frame.get();
         if running.get() && n > 0 {
-            format!("{n} steps/frame")
+            format!("{n} {}/frame", if n == 1 { "step" } else { "steps" })
         } else {
             String::new()
         }
     };
     view! {
         <section class="controls" aria-label="Training controls">
-            <button data-testid="train-toggle" class="play" on:click=toggle
-                aria-label=move || if running.get() { "Pause training" } else { "Start training" }>
-                {move || if running.get() { "❚❚ Pause" } else { "▶ Train" }}
-            </button>
-            <button data-testid="step-once" aria-label="One step" on:click=step_once>"Step"</button>
-            <button data-testid="reset" aria-label="Reset the run" on:click=reset>"Reset"</button>
-            <div class="counter">
-                "Step " <span data-testid="step-count">{move || state.run.step.get()}</span>
-                <span class="rate" title="Optimizer steps per second over the last half second of training">
-                    <span data-testid="steps-per-second">{move || crate::model::words::thousands(state.run.steps_per_second.get())}</span>" steps/s"
-                </span>
-                <span class="speed">{speed}</span>
-                <span class="busy" title="Main-thread time the training loop takes per frame (not the GPU's)">
-                    {move || { let (last, _) = state.run.frame_busy_ms.get(); format!("page {last:.1} ms/frame, worst ") }}
-                    <span data-testid="frame-busy-max">{move || format!("{:.1}", state.run.frame_busy_ms.get().1)}</span>" ms"
-                </span>
+            <div class="run-bar">
+                <button data-testid="train-toggle" class="play" on:click=toggle
+                    aria-label=move || if running.get() { "Pause training" } else { "Start training" }>
+                    {move || if running.get() { "❚❚ Pause" } else { "▶ Train" }}
+                </button>
+                <button data-testid="step-once" aria-label="One step" on:click=step_once>"Step"</button>
+                <button data-testid="reset" aria-label="Reset the run" on:click=reset>"Reset"</button>
+                <div class="counter">
+                    <span>"Step " <b class="big" data-testid="step-count">{move || state.run.step.get()}</b></span>
+                    <span class="rate" title="Optimizer steps per second over the last half second of training">
+                        <b data-testid="steps-per-second">{move || crate::model::words::thousands(state.run.steps_per_second.get())}</b>" steps/s"
+                    </span>
+                    <span class="speed">{speed}</span>
+                    <span class="busy" title="Main-thread time the training loop takes per frame (not the GPU's)">
+                        {move || { let (last, _) = state.run.frame_busy_ms.get(); format!("page {last:.1} ms/frame · worst ") }}
+                        <span data-testid="frame-busy-max">{move || format!("{:.1}", state.run.frame_busy_ms.get().1)}</span>" ms"
+                    </span>
+                </div>
             </div>
+            <super::share::Share/>
+        </section>
+    }
+}
+
+/// The hyperparameters, in their own card: after Train on a desktop, after
+/// the plot on a phone (style.css orders them).
+#[component]
+pub fn Settings() -> impl IntoView {
+    view! {
+        <section class="card settings" aria-label="Hyperparameters">
             <Hyperparameters/>
         </section>
     }

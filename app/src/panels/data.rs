@@ -5,18 +5,24 @@ use leptos::prelude::*;
 use stepscope_core::experiment::{DataSource, Feature};
 use wasm_bindgen_futures::JsFuture;
 
-use crate::model::edit::{experiment_for_csv, fit_output, parse_number};
+use crate::model::edit::{experiment_for_csv, fit_new_data, fit_output, parse_number};
 use crate::model::runner::Command;
 use crate::state::AppState;
 
-const SOURCES: [(&str, &str); 6] = [
-    ("circle", "Circle"),
-    ("xor", "XOR"),
-    ("gauss", "Two Gaussians"),
-    ("spiral", "Spiral"),
-    ("reg_plane", "Plane (regression)"),
-    ("reg_gauss", "Gaussians (regression)"),
-];
+/// Every built-in dataset, as the dataset control lists them.
+fn source_label(s: DataSource) -> &'static str {
+    match s {
+        DataSource::Circle => "Circle",
+        DataSource::Xor => "XOR",
+        DataSource::Gauss => "Two Gaussians",
+        DataSource::Spiral => "Spiral",
+        DataSource::Spiral3 => "Spiral, 3 classes",
+        DataSource::RegPlane => "Plane (regression)",
+        DataSource::RegGauss => "Gaussians (regression)",
+        DataSource::Digits => "Digits (8×8 images, 10 classes)",
+        DataSource::Csv => "CSV",
+    }
+}
 
 const FEATURES: [(Feature, &str); 7] = [
     (Feature::X1, "x₁"),
@@ -29,11 +35,7 @@ const FEATURES: [(Feature, &str); 7] = [
 ];
 
 fn source_from(name: &str) -> Option<DataSource> {
-    serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
-}
-
-fn source_name(s: DataSource) -> String {
-    serde_json::to_value(s).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+    DataSource::BUILT_IN.into_iter().chain([DataSource::Csv]).find(|s| s.name() == name)
 }
 
 #[component]
@@ -41,6 +43,8 @@ pub fn DataPanel() -> impl IntoView {
     let state = expect_context::<AppState>();
     let e = state.run.experiment;
     let is_csv = move || e.get().data.source == DataSource::Csv;
+    // The 2-D datasets have features and noise; digits and a CSV do not.
+    let is_plane = move || e.get().data.source.is_plane();
     let on_source = move |ev| {
         let name = event_target_value(&ev);
         let Some(source) = source_from(&name) else {
@@ -61,7 +65,17 @@ pub fn DataPanel() -> impl IntoView {
                 x.data.train_fraction = Some(0.5);
                 x.data.features = Some(vec![Feature::X1, Feature::X2]);
             }
-            fit_output(x);
+            if source == DataSource::Digits {
+                // The image rows have no 2-D features or generated noise.
+                x.data.samples = None;
+                x.data.noise = None;
+                x.data.features = None;
+            } else if x.data.samples.is_none() {
+                x.data.samples = Some(500);
+                x.data.noise = Some(0.1);
+                x.data.features = Some(vec![Feature::X1, Feature::X2]);
+            }
+            fit_new_data(x);
             Ok(())
         });
     };
@@ -150,32 +164,41 @@ pub fn DataPanel() -> impl IntoView {
             <label class="field">
                 <span>"Dataset"</span>
                 <select data-testid="dataset" aria-label="Dataset"
-                    prop:value=move || source_name(e.get().data.source) on:change=on_source>
-                    {SOURCES.iter().map(|(v, l)| view! { <option value=*v>{*l}</option> }).collect_view()}
+                    prop:value=move || e.get().data.source.name() on:change=on_source>
+                    {DataSource::BUILT_IN.iter().map(|s| view! { <option value=s.name()>{source_label(*s)}</option> }).collect_view()}
                     <option value="csv" disabled=move || !is_csv()>
                         {move || state.run.csv_name.get().map_or("CSV (upload below)".to_string(), |n| format!("CSV: {n}"))}
                     </option>
                 </select>
             </label>
-            <Show when=move || !is_csv()>
+            <Show when=is_plane>
                 <label class="field">
-                    <span>"Noise (%)"</span>
+                    <span class="slider-head"><span>"Noise"</span>
+                        <output class="slider-value" data-testid="noise-value">{move || format!("{} %", (e.get().data.noise() * 100.0).round())}</output></span>
                     <input type="range" min="0" max="50" step="5" data-testid="noise" aria-label="Noise percent"
                         prop:value=move || (e.get().data.noise() * 100.0).round().to_string() on:change=on_noise/>
                 </label>
-                <label class="field">
-                    <span>"Training share (%)"</span>
-                    <input type="range" min="10" max="90" step="10" data-testid="train-share" aria-label="Training share percent"
-                        prop:value=move || (e.get().data.train_fraction() * 100.0).round().to_string() on:change=on_split/>
+            </Show>
+            <label class="field">
+                <span class="slider-head"><span>"Training share"</span>
+                    <output class="slider-value" data-testid="train-share-value">{move || format!("{} %", (e.get().data.train_fraction() * 100.0).round())}</output></span>
+                // A CSV may train on every row (no test set), as it
+                // did before CSVs were split.
+                <input type="range" min="10" max=move || if is_csv() { "100" } else { "90" } step="10" data-testid="train-share"
+                    aria-label="Training share percent"
+                    prop:value=move || (e.get().data.train_fraction() * 100.0).round().to_string() on:change=on_split/>
                 </label>
+            <Show when=move || !is_csv()>
                 <button data-testid="regenerate" aria-label="Regenerate the data" on:click=regenerate>"Regenerate"</button>
             </Show>
             <label class="field upload">
                 <span>"Your data (CSV: x1,x2,…,y)"</span>
                 <input type="file" accept=".csv,text/csv" data-testid="csv-upload" aria-label="Upload a CSV file" on:change=on_upload/>
             </label>
-            <h3>"Features"</h3>
-            <div class="tiles" role="group" aria-label="Input features">{feature_tiles}</div>
+            <Show when=is_plane>
+                <h3>"Features"</h3>
+            </Show>
+            <div class="tiles" role="group" aria-label="Input features" hidden=move || !is_plane()>{feature_tiles}</div>
         </section>
     }
 }

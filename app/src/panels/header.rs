@@ -4,6 +4,7 @@ use leptos::prelude::*;
 
 use crate::model::runner::{BackendInfo, Pin};
 use crate::model::words::{fallback_summary, friendly_adapter, thousands};
+use super::theme::ThemeToggle;
 use crate::state::AppState;
 
 #[component]
@@ -35,8 +36,13 @@ pub fn Header() -> impl IntoView {
     };
     view! {
         <header class="top">
-            <h1>"Stepscope"</h1>
-            <p class="tagline">"Watch a neural network train, and see what each step costs."</p>
+            <div class="brand">
+                <Logo/>
+                <div>
+                    <h1>"Stepscope"</h1>
+                    <p class="tagline">"Watch a neural network train, and see what each step costs."</p>
+                </div>
+            </div>
             <div class="backend">
                 <span data-testid="backend-name" class="engine-name" data-settled=move || backend.get().settled.to_string()
                     title=move || backend.get().adapter>{label}</span>
@@ -55,6 +61,9 @@ pub fn Header() -> impl IntoView {
                         <details class="why"><summary>"Details"</summary><span data-testid="backend-details">{d}</span></details>
                     })}
                 </span>
+            </div>
+            <div class="header-actions">
+                <ThemeToggle/>
             </div>
         </header>
         <Show when=move || state.run.alert.get().is_some()>
@@ -80,6 +89,20 @@ pub fn Header() -> impl IntoView {
         <Show when=move || state.run.notice.get().is_some()>
             <div class="notice" role="status" data-testid="notice">{move || state.run.notice.get().unwrap_or_default()}</div>
         </Show>
+    }
+}
+
+/// The mark: a loss curve falling through a step's frame (also the
+/// favicon, app/favicon.svg).
+#[component]
+fn Logo() -> impl IntoView {
+    view! {
+        <svg class="logo" viewBox="0 0 32 32" width="30" height="30" aria-hidden="true">
+            <rect x="1.5" y="1.5" width="29" height="29" rx="7" fill="#0b6bcb"/>
+            <path d="M7 9 C 11 20, 15 22, 25 23" fill="none" stroke="#fff" stroke-width="2.6" stroke-linecap="round"/>
+            <circle cx="7" cy="9" r="2.2" fill="#f59322"/>
+            <circle cx="25" cy="23" r="2.2" fill="#fff"/>
+        </svg>
     }
 }
 

@@ -1,9 +1,11 @@
 //! One component per panel.
 
 pub mod anatomy;
+pub mod chart;
 pub mod controls;
 pub mod data;
 mod draw;
+mod images;
 pub mod header;
 mod hyper;
 mod inside;
@@ -11,4 +13,8 @@ mod layers;
 mod lessons;
 pub mod network;
 pub mod output;
+mod race;
+pub mod runs;
+mod share;
 mod steps;
+pub mod theme;

@@ -5,14 +5,23 @@
 use leptos::html::Canvas;
 use leptos::prelude::*;
 
+use super::chart::{LineChart, Series};
 use super::draw::{paint_grid, paint_points};
+use super::images::ImagePanel;
 use crate::model::views::GRID;
 use crate::state::Charts;
 
-const PLOT_PX: f64 = 300.0;
+/// Backing pixels of the points layer: the plot is drawn up to 480 CSS px
+/// wide, so its points stay sharp at that size and scale down below it.
+const PLOT_PX: f64 = 480.0;
 
+fn raw(v: Option<f32>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
+}
+
+/// A loss for people: four decimals, a power of ten when huge or tiny.
 fn fmt_loss(v: Option<f32>) -> String {
-    v.map_or("–".into(), |v| format!("{v:.4}"))
+    v.map_or("–".into(), |v| crate::model::words::value(v as f64, 4))
 }
 
 #[component]
@@ -38,55 +47,73 @@ pub fn OutputPanel() -> impl IntoView {
         let train = s.train.and_then(|t| t.accuracy);
         train.map(|_| format!("accuracy: train {} · test {}", pct(train), pct(s.test.and_then(|t| t.accuracy))))
     };
-    let plane_2d = move || snapshot.get().is_none_or(|s| s.boundary.is_some());
+    let experiment = expect_context::<crate::state::Run>().experiment;
+    let image_data = move || crate::model::views::is_image_data(&experiment.get());
+    let plane_2d = move || !image_data() && snapshot.get().is_none_or(|s| s.boundary.is_some());
     view! {
         <section class="panel output" aria-label="Output">
             <h2>"Output"</h2>
             <div class="losses">
-                <div>"Train loss " <span data-testid="train-loss">{train_loss}</span></div>
-                <div>"Test loss " <span data-testid="test-loss">{test_loss}</span></div>
+                // data-value: the full number, for tests and tools (the
+                // text is rounded for people).
+                <div class="metric">"Train loss" <b data-testid="train-loss" data-value=move || raw(snapshot.get().and_then(|s| s.train.map(|t| t.loss)))>{train_loss}</b></div>
+                <div class="metric">"Test loss" <b data-testid="test-loss" data-value=move || raw(snapshot.get().and_then(|s| s.test.map(|t| t.loss)))>{test_loss}</b></div>
                 <div class="accuracy" data-testid="accuracy">{accuracy}</div>
             </div>
-            <Show when=plane_2d fallback=|| view! { <p class="note">"The output over the plane needs two inputs."</p> }>
-                <div class="plane" style=format!("width:{PLOT_PX}px;height:{PLOT_PX}px")>
+            <Show when=plane_2d fallback=move || view! {
+                <Show when=move || image_data() fallback=|| view! { <p class="note">"The output over the plane needs two inputs."</p> }>
+                    <ImagePanel/>
+                </Show>
+            }>
+                <div class="plane">
                     <canvas node_ref=boundary data-testid="decision-boundary" class="boundary" role="img"
                         aria-label="Network output over the input plane" width=GRID height=GRID></canvas>
                     <canvas node_ref=points class="points" aria-hidden="true" width=PLOT_PX height=PLOT_PX></canvas>
                 </div>
+                <PlotLegend/>
             </Show>
             <LossCurves/>
         </section>
     }
 }
 
-/// Train and test loss (full-set evaluations) over steps.
+/// What the plot's colours mean: the output's scale for one output, a
+/// swatch per class for several (coloured by the most likely class).
+#[component]
+fn PlotLegend() -> impl IntoView {
+    let charts = expect_context::<Charts>();
+    let classes = move || charts.snapshot.get().map_or(0, |s| s.classes);
+    view! {
+        <Show when=move || { classes() > 2 } fallback=|| view! {
+            <div class="legend-scale"><span>"−1 / class 0"</span><span class="bar"></span><span>"+1 / class 1"</span>
+                <span>"· dark ring: test point"</span></div>
+        }>
+            <div class="legend-scale classes">
+                {move || (0..classes()).map(|k| {
+                    let [r, g, b] = crate::model::views::color(k as f32, classes());
+                    view! { <span class="class-key"><span class="swatch" style=format!("background:rgb({r},{g},{b})")></span>{format!("class {k}")}</span> }
+                }).collect_view()}
+                <span>"· paler: less sure · dark ring: test point"</span>
+            </div>
+        </Show>
+    }
+}
+
+/// Train and test loss (full-set evaluations) over steps: log or linear,
+/// smoothing at hand, the exact values under the pointer.
 #[component]
 fn LossCurves() -> impl IntoView {
     let charts = expect_context::<Charts>();
-    let (w, h) = (300.0f64, 100.0f64);
-    let paths = move || {
-        let history = charts.history.get();
-        let last_step = history.last().map_or(1, |p| p.step.max(1)) as f64;
-        let max = history.iter().flat_map(|p| [Some(p.train), p.test]).flatten().fold(1e-6f32, f32::max) as f64;
-        let path = |value: &dyn Fn(&crate::state::HistoryPoint) -> Option<f32>| {
-            let mut d = String::new();
-            for p in &history {
-                if let Some(v) = value(p) {
-                    let (x, y) = (p.step as f64 / last_step * w, h - v as f64 / max * (h - 4.0) - 2.0);
-                    d.push_str(&format!("{}{x:.1},{y:.1}", if d.is_empty() { "M" } else { " L" }));
-                }
-            }
-            d
-        };
-        (path(&|p| Some(p.train)), path(&|p| p.test))
-    };
+    let series = Signal::derive(move || {
+        charts.history.with(|h| {
+            vec![
+                Series::new("train", "train", h.iter().map(|p| (p.step, f64::from(p.train))).collect()),
+                Series::new("test", "test", h.iter().filter_map(|p| Some((p.step, f64::from(p.test?)))).collect()),
+            ]
+        })
+    });
     view! {
-        <figure class="curves" data-testid="loss-curves">
-            <svg viewBox=format!("0 0 {w} {h}") width=w height=h role="img" aria-label="Train and test loss over steps">
-                <path d=move || paths().0 class="train" fill="none" stroke-width="1.5"/>
-                <path d=move || paths().1 class="test" fill="none" stroke-width="1.5"/>
-            </svg>
-            <figcaption><span class="train">"train"</span>" and "<span class="test">"test"</span>" loss"</figcaption>
-        </figure>
+        <LineChart testid="loss-curves" class="curves" title="Loss" unit="loss" empty="Press Train to see the loss curves"
+            series=series log_switch=true smoothing=0.0/>
     }
 }

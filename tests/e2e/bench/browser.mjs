@@ -10,7 +10,7 @@ import { chromium } from 'playwright-core';
 const here = path.dirname(fileURLToPath(import.meta.url));
 // STEPSCOPE_DIST names another build (e.g. `trunk build --release --dist /tmp/d`).
 export const dist = process.env.STEPSCOPE_DIST ? path.resolve(process.env.STEPSCOPE_DIST) : path.resolve(here, '../../../dist');
-const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css', '.svg': 'image/svg+xml', '.png': 'image/png' };
 
 const serveFile = (file, res) => {
   if (!fs.existsSync(file) || !fs.statSync(file).isFile()) return res.writeHead(404).end();

@@ -18,10 +18,14 @@ use web_time::Instant;
 use stepscope_core::data::Dataset;
 use stepscope_core::engine::{forward_pass, Activations, Evaluator};
 use stepscope_core::experiment::Loss;
+use stepscope_core::metrics::ClassEvaluator;
 use stepscope_core::model::Layout;
 use stepscope_core::Experiment;
 
-use super::{grid_inputs, output_value, plane_extent, plot_points, LinkBlock, Snapshot, GRID, SHOWN_UNITS};
+use super::{
+    filters, grid_inputs, is_image_data, output_value, plane_extent, plot_points, ImageViews, LinkBlock, Misclassified,
+    Snapshot, GRID, SHOWN_MISCLASSIFIED, SHOWN_UNITS,
+};
 
 /// Multiply-adds of the whole grid's forward pass, at most (the grid is
 /// never coarser than `MIN_GRID` a side, whatever that costs).
@@ -82,6 +86,9 @@ pub struct ViewJob {
     grid: Option<GridPass>,
     test: Evaluator,
     train: Evaluator,
+    /// For image data: the test set's confusion matrix and misclassified
+    /// rows (another pass over the test rows, after the evaluation's).
+    classes: Option<ClassEvaluator>,
     spent_ms: f64,
 }
 
@@ -105,7 +112,9 @@ impl ViewJob {
             }
         });
         let rows = (data.train.rows(), data.test.rows());
+        let classes = is_image_data(e).then(|| ClassEvaluator::new(&layout, e, rows.1, chunk_rows)).flatten();
         ViewJob {
+            classes,
             experiment: e.clone(),
             test: Evaluator::new(&layout, rows.1, chunk_rows),
             train: Evaluator::new(&layout, rows.0, chunk_rows),
@@ -173,6 +182,10 @@ impl ViewJob {
         if !self.test.advance(params, layout, e, &data.test, n) {
             return false;
         }
+        if let Some(classes) = self.classes.as_mut().filter(|c| c.result().is_none()) {
+            classes.advance(params, layout, e, &data.test, n);
+            return false;
+        }
         self.train.advance(params, layout, e, &data.train, n)
     }
 
@@ -186,6 +199,7 @@ impl ViewJob {
             test: self.test.result(),
             ..Snapshot::default()
         };
+        snap.images = self.image_views(data);
         if let Some(grid) = self.grid.take() {
             snap.extent = grid.extent;
             snap.grid = grid.side;
@@ -206,5 +220,35 @@ impl ViewJob {
             snap.points = plot_points(e, data);
         }
         snap
+    }
+
+    /// The image views, from the test set's class metrics and the first
+    /// layer's weights (image data only).
+    fn image_views(&self, data: &Dataset) -> Option<ImageViews> {
+        let metrics = self.classes.as_ref()?.result()?;
+        let side = self.experiment.data.source.image_side()?;
+        let pixels = side * side;
+        let table = &data.test;
+        let misclassified = metrics
+            .misclassified
+            .iter()
+            .take(SHOWN_MISCLASSIFIED)
+            .map(|m| Misclassified {
+                row: m.row,
+                pixels: table.inputs[m.row * table.input_width..][..pixels].to_vec(),
+                truth: m.truth,
+                predicted: m.predicted,
+            })
+            .collect();
+        let first = self.layout.layers.first()?;
+        let weights = &self.params[first.weight_offset..first.bias_offset];
+        Some(ImageViews {
+            side,
+            classes: metrics.classes,
+            confusion: metrics.confusion.clone(),
+            misclassified,
+            wrong: metrics.wrong(),
+            first_layer: filters(weights, first.units, side),
+        })
     }
 }

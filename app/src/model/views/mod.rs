@@ -17,8 +17,10 @@ use stepscope_core::experiment::{DataSource, Loss};
 use stepscope_core::model::Layout;
 use stepscope_core::Experiment;
 
+mod images;
 mod job;
 
+pub use images::{filters, ImageViews, Misclassified, SHOWN_FILTERS, SHOWN_MISCLASSIFIED};
 pub use job::{grid_side, link_blocks, ViewJob};
 
 /// Grid points per side for the boundary and the thumbnails, at most
@@ -74,9 +76,21 @@ pub struct Snapshot {
     pub links: Vec<LinkBlock>,
     pub train: Option<Evaluation>,
     pub test: Option<Evaluation>,
+    /// For an image dataset: per-class results, the confusion matrix, the
+    /// misclassified test images and the first layer's weights as images.
+    pub images: Option<ImageViews>,
+}
+
+/// Whether the data are images (digits): the output is drawn as per-class
+/// results and images, not over a plane.
+pub fn is_image_data(e: &Experiment) -> bool {
+    e.data.source == DataSource::Digits
 }
 
 pub fn plane_extent(e: &Experiment, data: &Dataset) -> Option<[f32; 4]> {
+    if is_image_data(e) {
+        return None;
+    }
     if e.data.source != DataSource::Csv {
         return Some([-6.0, 6.0, -6.0, 6.0]);
     }
@@ -105,8 +119,12 @@ fn output_value(row: &[f32], loss: Loss) -> f32 {
             2.0 * p1 - 1.0
         }
         Loss::CrossEntropy => {
+            // The most likely class, plus its softmax probability as the
+            // fraction (below 1): `color` pales the class's hue where the
+            // model is unsure.
             let best = row.iter().enumerate().fold(0, |b, (i, &v)| if v > row[b] { i } else { b });
-            best as f32
+            let sum: f32 = row.iter().map(|&v| (v - row[best]).exp()).sum();
+            best as f32 + (1.0 / sum).min(CERTAIN)
         }
         Loss::Mse => row[0].clamp(-1.0, 1.0),
     }
@@ -149,53 +167,58 @@ pub fn snapshot(e: &Experiment, data: &Dataset, step: u64, tensors: [&[f32]; 3])
 
 fn plot_points(e: &Experiment, data: &Dataset) -> Vec<PlotPoint> {
     let regression = e.data.source.is_regression();
-    let value = |label: f64| if regression { label as f32 } else { 2.0 * label as f32 - 1.0 };
+    let multiclass = e.loss == Loss::CrossEntropy && e.outputs() > 2;
+    // A label as `color` reads it: a class index for several classes, else
+    // -1 / +1 (or the regression value).
+    let value = |label: f64| if regression || multiclass { label as f32 } else { 2.0 * label as f32 - 1.0 };
     if e.data.source != DataSource::Csv {
-        let train = data.train_points.iter().map(|p| PlotPoint {
-            x1: p.x1 as f32,
-            x2: p.x2 as f32,
-            value: value(p.label),
-            test: false,
-        });
-        let test = data.test_points.iter().map(|p| PlotPoint {
-            x1: p.x1 as f32,
-            x2: p.x2 as f32,
-            value: value(p.label),
-            test: true,
-        });
+        let point = |test: bool| move |p: &stepscope_core::data::Point| PlotPoint { x1: p.x1 as f32, x2: p.x2 as f32, value: value(p.label), test };
+        let train = data.train_points.iter().map(point(false));
+        let test = data.test_points.iter().map(point(true));
         return train.chain(test).collect();
     }
-    let t = data.train.target_width;
-    data.train
-        .inputs
-        .chunks_exact(2)
-        .zip(data.train.targets.chunks_exact(t))
-        .map(|(x, y)| {
-            let v = match e.loss {
-                Loss::BceWithLogits => 2.0 * y[0] - 1.0,
-                Loss::CrossEntropy => y[0],
-                Loss::Mse => y[0].clamp(-1.0, 1.0),
-            };
-            PlotPoint { x1: x[0], x2: x[1], value: v, test: false }
-        })
-        .collect()
+    let rows = |table: &stepscope_core::data::Table, test: bool| {
+        let t = table.target_width;
+        table
+            .inputs
+            .chunks_exact(2)
+            .zip(table.targets.chunks_exact(t))
+            .map(|(x, y)| {
+                let v = match e.loss {
+                    Loss::BceWithLogits => 2.0 * y[0] - 1.0,
+                    Loss::CrossEntropy if !multiclass => 2.0 * y[0] - 1.0,
+                    Loss::CrossEntropy => y[0],
+                    Loss::Mse => y[0].clamp(-1.0, 1.0),
+                };
+                PlotPoint { x1: x[0], x2: x[1], value: v, test }
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut points = rows(&data.train, false);
+    points.extend(rows(&data.test, true));
+    points
 }
 
+/// The largest probability a multi-class value carries in its fraction.
+pub const CERTAIN: f32 = 0.999;
+
 /// Colour of a value in [-1, 1]: orange (-1) through white (0) to blue (+1),
-/// as TensorFlow Playground. For multi-class, a hue per class.
+/// as TensorFlow Playground. For multi-class, `value` is a class index plus
+/// the model's probability for it (`class + p`, p < 1): the class's hue,
+/// paler the closer p is to chance (1 / classes). A bare class index (a
+/// data point's label) takes `CERTAIN` for its probability.
 pub fn color(value: f32, classes: usize) -> [u8; 3] {
     if classes > 2 {
-        const HUES: [[u8; 3]; 8] = [
-            [245, 147, 34],
-            [8, 119, 189],
-            [46, 160, 67],
-            [214, 39, 40],
-            [148, 103, 189],
-            [140, 86, 75],
-            [227, 119, 194],
-            [127, 127, 127],
-        ];
-        return HUES[(value as usize) % HUES.len()];
+        let class = value.floor();
+        let fraction = value - class;
+        let p = if fraction > 0.0 { fraction } else { CERTAIN };
+        let chance = 1.0 / classes as f32;
+        let sure = ((p - chance) / (CERTAIN - chance)).clamp(0.0, 1.0);
+        // Never quite white: a point of the plane always shows its class.
+        let mix = 0.25 + 0.75 * sure;
+        let [r, g, b] = hue(class as usize);
+        let blend = |c: u8| (255.0 + (c as f32 - 255.0) * mix).round() as u8;
+        return [blend(r), blend(g), blend(b)];
     }
     let v = value.clamp(-1.0, 1.0);
     let (from, to) = if v < 0.0 { ([245.0, 147.0, 34.0], -v) } else { ([8.0, 119.0, 189.0], v) };
@@ -203,9 +226,41 @@ pub fn color(value: f32, classes: usize) -> [u8; 3] {
     [mix(from[0]), mix(from[1]), mix(from[2])]
 }
 
+/// The hue of class `k` (the first two are the binary data's orange and
+/// blue).
+fn hue(k: usize) -> [u8; 3] {
+    const HUES: [[u8; 3]; 8] = [
+        [245, 147, 34],
+        [8, 119, 189],
+        [46, 160, 67],
+        [214, 39, 40],
+        [148, 103, 189],
+        [140, 86, 75],
+        [227, 119, 194],
+        [127, 127, 127],
+    ];
+    HUES[k % HUES.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn several_classes_take_a_hue_each_paler_where_the_model_is_unsure() {
+        // Three classes: a label (bare index) and a sure output are the
+        // full hue; an output at chance is pale but still not white.
+        assert_eq!(color(2.0, 3), [46, 160, 67]);
+        assert_eq!(color(2.0 + CERTAIN, 3), [46, 160, 67]);
+        let unsure = color(2.0 + 1.0 / 3.0, 3);
+        assert!(unsure.iter().all(|&c| c > 180) && unsure != [255, 255, 255], "{unsure:?}");
+        // The fraction is the softmax probability of the argmax.
+        let v = output_value(&[0.0, 3.0, 0.0], Loss::CrossEntropy);
+        let p = 3f32.exp() / (2.0 + 3f32.exp());
+        assert_eq!(v.floor(), 1.0);
+        assert!((v - 1.0 - p).abs() < 1e-6, "{v}");
+        assert_eq!(output_value(&[0.0, 30.0, 0.0], Loss::CrossEntropy), 1.0 + CERTAIN);
+    }
 
     #[test]
     fn colours_run_from_orange_through_white_to_blue() {

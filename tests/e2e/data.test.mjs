@@ -1,0 +1,126 @@
+// Losses and classes: the loss selector, a 3-class dataset drawn as a
+// multi-colour map, digits (per-class accuracy, the confusion matrix, the
+// misclassified test images, the first layer's weights as images), and a
+// CSV with a train/test split.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { setup, artifacts, text, number, stepCount, trainUntil } from './harness.mjs';
+
+const ctx = setup();
+const experiment = (page) => page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
+const waitStep = (page, n) => page.waitForFunction((k) => document.querySelector('[data-testid=step-count]').textContent === String(k), n);
+// Distinct colours of the decision map, by hue bucket (pale and full
+// shades of one class count once).
+const hues = (page) => page.evaluate(() => {
+  const c = document.querySelector('[data-testid=decision-boundary]');
+  const data = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  const buckets = new Set();
+  for (let i = 0; i < data.length; i += 4) {
+    const [r, g, b] = [data[i], data[i + 1], data[i + 2]];
+    const max = Math.max(r, g, b), min = Math.min(r, g, b);
+    if (max - min < 40) continue;
+    let h = 0;
+    if (max === r) h = ((g - b) / (max - min)) % 6; else if (max === g) h = (b - r) / (max - min) + 2; else h = (r - g) / (max - min) + 4;
+    buckets.add(Math.round(((h * 60 + 360) % 360) / 30));
+  }
+  return [...buckets];
+});
+
+test('the loss selector offers the losses that fit, and a 3-class spiral trains into a multi-colour map', async () => {
+  const { page, errors } = await ctx.open(`${ctx.root}?engine=cpu`);
+  const options = await page.locator('[data-testid=loss] option').evaluateAll((o) => o.map((x) => x.value));
+  assert.deepEqual(options, ['bce_with_logits', 'cross_entropy', 'mse'], 'two classes: three losses fit');
+  await page.getByTestId('loss').selectOption('cross_entropy');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).loss === 'cross_entropy');
+  let e = await experiment(page);
+  assert.equal(e.model.layers.at(-1).units, 2, 'softmax over two classes: two output units');
+  await trainUntil(page, 200);
+  assert.ok(Number.isFinite(await number(page, 'train-loss')));
+
+  await page.getByTestId('dataset').selectOption('spiral3');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.source === 'spiral3');
+  e = await experiment(page);
+  assert.equal(e.loss, 'cross_entropy');
+  assert.equal(e.model.layers.at(-1).units, 3);
+  assert.equal(await page.locator('[data-testid=loss]').count(), 0, 'one loss fits three classes: no selector');
+  assert.equal(await stepCount(page), 0, 'a new dataset is a new run');
+  await trainUntil(page, 1500, 120_000);
+  await page.waitForTimeout(300);
+  const accuracy = await text(page, 'accuracy');
+  const found = await hues(page);
+  console.log(`spiral3 after ${await stepCount(page)} steps: ${accuracy}; decision-map hue buckets ${found.join(',')}`);
+  assert.ok(found.length >= 3, `three classes show three hues, found ${found}`);
+  assert.match(await page.locator('.legend-scale.classes').textContent(), /class 2/);
+  await page.screenshot({ path: path.join(artifacts, 'spiral3.png') });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('digits: per-class accuracy, the confusion matrix, misclassified images and first-layer weights; the suggested network reaches 95 %', async () => {
+  const { page, errors } = await ctx.open(`${ctx.root}?engine=cpu`);
+  await page.getByTestId('dataset').selectOption('digits');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.source === 'digits');
+  const e = await experiment(page);
+  assert.equal(e.model.inputs, 64);
+  assert.equal(e.model.layers.at(-1).units, 10);
+  assert.equal(e.loss, 'cross_entropy');
+  assert.equal(await page.locator('[data-testid=decision-boundary]').count(), 0, 'no plane for images');
+  const started = Date.now();
+  await page.getByTestId('train-toggle').click();
+  // The goal, as behaviour: 95 % test accuracy (a figure for the time).
+  await page.waitForFunction(() => {
+    const m = document.querySelector('[data-testid=accuracy]')?.textContent.match(/test ([\d.]+) %/);
+    return m && Number(m[1]) >= 95;
+  }, null, { timeout: 180_000 });
+  const seconds = (Date.now() - started) / 1000;
+  await page.getByTestId('train-toggle').click();
+  const steps = await stepCount(page);
+  console.log(`digits: ${await text(page, 'accuracy')} after ${steps} steps, ${seconds.toFixed(1)} s after Train (${await text(page, 'backend-name')})`);
+  await page.waitForSelector('[data-testid=confusion-matrix]');
+  await page.waitForTimeout(300);
+  // The confusion matrix: 10 × 10, its counts add up to the test set, the
+  // diagonal holds the most.
+  const matrix = await page.locator('[data-testid=confusion-matrix] tbody tr').evaluateAll((rows) =>
+    rows.map((r) => [...r.querySelectorAll('td')].map((td) => Number(td.textContent || 0))));
+  assert.equal(matrix.length, 10);
+  assert.ok(matrix.every((r) => r.length === 10));
+  const total = matrix.flat().reduce((a, b) => a + b, 0);
+  const diagonal = matrix.reduce((a, r, k) => a + r[k], 0);
+  assert.ok(total > 500 && total < 1797, `test rows ${total}`);
+  assert.ok(diagonal / total >= 0.95, `the matrix agrees with the accuracy: ${diagonal}/${total}`);
+  // Per class, and the misclassified images with their labels.
+  assert.equal(await page.locator('[data-testid^=class-accuracy-]').count(), 10);
+  const wrong = await page.locator('[data-testid=misclassified] figure').evaluateAll((f) => f.map((x) => [x.dataset.truth, x.dataset.predicted]));
+  assert.equal(wrong.length, Math.min(24, total - diagonal));
+  assert.ok(wrong.every(([t, p]) => t !== p), 'each shown image is one the model gets wrong');
+  assert.equal(await page.locator('[data-testid=first-layer-weights] canvas').count(), Math.min(16, e.model.layers[0].units));
+  await page.locator('[data-testid=confusion-matrix]').scrollIntoViewIfNeeded();
+  await page.screenshot({ path: path.join(artifacts, 'digits.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a CSV gets a train/test split like the built-in data', async () => {
+  const { page } = await ctx.open(`${ctx.root}?engine=cpu`);
+  const rows = ['x1,x2,y'];
+  for (let i = 0; i < 200; i++) {
+    const [a, b] = [Math.sin(i * 1.7) * 3, Math.cos(i * 2.3) * 3];
+    rows.push(`${a.toFixed(3)},${b.toFixed(3)},${a * b > 0 ? 1 : 0}`);
+  }
+  const file = path.join(os.tmpdir(), 'stepscope-split.csv');
+  fs.writeFileSync(file, rows.join('\n'));
+  await page.getByTestId('csv-upload').setInputFiles(file);
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.source === 'csv');
+  await page.getByTestId('train-share').fill('50');
+  await page.getByTestId('train-share').dispatchEvent('change');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.train_fraction === 0.5);
+  await page.getByTestId('step-once').click();
+  await waitStep(page, 1);
+  await page.waitForFunction(() => document.querySelector('[data-testid=test-loss]').textContent !== '–');
+  assert.ok(Number.isFinite(await number(page, 'test-loss')), 'a test set, evaluated');
+  assert.match(await text(page, 'train-share-value'), /50 %/);
+  await page.close();
+});
