@@ -2,6 +2,8 @@
 //! its edits, the training loop that owns the engine, the views computed
 //! from parameters, the URL, CSV uploads.
 
+pub mod chart_lines;
+pub mod chart_scale;
 pub mod checkpoints;
 pub mod edit;
 pub mod host;
