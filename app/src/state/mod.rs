@@ -18,7 +18,10 @@ use crate::model::views::Snapshot;
 
 mod engine;
 mod records;
+mod runs;
 mod training;
+
+pub use runs::{LaneView, RaceView, RunsState};
 
 /// One point of the loss curves.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -146,6 +149,8 @@ pub struct AppState {
     pub charts: Charts,
     pub checkpoints: Checkpoints,
     pub lessons: Lessons,
+    /// The runs list, the comparison and the race (`runs`).
+    pub runs: RunsState,
 }
 
 /// Steps kept for the timeline.
@@ -208,6 +213,7 @@ impl AppState {
                 activation_checkpointing: RwSignal::new(false),
                 accumulation: RwSignal::new(None),
             },
+            runs: RunsState::new(),
         }
     }
 

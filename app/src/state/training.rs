@@ -240,6 +240,7 @@ impl AppState {
             Some(Err(err)) => self.run.alert.set(Some(err.to_string())),
             Some(Ok(_)) | None => {}
         }
+        self.record_runs(host.status(), report.race);
         (frame_metrics, awaited_ms)
     }
 

@@ -78,6 +78,10 @@ pub struct Status {
     pub checkpoint_in_flight: bool,
     /// Bytes of the WebAssembly memory on the engine's side.
     pub wasm_memory_bytes: f64,
+    /// Which fresh run trains (`Runner::run_id`), and whether a race is
+    /// under way.
+    pub run_id: u64,
+    pub racing: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -210,6 +214,7 @@ mod tests {
             layers: Some(Ok((4, vec![[TensorStats::default(); 4]]))),
             logging_ms: 1.5,
             gpu_wait_ms: 2.0,
+            race: None,
         }));
         round_trip(&answer(FrameReport {
             trained: Some(Err(Error::NonFinite("layer 1, backward".into()))),

@@ -120,6 +120,8 @@ impl Server {
             status.gpu_lost = r.gpu_lost();
             status.steps_per_log = r.steps_per_log();
             status.last_checkpoint = r.last_checkpoint();
+            status.run_id = r.run_id();
+            status.racing = r.racing();
         }
         status
     }

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use stepscope_core::engine::PhaseReport;
 use stepscope_core::Experiment;
 
+use crate::model::race::RaceSpec;
+
 /// What the controls ask of the loop.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Command {
@@ -46,6 +48,11 @@ pub enum Command {
     CheckAccumulation(usize),
     /// Recompute pre-activations in backward instead of storing them.
     ActivationCheckpointing(bool),
+    /// Race variants of the run's experiment (`model::race`); they train
+    /// instead of the run until the race ends.
+    StartRace(RaceSpec),
+    /// End the race: its runs are reported, the run goes on.
+    EndRace,
     /// Test hook: destroy the GPU device in use (a device loss).
     LoseDevice,
     /// Test hook: ask the GPU device in use for a buffer past its limit,

@@ -20,6 +20,7 @@ use web_time::Instant;
 
 use super::checkpoints::{self, latest_before, remember, CheckpointReport, Ring};
 use super::loader::Loader;
+use super::race::{RaceLanes, RaceReport};
 use super::spikes::Detector;
 use super::views::ViewJob;
 
@@ -27,6 +28,7 @@ mod accumulation;
 mod commands;
 mod engine_choice;
 mod frame;
+mod race;
 mod report;
 
 pub use commands::{push, AccumulationReport, BackendInfo, Command, Commands, Outcome};
@@ -77,6 +79,13 @@ pub struct Runner {
     loader_wait_ms: f64,
     /// CPU: a frame ends part-way through a step that ran this long.
     yield_after_ms: f64,
+    /// Counts the fresh runs (the first, each Reset, new data, a restored
+    /// checkpoint): the page's runs list starts a record when it changes.
+    run_id: u64,
+    /// A race of variants of the run's experiment, trained instead of the
+    /// run while it lasts (`race`), and its last report once it ended.
+    race: Option<RaceLanes>,
+    race_final: Option<RaceReport>,
 }
 
 /// A CPU step taking longer than this is taken in parts over several
@@ -138,6 +147,9 @@ impl Runner {
             fused_allowed: true,
             loader_wait_ms: 0.0,
             yield_after_ms: YIELD_AFTER_MS,
+            run_id: 0,
+            race: None,
+            race_final: None,
         })
     }
 
@@ -157,6 +169,11 @@ impl Runner {
     /// Whether a step is part-way through (a long CPU step, or step by phase).
     pub fn mid_step(&self) -> bool {
         self.trainer.mid_step()
+    }
+
+    /// Which fresh run this is (see `run_id`).
+    pub fn run_id(&self) -> u64 {
+        self.run_id
     }
 
     /// The step of the newest automatic checkpoint.
@@ -224,6 +241,7 @@ impl Runner {
                 self.ring.borrow_mut().clear();
                 remember(&self.ring, kept);
                 self.last_checkpoint = step;
+                self.run_id += 1;
                 return Ok(Some(Outcome::Restored(Box::new(e), step)));
             }
             Command::VerifyRestore => {
@@ -231,8 +249,10 @@ impl Runner {
                 let report = verify_restore(&state, self.data(), 5)?;
                 return Ok(Some(Outcome::Verified(report.summary(), report.passed())));
             }
-            Command::Reset(e) => self.restart(&e, self.csv.clone())?,
-            Command::UseCsv(text, e) => self.restart(&e, Some(text))?,
+            Command::Reset(e) => self.restart_with_race(&e, self.csv.clone()).await?,
+            Command::UseCsv(text, e) => self.restart_with_race(&e, Some(text)).await?,
+            Command::StartRace(spec) => self.start_race(spec).await?,
+            Command::EndRace => self.end_race().await,
             Command::Apply(e) => {
                 // Hyperparameters in place; a different optimizer starts
                 // fresh (its state and step), SGD's momentum buffer comes
@@ -303,6 +323,8 @@ impl Runner {
         fresh.steps_per_log = self.steps_per_log;
         fresh.set_fused_allowed(self.fused_allowed);
         fresh.yield_after_ms = self.yield_after_ms;
+        fresh.run_id = self.run_id + 1;
+        fresh.race_final = self.race_final.take();
         // A background checkpoint of the old run still reports when done.
         fresh.finished = self.finished.clone();
         fresh.in_flight = self.in_flight.clone();

@@ -15,6 +15,7 @@ use web_time::Instant;
 use super::frame::ms_since;
 use super::{Command, Outcome, Runner};
 use crate::model::checkpoints::CheckpointReport;
+use crate::model::race::RaceReport;
 use crate::model::spikes::Verdict;
 use crate::model::views::Snapshot;
 
@@ -69,6 +70,8 @@ pub struct FrameReport {
     pub logging_ms: f64,
     /// Time awaiting the GPU (its readbacks and work): the thread was free.
     pub gpu_wait_ms: f64,
+    /// The race, while one is under way or in the frame it ended.
+    pub race: Option<RaceReport>,
 }
 
 impl Runner {
@@ -95,7 +98,10 @@ impl Runner {
             // A rebuilt GPU engine takes its calibrated path (cached).
             report.calibration = self.calibrate().await.err();
         }
-        if (plan.running || single) && !replaced {
+        if (plan.running || single) && !replaced && self.racing() {
+            // A race trains instead of the run (Train and Pause act on it).
+            self.race_frame(single && !plan.running, plan.budget_ms, &mut report).await;
+        } else if (plan.running || single) && !replaced {
             let (result, waited) = self.train_frame(single && !plan.running, plan.budget_ms).await;
             report.gpu_wait_ms += waited;
             self.views_dirty = true;
@@ -153,6 +159,7 @@ impl Runner {
             }
             report.logging_ms = ms_since(started);
         }
+        report.race = self.race_report();
         report
     }
 
