@@ -26,16 +26,16 @@ async function startRace(page, setting, values, steps) {
 
 test('runs are kept, and two of them compare with their differences listed', async () => {
   const { page, errors } = await ctx.open(ctx.root + '?engine=cpu');
-  await trainUntil(page, 200);
+  await trainUntil(page, 2000);
   await page.getByTestId('reset').click();
   await waitSteps(page, 0);
   await setField(page, 'learning-rate', 0.1);
-  await trainUntil(page, 200);
+  await trainUntil(page, 2000);
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 2);
   const labels = await entries(page).locator('b').allTextContents();
   assert.deepEqual(labels, ['Run 2 (training now)', 'Run 1']);
   const steps = await entries(page).locator('[data-testid=run-steps]').evaluateAll((els) => els.map((e) => Number(e.dataset.value)));
-  assert.ok(steps.every((s) => s >= 200), `both runs trained: ${steps}`);
+  assert.ok(steps.every((s) => s >= 2000), `both runs trained: ${steps}`);
   // Nothing compared yet.
   assert.equal(await linesDrawn(page, 'compare-loss'), 0);
   await entries(page).nth(1).getByTestId('run-select').check();

@@ -34,6 +34,8 @@ pub fn RacePanel() -> impl IntoView {
         match checked {
             Ok(spec) => {
                 state.run.alert.set(None);
+                // The last race's view goes at once: what shows next is the new one's.
+                race.set(None);
                 state.command(Command::StartRace(spec));
                 state.run.running.set(true);
             }

@@ -102,41 +102,64 @@ impl AppState {
     pub(super) fn record_runs(&self, status: &Status, race: Option<RaceReport>) {
         let runs = self.runs;
         if runs.live_run_id.get_value() != Some(status.run_id) {
-            // The record is refreshed one last time with what the page
-            // still shows of the old run, unless the page cleared it.
+            // The run that ended is kept as last refreshed: the page has
+            // cleared its curves by now.
             if let Some(done) = runs.live.get_untracked().filter(|r| r.steps > 0) {
                 runs.list.update(|l| l.push(done));
             }
             let id = runs.list.try_update(|l| l.next_id()).unwrap_or_default();
             runs.live_run_id.set_value(Some(status.run_id));
             runs.live_accuracy.set_value(Vec::new());
-            runs.refreshed_at.set_value(None);
-            runs.live.set(Some(self.live_record(id, status)));
-        } else if runs.refreshed_at.get_value().is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= LIVE_REFRESH_MS) {
-            let old = runs.live.get_untracked();
-            let mut record = self.live_record(old.as_ref().map_or(0, |r| r.id), status);
-            // Reset clears the page's curves before the loop starts the
-            // fresh run: until then the record keeps the curves it had.
-            if let Some(old) = old {
-                let kept = |new: &mut Curve, old: Curve| {
-                    if new.is_empty() {
-                        *new = old;
-                    }
-                };
-                kept(&mut record.curves.train_loss, old.curves.train_loss);
-                kept(&mut record.curves.test_loss, old.curves.test_loss);
-                kept(&mut record.curves.grad_norm, old.curves.grad_norm);
-                record.last_step_loss = record.last_step_loss.or(old.last_step_loss);
-                record.train_loss = record.train_loss.or(old.train_loss);
-                record.test_loss = record.test_loss.or(old.test_loss);
-                record.accuracy = record.accuracy.or(old.accuracy);
-            }
             runs.refreshed_at.set_value(Some(Instant::now()));
-            runs.live.set(Some(record));
+            runs.live.set(Some(self.live_record(id, status)));
+        } else {
+            self.record_accuracy(status.step);
+            if runs.refreshed_at.get_value().is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= LIVE_REFRESH_MS) {
+                self.refresh_live(status);
+            }
         }
         if let Some(report) = race {
             self.draw_race(report);
         }
+    }
+
+    /// The views' accuracy at their step, for the live run's curve (the
+    /// page's loss curves keep none).
+    fn record_accuracy(&self, step: u64) {
+        let Some(snap) = self.charts.snapshot.get_untracked().filter(|s| s.step <= step) else { return };
+        let Some(a) = snap.test.or(snap.train).and_then(|t| t.accuracy) else { return };
+        self.runs.live_accuracy.update_value(|c| {
+            if c.last().is_none_or(|&(s, _)| s < snap.step) {
+                c.push((snap.step, a));
+                if c.len() > 2 * MAX_POINTS {
+                    *c = downsample(c, MAX_POINTS);
+                }
+            }
+        });
+    }
+
+    fn refresh_live(&self, status: &Status) {
+        let runs = self.runs;
+        let old = runs.live.get_untracked();
+        let mut record = self.live_record(old.as_ref().map_or(0, |r| r.id), status);
+        // Reset clears the page's curves before the loop starts the fresh
+        // run: until then the record keeps the curves it had.
+        if let Some(old) = old {
+            let kept = |new: &mut Curve, old: Curve| {
+                if new.is_empty() {
+                    *new = old;
+                }
+            };
+            kept(&mut record.curves.train_loss, old.curves.train_loss);
+            kept(&mut record.curves.test_loss, old.curves.test_loss);
+            kept(&mut record.curves.grad_norm, old.curves.grad_norm);
+            record.last_step_loss = record.last_step_loss.or(old.last_step_loss);
+            record.train_loss = record.train_loss.or(old.train_loss);
+            record.test_loss = record.test_loss.or(old.test_loss);
+            record.accuracy = record.accuracy.or(old.accuracy);
+        }
+        runs.refreshed_at.set_value(Some(Instant::now()));
+        runs.live.set(Some(record));
     }
 
     /// The live run as a record, from the page's curves at or before the
@@ -144,19 +167,6 @@ impl AppState {
     fn live_record(&self, id: u64, status: &Status) -> RunRecord {
         let step = status.step;
         let snapshot = self.charts.snapshot.get_untracked().filter(|s| s.step <= step);
-        if let Some(snap) = &snapshot {
-            let accuracy = snap.test.or(snap.train).and_then(|t| t.accuracy);
-            if let Some(a) = accuracy {
-                self.runs.live_accuracy.update_value(|c| {
-                    if c.last().is_none_or(|&(s, _)| s < snap.step) {
-                        c.push((snap.step, a));
-                        if c.len() > 2 * MAX_POINTS {
-                            *c = downsample(c, MAX_POINTS);
-                        }
-                    }
-                });
-            }
-        }
         let history = self.charts.history.get_untracked();
         let steps = self.charts.step_history.get_untracked();
         let curves = RunCurves {
