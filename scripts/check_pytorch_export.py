@@ -2,8 +2,8 @@
 """Checks `stepscope export-pytorch` against real PyTorch (CPU).
 
 For each experiment below: train a few steps with the native CLI and save a
-checkpoint; export the PyTorch script (and, for built-in data, the training
-rows); import the script and load the checkpoint with it; then check
+checkpoint; export the PyTorch script and the training rows (a built-in's, or
+those the run split from its CSV); import the script and load the checkpoint with it; then check
   (a) the script's model gives Stepscope's outputs (`stepscope predict`) on
       the training rows,
   (b) the optimizer state torch holds is the checkpoint's, bit for bit, and
@@ -83,6 +83,22 @@ CASES = {
         "batch_size": 8,
         "data": {"source": "xor", "samples": 100, "train_fraction": 0.7, "features": ["x1", "x2", "x1_x2"],
                  "shuffle": False}},
+    "adamw_spiral3_three_classes": {
+        "seed": 12, "model": {"inputs": 2, "layers": layers((16, "relu"), (3, "linear"))},
+        "loss": "cross_entropy", "optimizer": {"kind": "adamw", "lr": 0.01},
+        "batch_size": 24, "clip_grad_norm": 0.5,
+        "data": {"source": "spiral3", "samples": 150, "noise": 0.1, "train_fraction": 0.8}},
+    "adam_digits": {
+        "seed": 1, "model": {"inputs": 64, "layers": layers((16, "relu"), (10, "linear"))},
+        "loss": "cross_entropy", "optimizer": {"kind": "adam", "lr": 0.01},
+        "batch_size": 32, "clip_grad_norm": 0.6,
+        "data": {"source": "digits", "train_fraction": 0.8}},
+    # A CSV with a test split: the script trains on the split's training rows.
+    "adam_csv_split_shuffled": {
+        "seed": 13, "model": {"inputs": 2, "layers": layers((8, "tanh"), (1, "linear"))},
+        "loss": "bce_with_logits", "optimizer": {"kind": "adam", "lr": 0.02},
+        "batch_size": 8,
+        "data": {"source": "csv", "train_fraction": 0.6, "shuffle": True}},
     "lamb_csv_accumulation": {
         "seed": 4, "model": {"inputs": 2, "layers": layers((16, "tanh"), (8, "relu"), (1, "linear"))},
         "loss": "bce_with_logits",
@@ -171,11 +187,12 @@ def check(name, experiment, tmp, report):
     checkpoint; both continue AFTER steps."""
     data = write_inputs(experiment, tmp, name)
     stepscope("train", "--config", "config.json", *data, "--steps", str(BEFORE), "--out", "ck.safetensors", cwd=tmp)
-    export = ["export-pytorch", "ck.safetensors", "--out", "script.py"]
-    stepscope(*export, *([] if data else ["--data-out", "data.csv"]), cwd=tmp)
+    # The training rows as Stepscope writes them: a built-in's generated
+    # rows, or those the run split from its CSV (all of it without a split).
+    stepscope("export-pytorch", "ck.safetensors", "--out", "script.py", "--data-out", "rows.csv", *data, cwd=tmp)
     stepscope("train", "--init", "ck.safetensors", *data, "--steps", str(AFTER), "--out", "after.safetensors",
               "--metrics", "after.jsonl", cwd=tmp)
-    stepscope("predict", "ck.safetensors", "--inputs", "data.csv", "--out", "predicted.csv", cwd=tmp)
+    stepscope("predict", "ck.safetensors", "--inputs", "rows.csv", "--out", "predicted.csv", cwd=tmp)
     compare(name, experiment, tmp, BEFORE, report)
 
 
@@ -187,7 +204,7 @@ def check_from_step_zero(name, experiment, tmp, report):
     Stepscope's side is a fresh run from the same weights."""
     data = write_inputs(experiment, tmp, name)
     stepscope("train", "--config", "config.json", *data, "--steps", "1", "--out", "one.safetensors", cwd=tmp)
-    stepscope("export-pytorch", "one.safetensors", "--out", "script.py", cwd=tmp)
+    stepscope("export-pytorch", "one.safetensors", "--out", "script.py", "--data-out", "rows.csv", *data, cwd=tmp)
     tensors = load_file(os.path.join(tmp, "one.safetensors"))
     with safe_open(os.path.join(tmp, "one.safetensors"), framework="numpy") as f:
         meta = f.metadata()
@@ -211,7 +228,7 @@ def compare(name, experiment, tmp, start, report):
     optimizer = script.make_optimizer(model)
     step, position, rng_state = script.load_checkpoint(os.path.join(tmp, "ck.safetensors"), model, optimizer)
     scheduler = script.make_scheduler(optimizer, step)
-    inputs, targets = script.read_csv(os.path.join(tmp, "data.csv"))
+    inputs, targets = script.read_csv(os.path.join(tmp, "rows.csv"))
     assert step == start, step
     used, outputs_abs = {"outputs": float("nan"), "steps": 0.0, "state": 0.0}, float("nan")
 
@@ -268,7 +285,7 @@ def run_as_program(tmp):
     """The last case's script as a user runs it: checkpoint found by the
     page's download name, training rows from the CSV, weights written."""
     os.rename(os.path.join(tmp, "ck.safetensors"), os.path.join(tmp, f"stepscope-step{BEFORE}.safetensors"))
-    out = subprocess.run([sys.executable, "script.py", "--data", "data.csv", "--steps", str(AFTER),
+    out = subprocess.run([sys.executable, "script.py", "--data", "rows.csv", "--steps", str(AFTER),
                           "--out", "continued.safetensors"], cwd=tmp, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert f"step {BEFORE}," in out.stdout, out.stdout
@@ -278,7 +295,8 @@ def run_as_program(tmp):
         ratio, _ = worst(value, after[key])
         assert ratio <= 1, f"program run: {key} differs by {ratio} x the tolerance"
     # Stepscope takes the weights back.
-    stepscope("train", "--config", "config.json", "--init", "continued.safetensors", "--steps", "1", cwd=tmp)
+    data = ["--data", "data.csv"] if os.path.exists(os.path.join(tmp, "data.csv")) else []
+    stepscope("train", "--config", "config.json", *data, "--init", "continued.safetensors", "--steps", "1", cwd=tmp)
 
 
 def main():

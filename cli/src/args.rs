@@ -54,9 +54,13 @@ pub enum Command {
         /// The script (default: standard output).
         #[arg(long)]
         out: Option<String>,
-        /// Also write a built-in dataset's training rows as CSV.
+        /// Also write the run's training rows as CSV (what the script reads).
         #[arg(long)]
         data_out: Option<String>,
+        /// The CSV a "source": "csv" run trained on, for --data-out: its
+        /// training rows are split from it as the run split them.
+        #[arg(long, requires = "data_out")]
+        data: Option<String>,
     },
     /// The network's outputs for the x… columns of a CSV, as CSV.
     Predict {

@@ -1,19 +1,20 @@
-//! `stepscope export-pytorch CHECKPOINT [--out FILE] [--data-out FILE]`:
-//! the PyTorch script that continues a checkpoint's run, and for built-in
-//! datasets the training rows it reads.
+//! `stepscope export-pytorch CHECKPOINT [--out FILE] [--data-out FILE [--data CSV]]`:
+//! the PyTorch script that continues a checkpoint's run, and the training
+//! rows it reads: a built-in dataset's, or those the run split from its CSV.
 //!
 //! `stepscope predict CHECKPOINT --inputs FILE [--out FILE]`: the network's
 //! outputs for the rows of a CSV, from the CPU reference forward pass, as
 //! CSV with exact decimals (what the PyTorch check compares against).
 
 use stepscope_core::checkpoint::load_checkpoint;
-use stepscope_core::data::{csv_header, csv_rows, Dataset};
+use stepscope_core::data::{csv_header, csv_rows};
 use stepscope_core::engine::predict as predict_outputs;
-use stepscope_core::experiment::DataSource;
 use stepscope_core::export::{pytorch_script, training_csv};
 use stepscope_core::model::Layout;
 use stepscope_core::{Error, TrainState};
 
+use crate::args::TrainArgs;
+use crate::train::load_data;
 use crate::{files, say, Failure};
 
 pub(crate) fn read_checkpoint(path: &str) -> Result<TrainState, Failure> {
@@ -21,18 +22,30 @@ pub(crate) fn read_checkpoint(path: &str) -> Result<TrainState, Failure> {
     load_checkpoint(&bytes).map_err(|e| Failure::usage(format!("`{path}`: {e}")))
 }
 
-pub fn export_pytorch(path: &str, out: Option<String>, data_out: Option<String>) -> Result<(), Failure> {
+pub fn export_pytorch(
+    path: &str,
+    out: Option<String>,
+    data_out: Option<String>,
+    data: Option<String>,
+) -> Result<(), Failure> {
+    let outputs: Vec<(&str, &str)> = [("--out", &out), ("--data-out", &data_out)]
+        .into_iter()
+        .filter_map(|(f, p)| Some((f, p.as_deref()?)))
+        .collect();
+    let mut inputs = vec![("checkpoint", path)];
+    inputs.extend(data.as_deref().map(|d| ("--data", d)));
+    files::distinct(&outputs, &inputs)?;
     let state = read_checkpoint(path)?;
     let e = &state.experiment;
-    // Everything is computed before anything is written.
-    let data =
-        match &data_out {
-            None => None,
-            Some(_) if e.data.source == DataSource::Csv => return Err(Failure::usage(
-                "--data-out is for built-in datasets; this experiment trains on a CSV file: give the script that file",
-            )),
-            Some(out) => Some((out, training_csv(&Dataset::load(e, None)?.train))),
-        };
+    // Everything is computed before anything is written. The training rows
+    // are the run's: generated for a built-in, split from --data for a CSV.
+    let rows = match &data_out {
+        None => None,
+        Some(out) => {
+            let dataset = load_data(&TrainArgs { data, ..TrainArgs::default() }, e)?;
+            Some((out, training_csv(&dataset.train)))
+        }
+    };
     let script = pytorch_script(e);
     match &out {
         Some(out) => {
@@ -41,7 +54,7 @@ pub fn export_pytorch(path: &str, out: Option<String>, data_out: Option<String>)
         }
         None => say!("{}", script.trim_end()),
     }
-    if let Some((out, csv)) = data {
+    if let Some((out, csv)) = rows {
         files::write_atomic(out, csv.as_bytes())?;
         say!("training rows written to {out}");
     }

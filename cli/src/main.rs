@@ -10,6 +10,7 @@ mod bench;
 mod export;
 mod files;
 mod inspect;
+mod report;
 mod train;
 
 use std::process::ExitCode;
@@ -57,7 +58,9 @@ fn main() -> ExitCode {
     let result = args::parse(argv).and_then(|cli| match cli.command {
         Command::Train(a) => train::run(&a),
         Command::Bench { out, only } => bench::run(out, only),
-        Command::ExportPytorch { checkpoint, out, data_out } => export::export_pytorch(&checkpoint, out, data_out),
+        Command::ExportPytorch { checkpoint, out, data_out, data } => {
+            export::export_pytorch(&checkpoint, out, data_out, data)
+        }
         Command::Predict { checkpoint, inputs, out } => export::predict(&checkpoint, &inputs, out),
         Command::Inspect { file } => inspect::run(&file),
         Command::Verify { checkpoint, data, steps } => inspect::verify(&checkpoint, data, steps),

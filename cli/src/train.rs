@@ -17,6 +17,7 @@ use stepscope_core::{Error, Experiment, StepMetrics, TrainState, Trainer};
 
 use crate::args::{TrainArgs, DEFAULT_STEPS};
 use crate::files::{self, LogFile};
+use crate::report::class_lines;
 use crate::{say, Failure};
 
 fn read_experiment(path: &str) -> Result<Experiment, Failure> {
@@ -79,7 +80,8 @@ pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dat
         }
         (Some(_), source) => {
             return Err(Failure::usage(format!(
-                "--data is for \"source\": \"csv\", but the experiment uses the built-in {source:?} dataset"
+                "--data is for \"source\": \"csv\", but the experiment uses the built-in {:?} dataset",
+                source.name()
             )))
         }
         (None, _) => None,
@@ -153,9 +155,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
 
     let e = engine.experiment().clone();
     say!(
-        "training {} on {:?} ({} train / {} test rows), {} parameters, {} steps from step {}, backend {}",
+        "training {} on {} ({} train / {} test rows), {} parameters, {} steps from step {}, backend {}",
         e.widths().iter().map(usize::to_string).collect::<Vec<_>>().join("-"),
-        e.data.source,
+        e.data.source.name(),
         engine.data().train.rows(),
         engine.data().test.rows(),
         engine.layout().parameter_count,
@@ -194,7 +196,11 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         let t = Instant::now();
         if (i + 1) % report_every == 0 || i + 1 == steps {
             let test = block_on(engine.evaluate(&test_table))?
-                .map(|ev| format!("  test_loss {:.5}", ev.loss))
+                .map(|ev| {
+                    let accuracy =
+                        ev.accuracy.map(|a| format!("  test_accuracy {:.1}%", a * 100.0)).unwrap_or_default();
+                    format!("  test_loss {:.5}{accuracy}", ev.loss)
+                })
                 .unwrap_or_default();
             say!(
                 "step {:>6}  loss {:.5}  grad_norm {:.4}  lr {:.3e}{test}",
@@ -229,6 +235,12 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             let accuracy = ev.accuracy.map(|a| format!("  accuracy {:.1}%", a * 100.0)).unwrap_or_default();
             say!("{name}: loss {:.5}{accuracy}", ev.loss);
         }
+    }
+    // Per class on the test rows, or on the training rows where there are none.
+    let (name, table) = if test_table.rows() > 0 { ("test", &test_table) } else { ("train", &train_table) };
+    let params = block_on(engine.read_state())?.params;
+    for line in class_lines(&e, engine.layout(), &params, name, table) {
+        say!("{line}");
     }
     Ok(())
 }

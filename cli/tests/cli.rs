@@ -177,8 +177,8 @@ fn export_pytorch_and_predict() {
     assert!(out.status.success());
     assert_eq!(std::fs::read_to_string(dir.join("p.csv")).unwrap().trim_end(), predicted.trim_end());
 
-    // A CSV experiment's rows are the user's file: --data-out is refused,
-    // before anything is written.
+    // A CSV experiment's training rows come from its file: --data-out needs
+    // --data, and is refused without it before anything is written.
     std::fs::write(dir.join("csv.json"), CONFIG.replace(CIRCLE, "\"source\": \"csv\"")).unwrap();
     std::fs::write(dir.join("d.csv"), "x1,x2,y\n1,2,0\n3,4,1\n-1,0.5,1\n").unwrap();
     let out = stepscope(
@@ -189,7 +189,11 @@ fn export_pytorch_and_predict() {
     let before = files_in(&dir);
     let out = stepscope(&dir, &["export-pytorch", "csv.safetensors", "--out", "t.py", "--data-out", "t.csv"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--data-out is for built-in datasets"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give the file with --data"));
+    let out = stepscope(&dir, &["export-pytorch", "csv.safetensors", "--data", "d.csv"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--data-out <DATA_OUT>"));
+    let out = stepscope(&dir, &["export-pytorch", "csv.safetensors", "--data-out", "d.csv", "--data", "d.csv"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--data-out `d.csv` is the same file as --data"));
     std::fs::write(dir.join("three.csv"), "x1,x2,x3\n1,2,3\n").unwrap();
     let out = stepscope(&dir, &["predict", "csv.safetensors", "--inputs", "three.csv"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("3 input columns (x…) but the model takes 2"));
