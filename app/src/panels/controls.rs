@@ -45,8 +45,8 @@ pub fn Controls() -> impl IntoView {
                         <span data-testid="frame-busy-max">{move || format!("{:.1}", state.run.frame_busy_ms.get().1)}</span>" ms"
                     </span>
                 </div>
+                <super::share::Share/>
             </div>
-            <super::share::Share/>
         </section>
     }
 }

@@ -205,17 +205,21 @@ pub const CERTAIN: f32 = 0.999;
 /// Colour of a value in [-1, 1]: orange (-1) through white (0) to blue (+1),
 /// as TensorFlow Playground. For multi-class, `value` is a class index plus
 /// the model's probability for it (`class + p`, p < 1): the class's hue,
-/// paler the closer p is to chance (1 / classes). A bare class index (a
-/// data point's label) takes `CERTAIN` for its probability.
+/// lighter than the points and paler the closer p is to chance
+/// (1 / classes). A bare class index (a data point's label) is the full hue.
 pub fn color(value: f32, classes: usize) -> [u8; 3] {
     if classes > 2 {
         let class = value.floor();
         let fraction = value - class;
-        let p = if fraction > 0.0 { fraction } else { CERTAIN };
         let chance = 1.0 / classes as f32;
-        let sure = ((p - chance) / (CERTAIN - chance)).clamp(0.0, 1.0);
-        // Never quite white: a point of the plane always shows its class.
-        let mix = 0.25 + 0.75 * sure;
+        let mix = if fraction > 0.0 {
+            // The plane: never quite white (a point of it always shows its
+            // class), and never as strong as the data points drawn over it.
+            let sure = ((fraction - chance) / (CERTAIN - chance)).clamp(0.0, 1.0);
+            0.2 + 0.55 * sure
+        } else {
+            1.0
+        };
         let [r, g, b] = hue(class as usize);
         let blend = |c: u8| (255.0 + (c as f32 - 255.0) * mix).round() as u8;
         return [blend(r), blend(g), blend(b)];
@@ -248,12 +252,15 @@ mod tests {
 
     #[test]
     fn several_classes_take_a_hue_each_paler_where_the_model_is_unsure() {
-        // Three classes: a label (bare index) and a sure output are the
-        // full hue; an output at chance is pale but still not white.
+        // Three classes: a label (bare index) is the full hue; a sure
+        // output is lighter, so points stand out on it; an output at chance
+        // is pale but still not white.
         assert_eq!(color(2.0, 3), [46, 160, 67]);
-        assert_eq!(color(2.0 + CERTAIN, 3), [46, 160, 67]);
+        let sure = color(2.0 + CERTAIN, 3);
+        assert!(sure[1] > 160 && sure[0] > 46 && sure[1] < 255, "{sure:?}");
         let unsure = color(2.0 + 1.0 / 3.0, 3);
         assert!(unsure.iter().all(|&c| c > 180) && unsure != [255, 255, 255], "{unsure:?}");
+        assert!(unsure[0] > sure[0], "paler where unsure");
         // The fraction is the softmax probability of the argmax.
         let v = output_value(&[0.0, 3.0, 0.0], Loss::CrossEntropy);
         let p = 3f32.exp() / (2.0 + 3f32.exp());
@@ -296,6 +303,40 @@ mod tests {
         let negated: Vec<f32> = params.iter().map(|v| -v).collect();
         let other = snapshot(&e, &data, 0, [&negated, &zeros, &zeros]);
         assert_ne!(other.boundary, snap.boundary);
+    }
+
+    #[test]
+    fn digits_get_image_views_and_no_plane() {
+        let mut e = super::super::edit::default_experiment();
+        e.data.source = DataSource::Digits;
+        e.data.samples = None;
+        e.data.noise = None;
+        e.data.features = None;
+        super::super::edit::fit_new_data(&mut e);
+        e.validate().unwrap();
+        let data = Dataset::load(&e, None).unwrap();
+        let layout = Layout::new(&e);
+        let params = stepscope_core::model::init_parameters(&layout, 1);
+        let zeros = vec![0.0; params.len()];
+        let snap = snapshot(&e, &data, 0, [&params, &zeros, &zeros]);
+        assert!(snap.boundary.is_none() && snap.points.is_empty(), "no plane for images");
+        let images = snap.images.expect("image views");
+        assert_eq!((images.side, images.classes), (8, 10));
+        // The confusion matrix is the core's, over the whole test set.
+        let metrics = stepscope_core::metrics::class_metrics(&params, &layout, &e, &data.test).unwrap();
+        assert_eq!(images.confusion, metrics.confusion);
+        assert_eq!(images.confusion.iter().sum::<u64>() as usize, data.test.rows());
+        assert_eq!(images.wrong, metrics.wrong());
+        assert_eq!(images.accuracy().map(|a| a as f32), snap.test.and_then(|t| t.accuracy));
+        // Each shown image is its test row's pixels, wrongly classified.
+        assert_eq!(images.misclassified.len(), SHOWN_MISCLASSIFIED.min(metrics.wrong() as usize));
+        for m in &images.misclassified {
+            assert_ne!(m.truth, m.predicted);
+            assert_eq!(m.pixels, &data.test.inputs[m.row * 64..(m.row + 1) * 64]);
+            assert_eq!(m.truth as f32, data.test.targets[m.row]);
+        }
+        assert_eq!(images.first_layer.len(), SHOWN_FILTERS.min(e.model.layers[0].units));
+        assert!(images.first_layer.iter().all(|f| f.len() == 64 && f.iter().any(|v| v.abs() == 1.0)));
     }
 
     /// A wide network: the views carry only
