@@ -1,6 +1,8 @@
 //! The data an experiment loads: the three-class spiral, the digits, and
-//! the CSV's train/test split; and that a run on each trains and keeps
-//! its data position across a checkpoint.
+//! the CSV's train/test split; and that a run on each trains, keeps its
+//! data position across a checkpoint, and is the same run on the GPU.
+
+mod common;
 
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
 use stepscope_core::data::{split_rows, Dataset, DIGITS_PIXELS, DIGITS_ROWS};
@@ -135,4 +137,19 @@ fn spiral3_trains_well_above_chance() {
     let metrics = class_metrics(&engine.state().params, engine.layout(), &e, &test).unwrap();
     assert_eq!(metrics.rows(), 60);
     assert!(metrics.accuracy().unwrap() > 0.7, "{:?}", metrics.per_class_accuracy());
+}
+
+/// The GPU engine trains the new sources as the CPU engine does (within
+/// the twin tolerances, `stepscope_core::trainer::conformance`).
+#[test]
+fn digits_and_spiral3_train_alike_on_both_engines() {
+    let digits = experiment(5, r#"{"source": "digits", "train_fraction": 0.8}"#, "cross_entropy", 64, 10);
+    let spiral3 = experiment(5, r#"{"source": "spiral3", "samples": 200}"#, "cross_entropy", 2, 3);
+    for (name, e) in [("digits", digits), ("spiral3", spiral3)] {
+        let mut cpu = common::engine(&e);
+        let cpu_metrics: Vec<_> = (0..20).map(|_| cpu.step().unwrap()).collect();
+        let mut gpu = common::gpu_engine(&e);
+        let gpu_metrics = gpu.run(20, 5).unwrap();
+        common::assert_same_run(name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+    }
 }
