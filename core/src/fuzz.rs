@@ -98,6 +98,16 @@ fn link(input: &[u8]) {
     let Ok(text) = std::str::from_utf8(input) else { return };
     let (search, hash) = text.find('#').map_or((text, ""), |at| text.split_at(at));
     let _ = (crate::link::engine_pin(search), crate::link::fused_allowed(search));
+    // The page writes hide= ids into a CSS selector: each must be a plain id.
+    let hide = crate::link::hide_request(search);
+    assert!(hide.ids.len() <= crate::link::MAX_HIDE_IDS, "hide= capped");
+    assert!(hide.ids.iter().all(|id| crate::link::is_control_id(id)), "hide= ids are plain");
+    let lock = crate::link::lock_request(search);
+    // Rewriting the pin keeps the classroom's parameters.
+    let rewritten = crate::link::query_with_engine(search, Some("cpu"));
+    assert_eq!(crate::link::engine_pin(&rewritten), Some("cpu"), "pin rewritten");
+    assert_eq!(crate::link::lock_request(&rewritten), lock, "lock= kept");
+    assert_eq!(crate::link::hide_request(&rewritten), hide, "hide= kept");
     let _ = crate::link::decode_component(hash);
     if let Ok(Some(e)) = crate::link::parse_fragment(hash) {
         let again = crate::link::parse_fragment(&crate::link::fragment(&e)).expect("a link the page writes parses");

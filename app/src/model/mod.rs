@@ -5,9 +5,11 @@
 pub mod chart_lines;
 pub mod chart_scale;
 pub mod checkpoints;
+pub mod classroom;
 pub mod edit;
 pub mod host;
 pub mod loader;
+pub mod metrics_csv;
 pub mod race;
 pub mod runner;
 pub mod runs;

@@ -1,12 +1,16 @@
 //! The whole experiment lives in the URL, so a link restores it:
 //! `#e=<the experiment JSON, URI-encoded>`. `?engine=cpu|gpu` pins an
 //! engine (the default, auto, trains on the faster one); the older
-//! `?backend=cpu` still pins the CPU. The parsing is the core's
+//! `?backend=cpu` still pins the CPU. A classroom's `?hide=` and `?lock=1`
+//! (`model::classroom`) are kept whenever the page rewrites its URL: the
+//! fragment is replaced alone, and the pin replaces only itself in the
+//! query. The parsing is the core's
 //! (`stepscope_core::link`), where it is tested and fuzzed; this module
 //! reads and writes the browser's location.
 
 use stepscope_core::{link, Experiment};
 
+use super::classroom::Classroom;
 use super::runner::Pin;
 
 /// Parses a fragment: None when it holds no experiment, an error naming
@@ -50,18 +54,31 @@ pub fn fused_allowed() -> bool {
     link::fused_allowed(&search())
 }
 
-/// Keeps `pin` in the URL's query (auto: no query), with the fragment.
+/// Keeps `pin` in the URL's query (auto: no pin), with every other
+/// parameter and the fragment.
 pub fn write_pin(pin: Pin) {
     let Some(w) = window() else { return };
     let location = w.location();
     let path = location.pathname().unwrap_or_default();
     let hash = location.hash().unwrap_or_default();
-    let mut pairs: Vec<String> = if pin == Pin::Auto { Vec::new() } else { vec![format!("engine={}", pin.name())] };
-    if !fused_allowed() {
-        pairs.push("fused=off".into());
-    }
-    let query = if pairs.is_empty() { String::new() } else { format!("?{}", pairs.join("&")) };
+    let engine = (pin != Pin::Auto).then(|| pin.name());
+    let query = link::query_with_engine(&search(), engine);
     if let Ok(history) = w.history() {
         let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&format!("{path}{query}{hash}")));
     }
+}
+
+/// What the URL's query asks of a classroom (`?hide=`, `?lock=`).
+pub fn classroom() -> Classroom {
+    Classroom::from_search(&search())
+}
+
+/// The link to this page as it is now: its address and query (the engine
+/// pin, `hide`, `lock`, …) and `e`, the current experiment, in the
+/// fragment (a page that was never edited has no fragment yet).
+pub fn share_link(e: &Experiment) -> String {
+    let Some(location) = window().map(|w| w.location()) else { return link::fragment(e) };
+    let origin = location.origin().unwrap_or_default();
+    let path = location.pathname().unwrap_or_default();
+    format!("{origin}{path}{}{}", search(), link::fragment(e))
 }

@@ -11,6 +11,7 @@ use wasm_bindgen::{Clamped, JsCast};
 use web_sys::ImageData;
 
 use super::draw::context;
+use crate::model::classroom::LOCKED_TITLE;
 use crate::model::edit::{add_layer, hidden_layers, parse_units, remove_layer, set_units};
 use crate::model::views::{color, Snapshot, SHOWN_UNITS};
 use crate::state::{AppState, LinkMode};
@@ -37,6 +38,10 @@ fn activation_name(a: Activation) -> String {
 pub fn NetworkPanel() -> impl IntoView {
     let state = expect_context::<AppState>();
     let e = state.run.experiment;
+    // lock=1: the network's controls are disabled and say why (the edit
+    // itself is refused in AppState::edit as well).
+    let locked = state.run.locked;
+    let lock_title = move || locked.get().then_some(LOCKED_TITLE);
     let layers = move || {
         let hidden = hidden_layers(&e.get()).to_vec();
         hidden
@@ -69,13 +74,16 @@ pub fn NetworkPanel() -> impl IntoView {
                 view! {
                     <div class="layer" data-testid=format!("layer-{l}")>
                         <span class="name">{format!("Hidden {}", l + 1)}</span>
-                        <button aria-label=format!("Fewer units in hidden layer {}", l + 1) data-testid=format!("units-minus-{l}") on:click=minus>"−"</button>
+                        <button aria-label=format!("Fewer units in hidden layer {}", l + 1) data-testid=format!("units-minus-{l}") on:click=minus
+                            disabled=move || locked.get() title=lock_title>"−"</button>
                         <input class="units" type="text" inputmode="numeric" size="4"
                             aria-label=format!("Units of hidden layer {}", l + 1) data-testid=format!("units-{l}")
-                            prop:value=units.to_string() on:change=on_units/>
-                        <button aria-label=format!("More units in hidden layer {}", l + 1) data-testid=format!("units-plus-{l}") on:click=plus>"+"</button>
+                            prop:value=units.to_string() on:change=on_units disabled=move || locked.get() title=lock_title/>
+                        <button aria-label=format!("More units in hidden layer {}", l + 1) data-testid=format!("units-plus-{l}") on:click=plus
+                            disabled=move || locked.get() title=lock_title>"+"</button>
                         <select aria-label=format!("Activation of hidden layer {}", l + 1) data-testid=format!("activation-{l}")
-                            prop:value=activation_name(spec.activation) on:change=on_activation>
+                            prop:value=activation_name(spec.activation) on:change=on_activation
+                            disabled=move || locked.get() title=lock_title>
                             {ACTIVATIONS.iter().map(|(v, label)| view! { <option value=*v>{*label}</option> }).collect_view()}
                         </select>
                     </div>
@@ -112,9 +120,14 @@ pub fn NetworkPanel() -> impl IntoView {
         <section class="panel network" aria-label="Network">
             <h2>"Network"</h2>
             <div class="layer-buttons">
-                <button data-testid="add-layer" aria-label="Add a hidden layer" on:click=move |_| state.edit(add_layer)>"+ layer"</button>
-                <button data-testid="remove-layer" aria-label="Remove the last hidden layer" on:click=move |_| state.edit(remove_layer)>"− layer"</button>
+                <button data-testid="add-layer" aria-label="Add a hidden layer" on:click=move |_| state.edit(add_layer)
+                    disabled=move || locked.get() title=lock_title>"+ layer"</button>
+                <button data-testid="remove-layer" aria-label="Remove the last hidden layer" on:click=move |_| state.edit(remove_layer)
+                    disabled=move || locked.get() title=lock_title>"− layer"</button>
             </div>
+            <Show when=move || locked.get()>
+                <p class="note" data-testid="network-locked">"This link locks the network: layers, units and activations stay as they are."</p>
+            </Show>
             <div class="layers">{layers}</div>
             <p class="note" data-testid="output-layer">{output_note}</p>
             <label class="field">

@@ -10,7 +10,9 @@ use stepscope_core::stats::TensorStats;
 use stepscope_core::{Experiment, StepMetrics};
 
 use crate::model::checkpoints::{clear_autosave, CheckpointReport};
+use crate::model::classroom::check_lock;
 use crate::model::edit::{default_experiment, edited, needs_reset};
+use crate::model::metrics_csv::MetricsLog;
 use crate::model::runner::{push, AccumulationReport, BackendInfo, Command, Commands, Pin};
 use crate::model::timeline::StepTiming;
 use crate::model::url;
@@ -22,6 +24,8 @@ mod runs;
 mod training;
 
 pub use runs::{LaneView, RaceView, RunsState};
+
+pub(crate) use records::download;
 
 /// One point of the loss curves.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -88,6 +92,8 @@ pub struct Run {
     /// Whether the engine trains in the worker (else on the page's thread).
     pub in_worker: RwSignal<bool>,
     pub commands: StoredValue<Commands>,
+    /// The link's `lock=1`: the network is read-only (`model::classroom`).
+    pub locked: RwSignal<bool>,
 }
 
 /// What the charts and views draw.
@@ -105,6 +111,8 @@ pub struct Charts {
     /// Backward ms of recent steps without and with activation
     /// checkpointing (at most 60 each), for the time it adds.
     pub backward_by_mode: RwSignal<[Vec<f64>; 2]>,
+    /// Every recorded step's metrics, for the metrics download.
+    pub metrics_log: StoredValue<MetricsLog>,
 }
 
 /// Automatic and manual checkpoints.
@@ -188,6 +196,7 @@ impl AppState {
                 memory: RwSignal::new(MemoryBytes::default()),
                 in_worker: RwSignal::new(false),
                 commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
+                locked: RwSignal::new(url::classroom().lock.locked),
             },
             charts: Charts {
                 history: RwSignal::new(Vec::new()),
@@ -197,6 +206,7 @@ impl AppState {
                 step_history: RwSignal::new(Vec::new()),
                 layer_history: RwSignal::new(Vec::new()),
                 backward_by_mode: RwSignal::new(Default::default()),
+                metrics_log: StoredValue::new(MetricsLog::default()),
             },
             checkpoints: Checkpoints {
                 verify_result: RwSignal::new(None),
@@ -226,7 +236,8 @@ impl AppState {
     /// edit shows its message and changes nothing.
     pub fn edit(&self, f: impl FnOnce(&mut Experiment) -> Result<(), String>) {
         let old = self.run.experiment.get_untracked();
-        match edited(&old, f) {
+        let locked = self.run.locked.get_untracked();
+        match edited(&old, f).and_then(|new| check_lock(locked, &old, &new).map(|()| new)) {
             Ok(new) if new == old => {}
             Ok(new) => {
                 self.run.alert.set(None);
@@ -262,6 +273,7 @@ impl AppState {
         self.charts.step_history.set(Vec::new());
         self.charts.timeline.set(Vec::new());
         self.charts.layer_history.set(Vec::new());
+        self.charts.metrics_log.update_value(MetricsLog::clear);
         self.charts.backward_by_mode.set(Default::default());
         self.lessons.phase_report.set(None);
         self.checkpoints.rollback_offer.set(None);

@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use stepscope_core::StepMetrics;
 
 use super::{AppState, HistoryPoint, LayerSample, StepPoint, HISTORY_LIMIT, LAYER_HISTORY_LIMIT, TIMELINE_LIMIT};
+use crate::model::metrics_csv::FrameShare;
 use crate::model::runner::Outcome;
 use crate::model::timeline::{assign, StepTiming};
 use crate::model::url;
@@ -32,6 +33,8 @@ impl AppState {
             }
         });
         let k = metrics.len() as f64;
+        let share = FrameShare { wall_ms: frame_ms / k, checkpoint_ms: checkpoint_ms / k, logging_ms: logging_ms / k };
+        self.charts.metrics_log.update_value(|log| log.record_steps(metrics, Some(share)));
         self.charts.timeline.update(|t| {
             for m in metrics {
                 let p = &m.phases;
@@ -64,6 +67,7 @@ impl AppState {
                 self.run.alert.set(None);
                 self.run.notice.set(Some(format!("Restored the uploaded checkpoint: step {step}.")));
                 self.charts.history.set(Vec::new());
+                self.charts.metrics_log.update_value(|log| log.clear());
                 url::write_url(&e);
                 self.run.experiment.set(*e);
             }
@@ -83,11 +87,13 @@ impl AppState {
                 )));
                 self.charts.history.update(|h| h.retain(|p| p.step <= step));
                 self.charts.step_history.update(|h| h.retain(|p| p.step < step));
+                self.charts.metrics_log.update_value(|log| log.forget_from(step + 1));
                 url::write_url(&e);
                 self.run.experiment.set(*e);
             }
             Outcome::Phase(report) => {
                 if let Some(m) = &report.metrics {
+                    self.charts.metrics_log.update_value(|log| log.record_steps(std::slice::from_ref(m), None));
                     self.charts.step_history.update(|h| {
                         h.push(StepPoint {
                             step: m.step,
@@ -116,6 +122,7 @@ impl AppState {
 
     pub(super) fn record_history(&self, snap: &Snapshot) {
         let Some(train) = snap.train else { return };
+        self.charts.metrics_log.update_value(|log| log.record_evaluation(snap.step, snap.train, snap.test));
         let point = HistoryPoint { step: snap.step, train: train.loss, test: snap.test.map(|t| t.loss) };
         self.charts.history.update(|h| {
             if h.last().is_some_and(|p| p.step == point.step) {
@@ -131,7 +138,7 @@ impl AppState {
 }
 
 /// Offers `bytes` as a file download.
-fn download(bytes: &[u8], name: &str) -> Result<(), String> {
+pub(crate) fn download(bytes: &[u8], name: &str) -> Result<(), String> {
     use wasm_bindgen::JsCast;
     let fail = |_| format!("The browser refused the download of {name}.");
     let array = js_sys::Uint8Array::from(bytes);

@@ -1,0 +1,351 @@
+//! The metrics download (`download-metrics`): a CSV of the run's recorded
+//! steps, from the engine's own numbers.
+//!
+//! A row is one optimizer step, numbered as the page's step counter
+//! numbers it (the steps taken once it is done, from 1). Its batch loss,
+//! gradient norm, learning rate and phase times are that step's own
+//! (`StepMetrics`); the whole-set losses and accuracies are those of the
+//! views' evaluation after that step, which runs a few times a second, so
+//! most rows leave them empty. An evaluation at a step whose own numbers
+//! were not kept (step 0, before any training, or a step thinned out) is
+//! a row of its own with the step's columns empty. Nothing is filled in:
+//! an empty cell was not measured.
+//!
+//! The log is bounded: every step is kept until it holds `MAX_ROWS` rows,
+//! then only every 2nd step, then every 4th, … (the kept stride is in the
+//! file's header), and every evaluated step.
+
+use stepscope_core::engine::{Evaluation, Timing};
+use stepscope_core::StepMetrics;
+
+/// The most rows kept (about 140 bytes each).
+pub const MAX_ROWS: usize = 10_000;
+
+/// The columns, in order.
+pub const COLUMNS: [&str; 18] = [
+    "step",
+    "batch_loss",
+    "train_loss",
+    "test_loss",
+    "train_accuracy",
+    "test_accuracy",
+    "grad_norm",
+    "lr",
+    "clipped",
+    "data_ms",
+    "forward_ms",
+    "backward_ms",
+    "optimizer_ms",
+    "checkpoint_ms",
+    "logging_ms",
+    "gpu_ms",
+    "wall_ms",
+    "timing",
+];
+
+/// What the page's frame adds to its steps: its wall time, checkpoint and
+/// logging time, each shared evenly by the frame's steps (as the timeline
+/// shares them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FrameShare {
+    pub wall_ms: f64,
+    pub checkpoint_ms: f64,
+    pub logging_ms: f64,
+}
+
+/// One recorded step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Steps taken once this one is done (the step counter's number).
+    pub step: u64,
+    pub metrics: Option<StepMetrics>,
+    pub frame: Option<FrameShare>,
+    pub train: Option<Evaluation>,
+    pub test: Option<Evaluation>,
+}
+
+impl Row {
+    fn evaluated(&self) -> bool {
+        self.train.is_some() || self.test.is_some()
+    }
+}
+
+/// The run's recorded steps, in increasing order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricsLog {
+    rows: Vec<Row>,
+    /// Steps kept: those whose number is a multiple of it.
+    stride: u64,
+    /// Whether every other evaluation was let go to stay within the bound.
+    evaluations_thinned: bool,
+}
+
+impl Default for MetricsLog {
+    fn default() -> Self {
+        MetricsLog { rows: Vec::new(), stride: 1, evaluations_thinned: false }
+    }
+}
+
+impl MetricsLog {
+    pub fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+
+    /// Records a frame's steps. A step at or before one already recorded
+    /// means the run went back (a restore or a rollback): what came after
+    /// it is forgotten first, so the steps always increase. An evaluation
+    /// may already be there (the views of a frame's last step arrive with
+    /// its steps): the step joins its row.
+    pub fn record_steps(&mut self, metrics: &[StepMetrics], frame: Option<FrameShare>) {
+        for m in metrics {
+            let step = m.step + 1;
+            if self.rows.iter().rev().find(|r| r.metrics.is_some()).is_some_and(|r| r.step >= step) {
+                self.forget_from(step);
+            }
+            match self.rows.binary_search_by_key(&step, |r| r.step) {
+                Ok(at) => (self.rows[at].metrics, self.rows[at].frame) = (Some(m.clone()), frame),
+                Err(at) if step % self.stride == 0 => {
+                    self.rows.insert(at, Row { step, metrics: Some(m.clone()), frame, train: None, test: None })
+                }
+                Err(_) => {}
+            }
+        }
+        self.thin();
+    }
+
+    /// Records the whole-set evaluation after `step` steps.
+    pub fn record_evaluation(&mut self, step: u64, train: Option<Evaluation>, test: Option<Evaluation>) {
+        if train.is_none() && test.is_none() {
+            return;
+        }
+        match self.rows.binary_search_by_key(&step, |r| r.step) {
+            Ok(at) => {
+                self.rows[at].train = train;
+                self.rows[at].test = test;
+            }
+            Err(at) => self.rows.insert(at, Row { step, metrics: None, frame: None, train, test }),
+        }
+        self.thin();
+    }
+
+    /// Forgets the steps from `step` on (a rollback to `step - 1`).
+    pub fn forget_from(&mut self, step: u64) {
+        self.rows.retain(|r| r.step < step);
+    }
+
+    pub fn clear(&mut self) {
+        *self = MetricsLog::default();
+    }
+
+    /// Keeps the log within `MAX_ROWS`: doubles the stride, keeping the
+    /// evaluated steps; where evaluations alone would fill half the log,
+    /// lets every other evaluation go instead.
+    fn thin(&mut self) {
+        while self.rows.len() > MAX_ROWS {
+            if self.rows.iter().filter(|r| r.evaluated()).count() > MAX_ROWS / 2 {
+                self.evaluations_thinned = true;
+                for (i, row) in self.rows.iter_mut().filter(|r| r.evaluated()).enumerate() {
+                    if i % 2 == 1 {
+                        (row.train, row.test) = (None, None);
+                    }
+                }
+            } else {
+                self.stride *= 2;
+            }
+            let stride = self.stride;
+            self.rows.retain(|r| (r.metrics.is_some() && r.step % stride == 0) || r.evaluated());
+        }
+    }
+
+    /// The CSV: `#` comment lines saying what a row is (after `about`, the
+    /// run's experiment on one line), the header, one line per row. Numbers are
+    /// written in full precision (Rust's shortest form that reads back to
+    /// the same bits), no exponents.
+    pub fn to_csv(&self, about: &str) -> String {
+        let stride = match self.stride {
+            1 => "every step".to_string(),
+            n => format!("every {n}th step (the log keeps {MAX_ROWS} rows; steps were thinned)"),
+        };
+        let evaluated = if self.evaluations_thinned {
+            "the steps after which the whole train and test sets were evaluated (every other such step was let go to stay within the bound)"
+        } else {
+            "every step after which the whole train and test sets were evaluated"
+        };
+        let mut out = format!(
+            "# Stepscope metrics of the experiment {about}\n\
+             # One row per recorded optimizer step; step = steps taken once it is done. Kept: {stride}, and {evaluated}.\n\
+             # batch_loss (the step's mini-batch loss, before its update), grad_norm (before clipping), lr, clipped and the *_ms columns are that step's own. train_loss, test_loss, train_accuracy and test_accuracy are the whole sets evaluated after that step (a few times a second), empty at the other steps; accuracies only for classification. An empty cell was not measured.\n\
+             # timing names where the phase times come from: cpu (each phase by the clock), gpu_timestamps (GPU timestamp queries), gpu_coarse, gpu_total, gpu_fused (the GPU's work is not split by phase: forward, backward and optimizer are empty and gpu_ms holds the step's GPU time, for gpu_coarse the submit's wall time per step). checkpoint_ms, logging_ms and wall_ms are the frame's, shared evenly by its steps.\n\
+             {}\n",
+            COLUMNS.join(","),
+            about = about.replace(['\n', '\r'], " "),
+        );
+        for row in &self.rows {
+            out.push_str(&line(row));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn num<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
+}
+
+fn timing_name(t: Timing) -> &'static str {
+    match t {
+        Timing::Cpu => "cpu",
+        Timing::GpuTimestamps => "gpu_timestamps",
+        Timing::GpuCoarse => "gpu_coarse",
+        Timing::GpuTotal => "gpu_total",
+        Timing::GpuFused => "gpu_fused",
+    }
+}
+
+fn line(row: &Row) -> String {
+    let m = row.metrics.as_ref();
+    let split = m.is_some_and(|m| matches!(m.timing, Timing::Cpu | Timing::GpuTimestamps));
+    let phase = |f: fn(&StepMetrics) -> f64| num(m.filter(|_| split).map(f));
+    let gpu_ms = m.and_then(|m| match m.timing {
+        Timing::GpuCoarse => Some(m.phases.forward_ms),
+        _ => m.gpu_ms,
+    });
+    let cells = [
+        row.step.to_string(),
+        num(m.map(|m| m.loss)),
+        num(row.train.map(|e| e.loss)),
+        num(row.test.map(|e| e.loss)),
+        num(row.train.and_then(|e| e.accuracy)),
+        num(row.test.and_then(|e| e.accuracy)),
+        num(m.map(|m| m.grad_norm)),
+        num(m.map(|m| m.lr)),
+        num(m.map(|m| u8::from(m.clipped))),
+        num(m.map(|m| m.phases.data_ms)),
+        phase(|m| m.phases.forward_ms),
+        phase(|m| m.phases.backward_ms),
+        phase(|m| m.phases.optimizer_ms),
+        num(row.frame.map(|f| f.checkpoint_ms)),
+        num(row.frame.map(|f| f.logging_ms)),
+        num(gpu_ms),
+        num(row.frame.map(|f| f.wall_ms)),
+        m.map_or(String::new(), |m| timing_name(m.timing).to_string()),
+    ];
+    cells.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stepscope_core::engine::PhaseTimes;
+
+    fn step(i: u64, timing: Timing) -> StepMetrics {
+        StepMetrics {
+            step: i,
+            loss: 0.1 + i as f32 / 3.0,
+            grad_norm: 1.0 / 3.0,
+            lr: 0.02 * (1.0 + 1e-12),
+            clipped: i == 1,
+            phases: PhaseTimes {
+                data_ms: 0.125,
+                forward_ms: 1.0 / 7.0,
+                backward_ms: 0.25,
+                optimizer_ms: 0.5,
+                checkpoint_ms: 0.0,
+                logging_ms: 0.0,
+            },
+            timing,
+            gpu_ms: (timing != Timing::Cpu).then_some(2.5),
+        }
+    }
+
+    fn cells(line: &str) -> Vec<&str> {
+        line.split(',').collect()
+    }
+
+    #[test]
+    fn header_rows_and_full_precision() {
+        let mut log = MetricsLog::default();
+        log.record_evaluation(0, Some(Evaluation { loss: 0.7, accuracy: Some(0.5) }), None);
+        let frame = FrameShare { wall_ms: 10.0 / 3.0, checkpoint_ms: 0.0, logging_ms: 0.75 };
+        log.record_steps(&[step(0, Timing::Cpu), step(1, Timing::Cpu), step(2, Timing::Cpu)], Some(frame));
+        log.record_evaluation(
+            3,
+            Some(Evaluation { loss: 0.2, accuracy: Some(0.96) }),
+            Some(Evaluation { loss: 0.25, accuracy: Some(0.9) }),
+        );
+        let csv = log.to_csv("spiral, 2-16-16-1");
+        let lines: Vec<&str> = csv.lines().filter(|l| !l.starts_with('#')).collect();
+        assert!(csv.starts_with("# Stepscope metrics of the experiment spiral, 2-16-16-1\n"));
+        assert_eq!(lines[0], COLUMNS.join(","));
+        assert_eq!(lines.len(), 1 + 4, "the evaluation at 0 and three steps");
+        let at0 = cells(lines[1]);
+        assert_eq!(at0.len(), COLUMNS.len());
+        assert_eq!((at0[0], at0[1], at0[2], at0[4]), ("0", "", "0.7", "0.5"));
+        assert!(at0[5..].iter().all(|c| c.is_empty()), "step 0 measured no step: {at0:?}");
+        let first = cells(lines[2]);
+        assert_eq!(first[0], "1");
+        // Full precision: each number reads back to the same bits.
+        assert_eq!(first[1].parse::<f32>().unwrap(), 0.1f32);
+        assert_eq!(first[6].parse::<f32>().unwrap(), 1.0f32 / 3.0);
+        assert_eq!(first[7].parse::<f64>().unwrap(), 0.02 * (1.0 + 1e-12));
+        assert_eq!(first[10].parse::<f64>().unwrap(), 1.0 / 7.0);
+        assert_eq!(first[16].parse::<f64>().unwrap(), 10.0 / 3.0);
+        assert_eq!((first[8], first[9], first[14], first[15], first[17]), ("0", "0.125", "0.75", "", "cpu"));
+        assert_eq!(cells(lines[3])[8], "1", "clipped");
+        assert_eq!(cells(lines[2])[2], "", "no evaluation after step 1");
+        let last = cells(lines[4]);
+        assert_eq!((last[0], last[2], last[3], last[4], last[5]), ("3", "0.2", "0.25", "0.96", "0.9"));
+        assert!(!last[1].is_empty(), "the step's own numbers and the evaluation share a row");
+    }
+
+    #[test]
+    fn unsplit_gpu_phases_stay_empty() {
+        let mut log = MetricsLog::default();
+        log.record_steps(&[step(0, Timing::GpuFused), step(1, Timing::GpuCoarse)], None);
+        let csv = log.to_csv("x");
+        let lines: Vec<Vec<&str>> = csv.lines().filter(|l| !l.starts_with('#')).skip(1).map(cells).collect();
+        assert_eq!(&lines[0][9..18], ["0.125", "", "", "", "", "", "2.5", "", "gpu_fused"]);
+        assert_eq!(lines[1][15].parse::<f64>().unwrap(), 1.0 / 7.0, "coarse: the submit's wall time per step");
+        assert_eq!(lines[1][10], "");
+    }
+
+    #[test]
+    fn going_back_forgets_what_came_after_and_the_log_stays_bounded() {
+        let mut log = MetricsLog::default();
+        let steps: Vec<StepMetrics> = (0..10).map(|i| step(i, Timing::Cpu)).collect();
+        log.record_steps(&steps, None);
+        log.record_steps(&steps[4..6], None);
+        assert_eq!(log.rows().iter().map(|r| r.step).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+        log.forget_from(3);
+        assert_eq!(log.rows().len(), 2);
+
+        // A frame's views can arrive before its steps are recorded.
+        let mut log = MetricsLog::default();
+        log.record_steps(&steps[..2], None);
+        log.record_evaluation(5, Some(Evaluation { loss: 1.0, accuracy: None }), None);
+        log.record_steps(&steps[2..6], None);
+        assert_eq!(log.rows().iter().map(|r| r.step).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+        assert!(
+            log.rows()[4].metrics.is_some() && log.rows()[4].train.is_some(),
+            "step 5 and its evaluation share a row"
+        );
+
+        let mut log = MetricsLog::default();
+        let many: Vec<StepMetrics> = (0..3 * MAX_ROWS as u64).map(|i| step(i, Timing::Cpu)).collect();
+        log.record_steps(&many[..7], None);
+        log.record_evaluation(7, Some(Evaluation { loss: 1.0, accuracy: None }), None);
+        log.record_steps(&many[7..], None);
+        assert!(log.rows().len() <= MAX_ROWS);
+        assert!(log.rows().windows(2).all(|w| w[0].step < w[1].step), "steps increase");
+        assert!(log.rows().iter().any(|r| r.step == 7 && r.train.is_some()), "evaluations are kept");
+        assert!(log.to_csv("x").contains("every 4th step"), "the header names the stride");
+        assert!(log.rows().iter().filter(|r| r.step != 7).all(|r| r.step % 4 == 0));
+
+        let mut log = MetricsLog::default();
+        for s in 0..2 * MAX_ROWS as u64 {
+            log.record_evaluation(s, Some(Evaluation { loss: 1.0, accuracy: None }), None);
+        }
+        assert!(log.rows().len() <= MAX_ROWS && log.rows().iter().all(Row::evaluated));
+        assert!(log.to_csv("x").contains("let go"), "the header says evaluations were thinned");
+    }
+}

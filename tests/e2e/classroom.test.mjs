@@ -1,0 +1,173 @@
+// Classroom links and exports: `?hide=` hides controls by their
+// data-testid, `?lock=1` makes the network read-only (in the model, not only
+// the buttons), both survive the page's URL rewrites, copy-link copies the
+// whole link, and download-metrics gives the recorded steps as CSV.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { setup, text, stepCount, trainUntil, setField } from './harness.mjs';
+
+const ctx = setup();
+
+const visible = (page, id) => page.getByTestId(id).first().isVisible();
+// Whether the field wrapper (label or .field) around a control is visible;
+// null where the control has none.
+const wrapperVisible = (page, id) => page.evaluate((id) => {
+  const wrapper = document.querySelector(`[data-testid="${id}"]`).closest('label, .field');
+  return wrapper ? wrapper.checkVisibility() : null;
+}, id);
+const layers = (page) => page.locator('[data-testid^=layer-]').count();
+const experimentIn = (url) => JSON.parse(decodeURIComponent(new URL(url).hash.slice('#e='.length)));
+
+test('hide= hides the listed controls and their labels, also when they are re-created', async () => {
+  const { page, errors } = await ctx.open(`${ctx.root}?engine=cpu&hide=optimizer,learning-rate,units-0,nosuch,%3Cscript%3E`);
+  for (const id of ['optimizer', 'learning-rate', 'units-0']) {
+    assert.equal(await page.getByTestId(id).count(), 1, `${id} is on the page`);
+    assert.equal(await visible(page, id), false, `${id} is hidden`);
+  }
+  assert.equal(await wrapperVisible(page, 'optimizer'), false, "the optimizer's label is hidden with it");
+  assert.equal(await wrapperVisible(page, 'learning-rate'), false);
+  for (const id of ['batch-size', 'seed', 'add-layer', 'train-toggle', 'units-1']) {
+    assert.equal(await visible(page, id), true, `${id} stays visible`);
+  }
+  assert.equal(await wrapperVisible(page, 'batch-size'), true);
+  const notice = await text(page, 'link-notice');
+  assert.match(notice, /no control is named `nosuch`; the others are hidden/);
+  assert.match(notice, /`<script>` cannot name a control/);
+
+  // Adding a layer re-creates every layer's fields: they stay hidden.
+  await page.getByTestId('add-layer').click();
+  await page.waitForSelector('[data-testid=layer-2]');
+  assert.equal(await visible(page, 'units-0'), false, 'the re-created units-0 is hidden');
+  assert.equal(await visible(page, 'units-2'), true);
+  assert.equal(await visible(page, 'optimizer'), false);
+  assert.equal(await visible(page, 'learning-rate'), false);
+  // The edit rewrote the fragment and kept the query.
+  await page.waitForFunction(() => location.hash.startsWith('#e='));
+  const url = new URL(page.url());
+  assert.equal(url.searchParams.get('hide'), 'optimizer,learning-rate,units-0,nosuch,<script>');
+  assert.equal(url.searchParams.get('engine'), 'cpu');
+  assert.equal(experimentIn(page.url()).model.layers.length, 4);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('lock=1 keeps the network as it is, in the model too, while training goes on', async () => {
+  const { page, errors } = await ctx.open(`${ctx.root}?engine=cpu&lock=1`);
+  const locked = ['add-layer', 'remove-layer', 'units-0', 'units-plus-0', 'units-minus-0', 'activation-0', 'activation-1'];
+  for (const id of locked) {
+    assert.equal(await page.getByTestId(id).isDisabled(), true, `${id} is disabled`);
+    assert.match(await page.getByTestId(id).getAttribute('title'), /locked the network/);
+  }
+  assert.equal(await visible(page, 'network-locked'), true);
+  assert.equal(await page.getByTestId('learning-rate').isDisabled(), false, 'hyperparameters stay editable');
+  const hash = await page.evaluate(() => location.hash);
+
+  // Past the disabled buttons, the edits themselves are refused.
+  await page.evaluate((ids) => ids.forEach((id) => { document.querySelector(`[data-testid=${id}]`).disabled = false; }), locked);
+  await page.getByTestId('add-layer').click();
+  await page.waitForFunction(() => /locks the network/.test(document.querySelector('[data-testid=alert]')?.textContent ?? ''));
+  await page.getByTestId('remove-layer').click();
+  await page.getByTestId('units-plus-0').click();
+  await setField(page, 'units-0', 3);
+  await page.getByTestId('activation-1').selectOption('relu');
+  assert.match(await text(page, 'alert'), /locks the network/);
+  assert.equal(await layers(page), 2);
+  assert.equal(await page.getByTestId('units-0').inputValue(), '16');
+  assert.equal(await page.evaluate(() => location.hash), hash, 'the experiment did not change');
+
+  // Training, the step button and live hyperparameters still work.
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
+  await setField(page, 'learning-rate', 0.01);
+  await page.waitForFunction(() => location.hash.startsWith('#e='));
+  const e = experimentIn(page.url());
+  assert.equal(e.optimizer.lr, 0.01);
+  assert.deepEqual(e.model.layers.map((l) => l.units), [16, 16, 1]);
+  assert.equal(new URL(page.url()).searchParams.get('lock'), '1', 'the lock is kept in the URL');
+  await trainUntil(page, 50);
+  assert.ok((await stepCount(page)) >= 50);
+  // A new engine pin rewrites the query and keeps the lock.
+  await page.getByTestId('engine-pin').selectOption('gpu');
+  await page.waitForFunction(() => location.search.includes('engine=gpu'));
+  assert.equal(new URL(page.url()).searchParams.get('lock'), '1');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('copy-link copies the whole link, and a page opened from it is the same classroom', async () => {
+  const { page } = await ctx.open(`${ctx.root}?engine=cpu&hide=seed&lock=1`);
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: new URL(ctx.root).origin });
+  await setField(page, 'learning-rate', 0.005);
+  await page.waitForFunction(() => decodeURIComponent(location.hash).includes('0.005'));
+  await page.getByTestId('copy-link').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=share-status]').textContent === 'Link copied');
+  const copied = await page.evaluate(() => navigator.clipboard.readText());
+  const url = new URL(copied);
+  assert.equal(url.searchParams.get('hide'), 'seed');
+  assert.equal(url.searchParams.get('lock'), '1');
+  assert.equal(url.searchParams.get('engine'), 'cpu');
+  assert.equal(experimentIn(copied).optimizer.lr, 0.005);
+  await page.close();
+
+  const { page: shared } = await ctx.open(copied);
+  assert.equal(await shared.getByTestId('learning-rate').inputValue(), '0.005');
+  assert.equal(await visible(shared, 'seed'), false);
+  assert.equal(await shared.getByTestId('add-layer').isDisabled(), true);
+  await shared.close();
+});
+
+test('copy-link shows the link to copy by hand where the clipboard is refused', async () => {
+  const page = await ctx.browser.newPage();
+  await page.addInitScript(() => Object.defineProperty(Navigator.prototype, 'clipboard', { get: () => undefined }));
+  await page.goto(`${ctx.root}?engine=cpu&hide=seed`);
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
+  await page.getByTestId('copy-link').click();
+  await page.waitForSelector('[data-testid=copy-link-field]');
+  const link = await page.getByTestId('copy-link-field').inputValue();
+  assert.equal(new URL(link).searchParams.get('hide'), 'seed');
+  assert.equal(experimentIn(link).batch_size, 32);
+  assert.match(await text(page, 'share-status'), /did not allow copying/);
+  await page.close();
+});
+
+test('download-metrics gives every recorded step as CSV, from the engine', async () => {
+  const { page, errors } = await ctx.open(`${ctx.root}?engine=cpu`);
+  await trainUntil(page, 100);
+  // One evaluation after the pause, for the whole-set columns.
+  await page.waitForTimeout(300);
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-metrics').click()]);
+  assert.match(download.suggestedFilename(), /^stepscope-metrics-step\d+\.csv$/);
+  const csv = fs.readFileSync(await download.path(), 'utf8');
+  assert.match(csv, /^# Stepscope metrics of the experiment \{/);
+  const lines = csv.split('\n').filter((l) => l && !l.startsWith('#'));
+  const header = lines[0].split(',');
+  const columns = ['step', 'batch_loss', 'train_loss', 'test_loss', 'train_accuracy', 'test_accuracy', 'grad_norm', 'lr',
+    'data_ms', 'forward_ms', 'backward_ms', 'optimizer_ms', 'checkpoint_ms', 'logging_ms'];
+  for (const c of columns) assert.ok(header.includes(c), `column ${c} in ${header}`);
+  const col = (row, name) => row[header.indexOf(name)];
+  const rows = lines.slice(1).map((l) => l.split(','));
+  assert.ok(rows.every((r) => r.length === header.length));
+  const steps = rows.map((r) => Number(col(r, 'step')));
+  assert.ok(steps.every((s, i) => i === 0 || s > steps[i - 1]), 'steps increase');
+  const stepped = rows.filter((r) => col(r, 'batch_loss') !== '');
+  assert.ok(stepped.length >= 100, `${stepped.length} steps`);
+  for (const r of stepped) {
+    for (const name of ['batch_loss', 'grad_norm', 'lr', 'data_ms', 'forward_ms', 'backward_ms', 'optimizer_ms']) {
+      assert.ok(Number.isFinite(Number(col(r, name))), `${name} at step ${col(r, 'step')}: ${col(r, name)}`);
+    }
+    assert.equal(col(r, 'timing'), 'cpu');
+  }
+  assert.equal(Number(col(stepped[0], 'lr')), 0.02, "the engine's learning rate");
+  const evaluated = rows.filter((r) => col(r, 'test_loss') !== '');
+  assert.ok(evaluated.length >= 1, 'some steps carry the whole-set evaluation');
+  for (const r of evaluated) {
+    assert.ok(Number.isFinite(Number(col(r, 'train_loss'))) && Number.isFinite(Number(col(r, 'test_loss'))));
+    const accuracy = Number(col(r, 'test_accuracy'));
+    assert.ok(accuracy >= 0 && accuracy <= 1, `accuracy ${accuracy}`);
+  }
+  assert.ok(Math.max(...steps) <= (await stepCount(page)));
+  console.log(`metrics CSV: ${rows.length} rows, ${stepped.length} steps, ${evaluated.length} evaluated, ${csv.length} bytes`);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
