@@ -32,6 +32,9 @@ test('runs are kept, and two of them compare with their differences listed', asy
   await setField(page, 'learning-rate', 0.1);
   await trainUntil(page, 2000);
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 2);
+  // The live entry is refreshed a few times a second: it catches up with the paused run.
+  await page.waitForFunction(() => document.querySelector('[data-testid=run-entry].live [data-testid=run-steps]')?.dataset.value
+    === document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, ''));
   const labels = await entries(page).locator('b').allTextContents();
   assert.deepEqual(labels, ['Run 2 (training now)', 'Run 1']);
   const steps = await entries(page).locator('[data-testid=run-steps]').evaluateAll((els) => els.map((e) => Number(e.dataset.value)));
