@@ -50,7 +50,7 @@ test('runs are kept, and two of them compare with their differences listed', asy
   for (const chart of ['compare-loss', 'compare-test-loss', 'compare-accuracy', 'compare-grad-norm']) {
     assert.equal(await linesDrawn(page, chart), 2, `${chart} overlays both runs`);
   }
-  await page.getByTestId('compare-runs').screenshot({ path: path.join(artifacts, 'compare-runs.png') });
+  await page.locator('section.runs').screenshot({ path: path.join(artifacts, 'compare-runs.png') });
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -79,7 +79,7 @@ for (const [engine, url] of [['cpu', () => ctx.root + '?engine=cpu'], ['gpu', ()
     await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 2);
     const labels = await entries(page).locator('b').allTextContents();
     assert.deepEqual(labels, ['Race: optimizer adamw', 'Race: optimizer sgd']);
-    await page.getByTestId('race-view').screenshot({ path: path.join(artifacts, `race-${engine}.png`) });
+    await page.locator('section.runs').screenshot({ path: path.join(artifacts, `race-${engine}.png`) });
 
     // The adamw lane of a 30-step race against a lone adamw run (the page's
     // default experiment) stepped 30 times.

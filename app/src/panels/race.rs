@@ -122,7 +122,7 @@ pub fn RacePanel() -> impl IntoView {
                     }/>
                 </tbody>
             </table>
-            <div class="race-charts">
+            <div class="race-charts" style="display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:0.75rem">
                 <LineChart testid="race-loss" title="Loss (each step's batch)" unit="loss" empty="Start a race"
                     series=series(|l| to_f64(&l.step_loss)) log_switch=true smoothing=0.6/>
                 <LineChart testid="race-test-loss" title="Test loss" unit="loss" empty="Start a race"

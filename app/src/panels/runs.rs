@@ -143,7 +143,7 @@ fn Compare(runs: RunsState) -> impl IntoView {
             <Show when=enough fallback=|| view! { <p class="note">"Choose two or more runs above to overlay their curves."</p> }>
                 <ul class="compare-diff" data-testid="compare-diff">{differences}</ul>
             </Show>
-            <div class="compare-charts">
+            <div class="compare-charts" style="display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:0.75rem">
                 <LineChart testid="compare-loss" title="Train loss" unit="loss" empty="Choose two or more runs"
                     series=series(|c| &c.train_loss, 1.0) log_switch=true/>
                 <LineChart testid="compare-test-loss" title="Test loss" unit="loss" empty="Choose two or more runs"
