@@ -74,6 +74,7 @@ for (const [engine, url] of [['cpu', () => ctx.root + '?engine=cpu'], ['gpu', ()
     const paused = await laneSteps(page);
     await page.waitForTimeout(500);
     assert.deepEqual(await laneSteps(page), paused, 'paused');
+    assert.ok(Math.abs(paused[0] - paused[1]) <= 1, `the lanes stay level: ${paused}`);
     await page.getByTestId('race-end').click();
     await page.waitForFunction(() => /finished/.test(document.querySelector('[data-testid=race-status]').textContent));
     await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 2);

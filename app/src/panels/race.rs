@@ -76,7 +76,7 @@ pub fn RacePanel() -> impl IntoView {
             <p class="note">
                 "Runs of this experiment from the same seed and initial weights, differing in one setting, trained side by side on this page's engine."
             </p>
-            <div class="race-form">
+            <div class="race-form" style="display:flex;flex-wrap:wrap;gap:0.5rem 1rem;align-items:end">
                 <label class="field">
                     <span>"Setting"</span>
                     <select data-testid="race-setting" prop:value=move || setting.get() on:change=on_setting>

@@ -70,7 +70,8 @@ pub fn RunsPanel() -> impl IntoView {
         let on_check = move |ev| runs.toggle(id, event_target_checked(&ev));
         let label = if r.live { format!("{} (training now)", r.label) } else { r.label.clone() };
         view! {
-            <li data-testid="run-entry" data-run-id=id.to_string() class:live=r.live>
+            <li data-testid="run-entry" data-run-id=id.to_string() class:live=r.live
+                style="display:flex;flex-wrap:wrap;gap:0.2rem 0.9rem;align-items:baseline;padding:0.25rem 0">
                 <label class="run-name">
                     <input type="checkbox" data-testid="run-select" prop:checked=checked on:change=on_check/>
                     <b>{label}</b>
@@ -92,7 +93,7 @@ pub fn RunsPanel() -> impl IntoView {
         <section class="panel runs" aria-label="Runs">
             <h2>"Runs"</h2>
             <p class="note">"Every run since the page was opened (at most 50). Choose two or more to compare them."</p>
-            <ul class="runs-list" data-testid="runs-list">
+            <ul class="runs-list" data-testid="runs-list" style="list-style:none;padding:0;margin:0.5rem 0">
                 <For each=move || rows.get() key=|r| format!("{r:?}") children=entry/>
             </ul>
             <Compare runs=runs/>

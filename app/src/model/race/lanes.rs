@@ -1,10 +1,11 @@
 //! The race's trainers, stepped side by side within the runner's frame.
 //!
-//! Round-robin per frame: every lane trains in every frame. On the CPU
-//! engine each lane gets an equal share of the frame's budget, stepping in
-//! parts as the runner's own loop does; on the GPU every lane's submit is
-//! queued before any is awaited, so the device works through all of them
-//! while the worker waits once. A lane is the core's `Trainer` fed exactly
+//! Round-robin per frame: every lane trains in every frame, and the lanes
+//! stay level. On the CPU engine they take one step each in turn until the
+//! frame's budget is spent, stepping in parts as the runner's own loop
+//! does; on the GPU every lane's submit of the same K steps is queued
+//! before any is awaited, so the device works through all of them while
+//! the worker waits once. A lane is the core's `Trainer` fed exactly
 //! as a lone run's, so its numbers are the lone run's.
 
 use std::sync::Arc;
@@ -168,27 +169,52 @@ impl RaceLanes {
         if self.on_gpu() {
             return self.train_gpu(single, target).await;
         }
-        let share_ms = budget_ms / self.lanes.len() as f64;
-        for lane in self.lanes.iter_mut().filter(|l| !l.done(target)) {
-            let started = Instant::now();
-            let mut metrics = Vec::new();
-            let result = loop {
-                match lane.trainer.step_part() {
-                    Ok(Some(m)) => metrics.push(m),
-                    Ok(None) => {}
-                    Err(err) => break Err(err),
-                }
-                let elapsed = started.elapsed().as_secs_f64() * 1e3;
-                let boundary = !lane.trainer.mid_step();
-                let reached = boundary && ((single && !metrics.is_empty()) || lane.left(target) == 0);
-                let spent = boundary && (elapsed >= share_ms || metrics.len() >= 10_000);
-                if reached || spent || (!single && elapsed >= yield_after_ms) {
-                    break Ok(());
-                }
+        // Rounds of one step for each lane that is behind or level, until
+        // the budget is spent: the lanes stay within a step of each other
+        // whatever each step costs (a batch of 128 against one of 8).
+        let started = Instant::now();
+        let elapsed = || started.elapsed().as_secs_f64() * 1e3;
+        let mut metrics: Vec<Vec<StepMetrics>> = vec![Vec::new(); self.lanes.len()];
+        let mut result = Ok(());
+        'frame: loop {
+            let Some(level) = self.lanes.iter().filter(|l| !l.done(target)).map(|l| l.trainer.step_count()).min()
+            else {
+                break;
             };
-            lane.record(&metrics);
-            lane.stop_on_nan(result)?;
+            for (lane, taken) in self.lanes.iter_mut().zip(&mut metrics) {
+                if lane.done(target) || lane.trainer.step_count() > level {
+                    continue;
+                }
+                // One whole step, in parts; a long one ends the frame
+                // part-way and goes on next frame.
+                loop {
+                    match lane.trainer.step_part() {
+                        Ok(Some(m)) => {
+                            taken.push(m);
+                            break;
+                        }
+                        Ok(None) if !single && elapsed() >= yield_after_ms => break 'frame,
+                        Ok(None) => {}
+                        Err(Error::NonFinite(why)) => {
+                            lane.error = Some(format!("stopped at step {}: {why}", lane.trainer.step_count() + 1));
+                            break;
+                        }
+                        Err(err) => {
+                            result = Err(err);
+                            break 'frame;
+                        }
+                    }
+                }
+            }
+            let steps: usize = metrics.iter().map(Vec::len).sum();
+            if single || elapsed() >= budget_ms || steps >= 10_000 {
+                break;
+            }
         }
+        for (lane, taken) in self.lanes.iter_mut().zip(&metrics) {
+            lane.record(taken);
+        }
+        result?;
         self.evaluate(false).await;
         Ok(0.0)
     }
@@ -196,9 +222,14 @@ impl RaceLanes {
     /// GPU: every lane's submit first, then each awaited.
     async fn train_gpu(&mut self, single: bool, target: Option<u64>) -> Result<f64, Error> {
         let n = self.lanes.len() as f64;
+        // The same steps for every lane (the fewest any lane's share of
+        // the frame allows), so that they stay level.
+        let active = self.lanes.iter().filter(|l| !l.done(target));
+        let k =
+            if single { 1 } else { active.map(|l| l.steps_per_submit.min(l.left(target))).min().unwrap_or(1).max(1) };
         let mut submitted = Vec::new();
         for (i, lane) in self.lanes.iter_mut().enumerate().filter(|(_, l)| !l.done(target)) {
-            let k = if single { 1 } else { lane.steps_per_submit.min(lane.left(target)).max(1) };
+            let k = k.min(lane.left(target)).max(1);
             let result = lane.trainer.submit(k);
             lane.stop_on_nan(result)?;
             submitted.push((i, k));

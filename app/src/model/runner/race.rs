@@ -115,6 +115,9 @@ mod tests {
             assert!(report.trained.is_none(), "the run waits while the race trains");
             let race = report.race.expect("a race report every frame");
             assert_eq!(race.error, None);
+            let steps: Vec<u64> = race.lanes.iter().map(|l| l.step).collect();
+            let (least, most) = (steps.iter().min().unwrap(), steps.iter().max().unwrap());
+            assert!(most - least <= 1, "the lanes stay level: {steps:?}");
             points.resize(race.lanes.len(), Vec::new());
             for (lane, seen) in race.lanes.iter().zip(&mut points) {
                 seen.extend(&lane.points);
