@@ -176,11 +176,8 @@ impl RaceLanes {
         let elapsed = || started.elapsed().as_secs_f64() * 1e3;
         let mut metrics: Vec<Vec<StepMetrics>> = vec![Vec::new(); self.lanes.len()];
         let mut result = Ok(());
-        'frame: loop {
-            let Some(level) = self.lanes.iter().filter(|l| !l.done(target)).map(|l| l.trainer.step_count()).min()
-            else {
-                break;
-            };
+        let lowest = |lanes: &[Lane]| lanes.iter().filter(|l| !l.done(target)).map(|l| l.trainer.step_count()).min();
+        'frame: while let Some(level) = lowest(&self.lanes) {
             for (lane, taken) in self.lanes.iter_mut().zip(&mut metrics) {
                 if lane.done(target) || lane.trainer.step_count() > level {
                     continue;
