@@ -85,6 +85,16 @@ pub fn nice_step(raw: f64) -> f64 {
     nice * magnitude
 }
 
+/// The nice step below `step` (a nice step itself): 1000 → 500 → 200 → 100.
+fn smaller_nice_step(step: f64) -> f64 {
+    let magnitude = 10f64.powf(step.log10().floor());
+    match (step / magnitude).round() as u32 {
+        1 => magnitude / 2.0,
+        2 => magnitude,
+        _ => magnitude * 2.0,
+    }
+}
+
 /// A value axis over `values` with about `target` labelled ticks; None
 /// when no value can be drawn (none finite, or none positive on a log
 /// axis). `from_zero` keeps 0 in a linear domain (a learning rate).
@@ -156,7 +166,12 @@ fn log_axis(lo: f64, hi: f64) -> Axis {
 /// separators.
 pub fn step_axis(first: u64, last: u64, target: usize) -> Axis {
     let (lo, hi) = (first as f64, last.max(first + 1) as f64);
-    let step = nice_step((hi - lo) / target.max(1) as f64).max(1.0);
+    let mut step = nice_step((hi - lo) / target.max(1) as f64).max(1.0);
+    let inside = |step: f64| (hi / step).floor() - (lo / step).ceil() + 1.0;
+    // At least two ticks on a narrow chart: the next smaller nice step.
+    while inside(step) < 2.0 && step > 1.0 {
+        step = smaller_nice_step(step);
+    }
     let ticks = ((lo / step).ceil() as u64..=(hi / step).floor() as u64)
         .map(|i| {
             let value = i as f64 * step;
@@ -189,8 +204,8 @@ mod tests {
         assert_eq!(labels(&axis), ["0", "0.2", "0.4", "0.6", "0.8"]);
         assert_eq!((axis.lo, axis.hi), (0.0, 0.8));
         // An awkward range: ticks 1-2-5 apart, exact labels, no rounding dust.
-        let axis = value_axis([0.6931, 0.6934], Scale::Linear, 4, false).unwrap();
-        assert_eq!(labels(&axis), ["0.6931", "0.6932", "0.6933", "0.6934"]);
+        let axis = value_axis([0.6928, 0.6934], Scale::Linear, 4, false).unwrap();
+        assert_eq!(labels(&axis), ["0.6928", "0.6930", "0.6932", "0.6934"]);
         let axis = value_axis([-3.0, 17_500.0], Scale::Linear, 4, false).unwrap();
         assert_eq!(labels(&axis), ["-5,000", "0", "5,000", "10,000", "15,000", "20,000"]);
     }
@@ -256,6 +271,12 @@ mod tests {
         let axis = step_axis(0, 15_457, 5);
         assert_eq!(labels(&axis), ["0", "5,000", "10,000", "15,000"]);
         assert_eq!((axis.lo, axis.hi), (0.0, 15_457.0));
+        // A narrow chart starting past 0 still gets two ticks.
+        let axis = step_axis(2, 1938, 3);
+        assert_eq!(labels(&axis), ["500", "1,000", "1,500"]);
+        assert_eq!(smaller_nice_step(1000.0), 500.0);
+        assert_eq!(smaller_nice_step(500.0), 200.0);
+        assert_eq!(smaller_nice_step(200.0), 100.0);
         let axis = step_axis(3, 3, 5);
         assert_eq!(labels(&axis), ["3", "4"]);
         assert_eq!(axis.value_at(0.5), 3.5);

@@ -3,6 +3,7 @@
 //! from parameters, the URL, CSV uploads.
 
 pub mod chart_lines;
+pub mod chart_plot;
 pub mod chart_scale;
 pub mod checkpoints;
 pub mod classroom;

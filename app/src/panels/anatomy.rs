@@ -159,7 +159,10 @@ pub fn AnatomyPanel() -> impl IntoView {
                     duration_ms(r.total_ms)
                 )
             } else {
-                format!("synchronously: the loop stalled {} for readback, serialization and storage", duration_ms(r.loop_ms))
+                format!(
+                    "synchronously: the loop stalled {} for readback, serialization and storage",
+                    duration_ms(r.loop_ms)
+                )
             };
             format!("Step {}: {}, {stored}; taken {how}.", count(r.step), bytes(r.bytes as u64))
         }

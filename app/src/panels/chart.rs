@@ -33,158 +33,21 @@
 //!   lines: the clipped steps), `threshold` (a dashed horizontal line),
 //!   `caption`, `class` (on the figure), `decimals` (of the readout).
 //!
-//! Drawing stays cheap at the page's redraw rate: each line is thinned to
-//! at most four points per pixel column (model::chart_lines), and the
-//! ticks are rebuilt only when an axis changes.
+//! The SVG is drawn at its measured width (a ResizeObserver), so text and
+//! lines keep their size in any column. Drawing stays cheap at the page's
+//! redraw rate: each line is thinned to at most four points per pixel
+//! column (model::chart_lines), and the ticks are rebuilt only when an
+//! axis changes. What is drawn is plain data (model::chart_plot).
 
 use leptos::prelude::*;
+use wasm_bindgen::closure::Closure;
 use wasm_bindgen::JsCast;
 
-use crate::model::chart_lines::{line_path, nearest, newest_run, smooth};
-use crate::model::chart_scale::{step_axis, value_axis, Axis, Scale};
+use crate::model::chart_lines::nearest;
+pub use crate::model::chart_plot::Series;
+use crate::model::chart_plot::{draw, readout, Look, DEFAULT_WIDTH, HEIGHT, LEFT, MIN_WIDTH, PLOT_H, RIGHT, TOP};
+use crate::model::chart_scale::Scale;
 use crate::model::words;
-
-/// One line of a chart.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Series {
-    /// Its name in the readout.
-    pub name: String,
-    /// The CSS class that colours it (`stroke` and `color`).
-    pub class: String,
-    /// (step, value), ascending steps.
-    pub points: Vec<(u64, f64)>,
-}
-
-impl Series {
-    pub fn new(name: impl Into<String>, class: impl Into<String>, points: Vec<(u64, f64)>) -> Series {
-        Series { name: name.into(), class: class.into(), points }
-    }
-}
-
-// The chart's geometry in SVG user units (the SVG scales to its box).
-const W: f64 = 360.0;
-const H: f64 = 150.0;
-const LEFT: f64 = 46.0;
-const RIGHT: f64 = 10.0;
-const TOP: f64 = 16.0;
-const BOTTOM: f64 = 30.0;
-const PLOT_W: f64 = W - LEFT - RIGHT;
-const PLOT_H: f64 = H - TOP - BOTTOM;
-
-/// A line as drawn: the series's newest run, its smoothed values (in the
-/// value's units; the raw ones where not smoothed) and its paths.
-#[derive(Clone, Debug, PartialEq)]
-struct Line {
-    name: String,
-    class: String,
-    points: Vec<(u64, f64)>,
-    smoothed: Vec<Option<f64>>,
-    /// The faint raw line under a smoothed one.
-    raw_path: Option<String>,
-    path: String,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-struct Drawing {
-    x: Axis,
-    y: Axis,
-    lines: Vec<Line>,
-    /// x of each marked pixel column.
-    marks: Vec<f64>,
-    /// y of the threshold line.
-    threshold: Option<f64>,
-}
-
-impl Drawing {
-    fn px(&self, step: u64) -> f64 {
-        LEFT + self.x.fraction(step as f64) * PLOT_W
-    }
-
-    /// y of a value already in the axis's units (log10 on a log axis).
-    fn py(&self, t: f64) -> f64 {
-        TOP + (1.0 - self.y.fraction(t)) * PLOT_H
-    }
-}
-
-/// What there is to draw: None before any point; Err when there are
-/// points but none can be drawn on this axis.
-fn draw(
-    series: &[Series],
-    scale: Scale,
-    weight: f64,
-    from_zero: bool,
-    marked: &[u64],
-    threshold: Option<f64>,
-) -> Option<Result<Drawing, &'static str>> {
-    let runs: Vec<&[(u64, f64)]> = series.iter().map(|s| newest_run(&s.points)).collect();
-    let first = runs.iter().filter_map(|r| r.first()).map(|p| p.0).min()?;
-    let last = runs.iter().filter_map(|r| r.last()).map(|p| p.0).max()?;
-    let values = runs.iter().flat_map(|r| r.iter().map(|p| p.1)).chain(threshold);
-    let Some(y) = value_axis(values, scale, (PLOT_H / 26.0) as usize, from_zero) else {
-        return Some(Err(if scale == Scale::Log {
-            "No value above 0 to draw on a log scale."
-        } else {
-            "No finite value to draw."
-        }));
-    };
-    let mut drawing = Drawing {
-        x: step_axis(first, last, (PLOT_W / 75.0) as usize),
-        y,
-        lines: Vec::new(),
-        marks: Vec::new(),
-        threshold: None,
-    };
-    for (s, run) in series.iter().zip(&runs) {
-        let t: Vec<Option<f64>> = run.iter().map(|p| drawing.y.transform(p.1)).collect();
-        let smoothed_t = smooth(&t, weight);
-        let path_of = |values: &[Option<f64>]| {
-            let xy: Vec<(f64, Option<f64>)> =
-                run.iter().zip(values).map(|(p, v)| (drawing.px(p.0), v.map(|v| drawing.py(v)))).collect();
-            line_path(&xy)
-        };
-        let untransform = |v: f64| if scale == Scale::Log { 10f64.powf(v) } else { v };
-        drawing.lines.push(Line {
-            name: s.name.clone(),
-            class: s.class.clone(),
-            points: run.to_vec(),
-            smoothed: smoothed_t.iter().map(|v| v.map(untransform)).collect(),
-            raw_path: (weight > 0.0).then(|| path_of(&t)),
-            path: path_of(&smoothed_t),
-        });
-    }
-    let mut marks: Vec<f64> = marked.iter().map(|&s| (drawing.px(s) * 2.0).round() / 2.0).collect();
-    marks.dedup();
-    drawing.marks = marks;
-    drawing.threshold = threshold.and_then(|c| drawing.y.transform(c)).map(|t| drawing.py(t));
-    Some(Ok(drawing))
-}
-
-/// The readout at `fraction` across the plot (None: the latest step): the
-/// step of the first line's nearest point, and each line's value there.
-fn readout(d: &Drawing, fraction: Option<f64>, weight: f64, decimals: usize) -> (u64, Vec<(String, String, String)>) {
-    let target = fraction.map_or(d.x.hi, |f| d.x.value_at(f));
-    let mut step = None;
-    let entries = d
-        .lines
-        .iter()
-        .filter_map(|line| {
-            let i = nearest(&line.points, target)?;
-            let (at, v) = line.points[i];
-            let shown = *step.get_or_insert(at);
-            let mut text = words::value(v, decimals);
-            if weight > 0.0 {
-                if let Some(s) = line.smoothed[i] {
-                    text.push_str(&format!(" (smoothed {})", words::value(s, decimals)));
-                }
-            }
-            if at != shown {
-                text.push_str(&format!(" at step {}", words::count(at)));
-            }
-            Some((line.name.clone(), line.class.clone(), text))
-        })
-        .collect();
-    (step.unwrap_or(0), entries)
-}
 
 #[component]
 pub fn LineChart(
@@ -218,24 +81,29 @@ pub fn LineChart(
     let weight = RwSignal::new(smoothing.unwrap_or(0.0));
     // The pointer's fraction of the way across the plot.
     let hover = RwSignal::new(None::<f64>);
+    let width = RwSignal::new(DEFAULT_WIDTH);
+    let svg = NodeRef::<leptos::svg::Svg>::new();
+    watch_width(svg, width);
     let drawing = Memo::new(move |_| {
         let scale = if log_scale.get() { Scale::Log } else { Scale::Linear };
+        let look = Look { scale, weight: weight.get(), from_zero, width: width.get() };
         let marked = marked.map(|m| m.get()).unwrap_or_default();
         let threshold = threshold.and_then(|t| t.get());
-        series.with(|s| draw(s, scale, weight.get(), from_zero, &marked, threshold))
+        series.with(|s| draw(s, look, &marked, threshold))
     });
     let axes = Memo::new(move |_| {
-        drawing.with(|d| d.as_ref().and_then(|d| d.as_ref().ok()).map(|d| (d.x.clone(), d.y.clone())))
+        drawing.with(|d| d.as_ref().and_then(|d| d.as_ref().ok()).map(|d| (d.x.clone(), d.y.clone(), d.look.width)))
     });
 
     // The SVG's children take no pointer events (style.css), so the
     // offset is from the SVG's own edge, in CSS pixels of its box.
     let on_move = move |ev: web_sys::PointerEvent| {
         let Some(svg) = ev.current_target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()) else { return };
-        let width = f64::from(svg.client_width());
-        if width > 0.0 {
-            let x = f64::from(ev.offset_x()) / width * W;
-            hover.set(Some(((x - LEFT) / PLOT_W).clamp(0.0, 1.0)));
+        let shown = f64::from(svg.client_width());
+        if shown > 0.0 {
+            let w = width.get_untracked();
+            let x = f64::from(ev.offset_x()) / shown * w;
+            hover.set(Some(((x - LEFT) / (w - LEFT - RIGHT)).clamp(0.0, 1.0)));
         }
     };
     let on_smoothing = move |ev| {
@@ -245,23 +113,26 @@ pub fn LineChart(
     };
 
     let grid = move || {
-        axes.get().map(|(x, y)| {
+        axes.get().map(|(x, y, w)| {
+            let (right, plot_w) = (w - RIGHT, w - LEFT - RIGHT);
             let py = |t: f64| TOP + (1.0 - y.fraction(t)) * PLOT_H;
-            let px = |s: f64| LEFT + x.fraction(s) * PLOT_W;
+            let px = |s: f64| LEFT + x.fraction(s) * plot_w;
             let minor =
-                y.minor.iter().map(|&t| view! { <line class="grid minor" x1=LEFT x2=W - RIGHT y1=py(t) y2=py(t)/> });
+                y.minor.iter().map(|&t| view! { <line class="grid minor" x1=LEFT x2=right y1=py(t) y2=py(t)/> });
             let y_ticks = y.ticks.iter().map(|t| {
                 let at = py(t.value);
                 view! {
-                    <line class="grid" x1=LEFT x2=W - RIGHT y1=at y2=at/>
+                    <line class="grid" x1=LEFT x2=right y1=at y2=at/>
                     <text class="tick y-tick" x=LEFT - 4.0 y=at + 3.0 text-anchor="end">{t.label.clone()}</text>
                 }
             });
             let x_ticks = x.ticks.iter().map(|t| {
                 let at = px(t.value);
+                // A label at the right end ends there, inside the chart.
+                let anchor = if at > right - 16.0 { "end" } else { "middle" };
                 view! {
                     <line class="grid" x1=at x2=at y1=TOP y2=TOP + PLOT_H/>
-                    <text class="tick x-tick" x=at y=TOP + PLOT_H + 12.0 text-anchor="middle">{t.label.clone()}</text>
+                    <text class="tick x-tick" x=at y=TOP + PLOT_H + 12.0 text-anchor=anchor>{t.label.clone()}</text>
                 }
             });
             let exponent = y.exponent.map(|e| format!(" × {}", words::power(e))).unwrap_or_default();
@@ -271,24 +142,29 @@ pub fn LineChart(
                 {y_ticks.collect_view()}
                 {x_ticks.collect_view()}
                 <text class="axis-label" x=2 y=10>{format!("{unit}{exponent}{scale}")}</text>
-                <text class="axis-label" x=LEFT + PLOT_W / 2.0 y=H - 4.0 text-anchor="middle">"step"</text>
+                <text class="axis-label" x=LEFT + plot_w / 2.0 y=HEIGHT - 4.0 text-anchor="middle">"step"</text>
             }
         })
     };
     let lines = move || {
+        let middle = width.get() / 2.0;
         drawing.with(|d| match d {
             None => view! {
-                <text class="empty" data-testid="chart-empty" x=W / 2.0 y=H / 2.0 text-anchor="middle">{empty}</text>
+                <text class="empty" data-testid="chart-empty" x=middle y=HEIGHT / 2.0 text-anchor="middle">{empty}</text>
             }
             .into_any(),
             Some(Err(why)) => view! {
-                <text class="empty" x=W / 2.0 y=H / 2.0 text-anchor="middle">{*why}</text>
+                <text class="empty" x=middle y=HEIGHT / 2.0 text-anchor="middle">{*why}</text>
             }
             .into_any(),
             Some(Ok(d)) => {
-                let marks =
-                    d.marks.iter().map(|&x| view! { <line class="clipped mark" x1=x x2=x y1=TOP y2=TOP + PLOT_H/> });
-                let threshold = d.threshold.map(|y| view! { <line class="threshold" x1=LEFT x2=W - RIGHT y1=y y2=y/> });
+                // Marks as a rug along the bottom: many marked steps never
+                // hide the line.
+                let marks = d.marks.iter().map(|&x| {
+                    view! { <line class="clipped mark" x1=x x2=x y1=TOP + PLOT_H - 7.0 y2=TOP + PLOT_H/> }
+                });
+                let right = d.look.width - RIGHT;
+                let threshold = d.threshold.map(|y| view! { <line class="threshold" x1=LEFT x2=right y1=y y2=y/> });
                 let paths = d.lines.iter().map(|l| {
                     // The raw line takes its colour from a group, so that
                     // `path.{class}` names the drawn line alone.
@@ -355,9 +231,10 @@ pub fn LineChart(
                     })}
                 </span>
             </div>
-            <svg viewBox=format!("0 0 {W} {H}") width=W height=H role="img" aria-label=format!("{title} over steps")
+            <svg node_ref=svg viewBox=move || format!("0 0 {} {HEIGHT}", width.get()) width=move || width.get() height=HEIGHT
+                role="img" aria-label=format!("{title} over steps")
                 on:pointermove=on_move on:pointerleave=move |_| hover.set(None)>
-                <rect class="frame" x=LEFT y=TOP width=PLOT_W height=PLOT_H/>
+                <rect class="frame" x=LEFT y=TOP width=move || width.get() - LEFT - RIGHT height=PLOT_H/>
                 {grid}
                 {lines}
                 {cursor}
@@ -368,44 +245,29 @@ pub fn LineChart(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn series(points: Vec<(u64, f64)>) -> Vec<Series> {
-        vec![Series::new("train", "train", points)]
-    }
-
-    #[test]
-    fn nothing_to_draw_before_the_first_point() {
-        assert_eq!(draw(&series(vec![]), Scale::Linear, 0.0, false, &[], None), None);
-        let zeros = draw(&series(vec![(0, 0.0), (1, 0.0)]), Scale::Log, 0.0, false, &[], None);
-        assert!(matches!(zeros, Some(Err(_))));
-    }
-
-    #[test]
-    fn a_line_spans_the_plot_and_marks_fall_on_their_steps() {
-        let points: Vec<(u64, f64)> = (0..=100).map(|s| (s, 1.0 / (1.0 + s as f64))).collect();
-        let d = draw(&series(points), Scale::Log, 0.6, false, &[50, 50, 100], Some(0.5)).unwrap().unwrap();
-        let line = &d.lines[0];
-        assert!(line.path.starts_with(&format!("M{LEFT:.1},")), "{}", line.path);
-        assert!(line.raw_path.is_some(), "a smoothed line keeps its raw line");
-        assert_eq!(d.marks, [LEFT + PLOT_W / 2.0, LEFT + PLOT_W]);
-        let y = d.threshold.unwrap();
-        assert!(y > TOP && y < TOP + PLOT_H);
-        let (step, entries) = readout(&d, Some(0.5), 0.6, 4);
-        assert_eq!(step, 50);
-        assert!(entries[0].2.starts_with("0.0196 (smoothed "), "{:?}", entries);
-        assert_eq!(readout(&d, None, 0.0, 4).0, 100);
-    }
-
-    #[test]
-    fn a_step_going_back_draws_only_the_newer_run() {
-        let points = vec![(0, 1.0), (500, 0.5), (1000, 0.2), (0, 1.0), (10, 0.9)];
-        let d = draw(&series(points), Scale::Linear, 0.0, false, &[], None).unwrap().unwrap();
-        assert_eq!((d.x.lo, d.x.hi), (0.0, 10.0));
-        let xs: Vec<f64> =
-            d.lines[0].path.split(' ').map(|c| c[1..].split(',').next().unwrap().parse().unwrap()).collect();
-        assert!(xs.windows(2).all(|w| w[0] <= w[1]), "{xs:?}");
-    }
+/// Keeps `width` at the SVG's rendered width: a ResizeObserver reports
+/// every change of its box (a window resize, a column reflowing, a closed
+/// section opening, where it was 0 wide).
+fn watch_width(svg: NodeRef<leptos::svg::Svg>, width: RwSignal<f64>) {
+    Effect::new(move |observing: Option<bool>| {
+        if observing == Some(true) {
+            return true;
+        }
+        let Some(element) = svg.get() else { return false };
+        let target: web_sys::Element = element.clone().unchecked_into();
+        let measure = Closure::<dyn FnMut()>::new(move || {
+            let w = f64::from(target.client_width());
+            // Hidden (0 wide): keep the last width until it shows again.
+            if w > 0.0 {
+                let _ = width.try_set(w.max(MIN_WIDTH).round());
+            }
+        });
+        match web_sys::ResizeObserver::new(measure.as_ref().unchecked_ref()) {
+            Ok(observer) => observer.observe(element.unchecked_ref()),
+            Err(_) => return false,
+        }
+        // The observer holds the callback for the chart's lifetime.
+        measure.forget();
+        true
+    });
 }

@@ -9,6 +9,7 @@ use stepscope_core::engine::StepPhase;
 use stepscope_core::stats::TensorStats;
 
 use crate::model::runner::Command;
+use crate::model::words::{significant, value};
 use crate::state::AppState;
 
 /// A histogram as a small bar chart (32 bins over [min, max]).
@@ -34,13 +35,14 @@ pub fn histogram_svg(stats: &TensorStats, label: String) -> impl IntoView {
 
 fn stats_cell(t: &NamedStats, layer: usize) -> impl IntoView {
     let s = t.stats;
-    let label = format!("layer {layer} {}: histogram over [{:.3e}, {:.3e}]", t.name, s.min, s.max);
+    let sig = |x: f32| significant(f64::from(x), 3);
+    let label = format!("layer {layer} {}: histogram over [{}, {}]", t.name, sig(s.min), sig(s.max));
     let bad = (s.non_finite > 0).then(|| view! { <span class="bad">{format!(" {} NaN/Inf", s.non_finite)}</span> });
     view! {
         <td>
             {histogram_svg(&s, label)}
-            <div class="num">{format!("μ {:.3e} σ {:.3e}", s.mean, s.std)}</div>
-            <div class="num">{format!("[{:.2e}, {:.2e}] ‖·‖ {:.3e}", s.min, s.max, t.norm)}</div>
+            <div class="num">{format!("μ {} σ {}", sig(s.mean), sig(s.std))}</div>
+            <div class="num">{format!("[{}, {}] ‖·‖ {}", sig(s.min), sig(s.max), significant(t.norm, 3))}</div>
             {bad}
         </td>
     }
@@ -54,7 +56,7 @@ fn layer_row(layer: &LayerPhase) -> impl IntoView {
             r if r < 1e-4 => "small",
             _ => "typical",
         };
-        view! { <td data-testid=format!("update-ratio-{}", layer.layer) class=verdict>{format!("{r:.2e}")}</td> }
+        view! { <td data-testid=format!("update-ratio-{}", layer.layer) class=verdict>{significant(r, 3)}</td> }
     });
     view! { <tr><th>{format!("layer {}", layer.layer)}</th>{cells}{ratio}</tr> }
 }
@@ -100,13 +102,13 @@ pub fn InsideStep() -> impl IntoView {
             let rows = r.layers.iter().map(layer_row).collect_view();
             let hint = HINTS.iter().find(|(name, _)| *name == r.phase.name()).map_or("", |(_, h)| *h);
             let summary = match (&r.loss, &r.metrics) {
-                (Some(loss), _) => format!("micro-batch loss {loss:.5}"),
+                (Some(loss), _) => format!("micro-batch loss {}", value(f64::from(*loss), 5)),
                 (_, Some(m)) => format!(
-                    "step loss {:.5}, gradient norm {:.4}{}, learning rate {:.3e}",
-                    m.loss,
-                    m.grad_norm,
+                    "step loss {}, gradient norm {}{}, learning rate {}",
+                    value(f64::from(m.loss), 5),
+                    value(f64::from(m.grad_norm), 4),
                     if m.clipped { " (clipped)" } else { "" },
-                    m.lr
+                    significant(m.lr, 3)
                 ),
                 _ => String::new(),
             };
@@ -122,7 +124,6 @@ pub fn InsideStep() -> impl IntoView {
     };
     view! {
         <div class="inside-step">
-            <h3>"Inside a step"</h3>
             <div class="row">
                 <button data-testid="step-phase" aria-label="Advance one phase" on:click=on_phase>"Next phase ▸"</button>
                 <span>"Ran: "<strong data-testid="current-phase">{current}</strong></span>

@@ -7,12 +7,16 @@ use leptos::prelude::*;
 use wasm_bindgen::Clamped;
 use web_sys::ImageData;
 
+use super::chart::{LineChart, Series};
 use super::draw::context;
+use crate::model::words;
 use crate::state::{AppState, LayerSample};
 
 const KINDS: [&str; 4] = ["activations", "gradients", "weights", "updates"];
 /// Pixel rows of a distribution image.
 const ROWS: usize = 48;
+/// Colours of the chart palette (`s0`…`s5` in style.css).
+const PALETTE: usize = 6;
 
 /// Density image of `samples`' kind `kind` of layer `l`: (ROWS, columns)
 /// in [0, 1], each column normalised to its own peak; and the value axis.
@@ -78,7 +82,10 @@ fn Distribution(l: usize, kind: usize) -> impl IntoView {
         <figure class="distribution">
             <canvas node_ref=canvas data-testid=format!("distribution-{l}-{}", KINDS[kind]) width="1" height=ROWS
                 role="img" aria-label=format!("layer {l} {} over time", KINDS[kind])></canvas>
-            <figcaption>{KINDS[kind]}" "{move || { let (lo, hi) = axis.get(); format!("[{lo:.2e}, {hi:.2e}]") }}</figcaption>
+            <figcaption>{KINDS[kind]}" "{move || {
+                let (lo, hi) = axis.get();
+                format!("{} … {}", words::significant(f64::from(lo), 3), words::significant(f64::from(hi), 3))
+            }}</figcaption>
         </figure>
     }
 }
@@ -91,48 +98,38 @@ fn grad_norm(sample: &LayerSample, l: usize) -> f64 {
     (n * (f64::from(s.std).powi(2) + f64::from(s.mean).powi(2))).sqrt()
 }
 
-const LINE_COLORS: [&str; 6] = ["#0877bd", "#f59322", "#2ea043", "#8e44ad", "#c0392b", "#555"];
-
 #[component]
 pub fn LayerPanel() -> impl IntoView {
     let state = expect_context::<AppState>();
     let layers = move || state.run.experiment.with(|e| e.model.layers.len());
-    let (w, h) = (360.0, 90.0);
-    let chart = move || {
-        state.charts.layer_history.with(|hist| {
+    let history = state.charts.layer_history;
+    let sampled = move || history.with(|h| !h.is_empty());
+    let series = Signal::derive(move || {
+        history.with(|hist| {
             let n = hist.last().map_or(0, |s| s.layers.len());
-            let logs: Vec<Vec<f64>> =
-                (0..n).map(|l| hist.iter().map(|s| grad_norm(s, l).max(1e-12).log10()).collect()).collect();
-            let (lo, hi) = logs.iter().flatten().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
-            let (lo, hi) = if hi - lo < 1e-6 { (lo - 0.5, hi + 0.5) } else { (lo, hi) };
-            let cols = hist.len().max(2) - 1;
-            let paths = logs
-                .iter()
-                .enumerate()
-                .map(|(l, line)| {
-                    let mut d = String::new();
-                    for (i, v) in line.iter().enumerate() {
-                        let x = i as f64 / cols as f64 * w;
-                        let y = h - 2.0 - (v - lo) / (hi - lo) * (h - 4.0);
-                        d.push_str(&format!("{}{x:.1},{y:.1}", if d.is_empty() { "M" } else { " L" }));
-                    }
-                    view! { <path d=d stroke=LINE_COLORS[l % LINE_COLORS.len()] fill="none"/> }
+            (0..n)
+                .map(|l| {
+                    let points =
+                        hist.iter().filter(|s| s.layers.len() > l).map(|s| (s.step, grad_norm(s, l))).collect();
+                    Series::new(format!("layer {l}"), format!("s{}", l % PALETTE), points)
                 })
-                .collect_view();
-            let latest = hist
-                .last()
+                .collect::<Vec<_>>()
+        })
+    });
+    let latest = move || {
+        history.with(|hist| {
+            hist.last()
                 .map(|s| {
                     (0..s.layers.len())
                         .map(|l| {
                             view! {
-                                <li><span class="swatch" style=format!("background:{}", LINE_COLORS[l % LINE_COLORS.len()])></span>
-                                    {format!("layer {l}: ")}<span data-testid=format!("grad-norm-layer-{l}")>{format!("{:.4e}", grad_norm(s, l))}</span></li>
+                                <li><span class=format!("swatch s{}", l % PALETTE)></span>
+                                    {format!("layer {l}: ")}<span data-testid=format!("grad-norm-layer-{l}")>{words::significant(grad_norm(s, l), 4)}</span></li>
                             }
                         })
                         .collect_view()
                 })
-                .unwrap_or_default();
-            (paths, latest, 10f64.powf(lo), 10f64.powf(hi))
+                .unwrap_or_default()
         })
     };
     let grids = move || {
@@ -149,16 +146,13 @@ pub fn LayerPanel() -> impl IntoView {
     };
     view! {
         <div class="layers-over-time">
-            <h3>"Layers over time"</h3>
             <p class="note">"Each column is one sample of the run (every 250 ms or more while training); darker where more values fall. Activations are of the last micro-batch; gradients and updates of the last step."</p>
-            {grids}
-            <figure data-testid="grad-norm-per-layer-chart">
-                <svg viewBox=format!("0 0 {w} {h}") width=w height=h role="img" aria-label="Gradient norm per layer over time (log scale)">
-                    {move || chart().0}
-                </svg>
-                <figcaption>{move || { let c = chart(); format!("gradient norm per layer, log scale {:.2e}…{:.2e}", c.2, c.3) }}</figcaption>
-            </figure>
-            <ul class="legend">{move || chart().1}</ul>
+            <Show when=sampled fallback=|| view! { <p class="chart-empty-note" data-testid="layers-empty">"Press Train to see each layer's activations, gradients, weights and updates over time."</p> }>
+                {grids}
+            </Show>
+            <LineChart testid="grad-norm-per-layer-chart" title="Gradient norm per layer" unit="‖g‖"
+                empty="Press Train to see each layer's gradient norm" series=series log=true log_switch=true/>
+            <ul class="legend">{latest}</ul>
         </div>
     }
 }

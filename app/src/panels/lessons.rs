@@ -6,6 +6,7 @@ use stepscope_core::experiment::{OptimizerSpec, Schedule};
 
 use crate::model::runner::Command;
 use crate::model::timeline::means;
+use crate::model::words::{bytes, count, significant};
 use crate::state::{AppState, StepPoint};
 
 /// The high-learning-rate scenario: plain SGD with momentum, far too
@@ -106,7 +107,7 @@ pub fn Lessons() -> impl IntoView {
     let lr_readout = move || match warnings(&state.charts.step_history.get()) {
         None => "Run a scenario: the readout compares the gradient norm and the loss with their first steps.".into(),
         Some((norm, loss)) => {
-            let at = |s: Option<u64>| s.map_or("not yet".to_string(), |s| format!("at step {s}"));
+            let at = |s: Option<u64>| s.map_or("not yet".to_string(), |s| format!("at step {}", count(s)));
             format!("gradient norm above 3× its start {}; loss above 2× its start {}", at(norm), at(loss))
         }
     };
@@ -122,27 +123,27 @@ pub fn Lessons() -> impl IntoView {
     };
     let accumulation = move || {
         state.lessons.accumulation.get().map(|r| {
-            let kib = |b: u64| format!("{b} B ({:.1} KiB)", b as f64 / 1024.0);
+            // Bytes exact, then in words (the e2e reads the exact figure).
+            let with_words = |b: u64| format!("{b} B ({})", bytes(b));
             format!(
-                "From step {}: one batch of {} vs {} micro-batches of {}: loss {:.6} vs {:.6}; largest parameter difference {:.2e} (largest parameter {:.2}) — {}; stored activations {} vs {}.",
-                r.step,
-                r.k * r.micro_batch,
+                "From step {}: one batch of {} vs {} micro-batches of {}: loss {:.6} vs {:.6}; largest parameter difference {} (largest parameter {:.2}) — {}; stored activations {} vs {}.",
+                count(r.step),
+                count((r.k * r.micro_batch) as u64),
                 r.k,
                 r.micro_batch,
                 r.loss.0,
                 r.loss.1,
-                r.max_diff,
+                significant(f64::from(r.max_diff), 3),
                 r.max_param,
                 if r.passed() { "the same update up to float32 summation order" } else { "DIFFERENT updates" },
-                kib(r.activation_bytes.0),
-                kib(r.activation_bytes.1),
+                with_words(r.activation_bytes.0),
+                with_words(r.activation_bytes.1),
             )
         })
     };
 
     view! {
         <div class="lessons">
-            <h3>"Lessons"</h3>
             <section>
                 <h4>"A slow data loader"</h4>
                 <div class="row">

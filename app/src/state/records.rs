@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use stepscope_core::StepMetrics;
 
 use super::{AppState, HistoryPoint, LayerSample, StepPoint, HISTORY_LIMIT, LAYER_HISTORY_LIMIT, TIMELINE_LIMIT};
+use crate::model::chart_lines::{cut_from, halve};
 use crate::model::metrics_csv::FrameShare;
 use crate::model::runner::Outcome;
 use crate::model::timeline::{assign, StepTiming};
@@ -18,6 +19,9 @@ impl AppState {
     /// parts (model::timeline).
     pub(super) fn record_timeline(&self, metrics: &[StepMetrics], frame_ms: f64, checkpoint_ms: f64, logging_ms: f64) {
         self.charts.step_history.update(|h| {
+            if let Some(first) = metrics.first() {
+                cut_from(h, first.step, |p| p.step);
+            }
             h.extend(metrics.iter().map(|m| StepPoint {
                 step: m.step,
                 loss: m.loss,
@@ -26,10 +30,10 @@ impl AppState {
                 clipped: m.clipped,
             }));
             if h.len() > HISTORY_LIMIT {
-                // Thin by half, keeping every clipped step visible.
-                let thinned: Vec<StepPoint> =
-                    h.iter().enumerate().filter(|(i, p)| i % 2 == 0 || p.clipped).map(|(_, p)| *p).collect();
-                *h = thinned;
+                // Thin by half, keeping the larger gradient norm of each
+                // two steps: spikes and clipped steps stay visible, and
+                // the history stays bounded even when every step clips.
+                halve(h, |p| f64::from(p.grad_norm));
             }
         });
         let k = metrics.len() as f64;
@@ -95,6 +99,7 @@ impl AppState {
                 if let Some(m) = &report.metrics {
                     self.charts.metrics_log.update_value(|log| log.record_steps(std::slice::from_ref(m), None));
                     self.charts.step_history.update(|h| {
+                        cut_from(h, m.step, |p| p.step);
                         h.push(StepPoint {
                             step: m.step,
                             loss: m.loss,
@@ -112,6 +117,7 @@ impl AppState {
 
     pub(super) fn record_layers(&self, sample: LayerSample) {
         self.charts.layer_history.update(|h| {
+            cut_from(h, sample.step, |s| s.step);
             h.push(sample);
             if h.len() > LAYER_HISTORY_LIMIT {
                 let thinned: Vec<LayerSample> = h.iter().step_by(2).cloned().collect();
@@ -125,13 +131,14 @@ impl AppState {
         self.charts.metrics_log.update_value(|log| log.record_evaluation(snap.step, snap.train, snap.test));
         let point = HistoryPoint { step: snap.step, train: train.loss, test: snap.test.map(|t| t.loss) };
         self.charts.history.update(|h| {
-            if h.last().is_some_and(|p| p.step == point.step) {
-                h.pop();
-            }
+            // A step at or before the last one (the same step evaluated
+            // again, or a reset whose first views come after a frame of
+            // the old run) replaces what follows it: the curve never runs
+            // back across the chart.
+            cut_from(h, point.step, |p| p.step);
             h.push(point);
             if h.len() > HISTORY_LIMIT {
-                let thinned: Vec<HistoryPoint> = h.iter().step_by(2).copied().collect();
-                *h = thinned;
+                halve(h, |p| f64::from(p.train));
             }
         });
     }
