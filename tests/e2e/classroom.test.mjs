@@ -5,6 +5,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { setup, text, stepCount, trainUntil, setField } from './harness.mjs';
 
 const ctx = setup();
@@ -168,6 +170,36 @@ test('download-metrics gives every recorded step as CSV, from the engine', async
   }
   assert.ok(Math.max(...steps) <= (await stepCount(page)));
   console.log(`metrics CSV: ${rows.length} rows, ${stepped.length} steps, ${evaluated.length} evaluated, ${csv.length} bytes`);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('lock=1 refuses a checkpoint of another network, and restores one of its own', async () => {
+  const { page: open } = await ctx.open(`${ctx.root}?engine=cpu`);
+  await open.getByTestId('add-layer').click();
+  await open.waitForSelector('[data-testid=layer-2]');
+  await open.getByTestId('step-once').click();
+  await open.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
+  const [download] = await Promise.all([open.waitForEvent('download'), open.getByTestId('download-checkpoint').click()]);
+  // A download is deleted with its page: keep a copy.
+  const deeper = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'classroom-')), 'deeper.safetensors');
+  await download.saveAs(deeper);
+  await open.close();
+
+  const { page, errors } = await ctx.open(`${ctx.root}?engine=cpu&lock=1`);
+  await page.getByTestId('restore-checkpoint').setInputFiles(deeper);
+  await page.waitForFunction(() => /another network/.test(document.querySelector('[data-testid=alert]')?.textContent ?? ''));
+  assert.equal(await layers(page), 2, 'the locked network stays');
+  assert.equal(await stepCount(page), 0);
+  // A checkpoint of the locked network itself restores.
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
+  const [own] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-checkpoint').click()]);
+  await page.getByTestId('reset').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
+  await page.getByTestId('restore-checkpoint').setInputFiles(await own.path());
+  await page.waitForFunction(() => /Restored the uploaded checkpoint: step 1/.test(document.querySelector('[data-testid=notice]')?.textContent ?? ''));
+  assert.equal(await layers(page), 2);
   assert.deepEqual(errors, []);
   await page.close();
 });

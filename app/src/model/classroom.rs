@@ -15,6 +15,7 @@
 //! `check_lock`), so a control that is re-enabled by hand still cannot
 //! change the network; the disabled buttons only say so early.
 
+use stepscope_core::checkpoint::read_checkpoint_header;
 use stepscope_core::link::{hide_request, lock_request, HideRequest, LockRequest};
 use stepscope_core::Experiment;
 
@@ -110,6 +111,19 @@ pub fn check_lock(locked: bool, old: &Experiment, new: &Experiment) -> Result<()
     Ok(())
 }
 
+/// Refuses a checkpoint upload whose network is not the page's while the
+/// link locks it. Only its header is read here (cheap); the whole file is
+/// still checked on the engine's side, which names what is wrong with a
+/// file that is not a checkpoint.
+pub fn check_restore(locked: bool, current: &Experiment, checkpoint: &[u8]) -> Result<(), String> {
+    match read_checkpoint_header(checkpoint) {
+        Ok((saved, _)) if locked => check_lock(true, current, &saved).map_err(|_| {
+            "This link locks the network (lock=1): a checkpoint of another network is not restored.".into()
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Puts the hiding style sheet into the document's head, replacing one
 /// put there before.
 pub fn install_hide_style(css: &str) {
@@ -147,6 +161,9 @@ pub fn unknown_ids(ids: &[String]) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::model::edit::{add_layer, default_experiment, edited, set_lr, set_units};
+    use stepscope_core::checkpoint::save_checkpoint;
+    use stepscope_core::data::Dataset;
+    use stepscope_core::engine::CpuEngine;
 
     #[test]
     fn known_ids_include_each_layers_controls() {
@@ -196,6 +213,14 @@ mod tests {
         }
         let faster = edited(&e, |x| set_lr(x, 0.1)).unwrap();
         assert!(check_lock(true, &e, &faster).is_ok());
+        let wider_run = CpuEngine::new(&wider, Dataset::load(&wider, None).unwrap()).unwrap();
+        let wider_file = save_checkpoint(&wider_run.state()).unwrap();
+        let same_file =
+            save_checkpoint(&CpuEngine::new(&faster, Dataset::load(&faster, None).unwrap()).unwrap().state()).unwrap();
+        assert!(check_restore(true, &e, &wider_file).unwrap_err().contains("another network"));
+        assert!(check_restore(false, &e, &wider_file).is_ok());
+        assert!(check_restore(true, &e, &same_file).is_ok(), "the same network, other hyperparameters");
+        assert!(check_restore(true, &e, b"not a checkpoint").is_ok(), "the engine's side names what is wrong");
         let mut more_inputs = e.clone();
         more_inputs.model.inputs = 3;
         assert!(check_lock(true, &e, &more_inputs).is_ok(), "the inputs follow the data");

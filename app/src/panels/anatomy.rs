@@ -183,6 +183,11 @@ pub fn AnatomyPanel() -> impl IntoView {
             match JsFuture::from(file.array_buffer()).await {
                 Ok(buffer) => {
                     let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
+                    let (locked, current) = (state.run.locked.get_untracked(), state.run.experiment.get_untracked());
+                    if let Err(message) = crate::model::classroom::check_restore(locked, &current, &bytes) {
+                        state.run.alert.set(Some(message));
+                        return;
+                    }
                     // Checked whole on the engine's side before the run is
                     // replaced (parsing a large file here would hold the
                     // page): a refused file changes nothing, not even the
