@@ -55,6 +55,30 @@ test('runs are kept, and two of them compare with their differences listed', asy
   await page.close();
 });
 
+test('kept runs survive a reload, until forgotten', async () => {
+  const { page, errors } = await ctx.open(ctx.root + '?engine=cpu');
+  await trainUntil(page, 300);
+  await page.getByTestId('reset').click();
+  await waitSteps(page, 0);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 1);
+  const kept = await entries(page).first().getByTestId('run-steps').getAttribute('data-value');
+  await page.reload();
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 1);
+  assert.equal(await entries(page).first().locator('b').textContent(), 'Run 1 (earlier visit)');
+  assert.equal(await entries(page).first().getByTestId('run-steps').getAttribute('data-value'), kept);
+  await page.getByTestId('runs-clear').click();
+  assert.equal(await entries(page).count(), 0);
+  // The forgetting is stored too.
+  await page.waitForTimeout(300);
+  await page.reload();
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
+  await page.waitForTimeout(1000);
+  assert.equal(await entries(page).count(), 0);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 for (const [engine, url] of [['cpu', () => ctx.root + '?engine=cpu'], ['gpu', () => ctx.base]]) {
   test(`a race of sgd and adamw trains both side by side (${engine})`, async () => {
     const { page, errors } = await ctx.open(url());

@@ -14,6 +14,7 @@ pub mod metrics_csv;
 pub mod race;
 pub mod runner;
 pub mod runs;
+pub mod runs_store;
 pub mod spikes;
 pub mod store;
 pub mod timeline;

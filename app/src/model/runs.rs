@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use stepscope_core::Experiment;
 
@@ -16,11 +17,14 @@ pub const MAX_POINTS: usize = 500;
 /// Runs kept; the oldest goes first.
 pub const MAX_RUNS: usize = 50;
 
+/// What a run restored from an earlier visit has after its name.
+pub const EARLIER: &str = " (earlier visit)";
+
 /// A curve: (step, value) in step order.
 pub type Curve = Vec<(u64, f32)>;
 
 /// One run's curves over steps.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunCurves {
     /// Full-set train and test loss, and test accuracy (train where there
     /// is no test set), from the views' evaluations.
@@ -48,7 +52,7 @@ impl RunCurves {
 }
 
 /// A kept run: what it trained and how it ended.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
     /// Unique within the page's session (the runs list numbers them).
     pub id: u64,
@@ -87,6 +91,32 @@ impl RunsList {
         while self.runs.len() > MAX_RUNS {
             self.runs.pop_front();
         }
+    }
+
+    /// Puts `earlier` (a past visit's runs, oldest first) before the runs
+    /// kept in this visit, each under a fresh id (ids are this visit's) and
+    /// named as from before; the newest `MAX_RUNS` of all stay.
+    pub fn restore(&mut self, earlier: Vec<RunRecord>) {
+        let now = std::mem::take(&mut self.runs);
+        for mut run in earlier {
+            run.id = self.next_id();
+            if !run.label.ends_with(EARLIER) {
+                run.label.push_str(EARLIER);
+            }
+            self.push(run);
+        }
+        for run in now {
+            self.push(run);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.runs.clear();
+    }
+
+    /// The runs, oldest first, to store.
+    pub fn to_vec(&self) -> Vec<RunRecord> {
+        self.runs.iter().cloned().collect()
     }
 
     pub fn runs(&self) -> impl DoubleEndedIterator<Item = &RunRecord> {
@@ -252,6 +282,29 @@ mod tests {
         assert_eq!(downsample(&points[..7], MAX_POINTS), points[..7].to_vec());
         assert_eq!(downsample(&points[..7], 1), vec![6]);
         assert_eq!(downsample(&points[..7], 2), vec![0, 6]);
+    }
+
+    #[test]
+    fn an_earlier_visits_runs_come_first_under_fresh_ids() {
+        let mut list = RunsList::default();
+        let live = list.next_id();
+        let now = list.next_id();
+        list.push(record(now, 10));
+        let earlier: Vec<RunRecord> = (1..=MAX_RUNS as u64).map(|id| record(id, 3)).collect();
+        list.restore(earlier);
+        assert_eq!(list.len(), MAX_RUNS, "the oldest earlier run went");
+        let last = list.runs().last().unwrap();
+        assert_eq!((last.id, last.label.as_str()), (now, "Run 2"), "this visit's run stays the newest");
+        let ids: Vec<u64> = list.runs().map(|r| r.id).collect();
+        assert!(!ids.contains(&live), "no earlier run takes an id in use");
+        assert_eq!(ids.iter().collect::<std::collections::HashSet<_>>().len(), ids.len());
+        assert_eq!(list.runs().next().unwrap().label, "Run 2 (earlier visit)");
+        let back: Vec<RunRecord> = rmp_serde::from_slice(&rmp_serde::to_vec_named(&list.to_vec()).unwrap()).unwrap();
+        assert_eq!(back, list.to_vec(), "records survive the store's encoding");
+        list.restore(back[..1].to_vec());
+        assert!(list.runs().all(|r| !r.label.ends_with(" (earlier visit) (earlier visit)")));
+        list.clear();
+        assert!(list.is_empty());
     }
 
     #[test]

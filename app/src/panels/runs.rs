@@ -92,10 +92,12 @@ pub fn RunsPanel() -> impl IntoView {
     view! {
         <section class="panel runs" aria-label="Runs">
             <h2>"Runs"</h2>
-            <p class="note">"Every run since the page was opened (at most 50). Choose two or more to compare them."</p>
+            <p class="note">"Every run in this browser, kept across reloads (at most 50). Choose two or more to compare them."</p>
             <ul class="runs-list" data-testid="runs-list" style="list-style:none;padding:0;margin:0.5rem 0">
                 <For each=move || rows.get() key=|r| format!("{r:?}") children=entry/>
             </ul>
+            <button data-testid="runs-clear" on:click=move |_| runs.forget(state.run.notice)
+                prop:disabled=move || runs.list.with(|l| l.is_empty())>"Forget the kept runs"</button>
             <Compare runs=runs/>
             <RacePanel/>
         </section>

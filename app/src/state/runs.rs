@@ -5,6 +5,7 @@
 //! changes: Reset, a rebuilt model, new data, a restored checkpoint).
 
 use leptos::prelude::*;
+use leptos::task::spawn_local;
 use stepscope_core::engine::Evaluation;
 use stepscope_core::Experiment;
 use web_time::Instant;
@@ -13,6 +14,7 @@ use super::AppState;
 use crate::model::host::protocol::Status;
 use crate::model::race::{RaceReport, RaceSpec};
 use crate::model::runs::{downsample, Curve, RunCurves, RunRecord, RunsList, MAX_POINTS};
+use crate::model::runs_store;
 
 /// The live record is refreshed at most this often (ms): it copies the
 /// curves, and the list redraws.
@@ -60,6 +62,18 @@ pub struct RunsState {
     /// The live run's accuracy over steps (the loss curves keep none).
     live_accuracy: StoredValue<Curve>,
     refreshed_at: StoredValue<Option<Instant>>,
+    /// IndexedDB (`model::runs_store`): whether an earlier visit's runs
+    /// were read, a save is in flight, and another is due after it.
+    store: StoredValue<StoreState>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct StoreState {
+    loaded: bool,
+    saving: bool,
+    dirty: bool,
+    /// A failure was shown (once a visit).
+    warned: bool,
 }
 
 impl RunsState {
@@ -72,6 +86,65 @@ impl RunsState {
             live_run_id: StoredValue::new(None),
             live_accuracy: StoredValue::new(Vec::new()),
             refreshed_at: StoredValue::new(None),
+            store: StoredValue::new(StoreState::default()),
+        }
+    }
+
+    /// Forgets every kept run, here and in the browser's storage.
+    pub fn forget(&self, notice: RwSignal<Option<String>>) {
+        self.list.update(RunsList::clear);
+        self.selected.set(Vec::new());
+        self.save(notice);
+    }
+
+    /// Writes the kept runs to IndexedDB, one write at a time (a change
+    /// during a write is written after it), never before an earlier
+    /// visit's runs were read (they would be overwritten).
+    fn save(&self, notice: RwSignal<Option<String>>) {
+        let runs = *self;
+        let state = runs.store.get_value();
+        if !state.loaded || state.saving {
+            runs.store.update_value(|s| s.dirty = true);
+            return;
+        }
+        runs.store.update_value(|s| (s.saving, s.dirty) = (true, false));
+        let records = runs.list.with_untracked(RunsList::to_vec);
+        spawn_local(async move {
+            let result = runs_store::save(&records).await;
+            runs.store.update_value(|s| s.saving = false);
+            runs.warn(result, notice);
+            if runs.store.get_value().dirty {
+                runs.save(notice);
+            }
+        });
+    }
+
+    /// Reads an earlier visit's runs into the list (once).
+    fn load(&self, notice: RwSignal<Option<String>>) {
+        let runs = *self;
+        spawn_local(async move {
+            let result = runs_store::load().await;
+            if let Ok(earlier) = &result {
+                if !earlier.is_empty() {
+                    runs.list.update(|l| l.restore(earlier.clone()));
+                }
+            }
+            runs.store.update_value(|s| s.loaded = true);
+            runs.warn(result.map(drop), notice);
+            if runs.store.get_value().dirty {
+                runs.save(notice);
+            }
+        });
+    }
+
+    /// A storage failure is a notice, once a visit: the runs stay kept
+    /// for this visit.
+    fn warn(&self, result: Result<(), String>, notice: RwSignal<Option<String>>) {
+        if let Err(why) = result {
+            if !self.store.get_value().warned {
+                self.store.update_value(|s| s.warned = true);
+                notice.set(Some(format!("The runs list is kept for this visit only: {why}.")));
+            }
         }
     }
 
@@ -101,11 +174,15 @@ impl AppState {
     /// began, and the race's report.
     pub(super) fn record_runs(&self, status: &Status, race: Option<RaceReport>) {
         let runs = self.runs;
+        if runs.live_run_id.get_value().is_none() {
+            runs.load(self.run.notice);
+        }
         if runs.live_run_id.get_value() != Some(status.run_id) {
             // The run that ended is kept as last refreshed: the page has
             // cleared its curves by now.
             if let Some(done) = runs.live.get_untracked().filter(|r| r.steps > 0) {
                 runs.list.update(|l| l.push(done));
+                runs.save(self.run.notice);
             }
             let id = runs.list.try_update(|l| l.next_id()).unwrap_or_default();
             runs.live_run_id.set_value(Some(status.run_id));
@@ -268,6 +345,7 @@ impl AppState {
                     })
                 });
             }
+            self.runs.save(self.run.notice);
         }
         self.runs.race.set(Some(view));
     }
