@@ -26,11 +26,11 @@
 //! - `testid` goes on the `<figure>`; inside it, `{testid}-log` is the log
 //!   switch, `{testid}-smoothing` the smoothing slider, `chart-readout` the
 //!   readout (its `data-step` is the step shown) and `chart-empty` the
-//!   message shown before any point.
+//!   message shown until the data spans two steps.
 //! - Optional: `log` (start on a log axis), `log_switch`, `smoothing`
 //!   (Some(weight) shows the slider, TensorBoard's EMA weight in [0, 0.99]),
-//!   `from_zero` (keep 0 on a linear axis), `marked` (steps drawn as red
-//!   lines: the clipped steps), `threshold` (a dashed horizontal line),
+//!   `from_zero` (keep 0 on a linear axis), `marked` (steps marked in red
+//!   along the bottom: the clipped steps), `threshold` (a dashed horizontal line),
 //!   `caption`, `class` (on the figure), `decimals` (of the readout).
 //!
 //! The SVG is drawn at its measured width (a ResizeObserver), so text and
