@@ -99,6 +99,13 @@ for (const [engine, url] of [['cpu', () => ctx.root + '?engine=cpu'], ['gpu', ()
     await page.waitForTimeout(500);
     assert.deepEqual(await laneSteps(page), paused, 'paused');
     assert.ok(Math.abs(paused[0] - paused[1]) <= 1, `the lanes stay level: ${paused}`);
+    // Reset starts the race's lanes over; Train goes on with them.
+    await page.getByTestId('reset').click();
+    await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=race-lane-step]')].every((e) => e.dataset.value === '0'));
+    await page.getByTestId('train-toggle').click();
+    await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=race-lane-step]')].every((e) => Number(e.dataset.value) > 0),
+      null, { timeout: 60_000 });
+    await page.getByTestId('train-toggle').click();
     await page.getByTestId('race-end').click();
     await page.waitForFunction(() => /finished/.test(document.querySelector('[data-testid=race-status]').textContent));
     await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 2);
