@@ -51,6 +51,18 @@ test('runs are kept, and two of them compare with their differences listed', asy
     assert.equal(await linesDrawn(page, chart), 2, `${chart} overlays both runs`);
   }
   await page.locator('section.runs').screenshot({ path: path.join(artifacts, 'compare-runs.png') });
+  // A bad race is refused with a message; nothing starts, the run stays.
+  const before = await stepCount(page);
+  await page.getByTestId('race-setting').selectOption('lr');
+  await page.getByTestId('race-values').fill('0.1');
+  await page.getByTestId('race-start').click();
+  await page.waitForFunction(() => /A race takes 2 to 4 values, got 1/.test(document.querySelector('[data-testid=alert]')?.textContent ?? ''));
+  await page.getByTestId('race-values').fill('0.1, fast');
+  await page.getByTestId('race-start').click();
+  await page.waitForFunction(() => /`fast` is not a number/.test(document.querySelector('[data-testid=alert]')?.textContent ?? ''));
+  await page.waitForTimeout(300);
+  assert.equal(await page.locator('[data-testid=race-lane]').count(), 0);
+  assert.equal(await stepCount(page), before);
   assert.deepEqual(errors, []);
   await page.close();
 });
