@@ -13,8 +13,13 @@ pub mod state;
 use leptos::prelude::*;
 
 use panels::{
-    anatomy::AnatomyPanel, controls::{Controls, Settings}, data::DataPanel, header::Header, network::NetworkPanel,
+    anatomy::AnatomyPanel,
+    controls::{Controls, Settings},
+    data::DataPanel,
+    header::Header,
+    network::NetworkPanel,
     output::OutputPanel,
+    runs::RunsPanel,
 };
 use state::AppState;
 
@@ -40,8 +45,8 @@ pub fn App() -> impl IntoView {
                 <NetworkPanel/>
                 <OutputPanel/>
             </div>
+            <RunsPanel/>
             <AnatomyPanel/>
-            <panels::runs::RunsPanel/>
         </main>
     }
 }

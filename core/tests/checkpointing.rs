@@ -220,7 +220,10 @@ fn non_finite_values_name_layer_and_phase_with_checkpointing() {
         assert!(cpu_message.contains(expected), "cpu: {cpu_message}");
         assert!(gpu_message.contains(expected), "gpu: {gpu_message}");
         // Both engines number the failed step as the page does.
-        assert!(cpu_message.contains("at step 1,") && gpu_message.contains("at step 1,"), "{cpu_message} / {gpu_message}");
+        assert!(
+            cpu_message.contains("at step 1,") && gpu_message.contains("at step 1,"),
+            "{cpu_message} / {gpu_message}"
+        );
         assert_eq!((cpu.step_count(), gpu.step_count()), (0, 0));
         assert_eq!(bits(cpu.params()), bits(&state.params), "{expected}: kept");
         assert_eq!(bits(&gpu.state().unwrap().params), bits(&state.params), "{expected}: kept");

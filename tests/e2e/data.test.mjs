@@ -114,13 +114,20 @@ test('a CSV gets a train/test split like the built-in data', async () => {
   fs.writeFileSync(file, rows.join('\n'));
   await page.getByTestId('csv-upload').setInputFiles(file);
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.source === 'csv');
-  await page.getByTestId('train-share').fill('50');
-  await page.getByTestId('train-share').dispatchEvent('change');
-  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.train_fraction === 0.5);
+  // Split by default, as the built-in data are.
+  assert.equal((await experiment(page)).data.train_fraction, 0.5);
+  assert.match(await text(page, 'train-share-value'), /50 %/);
   await page.getByTestId('step-once').click();
   await waitStep(page, 1);
   await page.waitForFunction(() => document.querySelector('[data-testid=test-loss]').textContent !== '–');
   assert.ok(Number.isFinite(await number(page, 'test-loss')), 'a test set, evaluated');
-  assert.match(await text(page, 'train-share-value'), /50 %/);
+  // The training share applies to a CSV too.
+  await page.getByTestId('train-share').fill('80');
+  await page.getByTestId('train-share').dispatchEvent('change');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.train_fraction === 0.8);
+  assert.equal(await stepCount(page), 0, 'another split is a new run');
+  await page.getByTestId('step-once').click();
+  await waitStep(page, 1);
+  assert.match(await text(page, 'train-share-value'), /80 %/);
   await page.close();
 });

@@ -143,9 +143,14 @@ test('a NaN pauses training, names where it appeared, and reset recovers', async
   await page.getByTestId('learning-rate').fill('100');
   await page.getByTestId('learning-rate').press('Enter');
   await page.getByTestId('train-toggle').click();
-  await page.waitForFunction(() => /Training paused: first NaN\/Inf in layer \d+ during (forward|loss|backward|optimizer)/
+  await page.waitForFunction(() => /Training paused: first NaN\/Inf at step [\d,]+, in layer \d+ during (forward|loss|backward|optimizer)/
     .test(document.querySelector('[data-testid=alert]')?.textContent ?? ''), null, { timeout: 60_000 });
   assert.match(await page.getByTestId('train-toggle').textContent(), /Train/, 'training paused');
+  // The step named is the one the counter shows next (or shows, where the
+  // NaN came after the update was applied), not a position in a submit.
+  const failed = Number((await text(page, 'alert')).match(/at step ([\d,]+),/)[1].replace(/,/g, ''));
+  const shown = await stepCount(page);
+  assert.ok(failed === shown + 1 || failed === shown, `NaN at step ${failed}, the counter shows ${shown}`);
   await page.getByTestId('learning-rate').fill('0.1');
   await page.getByTestId('learning-rate').press('Enter');
   await page.getByTestId('reset').click();
@@ -423,15 +428,21 @@ test('automatic checkpoints survive a reload; synchronous ones stall the loop', 
   await page.waitForFunction(() => /synchronously: the loop stalled/.test(document.querySelector('[data-testid=checkpoint-status]').textContent));
   const syncStatus = await text(page, 'checkpoint-status');
   assert.match(syncStatus, /IndexedDB/, syncStatus);
-  const stalled = Number(syncStatus.match(/stalled ([\d.]+) ms/)[1]);
+  // Durations are written for people (µs, ms or s by size): read them back in ms.
+  const duration = (status, before) => {
+    const m = status.match(new RegExp(`${before} ([\\d.,]+) (µs|ms|s)\\b`));
+    assert.ok(m, `${before}: ${status}`);
+    return Number(m[1].replace(/,/g, '')) * { 'µs': 1e-3, ms: 1, s: 1e3 }[m[2]];
+  };
+  const stalled = duration(syncStatus, 'stalled');
   assert.ok(await number(page, 'phase-ms-checkpoint') > 0, 'the stall is in the timeline');
   // In the background the loop only queues the copies.
   await page.getByTestId('checkpoint-background').check();
   await trainUntil(page, (await stepCount(page)) + 40);
   await page.waitForFunction(() => /in the background/.test(document.querySelector('[data-testid=checkpoint-status]').textContent));
   const bgStatus = await text(page, 'checkpoint-status');
-  const waited = Number(bgStatus.match(/the loop waited ([\d.]+) ms/)[1]);
-  const total = Number(bgStatus.match(/took ([\d.]+) ms beside/)[1]);
+  const waited = duration(bgStatus, 'the loop waited');
+  const total = duration(bgStatus, 'took');
   assert.ok(waited < stalled, `background wait ${waited} ms vs synchronous stall ${stalled} ms`);
   assert.ok(waited <= total, bgStatus);
   t.diagnostic(`checkpoint: synchronous stall ${stalled} ms; background loop wait ${waited} ms (readback, serialization and storage ${total} ms beside training)`);

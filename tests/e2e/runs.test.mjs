@@ -24,13 +24,15 @@ async function startRace(page, setting, values, steps) {
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=race-lane]').length >= 2);
 }
 
-test('runs are kept, and two of them compare with their differences listed', async () => {
-  const { page, errors } = await ctx.open(ctx.root + '?engine=cpu');
-  await trainUntil(page, 2000);
+// The comparison overlays what the page recorded, whichever engine trained.
+for (const [engine, url, trained] of [['cpu', () => ctx.root + '?engine=cpu', 2000], ['gpu', () => ctx.base, 100]]) {
+test(`runs are kept, and two of them compare with their differences listed (${engine})`, async () => {
+  const { page, errors } = await ctx.open(url());
+  await trainUntil(page, trained);
   await page.getByTestId('reset').click();
   await waitSteps(page, 0);
   await setField(page, 'learning-rate', 0.1);
-  await trainUntil(page, 2000);
+  await trainUntil(page, trained);
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 2);
   // The live entry is refreshed a few times a second: it catches up with the paused run.
   await page.waitForFunction(() => document.querySelector('[data-testid=run-entry].live [data-testid=run-steps]')?.dataset.value
@@ -38,7 +40,7 @@ test('runs are kept, and two of them compare with their differences listed', asy
   const labels = await entries(page).locator('b').allTextContents();
   assert.deepEqual(labels, ['Run 2 (training now)', 'Run 1']);
   const steps = await entries(page).locator('[data-testid=run-steps]').evaluateAll((els) => els.map((e) => Number(e.dataset.value)));
-  assert.ok(steps.every((s) => s >= 2000), `both runs trained: ${steps}`);
+  assert.ok(steps.every((s) => s >= trained), `both runs trained: ${steps}`);
   // Nothing compared yet.
   assert.equal(await linesDrawn(page, 'compare-loss'), 0);
   await entries(page).nth(1).getByTestId('run-select').check();
@@ -50,7 +52,7 @@ test('runs are kept, and two of them compare with their differences listed', asy
   for (const chart of ['compare-loss', 'compare-test-loss', 'compare-accuracy', 'compare-grad-norm']) {
     assert.equal(await linesDrawn(page, chart), 2, `${chart} overlays both runs`);
   }
-  await page.locator('section.runs').screenshot({ path: path.join(artifacts, 'compare-runs.png') });
+  await page.locator('section.runs').screenshot({ path: path.join(artifacts, `compare-runs-${engine}.png`) });
   // A bad race is refused with a message; nothing starts, the run stays.
   const before = await stepCount(page);
   await page.getByTestId('race-setting').selectOption('lr');
@@ -66,6 +68,7 @@ test('runs are kept, and two of them compare with their differences listed', asy
   assert.deepEqual(errors, []);
   await page.close();
 });
+}
 
 test('kept runs survive a reload, until forgotten', async () => {
   const { page, errors } = await ctx.open(ctx.root + '?engine=cpu');

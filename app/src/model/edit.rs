@@ -148,7 +148,9 @@ pub fn experiment_for_csv(base: &Experiment, text: &str) -> Result<Experiment, S
         source: DataSource::Csv,
         samples: None,
         noise: None,
-        train_fraction: None,
+        // Split like the built-in data: half trains, half tests (the
+        // training-share control changes it; 100 % trains on every row).
+        train_fraction: Some(0.5),
         features: None,
         shuffle: true,
     };

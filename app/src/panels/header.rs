@@ -2,9 +2,9 @@
 
 use leptos::prelude::*;
 
+use super::theme::ThemeToggle;
 use crate::model::runner::{BackendInfo, Pin};
 use crate::model::words::{fallback_summary, friendly_adapter, thousands};
-use super::theme::ThemeToggle;
 use crate::state::AppState;
 
 #[component]

@@ -76,7 +76,7 @@ pub fn RacePanel() -> impl IntoView {
             <p class="note">
                 "Runs of this experiment from the same seed and initial weights, differing in one setting, trained side by side on this page's engine."
             </p>
-            <div class="race-form" style="display:flex;flex-wrap:wrap;gap:0.5rem 1rem;align-items:end">
+            <div class="race-form">
                 <label class="field">
                     <span>"Setting"</span>
                     <select data-testid="race-setting" prop:value=move || setting.get() on:change=on_setting>
@@ -122,7 +122,7 @@ pub fn RacePanel() -> impl IntoView {
                     }/>
                 </tbody>
             </table>
-            <div class="race-charts" style="display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:0.75rem">
+            <div class="race-charts">
                 <LineChart testid="race-loss" title="Loss (each step's batch)" unit="loss" empty="Start a race"
                     series=series(|l| to_f64(&l.step_loss)) log_switch=true smoothing=0.6/>
                 <LineChart testid="race-test-loss" title="Test loss" unit="loss" empty="Start a race"

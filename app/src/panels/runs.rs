@@ -71,7 +71,7 @@ pub fn RunsPanel() -> impl IntoView {
         let label = if r.live { format!("{} (training now)", r.label) } else { r.label.clone() };
         view! {
             <li data-testid="run-entry" data-run-id=id.to_string() class:live=r.live
-                style="display:flex;flex-wrap:wrap;gap:0.2rem 0.9rem;align-items:baseline;padding:0.25rem 0">
+               >
                 <label class="run-name">
                     <input type="checkbox" data-testid="run-select" prop:checked=checked on:change=on_check/>
                     <b>{label}</b>
@@ -93,7 +93,7 @@ pub fn RunsPanel() -> impl IntoView {
         <section class="panel runs" aria-label="Runs">
             <h2>"Runs"</h2>
             <p class="note">"Every run in this browser, kept across reloads (at most 50). Choose two or more to compare them."</p>
-            <ul class="runs-list" data-testid="runs-list" style="list-style:none;padding:0;margin:0.5rem 0">
+            <ul class="runs-list" data-testid="runs-list">
                 <For each=move || rows.get() key=|r| format!("{r:?}") children=entry/>
             </ul>
             <button data-testid="runs-clear" on:click=move |_| runs.forget(state.run.notice)
@@ -146,7 +146,7 @@ fn Compare(runs: RunsState) -> impl IntoView {
             <Show when=enough fallback=|| view! { <p class="note">"Choose two or more runs above to overlay their curves."</p> }>
                 <ul class="compare-diff" data-testid="compare-diff">{differences}</ul>
             </Show>
-            <div class="compare-charts" style="display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:0.75rem">
+            <div class="compare-charts">
                 <LineChart testid="compare-loss" title="Train loss" unit="loss" empty="Choose two or more runs"
                     series=series(|c| &c.train_loss, 1.0) log_switch=true/>
                 <LineChart testid="compare-test-loss" title="Test loss" unit="loss" empty="Choose two or more runs"

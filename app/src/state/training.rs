@@ -17,8 +17,8 @@ use crate::model::host::protocol::Start;
 use crate::model::host::Host;
 use crate::model::runner::{next_frame, Command, FramePlan, FrameReport};
 use crate::model::spikes::{Verdict, SMOOTH, WINDOW};
-use crate::model::words::{count, value};
 use crate::model::url;
+use crate::model::words::{count, value};
 
 /// Device re-creations allowed within a minute before the page stops trying.
 const MAX_RECOVERIES: usize = 2;

@@ -172,7 +172,14 @@ fn plot_points(e: &Experiment, data: &Dataset) -> Vec<PlotPoint> {
     // -1 / +1 (or the regression value).
     let value = |label: f64| if regression || multiclass { label as f32 } else { 2.0 * label as f32 - 1.0 };
     if e.data.source != DataSource::Csv {
-        let point = |test: bool| move |p: &stepscope_core::data::Point| PlotPoint { x1: p.x1 as f32, x2: p.x2 as f32, value: value(p.label), test };
+        let point = |test: bool| {
+            move |p: &stepscope_core::data::Point| PlotPoint {
+                x1: p.x1 as f32,
+                x2: p.x2 as f32,
+                value: value(p.label),
+                test,
+            }
+        };
         let train = data.train_points.iter().map(point(false));
         let test = data.test_points.iter().map(point(true));
         return train.chain(test).collect();
