@@ -146,7 +146,8 @@ fn Compare(runs: RunsState) -> impl IntoView {
             <Show when=enough fallback=|| view! { <p class="note">"Choose two or more runs above to overlay their curves."</p> }>
                 <ul class="compare-diff" data-testid="compare-diff">{differences}</ul>
             </Show>
-            <div class="compare-charts">
+            // Drawn once two runs are chosen (no four empty frames before).
+            <div class="compare-charts" hidden=move || !enough()>
                 <LineChart testid="compare-loss" title="Train loss" unit="loss" empty="Choose two or more runs"
                     series=series(|c| &c.train_loss, 1.0) log_switch=true/>
                 <LineChart testid="compare-test-loss" title="Test loss" unit="loss" empty="Choose two or more runs"
