@@ -3,59 +3,18 @@
 //! (the records as MessagePack). A database of its own: Reset forgets the
 //! autosaved run by clearing that store, and must not forget the runs.
 
-use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
-use wasm_bindgen_futures::JsFuture;
-use web_sys::{IdbDatabase, IdbOpenDbRequest, IdbRequest, IdbTransactionMode};
+use web_sys::{IdbDatabase, IdbTransactionMode};
 
 use super::runs::RunRecord;
+use super::store::{describe, done, open_database};
 
 const DB: &str = "stepscope-runs";
 const STORE: &str = "runs";
 const KEY: &str = "list";
 
-fn describe(err: JsValue) -> String {
-    err.dyn_ref::<js_sys::Error>()
-        .map(|e| String::from(e.message()))
-        .or_else(|| err.as_string())
-        .unwrap_or_else(|| "IndexedDB refused the request".into())
-}
-
-/// Resolves with the request's result once it succeeds.
-async fn done(request: &IdbRequest) -> Result<JsValue, String> {
-    let promise = js_sys::Promise::new(&mut |resolve, reject| {
-        request.set_onsuccess(Some(&resolve));
-        request.set_onerror(Some(&reject));
-    });
-    JsFuture::from(promise).await.map_err(|_| match request.error() {
-        Ok(Some(e)) => format!("IndexedDB: {}", e.message()),
-        _ => "IndexedDB refused the request".into(),
-    })?;
-    request.result().map_err(describe)
-}
-
 async fn open() -> Result<IdbDatabase, String> {
-    let factory = web_sys::window()
-        .ok_or("no window")?
-        .indexed_db()
-        .map_err(describe)?
-        .ok_or("this browser has no IndexedDB (private mode?)")?;
-    let request: IdbOpenDbRequest = factory.open_with_u32(DB, 1).map_err(describe)?;
-    let upgrade = Closure::<dyn FnMut(web_sys::Event)>::new(move |ev: web_sys::Event| {
-        let db = ev
-            .target()
-            .and_then(|t| t.dyn_into::<IdbOpenDbRequest>().ok())
-            .and_then(|r| r.result().ok())
-            .and_then(|r| r.dyn_into::<IdbDatabase>().ok());
-        if let Some(db) = db {
-            let _ = db.create_object_store(STORE);
-        }
-    });
-    request.set_onupgradeneeded(Some(upgrade.as_ref().unchecked_ref()));
-    let db = done(&request).await;
-    request.set_onupgradeneeded(None);
-    drop(upgrade);
-    db?.dyn_into::<IdbDatabase>().map_err(|_| "IndexedDB returned no database".into())
+    open_database(DB, STORE).await
 }
 
 /// Stores `runs` in place of what was stored.

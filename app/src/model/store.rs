@@ -9,7 +9,7 @@ use web_sys::{IdbDatabase, IdbOpenDbRequest, IdbRequest, IdbTransaction, IdbTran
 const DB: &str = "stepscope";
 const STORE: &str = "autosave";
 
-fn describe(err: JsValue) -> String {
+pub(crate) fn describe(err: JsValue) -> String {
     err.dyn_ref::<js_sys::Error>()
         .map(|e| String::from(e.message()))
         .or_else(|| err.as_string())
@@ -17,7 +17,7 @@ fn describe(err: JsValue) -> String {
 }
 
 /// Resolves with the request's result once it succeeds.
-async fn done(request: &IdbRequest) -> Result<JsValue, String> {
+pub(crate) async fn done(request: &IdbRequest) -> Result<JsValue, String> {
     let promise = js_sys::Promise::new(&mut |resolve, reject| {
         request.set_onsuccess(Some(&resolve));
         request.set_onerror(Some(&reject));
@@ -43,6 +43,13 @@ fn committed(tx: &IdbTransaction) -> JsFuture {
 }
 
 async fn open() -> Result<IdbDatabase, String> {
+    open_database(DB, STORE).await
+}
+
+/// Opens database `name` (version 1), creating its one object store
+/// `store` on first use; from the page's window or the training worker's
+/// global scope.
+pub(crate) async fn open_database(name: &str, store: &'static str) -> Result<IdbDatabase, String> {
     // The page's window, or the training worker's global scope.
     let global = js_sys::global();
     let factory = match global.dyn_ref::<web_sys::Window>() {
@@ -51,7 +58,7 @@ async fn open() -> Result<IdbDatabase, String> {
     }
     .map_err(describe)?
     .ok_or("this browser has no IndexedDB (private mode?)")?;
-    let request: IdbOpenDbRequest = factory.open_with_u32(DB, 1).map_err(describe)?;
+    let request: IdbOpenDbRequest = factory.open_with_u32(name, 1).map_err(describe)?;
     let upgrade = Closure::<dyn FnMut(web_sys::Event)>::new(move |ev: web_sys::Event| {
         let db = ev
             .target()
@@ -59,7 +66,7 @@ async fn open() -> Result<IdbDatabase, String> {
             .and_then(|r| r.result().ok())
             .and_then(|r| r.dyn_into::<IdbDatabase>().ok());
         if let Some(db) = db {
-            let _ = db.create_object_store(STORE);
+            let _ = db.create_object_store(store);
         }
     });
     request.set_onupgradeneeded(Some(upgrade.as_ref().unchecked_ref()));
