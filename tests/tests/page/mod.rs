@@ -59,6 +59,9 @@ impl Page {
     /// As `mount`, with `query` (e.g. "?backend=cpu") in the URL while the
     /// App starts; the URL is changed in place, without navigating.
     pub async fn mount_with_query(query: &str) -> Page {
+        // Each page opens as on a first visit: a run an earlier test left
+        // autosaved in this browser's IndexedDB would be restored instead.
+        stepscope_app::model::checkpoints::clear_autosave().await.expect("forget the autosaved run");
         let location = window().location();
         let path = location.pathname().expect("a path");
         let history = window().history().expect("a history");
