@@ -469,19 +469,21 @@ test('automatic checkpoints survive a reload; synchronous ones stall the loop', 
 });
 
 test('a healthy run never pauses on its own; a loss spike warns, and pauses only when asked', async () => {
-  // The default experiment trains on the CPU engine for 15 s: whatever the
+  // The default experiment trains for 15 s on each engine: whatever the
   // detector makes of AdamW's noise, the run goes on.
-  const { page: healthy } = await open(`${ctx.root}?engine=cpu`);
-  assert.equal(await healthy.getByTestId('pause-on-spike').isChecked(), false, 'pausing is opt-in');
-  await healthy.getByTestId('train-toggle').click();
-  const started = await stepCount(healthy);
-  await healthy.waitForTimeout(15_000);
-  assert.match(await text(healthy, 'train-toggle'), /Pause/, 'still training');
-  assert.ok(await stepCount(healthy) > started, 'steps went on');
-  assert.equal(await healthy.locator('[data-testid=alert]').count(), 0);
-  const warned = await healthy.locator('[data-testid=spike-warning]').count();
-  console.log(`healthy default run: ${await stepCount(healthy)} steps in 15 s on the CPU engine, spike warning shown: ${warned > 0}`);
-  await healthy.close();
+  for (const [engine, url] of [['CPU', `${ctx.root}?engine=cpu`], ['WebGPU', `${ctx.root}?engine=gpu`]]) {
+    const { page: healthy } = await open(url);
+    assert.equal(await healthy.getByTestId('pause-on-spike').isChecked(), false, 'pausing is opt-in');
+    await healthy.getByTestId('train-toggle').click();
+    const started = await stepCount(healthy);
+    await healthy.waitForTimeout(15_000);
+    assert.match(await text(healthy, 'train-toggle'), /Pause/, `${engine}: still training`);
+    assert.ok(await stepCount(healthy) > started, `${engine}: steps went on`);
+    assert.equal(await healthy.locator('[data-testid=alert]').count(), 0, `${engine}: no alert`);
+    const warned = await healthy.locator('[data-testid=spike-warning]').count();
+    console.log(`healthy default run: ${await stepCount(healthy)} steps in 15 s on the ${engine} engine (${await text(healthy, 'backend-name')}), spike warning shown: ${warned > 0}`);
+    await healthy.close();
+  }
 
   // A real blow-up, SGD at lr 3 (no pause asked): a warning, and training goes on.
   const { page: warn } = await open(`${ctx.root}?engine=cpu`);

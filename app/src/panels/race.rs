@@ -102,7 +102,8 @@ pub fn RacePanel() -> impl IntoView {
                 <button data-testid="race-end" on:click=on_end prop:disabled=move || !under_way()>"End race"</button>
             </div>
             <p class="race-status" data-testid="race-status">{status}</p>
-            <table class="race-lanes" data-testid="race-view">
+            // The lanes and their curves, once a race has started.
+            <table class="race-lanes" data-testid="race-view" hidden=move || race.with(|r| r.is_none())>
                 <thead><tr><th>"run"</th><th>"steps"</th><th>"last step loss"</th><th>"train / test loss"</th><th>"accuracy"</th></tr></thead>
                 <tbody>
                     <For each=lanes key=|l| (l.label.clone(), l.step, l.done, l.train.map(|t| t.loss.to_bits())) children=move |lane: LaneView| {
@@ -122,7 +123,7 @@ pub fn RacePanel() -> impl IntoView {
                     }/>
                 </tbody>
             </table>
-            <div class="race-charts">
+            <div class="race-charts" hidden=move || race.with(|r| r.is_none())>
                 <LineChart testid="race-loss" title="Loss (each step's batch)" unit="loss" empty="Start a race"
                     series=series(|l| to_f64(&l.step_loss)) log_switch=true smoothing=0.6/>
                 <LineChart testid="race-test-loss" title="Test loss" unit="loss" empty="Start a race"
