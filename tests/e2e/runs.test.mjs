@@ -29,6 +29,12 @@ for (const [engine, url, trained] of [['cpu', () => ctx.root + '?engine=cpu', 20
 test(`runs are kept, and two of them compare with their differences listed (${engine})`, async () => {
   const { page, errors } = await ctx.open(url());
   await trainUntil(page, trained);
+  // Paused, the live entry catches up with the run's last steps (the frame
+  // in flight at Pause lands first); Reset then keeps it as it ended.
+  await page.waitForTimeout(500);
+  await page.waitForFunction(() => document.querySelector('[data-testid=run-entry].live [data-testid=run-steps]')?.dataset.value
+    === document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, ''));
+  const first = await stepCount(page);
   await page.getByTestId('reset').click();
   await waitSteps(page, 0);
   await setField(page, 'learning-rate', 0.1);
@@ -41,6 +47,7 @@ test(`runs are kept, and two of them compare with their differences listed (${en
   assert.deepEqual(labels, ['Run 2 (training now)', 'Run 1']);
   const steps = await entries(page).locator('[data-testid=run-steps]').evaluateAll((els) => els.map((e) => Number(e.dataset.value)));
   assert.ok(steps.every((s) => s >= trained), `both runs trained: ${steps}`);
+  assert.equal(steps[1], first, 'the first run is kept with the steps it ended at');
   // Nothing compared yet.
   assert.equal(await linesDrawn(page, 'compare-loss'), 0);
   await entries(page).nth(1).getByTestId('run-select').check();

@@ -191,7 +191,12 @@ impl AppState {
             runs.live.set(Some(self.live_record(id, status)));
         } else {
             self.record_accuracy(status.step);
-            if runs.refreshed_at.get_value().is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= LIVE_REFRESH_MS) {
+            let due = runs.refreshed_at.get_value().is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= LIVE_REFRESH_MS);
+            // Once paused, the record catches up with the run's last steps
+            // at once: a Reset right after Pause keeps the run as it ended,
+            // not as last refreshed while it trained.
+            let behind = runs.live.with_untracked(|r| r.as_ref().is_some_and(|r| r.steps != status.step));
+            if due || (behind && !self.run.running.get_untracked()) {
                 self.refresh_live(status);
             }
         }
