@@ -19,7 +19,7 @@ struct Params {
     units: u32,
     weight_offset: u32,
     layer: u32,
-    _pad0: u32,
+    bias_offset: u32, // read by dense_backward_weight_blocked only
     _pad1: u32,
     _pad2: u32,
 }

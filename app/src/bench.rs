@@ -10,6 +10,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use js_sys::{Array, Float32Array, Object, Reflect};
+use stepscope_core::gpu::matmul::{LayerMatmuls, MatmulVariant};
 use stepscope_core::gpu::{probe, GpuContext};
 use stepscope_core::workloads::workload;
 use stepscope_core::Trainer;
@@ -65,9 +66,12 @@ pub fn stepscope_bench_workload(name: &str) -> Result<JsValue, JsValue> {
 }
 
 /// Trains workload `name` on `engine` ("cpu", "gpu-k1", "gpu-kmax",
-/// "gpu-fused") for about `seconds` after a warm-up step, and returns
-/// {steps_per_second, steps, k, dispatches_per_step, adapter}, or null
-/// where the fused step does not apply.
+/// "gpu-fused", or "gpu-tiled": K = max on the tiled matmuls alone, the
+/// kernels before per-layer variants) for about `seconds` after a warm-up
+/// step, and returns {steps_per_second, steps, k, dispatches_per_step,
+/// matmuls, adapter}, or null where the fused step does not apply. The
+/// other GPU sides run the matmul variants measured faster on this
+/// adapter (`gpu::matmul`), as the page does.
 #[wasm_bindgen]
 pub async fn stepscope_bench(name: String, engine: String, seconds: f64) -> Result<JsValue, JsValue> {
     let w = workload(&name).ok_or_else(|| js_err(format!("no workload {name}")))?;
@@ -87,7 +91,15 @@ pub async fn stepscope_bench(name: String, engine: String, seconds: f64) -> Resu
         if g.use_fused && !g.runs_fused() {
             return Ok(JsValue::NULL);
         }
+        if engine == "gpu-tiled" {
+            // Explicitly: a new engine starts on the variants measured
+            // earlier for its shape.
+            g.set_matmuls(vec![LayerMatmuls::all(MatmulVariant::Tiled); g.matmuls().len()]).map_err(js_err)?;
+        } else {
+            g.choose_matmuls().await.map_err(js_err)?;
+        }
         set(&out, "dispatches_per_step", g.dispatches_per_step() as u32);
+        set(&out, "matmuls", matmul_summary(g.matmuls()));
     }
     trainer.run(1, 1).await.map_err(js_err)?;
     // GPU: the largest K, but a submit of at most about 2 s (one step of
@@ -113,10 +125,27 @@ pub async fn stepscope_bench(name: String, engine: String, seconds: f64) -> Resu
     Ok(out.into())
 }
 
-/// The adapter's FMA peak (`shaders/fma_peak.wgsl`) and the forward
-/// kernel's GFLOP/s at each layer shape of workload `name`, each measured
+/// The matmul variants of each layer, e.g. "B-B BTB": per layer its
+/// forward, input gradient ("-" for the first layer, which has none) and
+/// weight gradient, T tiled and B blocked.
+fn matmul_summary(matmuls: &[LayerMatmuls]) -> String {
+    let letter = |v: MatmulVariant| if v == MatmulVariant::Blocked { "B" } else { "T" };
+    matmuls
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let input = if i == 0 { "-" } else { letter(l.backward_input) };
+            format!("{}{input}{}", letter(l.forward), letter(l.backward_weight))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The adapter's FMA peak (`shaders/fma_peak.wgsl`) and both forward
+/// kernels' GFLOP/s at each layer shape of workload `name`, each measured
 /// for about `seconds` (`stepscope_core::gpu::probe`, as `stepscope bench`):
-/// {adapter, fma_gflops, layers: [{batch, inputs, units, gflops}]}.
+/// {adapter, fma_gflops, layers: [{batch, inputs, units, gflops_tiled,
+/// gflops_blocked}]}.
 #[wasm_bindgen]
 pub async fn stepscope_bench_probe(name: String, seconds: f64) -> Result<JsValue, JsValue> {
     let w = workload(&name).ok_or_else(|| js_err(format!("no workload {name}")))?;
@@ -127,12 +156,14 @@ pub async fn stepscope_bench_probe(name: String, seconds: f64) -> Result<JsValue
     set(&out, "fma_gflops", fma);
     let layers = Array::new();
     for pair in w.widths.windows(2) {
-        let gflops = probe::matmul_gflops(&ctx, w.batch, pair[0], pair[1], seconds).await.map_err(js_err)?;
         let layer = Object::new();
+        for v in MatmulVariant::ALL {
+            let gflops = probe::matmul_gflops(&ctx, v, w.batch, pair[0], pair[1], seconds).await.map_err(js_err)?;
+            set(&layer, &format!("gflops_{}", v.name()), gflops);
+        }
         set(&layer, "batch", w.batch as u32);
         set(&layer, "inputs", pair[0] as u32);
         set(&layer, "units", pair[1] as u32);
-        set(&layer, "gflops", gflops);
         layers.push(&layer);
     }
     set(&out, "layers", layers);

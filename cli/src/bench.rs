@@ -20,6 +20,7 @@ use std::sync::Arc;
 use web_time::Instant;
 
 use stepscope_core::data::Dataset;
+use stepscope_core::gpu::matmul::MatmulVariant;
 use stepscope_core::gpu::{probe, GpuContext};
 use stepscope_core::trainer::block_on;
 use stepscope_core::{Experiment, Trainer};
@@ -84,14 +85,18 @@ fn matmul_section(ctx: &GpuContext, line: &mut impl FnMut(String)) -> Result<(),
     line(String::new());
     line(format!("FMA probe peak: {peak:.1} GFLOP/s"));
     line(String::new());
-    line("| shape (B × I → O) | GFLOP/s | share of probe peak |".into());
-    line("|---|---|---|".into());
+    line("| shape (B × I → O) | tiled GFLOP/s | share of probe peak | blocked GFLOP/s | share of probe peak |".into());
+    line("|---|---|---|---|---|".into());
     // Square sizes, then the layers of W2 and W3 (stepscope_core::workloads).
     let shapes =
         [(256, 256, 256), (1024, 1024, 1024), (2048, 2048, 2048), (256, 64, 256), (1024, 784, 512), (1024, 512, 512)];
     for (b, i, o) in shapes {
-        let gflops = pollster::block_on(probe::matmul_gflops(ctx, b, i, o, TARGET_S)).map_err(gpu_err)?;
-        line(format!("| {b} × {i} → {o} | {gflops:.2} | {:.1} % |", 100.0 * gflops / peak));
+        let mut cells = String::new();
+        for v in MatmulVariant::ALL {
+            let gflops = pollster::block_on(probe::matmul_gflops(ctx, v, b, i, o, TARGET_S)).map_err(gpu_err)?;
+            cells.push_str(&format!(" {gflops:.2} | {:.1} % |", 100.0 * gflops / peak));
+        }
+        line(format!("| {b} × {i} → {o} |{cells}"));
     }
     line(String::new());
     Ok(())
@@ -173,8 +178,14 @@ fn synthetic(widths: &[usize], batch: usize) -> (Experiment, Dataset) {
 }
 
 /// A fresh run of `e` on the GPU, driven as the page and the CLI drive it.
+/// A GPU trainer on the matmul variants measured faster on this adapter
+/// (`gpu::matmul`), as the page runs.
 pub fn gpu_trainer(ctx: &Arc<GpuContext>, e: &Experiment, data: &Dataset) -> Result<Trainer, Failure> {
-    Ok(Trainer::fresh(e, data.clone(), Some(ctx.clone()))?)
+    let mut trainer = Trainer::fresh(e, data.clone(), Some(ctx.clone()))?;
+    if let Some(g) = trainer.gpu_engine() {
+        block_on(g.choose_matmuls())?;
+    }
+    Ok(trainer)
 }
 
 fn cpu_steps_per_second(e: &Experiment, data: &Dataset, checkpointing: bool) -> Result<f64, Failure> {

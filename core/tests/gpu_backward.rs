@@ -15,6 +15,7 @@ use bytemuck::Pod;
 use gpu_common::{flags, flags_at_step, random, run, sum_tolerance, BATCHES, SIZES};
 use stepscope_core::experiment::{Activation, Loss};
 use stepscope_core::gpu::harness::{f32_bytes, to_f32, to_u32, Arg};
+use stepscope_core::gpu::matmul::{Matmul, MatmulVariant};
 use stepscope_core::gpu::params::*;
 use stepscope_core::gpu::Kernel;
 use stepscope_core::model::{activation_backward, activation_forward, dense_backward};
@@ -259,23 +260,38 @@ async fn dense_backward_input_matches_cpu() {
             weight_offset: offset as u32,
         };
         let dx = f32_bytes(&vec![f32::NAN; batch * inputs]);
-        let grid = [inputs.div_ceil(64) as u32, batch.div_ceil(64) as u32, 1];
-        let gpu = to_f32(&launch(Kernel::DenseBackwardInput, &[&dx], &[&dz, &params], &p, grid).await[0]);
-        check(&format!("I={inputs} O={units} B={batch} dx"), &gpu, &cpu, |k| {
-            let (b, i) = (k / inputs, k % inputs);
-            sum_tolerance(units, (0..units).map(|o| (dz[b * units + o] * w[o * inputs + i]).abs()).sum())
-        });
+        let mut first: Option<Vec<f32>> = None;
+        for v in MatmulVariant::ALL {
+            let grid = Matmul::BackwardInput.grid(v, batch, inputs, units);
+            let gpu = to_f32(&launch(Matmul::BackwardInput.kernel(v), &[&dx], &[&dz, &params], &p, grid).await[0]);
+            check(&format!("{v:?} I={inputs} O={units} B={batch} dx"), &gpu, &cpu, |k| {
+                let (b, i) = (k / inputs, k % inputs);
+                sum_tolerance(units, (0..units).map(|o| (dz[b * units + o] * w[o * inputs + i]).abs()).sum())
+            });
+            match &first {
+                None => first = Some(gpu),
+                Some(tiled) => assert!(
+                    tiled.iter().zip(&gpu).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "I={inputs} O={units} B={batch}: the variants' dx differ in their bits"
+                ),
+            }
+        }
     }
 }
 gpu_common::twin_test!(dense_backward_input_matches_cpu);
 
+/// Runs one variant of the weight gradient; the bias of the layer is at
+/// `bias_offset` (only the blocked variant adds to it).
+#[allow(clippy::too_many_arguments)]
 async fn dense_backward_weight_gpu(
+    v: MatmulVariant,
     grads: &[f32],
     flags: &[u8],
     dz: &[f32],
     x: &[f32],
     shape: (usize, usize, usize),
     offset: usize,
+    bias_offset: usize,
     layer: u32,
 ) -> (Vec<f32>, u32) {
     let (inputs, units, batch) = shape;
@@ -285,39 +301,65 @@ async fn dense_backward_weight_gpu(
         units: units as u32,
         weight_offset: offset as u32,
         layer,
-        _pad: [0; 3],
+        bias_offset: bias_offset as u32,
+        _pad: [0; 2],
     };
-    let grid = [inputs.div_ceil(64) as u32, units.div_ceil(64) as u32, 1];
-    let out = launch(Kernel::DenseBackwardWeight, &[&f32_bytes(grads), flags], &[dz, x], &p, grid).await;
+    let grid = Matmul::BackwardWeight.grid(v, batch, inputs, units);
+    let out = launch(Matmul::BackwardWeight.kernel(v), &[&f32_bytes(grads), flags], &[dz, x], &p, grid).await;
     (to_f32(&out[0]), to_u32(&out[1])[0])
 }
 
 /// dense_backward_weight against the dweight part of model::dense_backward,
 /// accumulating into nonzero gradients of a layer at offset 5 of the flat
-/// buffer. The CPU adds the B products one by one onto g; the GPU sums
-/// them (fused) and adds the total to g: two orders of a sum of B + 1
-/// terms, so sum_tolerance(B + 1, |g| + Σ_b |dz·x|). Gradients outside
-/// the layer must not change.
+/// buffer, its bias right after. The CPU adds the B products one by one
+/// onto g; the GPU sums them (fused) and adds the total to g: two orders
+/// of a sum of B + 1 terms, so sum_tolerance(B + 1, |g| + Σ_b |dz·x|).
+/// The blocked variant also adds the bias gradient (against the dbias
+/// part, sum_tolerance(B + 1, |g| + Σ_b |dz|)); the tiled one leaves the
+/// bias to bias_backward. The two give the same bits for dW. Gradients
+/// outside the layer must not change.
 async fn dense_backward_weight_matches_cpu() {
     for (case, (inputs, units, batch)) in dense_cases().into_iter().enumerate() {
         let (offset, len) = (5, units * inputs);
+        let bias = offset + len;
         let dz = random(batch * units, case as u64, 1.0);
         let x = random(batch * inputs, case as u64 + 1000, 1.0);
-        let grads = random(offset + len + 3, case as u64 + 2000, 1.0);
+        let grads = random(bias + units + 3, case as u64 + 2000, 1.0);
         let mut cpu = grads.clone();
         let mut db = vec![0.0; units];
-        dense_backward(None, &mut cpu[offset..offset + len], &mut db, &dz, &x, &[], batch, inputs, units);
-        let (gpu, code) = dense_backward_weight_gpu(&grads, &flags(), &dz, &x, (inputs, units, batch), offset, 1).await;
-        let what = format!("I={inputs} O={units} B={batch} grads");
-        check(&what, &gpu, &cpu, |k| {
-            if !(offset..offset + len).contains(&k) {
-                return 0.0; // outside the layer: untouched
+        dense_backward(None, &mut cpu[offset..bias], &mut db, &dz, &x, &[], batch, inputs, units);
+        let mut first: Option<Vec<f32>> = None;
+        for v in MatmulVariant::ALL {
+            let mut cpu = cpu.clone();
+            if v == MatmulVariant::Blocked {
+                for o in 0..units {
+                    cpu[bias + o] += db[o];
+                }
             }
-            let (o, i) = ((k - offset) / inputs, (k - offset) % inputs);
-            let products: f32 = (0..batch).map(|b| (dz[b * units + o] * x[b * inputs + i]).abs()).sum();
-            sum_tolerance(batch + 1, grads[k].abs() + products)
-        });
-        assert_eq!(code, u32::MAX, "{what}: no non-finite value");
+            let shape = (inputs, units, batch);
+            let (gpu, code) = dense_backward_weight_gpu(v, &grads, &flags(), &dz, &x, shape, offset, bias, 1).await;
+            let what = format!("{v:?} I={inputs} O={units} B={batch} grads");
+            check(&what, &gpu, &cpu, |k| {
+                if (offset..bias).contains(&k) {
+                    let (o, i) = ((k - offset) / inputs, (k - offset) % inputs);
+                    let products: f32 = (0..batch).map(|b| (dz[b * units + o] * x[b * inputs + i]).abs()).sum();
+                    sum_tolerance(batch + 1, grads[k].abs() + products)
+                } else if v == MatmulVariant::Blocked && (bias..bias + units).contains(&k) {
+                    let o = k - bias;
+                    sum_tolerance(batch + 1, grads[k].abs() + (0..batch).map(|b| dz[b * units + o].abs()).sum::<f32>())
+                } else {
+                    0.0 // outside the layer (and, tiled, the bias): untouched
+                }
+            });
+            assert_eq!(code, u32::MAX, "{what}: no non-finite value");
+            match &first {
+                None => first = Some(gpu),
+                Some(tiled) => assert!(
+                    tiled[offset..bias].iter().zip(&gpu[offset..bias]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "I={inputs} O={units} B={batch}: the variants' dW differ in their bits"
+                ),
+            }
+        }
     }
 }
 gpu_common::twin_test!(dense_backward_weight_matches_cpu);
@@ -366,18 +408,24 @@ async fn bias_backward_matches_cpu() {
 gpu_common::twin_test!(bias_backward_matches_cpu);
 
 /// A NaN in dz makes gradients non-finite: phase 3, order 255 − layer, at
-/// the current step; only the affected unit's gradients are NaN.
+/// the current step; only the affected unit's gradients are NaN (in both
+/// variants of the weight gradient, and the bias of the blocked one).
 async fn backward_flags_non_finite_gradients() {
     let (batch, inputs, units) = (5, 3, 4);
     let mut dz = random(batch * units, 1, 1.0);
     dz[2 * units + 1] = f32::NAN;
     let x = random(batch * inputs, 2, 1.0);
     let grads = vec![0.0; 2 + units * inputs + units];
-    let (g, code) =
-        dense_backward_weight_gpu(&grads, &flags_at_step(6, 0), &dz, &x, (inputs, units, batch), 2, 2).await;
-    assert_eq!(code, (6 << 16) | (PHASE_BACKWARD << 8) | 253);
-    assert!(g[2 + inputs].is_nan() && g[2].is_finite(), "unit 1's row is NaN, unit 0's is not");
     let bias = 2 + units * inputs;
+    for v in MatmulVariant::ALL {
+        let shape = (inputs, units, batch);
+        let (g, code) = dense_backward_weight_gpu(v, &grads, &flags_at_step(6, 0), &dz, &x, shape, 2, bias, 2).await;
+        assert_eq!(code, (6 << 16) | (PHASE_BACKWARD << 8) | 253, "{v:?}");
+        assert!(g[2 + inputs].is_nan() && g[2].is_finite(), "{v:?}: unit 1's row is NaN, unit 0's is not");
+        if v == MatmulVariant::Blocked {
+            assert!(g[bias + 1].is_nan() && g[bias].is_finite(), "blocked: unit 1's bias is NaN, unit 0's is not");
+        }
+    }
     let (g, code) = bias_backward_gpu(&grads, &flags_at_step(4, 1), &dz, batch, bias, 3).await;
     assert_eq!(code, (4 << 16) | (PHASE_BACKWARD << 8) | 252);
     assert!(g[bias + 1].is_nan() && g[bias].is_finite(), "unit 1's bias is NaN, unit 0's is not");

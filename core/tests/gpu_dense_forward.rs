@@ -10,6 +10,7 @@ use crate::gpu_common;
 use gpu_common::{context, flags, random, BATCHES, SIZES};
 use stepscope_core::experiment::Activation;
 use stepscope_core::gpu::harness::{f32_bytes, run_kernel, to_f32, to_u32, Arg};
+use stepscope_core::gpu::matmul::{Matmul, MatmulVariant};
 use stepscope_core::gpu::params::*;
 use stepscope_core::gpu::Kernel;
 use stepscope_core::model::{activation_forward, dense_forward};
@@ -18,7 +19,8 @@ use stepscope_core::model::{activation_forward, dense_forward};
 /// the I products in different orders (and the GPU fuses multiply-adds),
 /// so each result may differ by up to 2·γ_I·(|b| + Σ|x_i·w_i|) with
 /// γ_I ≈ I·2⁻²⁴; the activation (Lipschitz < 1.2) and its own exp/tanh
-/// implementation add at most 1e-6 for these O(1) values.
+/// implementation add at most 1e-6 for these O(1) values. Both variants
+/// (tiled and blocked) run every case, and give the same bits.
 async fn dense_forward_matches_cpu() {
     let activations = [
         Activation::Linear,
@@ -59,43 +61,53 @@ async fn dense_forward_matches_cpu() {
                     _pad: 0,
                 };
                 let zeros = vec![0u8; 4 * batch * units];
-                let out = run_kernel(
-                    context().await,
-                    Kernel::DenseForward,
-                    &[
-                        Arg::Out(&zeros),
-                        Arg::Out(&zeros),
-                        Arg::In(&f32_bytes(&x)),
-                        Arg::In(&f32_bytes(&params)),
-                        Arg::Out(&flags()),
-                        Arg::Uniform(bytemuck::bytes_of(&p)),
-                    ],
-                    [units.div_ceil(64) as u32, batch.div_ceil(64) as u32, 1],
-                )
-                .await
-                .unwrap();
-                let (z_gpu, a_gpu) = (to_f32(&out[0]), to_f32(&out[1]));
-                for r in 0..batch {
-                    for o in 0..units {
-                        let mag: f32 = b[o].abs()
-                            + (0..inputs).map(|i| (x[r * inputs + i] * w[o * inputs + i]).abs()).sum::<f32>();
-                        let tol = 2.0 * inputs as f32 * f32::EPSILON / 2.0 * mag + 1e-6;
-                        let k = r * units + o;
-                        assert!(
-                            (z_gpu[k] - z_cpu[k]).abs() <= tol,
-                            "{act:?} I={inputs} O={units} B={batch} z[{r},{o}] {} vs {}",
-                            z_gpu[k],
-                            z_cpu[k]
-                        );
-                        assert!(
-                            (a_gpu[k] - a_cpu[k]).abs() <= 1.2 * tol + 1e-6,
-                            "{act:?} I={inputs} O={units} B={batch} a[{r},{o}] {} vs {}",
-                            a_gpu[k],
-                            a_cpu[k]
-                        );
+                let mut first: Option<Vec<Vec<u8>>> = None;
+                for v in MatmulVariant::ALL {
+                    let out = run_kernel(
+                        context().await,
+                        Matmul::Forward.kernel(v),
+                        &[
+                            Arg::Out(&zeros),
+                            Arg::Out(&zeros),
+                            Arg::In(&f32_bytes(&x)),
+                            Arg::In(&f32_bytes(&params)),
+                            Arg::Out(&flags()),
+                            Arg::Uniform(bytemuck::bytes_of(&p)),
+                        ],
+                        Matmul::Forward.grid(v, batch, inputs, units),
+                    )
+                    .await
+                    .unwrap();
+                    let (z_gpu, a_gpu) = (to_f32(&out[0]), to_f32(&out[1]));
+                    for r in 0..batch {
+                        for o in 0..units {
+                            let mag: f32 = b[o].abs()
+                                + (0..inputs).map(|i| (x[r * inputs + i] * w[o * inputs + i]).abs()).sum::<f32>();
+                            let tol = 2.0 * inputs as f32 * f32::EPSILON / 2.0 * mag + 1e-6;
+                            let k = r * units + o;
+                            assert!(
+                                (z_gpu[k] - z_cpu[k]).abs() <= tol,
+                                "{v:?} {act:?} I={inputs} O={units} B={batch} z[{r},{o}] {} vs {}",
+                                z_gpu[k],
+                                z_cpu[k]
+                            );
+                            assert!(
+                                (a_gpu[k] - a_cpu[k]).abs() <= 1.2 * tol + 1e-6,
+                                "{v:?} {act:?} I={inputs} O={units} B={batch} a[{r},{o}] {} vs {}",
+                                a_gpu[k],
+                                a_cpu[k]
+                            );
+                        }
+                    }
+                    assert_eq!(to_u32(&out[2])[0], u32::MAX, "no non-finite value");
+                    match &first {
+                        None => first = Some(out),
+                        Some(tiled) => assert!(
+                            tiled[0] == out[0] && tiled[1] == out[1],
+                            "{act:?} I={inputs} O={units} B={batch}: the variants' z and a differ in their bits"
+                        ),
                     }
                 }
-                assert_eq!(to_u32(&out[2])[0], u32::MAX, "no non-finite value");
             }
         }
     }

@@ -34,11 +34,14 @@ fn assert_size(kernel: Kernel, name: &str, rust_size: usize) {
 fn every_params_struct_has_its_rust_twins_size() {
     let cases: &[(Kernel, usize)] = &[
         (Kernel::DenseForward, size_of::<DenseForwardParams>()),
+        (Kernel::DenseForwardBlocked, size_of::<DenseForwardParams>()),
         (Kernel::LossForward, size_of::<LossForwardParams>()),
         (Kernel::LossBackward, size_of::<LossBackwardParams>()),
         (Kernel::ActivationBackward, size_of::<ActivationBackwardParams>()),
         (Kernel::DenseBackwardInput, size_of::<DenseBackwardInputParams>()),
+        (Kernel::DenseBackwardInputBlocked, size_of::<DenseBackwardInputParams>()),
         (Kernel::DenseBackwardWeight, size_of::<DenseBackwardWeightParams>()),
+        (Kernel::DenseBackwardWeightBlocked, size_of::<DenseBackwardWeightParams>()),
         (Kernel::BiasBackward, size_of::<BiasBackwardParams>()),
         (Kernel::GatherRows, size_of::<GatherRowsParams>()),
         (Kernel::Advance, size_of::<AdvanceParams>()),
@@ -118,4 +121,47 @@ fn the_fused_steps_structs_match_field_by_field() {
         ]
         .map(|o| o as u32)
     );
+}
+
+/// The two variants of each matmul share one `Params` twin: field by field.
+#[test]
+fn the_matmul_variants_share_their_params_field_by_field() {
+    let forward = [
+        ("batch", offset_of!(DenseForwardParams, batch)),
+        ("inputs", offset_of!(DenseForwardParams, inputs)),
+        ("units", offset_of!(DenseForwardParams, units)),
+        ("weight_offset", offset_of!(DenseForwardParams, weight_offset)),
+        ("bias_offset", offset_of!(DenseForwardParams, bias_offset)),
+        ("activation", offset_of!(DenseForwardParams, activation)),
+        ("layer", offset_of!(DenseForwardParams, layer)),
+    ];
+    let weight = [
+        ("batch", offset_of!(DenseBackwardWeightParams, batch)),
+        ("inputs", offset_of!(DenseBackwardWeightParams, inputs)),
+        ("units", offset_of!(DenseBackwardWeightParams, units)),
+        ("weight_offset", offset_of!(DenseBackwardWeightParams, weight_offset)),
+        ("layer", offset_of!(DenseBackwardWeightParams, layer)),
+        ("bias_offset", offset_of!(DenseBackwardWeightParams, bias_offset)),
+    ];
+    let input = [
+        ("batch", offset_of!(DenseBackwardInputParams, batch)),
+        ("inputs", offset_of!(DenseBackwardInputParams, inputs)),
+        ("units", offset_of!(DenseBackwardInputParams, units)),
+        ("weight_offset", offset_of!(DenseBackwardInputParams, weight_offset)),
+    ];
+    type Fields<'a> = &'a [(&'a str, usize)];
+    let cases: [(&[Kernel], Fields); 3] = [
+        (&[Kernel::DenseForward, Kernel::DenseForwardBlocked], &forward),
+        (&[Kernel::DenseBackwardWeight, Kernel::DenseBackwardWeightBlocked], &weight),
+        (&[Kernel::DenseBackwardInput, Kernel::DenseBackwardInputBlocked], &input),
+    ];
+    for (kernels, fields) in cases {
+        for &kernel in kernels {
+            let (members, _) = wgsl_struct(kernel, "Params");
+            for &(name, offset) in fields {
+                let found = members.iter().find(|(m, _)| m == name).map(|(_, o)| *o as usize);
+                assert_eq!(found, Some(offset), "{}: Params.{name}", kernel.name());
+            }
+        }
+    }
 }

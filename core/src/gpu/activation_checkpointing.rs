@@ -32,7 +32,15 @@ impl GpuEngine {
         let batch = self.experiment.batch_size;
         self.buffers.set_checkpointing(&self.ctx.device, &self.layout, batch, on);
         let target_width = self.data().train.target_width;
-        self.plan = Plan::new(&self.ctx, &self.buffers, &self.experiment, &self.layout, self.tensors(), target_width);
+        self.plan = Plan::new(
+            &self.ctx,
+            &self.buffers,
+            &self.experiment,
+            &self.layout,
+            self.tensors(),
+            target_width,
+            &self.matmuls,
+        );
         match pollster_free_pop(scope) {
             Some(err) => Err(err),
             None => Ok(()),

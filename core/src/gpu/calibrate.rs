@@ -15,6 +15,7 @@ use std::sync::Mutex;
 
 use web_time::Instant;
 
+use super::matmul::MatmulTiming;
 use super::GpuEngine;
 use crate::engine::{StepMetrics, TrainState};
 use crate::error::{Error, Result};
@@ -53,6 +54,9 @@ pub struct Calibration {
     /// Whether this came from the cache (measured earlier for this
     /// adapter and shape).
     pub cached: bool,
+    /// Both variants of each layer's matmuls, timed, and the one the
+    /// phased path runs (measured before the paths, which run with it).
+    pub matmuls: Vec<MatmulTiming>,
 }
 
 impl Calibration {
@@ -117,6 +121,7 @@ impl GpuEngine {
     /// path the first time for a shape; awaits the GPU without blocking
     /// on the web.
     pub async fn calibrate(&mut self) -> Result<Calibration> {
+        let matmuls = self.choose_matmuls().await?;
         let key = shape_key(&self.ctx.describe(), &self.experiment);
         let cached = CACHE.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(k, _)| *k == key).cloned();
         let calibration = match cached {
@@ -128,6 +133,7 @@ impl GpuEngine {
                 let state = TrainState::fresh(&self.experiment);
                 let mut probe = GpuEngine::from_state(self.ctx.clone(), state, self.data().clone())?;
                 probe.phase_timing = false;
+                probe.set_matmuls(self.matmuls.clone())?;
                 let phased = probe.submit_cost().await?;
                 let fused = if probe.fused_available() {
                     probe.use_fused = true;
@@ -140,7 +146,7 @@ impl GpuEngine {
                 } else {
                     self.max_steps_per_submit
                 };
-                let calibration = Calibration { phased, fused, max_steps, cached: false };
+                let calibration = Calibration { phased, fused, max_steps, cached: false, matmuls };
                 CACHE.lock().unwrap_or_else(|p| p.into_inner()).push((key, calibration.clone()));
                 calibration
             }

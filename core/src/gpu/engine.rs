@@ -15,6 +15,7 @@ use web_time::Instant;
 
 use super::buffers::{Buffers, MAX_STEPS_PER_SUBMIT};
 use super::fused::FusedStep;
+use super::matmul::{self, LayerMatmuls, MatmulTiming};
 use super::params::*;
 use super::passes::{pollster_free_pop, record_pass, PassKind};
 use super::plan::{Dispatch, Plan};
@@ -52,6 +53,9 @@ pub struct GpuEngine {
     pub(super) submitted_step: u64,
     pub(super) buffers: Buffers,
     pub(super) plan: Plan,
+    /// The variant of each layer's matmuls in `plan` (`gpu::matmul`):
+    /// those measured faster on this adapter, once measured.
+    pub(super) matmuls: Vec<LayerMatmuls>,
     pub(super) max_steps_per_submit: usize,
     pub(super) timestamps: Option<(wgpu::QuerySet, wgpu::Buffer)>,
     pub(super) in_flight: Vec<InFlight>,
@@ -105,7 +109,8 @@ impl GpuEngine {
         let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let buffers =
             Buffers::new(&ctx.device, &state, &layout, &tensors, &data.train, max_steps_per_submit * rows_per_step);
-        let plan = Plan::new(&ctx, &buffers, &experiment, &layout, &tensors, data.train.target_width);
+        let matmuls = matmul::cached_choice(&ctx, experiment.batch_size, &layout.layers);
+        let plan = Plan::new(&ctx, &buffers, &experiment, &layout, &tensors, data.train.target_width, &matmuls);
         let fused = FusedStep::new(&ctx, &buffers, &experiment, &layout, data.train.target_width);
         let timestamps = ctx.timestamps.then(|| {
             let query_set = ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
@@ -136,6 +141,7 @@ impl GpuEngine {
             batcher,
             buffers,
             plan,
+            matmuls,
             max_steps_per_submit,
             timestamps,
             in_flight: Vec::new(),
@@ -316,6 +322,45 @@ impl GpuEngine {
     }
 
     /// Whether submitted steps still await their readback.
+    /// The variant of each layer's matmuls the phased path runs.
+    pub fn matmuls(&self) -> &[LayerMatmuls] {
+        &self.matmuls
+    }
+
+    /// Runs the phased path with these matmul variants (one per layer).
+    /// Every variant gives the same run within the twin tolerances.
+    pub fn set_matmuls(&mut self, matmuls: Vec<LayerMatmuls>) -> Result<()> {
+        if matmuls.len() != self.layout.layers.len() {
+            return Err(Error::Gpu(format!(
+                "{} matmul choices for {} layers",
+                matmuls.len(),
+                self.layout.layers.len()
+            )));
+        }
+        if matmuls == self.matmuls {
+            return Ok(());
+        }
+        self.ctx.check()?;
+        let scope = self.ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let target_width = self.data.train.target_width;
+        self.plan =
+            Plan::new(&self.ctx, &self.buffers, &self.experiment, &self.layout, &self.tensors, target_width, &matmuls);
+        self.matmuls = matmuls;
+        match pollster_free_pop(scope) {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+
+    /// Times both variants of each layer's matmuls on this adapter (or
+    /// takes the figures measured before for these shapes) and runs the
+    /// faster of each.
+    pub async fn choose_matmuls(&mut self) -> Result<Vec<MatmulTiming>> {
+        let (choice, timings) = matmul::choose(&self.ctx, self.experiment.batch_size, &self.layout.layers).await?;
+        self.set_matmuls(choice)?;
+        Ok(timings)
+    }
+
     pub fn has_in_flight(&self) -> bool {
         !self.in_flight.is_empty()
     }

@@ -8,11 +8,14 @@ use crate::error::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
     DenseForward,
+    DenseForwardBlocked,
     LossForward,
     LossBackward,
     ActivationBackward,
     DenseBackwardInput,
+    DenseBackwardInputBlocked,
     DenseBackwardWeight,
+    DenseBackwardWeightBlocked,
     BiasBackward,
     GatherRows,
     Advance,
@@ -31,11 +34,14 @@ pub enum Kernel {
 impl Kernel {
     pub const ALL: &'static [Kernel] = &[
         Kernel::DenseForward,
+        Kernel::DenseForwardBlocked,
         Kernel::LossForward,
         Kernel::LossBackward,
         Kernel::ActivationBackward,
         Kernel::DenseBackwardInput,
+        Kernel::DenseBackwardInputBlocked,
         Kernel::DenseBackwardWeight,
+        Kernel::DenseBackwardWeightBlocked,
         Kernel::BiasBackward,
         Kernel::GatherRows,
         Kernel::Advance,
@@ -54,11 +60,14 @@ impl Kernel {
     pub fn name(self) -> &'static str {
         match self {
             Kernel::DenseForward => "dense_forward",
+            Kernel::DenseForwardBlocked => "dense_forward_blocked",
             Kernel::LossForward => "loss_forward",
             Kernel::LossBackward => "loss_backward",
             Kernel::ActivationBackward => "activation_backward",
             Kernel::DenseBackwardInput => "dense_backward_input",
             Kernel::DenseBackwardWeight => "dense_backward_weight",
+            Kernel::DenseBackwardWeightBlocked => "dense_backward_weight_blocked",
+            Kernel::DenseBackwardInputBlocked => "dense_backward_input_blocked",
             Kernel::BiasBackward => "bias_backward",
             Kernel::GatherRows => "gather_rows",
             Kernel::Advance => "advance",
@@ -78,11 +87,14 @@ impl Kernel {
     pub fn source(self) -> &'static str {
         match self {
             Kernel::DenseForward => include_str!("../../../shaders/dense_forward.wgsl"),
+            Kernel::DenseForwardBlocked => include_str!("../../../shaders/dense_forward_blocked.wgsl"),
             Kernel::LossForward => include_str!("../../../shaders/loss_forward.wgsl"),
             Kernel::LossBackward => include_str!("../../../shaders/loss_backward.wgsl"),
             Kernel::ActivationBackward => include_str!("../../../shaders/activation_backward.wgsl"),
             Kernel::DenseBackwardInput => include_str!("../../../shaders/dense_backward_input.wgsl"),
             Kernel::DenseBackwardWeight => include_str!("../../../shaders/dense_backward_weight.wgsl"),
+            Kernel::DenseBackwardWeightBlocked => include_str!("../../../shaders/dense_backward_weight_blocked.wgsl"),
+            Kernel::DenseBackwardInputBlocked => include_str!("../../../shaders/dense_backward_input_blocked.wgsl"),
             Kernel::BiasBackward => include_str!("../../../shaders/bias_backward.wgsl"),
             Kernel::GatherRows => include_str!("../../../shaders/gather_rows.wgsl"),
             Kernel::Advance => include_str!("../../../shaders/advance.wgsl"),

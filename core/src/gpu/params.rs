@@ -118,7 +118,10 @@ pub struct DenseBackwardWeightParams {
     pub units: u32,
     pub weight_offset: u32,
     pub layer: u32,
-    pub _pad: [u32; 3],
+    /// Read by `dense_backward_weight_blocked` only, which sums the bias
+    /// gradient in the same pass.
+    pub bias_offset: u32,
+    pub _pad: [u32; 2],
 }
 
 /// `shaders/bias_backward.wgsl`

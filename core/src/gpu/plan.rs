@@ -5,6 +5,7 @@
 use wgpu::util::DeviceExt;
 
 use super::buffers::Buffers;
+use super::matmul::{self, LayerMatmuls, MatmulVariant};
 use super::params::*;
 use super::{GpuContext, Kernel};
 use crate::experiment::{Experiment, OptimizerSpec, RegularizationKind};
@@ -22,7 +23,9 @@ pub struct Plan {
     pub data: Vec<Dispatch>,
     /// Per micro-batch: every layer forward, then the loss.
     pub forward: Vec<Dispatch>,
-    /// Per micro-batch: loss gradient, then every layer backward.
+    /// Per micro-batch: loss gradient, then every layer backward (the
+    /// bias gradient in its own dispatch only after a tiled weight
+    /// gradient).
     pub backward: Vec<Dispatch>,
     /// Once per step, after the last micro-batch's backward.
     pub regularize: Vec<Dispatch>,
@@ -86,6 +89,7 @@ impl Plan {
         layout: &Layout,
         tensors: &[TensorInfo],
         target_width: usize,
+        matmuls: &[LayerMatmuls],
     ) -> Plan {
         let batch = e.batch_size;
         let last = layout.layers.len() - 1;
@@ -116,24 +120,16 @@ impl Plan {
         // With checkpointing every layer writes its z into the one scratch.
         let z = |l: usize| if b.checkpointing { &b.z[0] } else { &b.z[l] };
         let forward_layer = |l: usize, flags: &wgpu::Buffer, label: &str| {
-            let shape = layout.layers[l];
             let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
-            dispatch(
+            matmul::forward(
                 ctx,
-                Kernel::DenseForward,
+                matmuls[l].forward,
                 &format!("{label} layer {l}"),
-                &[z(l), &b.a[l], x, &b.params, flags],
-                &DenseForwardParams {
-                    batch: u(batch),
-                    inputs: u(shape.inputs),
-                    units: u(shape.units),
-                    weight_offset: u(shape.weight_offset),
-                    bias_offset: u(shape.bias_offset),
-                    activation: activation_code(e.model.layers[l].activation),
-                    layer: u(l),
-                    _pad: 0,
-                },
-                [u(shape.units.div_ceil(64)), u(batch.div_ceil(64)), 1],
+                [z(l), &b.a[l], x, &b.params, flags],
+                batch,
+                &layout.layers[l],
+                activation_code(e.model.layers[l].activation),
+                l,
             )
         };
         let mut forward: Vec<Dispatch> =
@@ -192,47 +188,34 @@ impl Plan {
                 elementwise_grid(count),
             ));
             let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
-            backward.push(dispatch(
+            let weight = matmuls[l].backward_weight;
+            backward.push(matmul::backward_weight(
                 ctx,
-                Kernel::DenseBackwardWeight,
+                weight,
                 &format!("dense_backward_weight layer {l}"),
-                &[&b.grads, &b.flags, &b.grad_pre, x],
-                &DenseBackwardWeightParams {
-                    batch: u(batch),
-                    inputs: u(shape.inputs),
-                    units: u(shape.units),
-                    weight_offset: u(shape.weight_offset),
-                    layer: u(l),
-                    _pad: [0; 3],
-                },
-                [u(shape.inputs.div_ceil(64)), u(shape.units.div_ceil(64)), 1],
+                [&b.grads, &b.flags, &b.grad_pre, x],
+                batch,
+                shape,
+                l,
             ));
-            backward.push(dispatch(
-                ctx,
-                Kernel::BiasBackward,
-                &format!("bias_backward layer {l}"),
-                &[&b.grads, &b.flags, &b.grad_pre],
-                &BiasBackwardParams {
-                    batch: u(batch),
-                    units: u(shape.units),
-                    bias_offset: u(shape.bias_offset),
-                    layer: u(l),
-                },
-                [u(shape.units), 1, 1],
-            ));
-            if l > 0 {
-                backward.push(dispatch(
+            if weight == MatmulVariant::Tiled {
+                backward.push(matmul::bias_backward(
                     ctx,
-                    Kernel::DenseBackwardInput,
+                    &format!("bias_backward layer {l}"),
+                    [&b.grads, &b.flags, &b.grad_pre],
+                    batch,
+                    shape,
+                    l,
+                ));
+            }
+            if l > 0 {
+                backward.push(matmul::backward_input(
+                    ctx,
+                    matmuls[l].backward_input,
                     &format!("dense_backward_input layer {l}"),
-                    &[&b.grad_out[l - 1], &b.grad_pre, &b.params],
-                    &DenseBackwardInputParams {
-                        batch: u(batch),
-                        inputs: u(shape.inputs),
-                        units: u(shape.units),
-                        weight_offset: u(shape.weight_offset),
-                    },
-                    [u(shape.inputs.div_ceil(64)), u(batch.div_ceil(64)), 1],
+                    [&b.grad_out[l - 1], &b.grad_pre, &b.params],
+                    batch,
+                    shape,
                 ));
             }
         }

@@ -1,5 +1,5 @@
 //! Throughput probes: the adapter's FMA peak (`shaders/fma_peak.wgsl`) and
-//! the forward matmul (`shaders/dense_forward.wgsl`) at a given shape, in
+//! the forward matmul (`shaders/dense_forward.wgsl` or its blocked variant) at a given shape, in
 //! GFLOP/s. `stepscope bench` and the browser benchmark call the same
 //! functions, so "share of the FMA probe" means one thing everywhere.
 //!
@@ -12,10 +12,10 @@
 use web_time::Instant;
 use wgpu::util::DeviceExt;
 
-use super::params::{DenseForwardParams, FmaPeakParams, FLAGS_INIT};
+use super::matmul::{self, Matmul, MatmulVariant};
+use super::params::FmaPeakParams;
 use super::{read_buffer, GpuContext, Kernel};
 use crate::error::Result;
-use crate::rng::Rng;
 
 /// Most repeats of one dispatch in a measurement.
 const MAX_REPEAT: u32 = 1 << 14;
@@ -33,40 +33,24 @@ pub async fn fma_peak_gflops(ctx: &GpuContext, workgroups: u32, target_s: f64) -
     Ok(flops / t / 1e9)
 }
 
-/// GFLOP/s (2·B·I·O per dispatch) of the forward kernel on random data of
-/// shape x (B, I), W (O, I), dispatched as the training plan dispatches it.
-pub async fn matmul_gflops(ctx: &GpuContext, batch: usize, inputs: usize, units: usize, target_s: f64) -> Result<f64> {
-    let mut rng = Rng::new((batch * 31 + inputs * 7 + units) as u64, 7);
-    let mut values = |count: usize| -> Vec<u8> {
-        let v: Vec<f32> = (0..count).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
-        bytemuck::cast_slice(&v).to_vec()
-    };
-    let s = wgpu::BufferUsages::STORAGE;
-    let z = buffer(ctx, "z", &vec![0u8; 4 * batch * units], s);
-    let a = buffer(ctx, "a", &vec![0u8; 4 * batch * units], s);
-    let x = buffer(ctx, "x", &values(batch * inputs), s);
-    let params = buffer(ctx, "params", &values(units * inputs + units), s);
-    let flags = buffer(ctx, "flags", bytemuck::cast_slice(&FLAGS_INIT), s);
-    let p = DenseForwardParams {
-        batch: batch as u32,
-        inputs: inputs as u32,
-        units: units as u32,
-        weight_offset: 0,
-        bias_offset: (units * inputs) as u32,
-        activation: 0,
-        layer: 0,
-        _pad: 0,
-    };
-    let uniform = buffer(ctx, "dense params", bytemuck::bytes_of(&p), wgpu::BufferUsages::UNIFORM);
-    let group = bind(ctx, Kernel::DenseForward, &[&z, &a, &x, &params, &flags, &uniform]);
-    let grid = [units.div_ceil(64) as u32, batch.div_ceil(64) as u32, 1];
-    let t = seconds_per_dispatch(ctx, Kernel::DenseForward, &group, grid, target_s).await?;
-    Ok(2.0 * (batch * inputs * units) as f64 / t / 1e9)
+/// GFLOP/s (2·B·I·O per dispatch) of the forward kernel's `variant` on
+/// seeded data of shape x (B, I), W (O, I), dispatched as the training
+/// plan dispatches it (`gpu::matmul`).
+pub async fn matmul_gflops(
+    ctx: &GpuContext,
+    variant: MatmulVariant,
+    batch: usize,
+    inputs: usize,
+    units: usize,
+    target_s: f64,
+) -> Result<f64> {
+    let t = matmul::time_full(ctx, Matmul::Forward, variant, (batch, inputs, units), target_s).await?;
+    Ok(Matmul::flops(batch, inputs, units) / t / 1e9)
 }
 
 /// Doubles the repetitions until a measurement takes `target_s`; returns
 /// seconds per dispatch.
-async fn seconds_per_dispatch(
+pub(super) async fn seconds_per_dispatch(
     ctx: &GpuContext,
     kernel: Kernel,
     group: &wgpu::BindGroup,

@@ -1,0 +1,402 @@
+//! The three matmuls of a dense layer (forward, the input gradient, the
+//! weight gradient), each in two variants, and the choice between them per
+//! layer, made by timing both on the adapter (as cuDNN's benchmark mode
+//! picks convolution algorithms):
+//!
+//! - `Tiled` stages 64 × 16 tiles in workgroup memory behind barriers:
+//!   each loaded value is used 64 times, which suits GPUs with fast
+//!   workgroup memory and large layers.
+//! - `Blocked` gives each invocation an 8 × 8 block in registers and uses
+//!   no workgroup memory and no barrier. On a software adapter (SwiftShader,
+//!   lavapipe) a barrier costs up to milliseconds, and this variant is 3–20×
+//!   faster; the blocked weight gradient also sums the bias gradient in the
+//!   same pass, so a layer needs no `bias_backward` dispatch.
+//!
+//! Both variants sum every product in the same order (the reduction index
+//! ascending, one FMA at a time), so the forward and both gradients of W
+//! and x are bit-identical between them; only the bias gradient's order
+//! differs (row order, as the CPU engine, against a tree).
+//!
+//! The launch functions here are the only place a matmul's kernel, grid
+//! and `Params` are put together: the plan, the twin tests, the
+//! calibration and the benchmark probe call them.
+
+use std::sync::Mutex;
+
+use wgpu::util::DeviceExt;
+
+use super::params::{
+    BiasBackwardParams, DenseBackwardInputParams, DenseBackwardWeightParams, DenseForwardParams, FLAGS_INIT,
+};
+use super::plan::{dispatch, Dispatch};
+use super::probe::seconds_per_dispatch;
+use super::{GpuContext, Kernel};
+use crate::error::Result;
+use crate::model::LayerShape;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatmulVariant {
+    Tiled,
+    Blocked,
+}
+
+impl MatmulVariant {
+    pub const ALL: [MatmulVariant; 2] = [MatmulVariant::Tiled, MatmulVariant::Blocked];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulVariant::Tiled => "tiled",
+            MatmulVariant::Blocked => "blocked",
+        }
+    }
+}
+
+/// Which of a layer's matmuls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Matmul {
+    /// z = x·Wᵀ + b, a = act(z): (B, I) × (I, O).
+    Forward,
+    /// dx = dz·W: (B, O) × (O, I).
+    BackwardInput,
+    /// dW += dzᵀ·x: (O, B) × (B, I) (and, blocked, db += Σ_b dz).
+    BackwardWeight,
+}
+
+impl Matmul {
+    pub const ALL: [Matmul; 3] = [Matmul::Forward, Matmul::BackwardInput, Matmul::BackwardWeight];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Matmul::Forward => "forward",
+            Matmul::BackwardInput => "backward input",
+            Matmul::BackwardWeight => "backward weight",
+        }
+    }
+
+    pub fn kernel(self, v: MatmulVariant) -> Kernel {
+        use MatmulVariant::*;
+        match (self, v) {
+            (Matmul::Forward, Tiled) => Kernel::DenseForward,
+            (Matmul::Forward, Blocked) => Kernel::DenseForwardBlocked,
+            (Matmul::BackwardInput, Tiled) => Kernel::DenseBackwardInput,
+            (Matmul::BackwardInput, Blocked) => Kernel::DenseBackwardInputBlocked,
+            (Matmul::BackwardWeight, Tiled) => Kernel::DenseBackwardWeight,
+            (Matmul::BackwardWeight, Blocked) => Kernel::DenseBackwardWeightBlocked,
+        }
+    }
+
+    /// The workgroup grid for a layer of `inputs` → `units` at `batch` rows.
+    pub fn grid(self, v: MatmulVariant, batch: usize, inputs: usize, units: usize) -> [u32; 3] {
+        // (rows, columns) of the output.
+        let (rows, cols) = match self {
+            Matmul::Forward => (batch, units),
+            Matmul::BackwardInput => (batch, inputs),
+            Matmul::BackwardWeight => (units, inputs),
+        };
+        match v {
+            // Tiled: workgroups of 64 × 64 outputs, x along the columns.
+            MatmulVariant::Tiled => [cols.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1],
+            // Blocked: one invocation per 8 × 8 block, 64 per workgroup.
+            MatmulVariant::Blocked => [(rows.div_ceil(8) * cols.div_ceil(8)).div_ceil(64) as u32, 1, 1],
+        }
+    }
+
+    /// Multiply-adds of one dispatch.
+    pub fn flops(batch: usize, inputs: usize, units: usize) -> f64 {
+        2.0 * (batch * inputs * units) as f64
+    }
+}
+
+/// The variant of each matmul of one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayerMatmuls {
+    pub forward: MatmulVariant,
+    pub backward_input: MatmulVariant,
+    pub backward_weight: MatmulVariant,
+}
+
+impl LayerMatmuls {
+    pub fn all(v: MatmulVariant) -> LayerMatmuls {
+        LayerMatmuls { forward: v, backward_input: v, backward_weight: v }
+    }
+    pub fn get(&self, m: Matmul) -> MatmulVariant {
+        match m {
+            Matmul::Forward => self.forward,
+            Matmul::BackwardInput => self.backward_input,
+            Matmul::BackwardWeight => self.backward_weight,
+        }
+    }
+    fn set(&mut self, m: Matmul, v: MatmulVariant) {
+        match m {
+            Matmul::Forward => self.forward = v,
+            Matmul::BackwardInput => self.backward_input = v,
+            Matmul::BackwardWeight => self.backward_weight = v,
+        }
+    }
+}
+
+/// The forward of layer `layer`: z, a, x, params, flags bound in the
+/// WGSL header's order.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn forward(
+    ctx: &GpuContext,
+    v: MatmulVariant,
+    label: &str,
+    [z, a, x, params, flags]: [&wgpu::Buffer; 5],
+    batch: usize,
+    shape: &LayerShape,
+    activation: u32,
+    layer: usize,
+) -> Dispatch {
+    let p = DenseForwardParams {
+        batch: batch as u32,
+        inputs: shape.inputs as u32,
+        units: shape.units as u32,
+        weight_offset: shape.weight_offset as u32,
+        bias_offset: shape.bias_offset as u32,
+        activation,
+        layer: layer as u32,
+        _pad: 0,
+    };
+    let grid = Matmul::Forward.grid(v, batch, shape.inputs, shape.units);
+    dispatch(ctx, Matmul::Forward.kernel(v), label, &[z, a, x, params, flags], &p, grid)
+}
+
+/// dx = dz·W of a layer: dx, dz, params.
+pub(super) fn backward_input(
+    ctx: &GpuContext,
+    v: MatmulVariant,
+    label: &str,
+    [dx, dz, params]: [&wgpu::Buffer; 3],
+    batch: usize,
+    shape: &LayerShape,
+) -> Dispatch {
+    let p = DenseBackwardInputParams {
+        batch: batch as u32,
+        inputs: shape.inputs as u32,
+        units: shape.units as u32,
+        weight_offset: shape.weight_offset as u32,
+    };
+    let grid = Matmul::BackwardInput.grid(v, batch, shape.inputs, shape.units);
+    dispatch(ctx, Matmul::BackwardInput.kernel(v), label, &[dx, dz, params], &p, grid)
+}
+
+/// dW += dzᵀ·x of a layer (blocked: and db += Σ_b dz): grads, flags, dz, x.
+pub(super) fn backward_weight(
+    ctx: &GpuContext,
+    v: MatmulVariant,
+    label: &str,
+    [grads, flags, dz, x]: [&wgpu::Buffer; 4],
+    batch: usize,
+    shape: &LayerShape,
+    layer: usize,
+) -> Dispatch {
+    let p = DenseBackwardWeightParams {
+        batch: batch as u32,
+        inputs: shape.inputs as u32,
+        units: shape.units as u32,
+        weight_offset: shape.weight_offset as u32,
+        layer: layer as u32,
+        bias_offset: shape.bias_offset as u32,
+        _pad: [0; 2],
+    };
+    let grid = Matmul::BackwardWeight.grid(v, batch, shape.inputs, shape.units);
+    dispatch(ctx, Matmul::BackwardWeight.kernel(v), label, &[grads, flags, dz, x], &p, grid)
+}
+
+/// db += Σ_b dz of a layer, for the tiled weight gradient (the blocked
+/// one sums it in its own pass): grads, flags, dz.
+pub(super) fn bias_backward(
+    ctx: &GpuContext,
+    label: &str,
+    [grads, flags, dz]: [&wgpu::Buffer; 3],
+    batch: usize,
+    shape: &LayerShape,
+    layer: usize,
+) -> Dispatch {
+    let p = BiasBackwardParams {
+        batch: batch as u32,
+        units: shape.units as u32,
+        bias_offset: shape.bias_offset as u32,
+        layer: layer as u32,
+    };
+    dispatch(ctx, Kernel::BiasBackward, label, &[grads, flags, dz], &p, [shape.units as u32, 1, 1])
+}
+
+/// One matmul of one layer, timed in both variants.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatmulTiming {
+    pub layer: usize,
+    pub matmul: Matmul,
+    /// (batch, inputs, units) of the layer.
+    pub shape: (usize, usize, usize),
+    /// Seconds per dispatch, tiled then blocked, with the reduction cut
+    /// to at most `TIMED_REDUCTION` (see `time_matmul`).
+    pub seconds: [f64; 2],
+    pub chosen: MatmulVariant,
+}
+
+/// Longest reduction a calibration dispatch runs: the cost of both
+/// variants grows linearly with it, so a cut reduction keeps their ratio
+/// and bounds the calibration (a 1024 × 784 → 512 forward takes 0.5 s on
+/// SwiftShader).
+pub const TIMED_REDUCTION: usize = 128;
+
+/// Timings by adapter and (matmul, batch, inputs, units).
+static CACHE: Mutex<Vec<(String, [f64; 2])>> = Mutex::new(Vec::new());
+
+fn key(ctx: &GpuContext, m: Matmul, shape: (usize, usize, usize)) -> String {
+    format!("{}|{:?}|{:?}", ctx.describe(), m, shape)
+}
+
+fn pick(seconds: [f64; 2]) -> MatmulVariant {
+    // Ties (within 5 %) keep the tiled kernel, the one with the longer record.
+    if seconds[1] < 0.95 * seconds[0] {
+        MatmulVariant::Blocked
+    } else {
+        MatmulVariant::Tiled
+    }
+}
+
+/// The variants measured earlier on this adapter for these layers, where
+/// every one of them was; otherwise tiled.
+pub(super) fn cached_choice(ctx: &GpuContext, batch: usize, layers: &[LayerShape]) -> Vec<LayerMatmuls> {
+    let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    layers
+        .iter()
+        .map(|l| {
+            let mut choice = LayerMatmuls::all(MatmulVariant::Tiled);
+            for m in Matmul::ALL {
+                let k = key(ctx, m, (batch, l.inputs, l.units));
+                if let Some((_, s)) = cache.iter().find(|(c, _)| *c == k) {
+                    choice.set(m, pick(*s));
+                }
+            }
+            choice
+        })
+        .collect()
+}
+
+/// Times both variants of every matmul of `layers` (or takes the cached
+/// figures) and picks the faster of each. The first layer has no input
+/// gradient; it is not timed.
+pub(super) async fn choose(
+    ctx: &GpuContext,
+    batch: usize,
+    layers: &[LayerShape],
+) -> Result<(Vec<LayerMatmuls>, Vec<MatmulTiming>)> {
+    let mut choice = Vec::new();
+    let mut timings = Vec::new();
+    for (l, shape) in layers.iter().enumerate() {
+        let mut layer = LayerMatmuls::all(MatmulVariant::Tiled);
+        for m in Matmul::ALL {
+            if l == 0 && m == Matmul::BackwardInput {
+                continue;
+            }
+            let dims = (batch, shape.inputs, shape.units);
+            let k = key(ctx, m, dims);
+            let cached = CACHE.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(c, _)| *c == k).map(|c| c.1);
+            let seconds = match cached {
+                Some(s) => s,
+                None => {
+                    let mut s = [0.0; 2];
+                    for (i, v) in MatmulVariant::ALL.into_iter().enumerate() {
+                        s[i] = time_matmul(ctx, m, v, dims, 2e-3).await?;
+                    }
+                    CACHE.lock().unwrap_or_else(|p| p.into_inner()).push((k, s));
+                    s
+                }
+            };
+            let chosen = pick(seconds);
+            layer.set(m, chosen);
+            timings.push(MatmulTiming { layer: l, matmul: m, shape: dims, seconds, chosen });
+        }
+        choice.push(layer);
+    }
+    Ok((choice, timings))
+}
+
+/// Seconds per dispatch of one matmul variant on seeded data of the
+/// layer's shape, its reduction cut to `TIMED_REDUCTION` (forward: the
+/// inputs; input gradient: the units; weight gradient: the batch).
+pub async fn time_matmul(
+    ctx: &GpuContext,
+    m: Matmul,
+    v: MatmulVariant,
+    (batch, inputs, units): (usize, usize, usize),
+    target_s: f64,
+) -> Result<f64> {
+    let cut = |n: usize| n.min(TIMED_REDUCTION);
+    let (batch, inputs, units) = match m {
+        Matmul::Forward => (batch, cut(inputs), units),
+        Matmul::BackwardInput => (batch, inputs, cut(units)),
+        Matmul::BackwardWeight => (cut(batch), inputs, units),
+    };
+    time_full(ctx, m, v, (batch, inputs, units), target_s).await
+}
+
+/// Seconds per dispatch of one matmul variant at exactly this shape.
+pub async fn time_full(
+    ctx: &GpuContext,
+    m: Matmul,
+    v: MatmulVariant,
+    (batch, inputs, units): (usize, usize, usize),
+    target_s: f64,
+) -> Result<f64> {
+    let mut state = 0x9e37_79b9u32 ^ (batch * 31 + inputs * 7 + units) as u32;
+    let mut values = |count: usize| -> Vec<f32> {
+        (0..count)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state as f32 / u32::MAX as f32) * 2.0 - 1.0
+            })
+            .collect()
+    };
+    let device = &ctx.device;
+    let storage = |label: &str, v: &[f32]| {
+        device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::cast_slice(v),
+            usage: wgpu::BufferUsages::STORAGE,
+        })
+    };
+    let shape = LayerShape { inputs, units, weight_offset: 0, bias_offset: inputs * units };
+    let params = storage("params", &values(inputs * units + units));
+    let flags = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("flags"),
+        contents: bytemuck::cast_slice(&FLAGS_INIT),
+        usage: wgpu::BufferUsages::STORAGE,
+    });
+    let d = match m {
+        Matmul::Forward => {
+            let (z, a, x) = (
+                storage("z", &values(batch * units)),
+                storage("a", &values(batch * units)),
+                storage("x", &values(batch * inputs)),
+            );
+            forward(ctx, v, "timed forward", [&z, &a, &x, &params, &flags], batch, &shape, 0, 0)
+        }
+        Matmul::BackwardInput => {
+            let (dx, dz) = (storage("dx", &values(batch * inputs)), storage("dz", &values(batch * units)));
+            backward_input(ctx, v, "timed backward input", [&dx, &dz, &params], batch, &shape)
+        }
+        Matmul::BackwardWeight => {
+            let (grads, dz, x) = (
+                storage("grads", &values(inputs * units + units)),
+                storage("dz", &values(batch * units)),
+                storage("x", &values(batch * inputs)),
+            );
+            let d = backward_weight(ctx, v, "timed backward weight", [&grads, &flags, &dz, &x], batch, &shape, 0);
+            if v == MatmulVariant::Tiled {
+                // The tiled weight gradient leaves the bias to its own dispatch.
+                let bias = bias_backward(ctx, "timed bias", [&grads, &flags, &dz], batch, &shape, 0);
+                let t = seconds_per_dispatch(ctx, bias.kernel, &bias.bind_group, bias.grid, target_s).await?;
+                return Ok(t + seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await?);
+            }
+            d
+        }
+    };
+    seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await
+}
