@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use stepscope_core::data::Dataset;
+use stepscope_core::gpu::matmul::MatmulVariant;
 use stepscope_core::gpu::{GpuContext, GpuEngine};
 use stepscope_core::trainer::conformance;
 use stepscope_core::{CpuEngine, Experiment};
@@ -55,6 +56,28 @@ async fn the_default_experiment_trains_fused_as_on_the_cpu() {
     compare("default, fused", &e, &[1, 4, 5], true).await;
 }
 
+/// The same on the blocked matmul kernels (no barriers), the variants the
+/// calibration picks on software adapters: a small network and a wide one.
+#[wasm_bindgen_test]
+async fn blocked_matmuls_train_as_on_the_cpu() {
+    let e = stepscope_app::model::edit::default_experiment();
+    let check =
+        conformance::whole_run_on_matmuls("default, blocked", &e, ctx().await, &[1, 4, 5], MatmulVariant::Blocked);
+    if let Err(message) = check.await {
+        panic!("{message}");
+    }
+    let mut wide = e.clone();
+    wide.batch_size = 70;
+    for layer in wide.model.layers.iter_mut().rev().skip(1) {
+        layer.units = 65;
+    }
+    let check =
+        conformance::whole_run_on_matmuls("65 wide, blocked", &wide, ctx().await, &[2, 3], MatmulVariant::Blocked);
+    if let Err(message) = check.await {
+        panic!("{message}");
+    }
+}
+
 /// The calibration times both paths on the browser's adapter (awaited, as
 /// the page does) and picks one; its figures are logged.
 #[wasm_bindgen_test]
@@ -74,6 +97,18 @@ async fn calibration_picks_a_path_on_webgpu() {
         c.phased_steps_per_s(),
         c.fused_steps_per_s().unwrap_or(0.0)
     );
+    for t in &c.matmuls {
+        console_log!(
+            "layer {} {} {:?}: tiled {:.3} ms, blocked {:.3} ms → {}",
+            t.layer,
+            t.matmul.name(),
+            t.shape,
+            1e3 * t.seconds[0],
+            1e3 * t.seconds[1],
+            t.chosen.name()
+        );
+    }
+    assert!(!c.matmuls.is_empty());
     assert!(c.phased.per_step_ms > 0.0 && c.fused.is_some_and(|f| f.per_step_ms > 0.0));
     assert_eq!(gpu.runs_fused(), c.fused_wins());
     assert_eq!(gpu.step_count(), 0);

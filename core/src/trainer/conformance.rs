@@ -21,6 +21,7 @@ use super::{Applied, Trainer};
 use crate::data::Dataset;
 use crate::engine::{StepMetrics, TrainState};
 use crate::experiment::{Experiment, OptimizerSpec};
+use crate::gpu::matmul::{LayerMatmuls, MatmulVariant};
 use crate::gpu::GpuContext;
 
 /// Relative tolerance of loss, gradient norm and parameters (see above).
@@ -86,6 +87,29 @@ fn failed(name: &str) -> impl Fn(crate::Error) -> String + '_ {
 /// (on the fused step when `fused`, which must then apply), and compares
 /// every step's metrics and the end state.
 pub async fn whole_run(name: &str, e: &Experiment, gpu: Arc<GpuContext>, submits: &[usize], fused: bool) -> Check {
+    whole_run_on(name, e, gpu, submits, fused, None).await
+}
+
+/// `whole_run` on the phased path with every matmul on `variant`
+/// (`gpu::matmul`), rather than the variants the engine starts on.
+pub async fn whole_run_on_matmuls(
+    name: &str,
+    e: &Experiment,
+    gpu: Arc<GpuContext>,
+    submits: &[usize],
+    variant: MatmulVariant,
+) -> Check {
+    whole_run_on(name, e, gpu, submits, false, Some(variant)).await
+}
+
+async fn whole_run_on(
+    name: &str,
+    e: &Experiment,
+    gpu: Arc<GpuContext>,
+    submits: &[usize],
+    fused: bool,
+    variant: Option<MatmulVariant>,
+) -> Check {
     let err = failed(name);
     let data = Dataset::load(e, None).map_err(&err)?;
     let mut cpu = Trainer::fresh(e, data.clone(), None).map_err(&err)?;
@@ -93,6 +117,10 @@ pub async fn whole_run(name: &str, e: &Experiment, gpu: Arc<GpuContext>, submits
     on_gpu.allow_fused(fused);
     if let Some(engine) = on_gpu.gpu_engine() {
         engine.use_fused = fused;
+        if let Some(v) = variant {
+            let layers = engine.matmuls().len();
+            engine.set_matmuls(vec![LayerMatmuls::all(v); layers]).map_err(&err)?;
+        }
     }
     if on_gpu.runs_fused() != fused {
         return Err(format!("{name}: the fused step does not apply"));
