@@ -64,6 +64,26 @@ export async function trainUntil(page, steps, timeout = 60_000) {
   await page.getByTestId('train-toggle').click();
 }
 
+// After a pause, steps already in flight still land (the GPU engine takes
+// several steps per submit): waits until the step count holds still, and
+// returns it.
+export async function settle(page) {
+  let last = await stepCount(page);
+  for (;;) {
+    await page.waitForTimeout(400);
+    const now = await stepCount(page);
+    if (now === last) return now;
+    last = now;
+  }
+}
+
+// The step of the newest automatic checkpoint, from its status line.
+export async function lastCheckpointStep(page) {
+  const status = await text(page, 'checkpoint-status');
+  const m = status.match(/^Step ([\d,]+)/);
+  return m ? Number(m[1].replace(/,/g, '')) : null;
+}
+
 export async function setField(page, id, value) {
   await page.getByTestId(id).fill(String(value));
   await page.getByTestId(id).press('Enter');

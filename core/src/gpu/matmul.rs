@@ -231,7 +231,7 @@ pub struct MatmulTiming {
     /// (batch, inputs, units) of the layer.
     pub shape: (usize, usize, usize),
     /// Seconds per dispatch, tiled then blocked, with the reduction cut
-    /// to at most `TIMED_REDUCTION` (see `time_matmul`).
+    /// (`timed_reduction`, see `time_matmul`).
     pub seconds: [f64; 2],
     pub chosen: MatmulVariant,
 }
@@ -241,6 +241,19 @@ pub struct MatmulTiming {
 /// and bounds the calibration (a 1024 × 784 → 512 forward takes 0.5 s on
 /// SwiftShader).
 pub const TIMED_REDUCTION: usize = 128;
+
+/// FLOPs (2 per multiply-add) a calibration dispatch does at most, where the output
+/// alone is large (e.g. 4096 rows × 1024 units): the reduction is cut
+/// further, to no fewer than `MIN_TIMED_REDUCTION`.
+pub const TIMED_FLOPS: usize = 1 << 26;
+pub const MIN_TIMED_REDUCTION: usize = 8;
+
+/// The reduction a calibration dispatch runs for a reduction of `n` over
+/// an output of `outputs` values.
+pub fn timed_reduction(n: usize, outputs: usize) -> usize {
+    let by_flops = TIMED_FLOPS / (2 * outputs).max(1);
+    n.min(TIMED_REDUCTION).min(by_flops.max(MIN_TIMED_REDUCTION)).max(1)
+}
 
 /// Timings by adapter and (matmul, batch, inputs, units).
 static CACHE: Mutex<Vec<(String, [f64; 2])>> = Mutex::new(Vec::new());
@@ -317,7 +330,7 @@ pub(super) async fn choose(
 }
 
 /// Seconds per dispatch of one matmul variant on seeded data of the
-/// layer's shape, its reduction cut to `TIMED_REDUCTION` (forward: the
+/// layer's shape, its reduction cut (`timed_reduction`; forward: the
 /// inputs; input gradient: the units; weight gradient: the batch).
 pub async fn time_matmul(
     ctx: &GpuContext,
@@ -326,11 +339,10 @@ pub async fn time_matmul(
     (batch, inputs, units): (usize, usize, usize),
     target_s: f64,
 ) -> Result<f64> {
-    let cut = |n: usize| n.min(TIMED_REDUCTION);
     let (batch, inputs, units) = match m {
-        Matmul::Forward => (batch, cut(inputs), units),
-        Matmul::BackwardInput => (batch, inputs, cut(units)),
-        Matmul::BackwardWeight => (cut(batch), inputs, units),
+        Matmul::Forward => (batch, timed_reduction(inputs, batch * units), units),
+        Matmul::BackwardInput => (batch, inputs, timed_reduction(units, batch * inputs)),
+        Matmul::BackwardWeight => (timed_reduction(batch, units * inputs), inputs, units),
     };
     time_full(ctx, m, v, (batch, inputs, units), target_s).await
 }
@@ -399,4 +411,18 @@ pub async fn time_full(
         }
     };
     seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timed_reductions_are_cut_by_length_and_by_work() {
+        assert_eq!(timed_reduction(2, 32 * 16), 2);
+        assert_eq!(timed_reduction(784, 1024 * 512), 64);
+        assert_eq!(timed_reduction(256, 256 * 256), 128);
+        assert_eq!(timed_reduction(1024, 4096 * 1024), MIN_TIMED_REDUCTION);
+        assert_eq!(timed_reduction(3, 4096 * 1024), 3);
+    }
 }
