@@ -343,13 +343,18 @@ test('a lost GPU device: the page says so, resumes from the newest checkpoint, a
   // a multiple of 10 (several steps per submit on a fast adapter), so the
   // newest may be the step of the pause: three single steps past it leave
   // steps to redo after the loss.
-  for (let i = 0; i < 3; i++) {
+  const stepOnce = async () => {
     await page.getByTestId('step-once').click();
     await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent) === n, paused + 1);
     paused += 1;
+  };
+  for (let i = 0; i < 3; i++) await stepOnce();
+  let newest = await lastCheckpointStep(page);
+  // One of those steps may itself have passed a multiple of 10.
+  while (newest === paused) {
+    await stepOnce();
+    newest = await lastCheckpointStep(page);
   }
-  await page.waitForTimeout(300);
-  const newest = await lastCheckpointStep(page);
   const digest = async () => {
     const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-checkpoint').click()]);
     const bytes = fs.readFileSync(await download.path());
@@ -447,7 +452,7 @@ test('automatic checkpoints survive a reload; synchronous ones stall the loop', 
   // more checkpoint: read the status once they have.
   await settle(page);
   await page.waitForFunction(() => /in the background/.test(document.querySelector('[data-testid=checkpoint-status]').textContent));
-  await page.waitForTimeout(500);
+  await lastCheckpointStep(page); // until the status holds still
   const bgStatus = await text(page, 'checkpoint-status');
   const waited = duration(bgStatus, 'the loop waited');
   const total = duration(bgStatus, 'took');

@@ -77,10 +77,18 @@ export async function settle(page) {
   }
 }
 
-// The step of the newest automatic checkpoint, from its status line.
+// The step of the newest automatic checkpoint, from its status line,
+// once the line holds still (a checkpoint begun on the last step of a
+// submit reports when it is stored).
 export async function lastCheckpointStep(page) {
-  const status = await text(page, 'checkpoint-status');
-  const m = status.match(/^Step ([\d,]+)/);
+  let last = await text(page, 'checkpoint-status');
+  for (;;) {
+    await page.waitForTimeout(400);
+    const now = await text(page, 'checkpoint-status');
+    if (now === last) break;
+    last = now;
+  }
+  const m = last.match(/^Step ([\d,]+)/);
   return m ? Number(m[1].replace(/,/g, '')) : null;
 }
 

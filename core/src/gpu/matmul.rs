@@ -33,6 +33,7 @@ use super::probe::seconds_per_dispatch;
 use super::{GpuContext, Kernel};
 use crate::error::Result;
 use crate::model::LayerShape;
+use crate::rng::Rng;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MatmulVariant {
@@ -355,17 +356,8 @@ pub async fn time_full(
     (batch, inputs, units): (usize, usize, usize),
     target_s: f64,
 ) -> Result<f64> {
-    let mut state = 0x9e37_79b9u32 ^ (batch * 31 + inputs * 7 + units) as u32;
-    let mut values = |count: usize| -> Vec<f32> {
-        (0..count)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                (state as f32 / u32::MAX as f32) * 2.0 - 1.0
-            })
-            .collect()
-    };
+    let mut rng = Rng::new((batch * 31 + inputs * 7 + units) as u64, 7);
+    let mut values = |count: usize| -> Vec<f32> { (0..count).map(|_| rng.uniform(-1.0, 1.0) as f32).collect() };
     let device = &ctx.device;
     let storage = |label: &str, v: &[f32]| {
         device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
