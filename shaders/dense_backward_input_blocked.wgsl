@@ -1,13 +1,17 @@
-// dense_backward_input_blocked: dx = dz·W, overwritten, without workgroup memory or
-// barriers (CPU twin: the dx part of model::dense_backward; the same sums in the same
-// order as dense_backward_input): dx[b, i] = Σ_o dz[b, o]·W[o, i]. The training plan
-// picks this or dense_backward_input per layer by timing both (gpu::variants).
+// dense_backward_input_blocked: the gradient with respect to the layer below's
+// pre-activations, dx = (dz·W) ⊙ f'(z_in), overwritten, without workgroup memory or
+// barriers (CPU twins: the dx part of model::dense_backward, then
+// model::activation_backward of the layer below; the same sums in the same order as
+// dense_backward_input): dx[b, i] = (Σ_o dz[b, o]·W[o, i]) · f'(z_in[b, i]). The training
+// plan picks this or dense_backward_input per layer by timing both (gpu::matmul).
 //
 // Bindings (group 0), as dense_backward_input:
-//   0 dx     (B, I)  read_write   overwritten
-//   1 dz     (B, O)  read         gradient with respect to the pre-activations
+//   0 dx     (B, I)  read_write   overwritten: ∂L/∂z of the layer below
+//   1 dz     (B, O)  read         ∂L/∂z of this layer
 //   2 params (P)     read         flat parameters; W (O, I) row-major at weight_offset
-//   3 p      Params  uniform
+//   3 z_in   (B, I)  read         the layer below's pre-activations (its z)
+//   4 a_in   (B, I)  read         the layer below's outputs, this layer's x
+//   5 p      Params  uniform
 // Dispatch: (ceil(ceil(B / 8) · ceil(I / 8) / 64), 1, 1); workgroup 64. Invocation g
 // computes an 8 × 8 block of dx in registers: rows 8·(g / ceil(I / 8)) + 0..8, inputs
 // 8·(g mod ceil(I / 8)) + 0..8; each step of the loop over the units loads 8 values of dz
@@ -19,14 +23,58 @@ struct Params {
     inputs: u32,
     units: u32,
     weight_offset: u32,
+    activation: u32, // the layer below's (whose outputs x are), as dense_forward's codes
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> dx: array<f32>;
 @group(0) @binding(1) var<storage, read> dz: array<f32>;
 @group(0) @binding(2) var<storage, read> params: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
+@group(0) @binding(3) var<storage, read> z_in: array<f32>;
+@group(0) @binding(4) var<storage, read> a_in: array<f32>;
+@group(0) @binding(5) var<uniform> p: Params;
 
 const BLOCK: u32 = 8u;
+const GELU_K: f32 = 0.7978846; // √(2/π)
+const GELU_C: f32 = 0.044715;
+const LEAKY_SLOPE: f32 = 0.01;
+
+// tanh through exp(−2|v|): finite for every input (a plain tanh may give
+// inf/inf = NaN for large |v| on some drivers).
+fn tanh_stable(v: f32) -> f32 {
+    let e = exp(-2.0 * abs(v));
+    return sign(v) * (1.0 - e) / (1.0 + e);
+}
+
+fn sigmoid(v: f32) -> f32 {
+    return 1.0 / (1.0 + exp(-v));
+}
+
+// f'(z) of the activation `kind`, given z and a = f(z) (CPU twin: the
+// derivative in model::activation_backward).
+fn activation_derivative(zv: f32, av: f32, kind: u32) -> f32 {
+    switch kind {
+        case 1u: { return select(0.0, 1.0, zv > 0.0); }
+        case 2u: { return select(LEAKY_SLOPE, 1.0, zv > 0.0); }
+        case 3u: { return 1.0 - av * av; }
+        case 4u: { return av * (1.0 - av); }
+        case 5u: {
+            let t = tanh_stable(GELU_K * (zv + GELU_C * zv * zv * zv));
+            return 0.5 * (1.0 + t) + 0.5 * zv * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * zv * zv);
+        }
+        case 6u: {
+            let s = sigmoid(zv);
+            return s * (1.0 + zv * (1.0 - s));
+        }
+        default: { return 1.0; }
+    }
+}
+
+fn store(idx: u32, v: f32) {
+    dx[idx] = v * activation_derivative(z_in[idx], a_in[idx], p.activation);
+}
 
 fn store_row(row: u32, col0: u32, lo: vec4<f32>, hi: vec4<f32>) {
     if (row >= p.batch) {
@@ -34,10 +82,10 @@ fn store_row(row: u32, col0: u32, lo: vec4<f32>, hi: vec4<f32>) {
     }
     for (var j = 0u; j < 4u; j++) {
         if (col0 + j < p.inputs) {
-            dx[row * p.inputs + col0 + j] = lo[j];
+            store(row * p.inputs + col0 + j, lo[j]);
         }
         if (col0 + 4u + j < p.inputs) {
-            dx[row * p.inputs + col0 + 4u + j] = hi[j];
+            store(row * p.inputs + col0 + 4u + j, hi[j]);
         }
     }
 }

@@ -130,7 +130,7 @@ fn record(step: u32, phase: u32, order: u32) {
     atomicMin(&code, (step << 16u) | (phase << 8u) | order);
 }
 
-// --- activations (as dense_forward.wgsl and activation_backward.wgsl) ------------------
+// --- activations (as dense_forward.wgsl and dense_backward_input.wgsl) ------------------
 
 fn tanh_stable(v: f32) -> f32 {
     let e = exp(-2.0 * abs(v));
@@ -153,7 +153,7 @@ fn activate(v: f32, kind: u32) -> f32 {
     }
 }
 
-fn derivative(zv: f32, av: f32, kind: u32) -> f32 {
+fn activation_derivative(zv: f32, av: f32, kind: u32) -> f32 {
     switch kind {
         case 1u: { return select(0.0, 1.0, zv > 0.0); }
         case 2u: { return select(LEAKY_SLOPE, 1.0, zv > 0.0); }
@@ -171,13 +171,12 @@ fn derivative(zv: f32, av: f32, kind: u32) -> f32 {
     }
 }
 
-// log(1 + v) for v in [0, 1] (as loss_forward.wgsl).
+// log(1 + v) for v in [0, 1], accurate for small v (as loss_forward_backward.wgsl).
 fn log1p(v: f32) -> f32 {
-    let u = 1.0 + v;
-    if (u == 1.0) {
-        return v;
+    if (v < 0.01) {
+        return v * (1.0 - v * (0.5 - v * (0.33333334 - v * 0.25)));
     }
-    return log(u) * v / (u - 1.0);
+    return log(1.0 + v);
 }
 
 // --- phases -----------------------------------------------------------------------------
@@ -232,7 +231,7 @@ fn forward_layer(l: u32, step: u32, lid: u32) {
     }
 }
 
-// logsumexp(row) − row[class] (loss_forward.wgsl).
+// logsumexp(row) − row[class] (loss_forward_backward.wgsl).
 fn cross_entropy_row(y: u32, row: u32, outputs: u32) -> f32 {
     let base = y + row * outputs;
     var m = ld(base);
@@ -247,7 +246,7 @@ fn cross_entropy_row(y: u32, row: u32, outputs: u32) -> f32 {
     return m + log(s) - ld(base + cls);
 }
 
-// The micro-batch's mean loss, added to the step's loss sum (loss_forward.wgsl).
+// The micro-batch's mean loss, added to the step's loss sum (loss_forward_backward.wgsl).
 fn loss_forward(step: u32, lid: u32) {
     let last = p.layers[p.n_layers - 1u];
     let outputs = last.shape.y;
@@ -290,8 +289,8 @@ fn loss_forward(step: u32, lid: u32) {
     workgroupBarrier();
 }
 
-// dz = scale · ∂L/∂y · act'(z) of the last layer (loss_backward.wgsl, then
-// activation_backward.wgsl), one invocation per row.
+// dz = scale · ∂L/∂y · act'(z) of the last layer (loss_forward_backward.wgsl),
+// one invocation per row.
 fn loss_backward(lid: u32) {
     let last = p.layers[p.n_layers - 1u];
     let outputs = last.shape.y;
@@ -313,7 +312,7 @@ fn loss_backward(lid: u32) {
             for (var o = 0u; o < outputs; o++) {
                 let i = base + o;
                 let dy = k * (exp(ld(place.z + i) - lse) - select(0.0, 1.0, o == cls));
-                st(place.w + i, dy * derivative(ld(place.y + i), ld(place.z + i), place.x));
+                st(place.w + i, dy * activation_derivative(ld(place.y + i), ld(place.z + i), place.x));
             }
         } else {
             for (var o = 0u; o < outputs; o++) {
@@ -326,7 +325,7 @@ fn loss_backward(lid: u32) {
                 } else {
                     dy = 2.0 * p.loss_scale / f32(p.batch * outputs) * (yv - tv);
                 }
-                st(place.w + i, dy * derivative(ld(place.y + i), yv, place.x));
+                st(place.w + i, dy * activation_derivative(ld(place.y + i), yv, place.x));
             }
         }
     }
@@ -334,7 +333,7 @@ fn loss_backward(lid: u32) {
 
 // dW += dzᵀ·x and db += Σ_b dz in one pass (column n_in of x is all ones), then, below
 // the first layer, dz of layer l − 1 = (dz·W) · act'(z) (dense_backward_weight.wgsl,
-// bias_backward.wgsl, dense_backward_input.wgsl and activation_backward.wgsl).
+// bias_backward.wgsl and dense_backward_input.wgsl).
 fn backward_layer(l: u32, step: u32, lid: u32) {
     let shape = p.layers[l].shape;
     let dz = p.layers[l].place.w;
@@ -372,7 +371,7 @@ fn backward_layer(l: u32, step: u32, lid: u32) {
             for (var o = 0u; o < units; o++) {
                 acc = fma(ld(dz + row * units + o), params[shape.z + o * n_in + col], acc);
             }
-            st(below.w + idx, acc * derivative(ld(below.y + idx), ld(below.z + idx), below.x));
+            st(below.w + idx, acc * activation_derivative(ld(below.y + idx), ld(below.z + idx), below.x));
         }
     }
 }

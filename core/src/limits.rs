@@ -143,7 +143,7 @@ impl MemoryBytes {
                 false => 2 * 4 * batch * units,
                 true => 4 * batch * (units + widest),
             },
-            backward_scratch: 4 * batch * (units + widest),
+            backward_scratch: 4 * batch * units,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The loss and backward kernels against their CPU twins, over awkward
-//! sizes. Runs on whatever adapter wgpu finds (lavapipe in CI), and in
+//! sizes, every activation's backward inside the kernels that apply it. Runs on whatever adapter wgpu finds (lavapipe in CI), and in
 //! Chromium on WebGPU (`tests/tests/gpu_kernels.rs`).
 //!
 //! Tolerances cite the Vulkan precision of the shader built-ins (SPIR-V
@@ -81,149 +81,171 @@ fn loss_abs_terms(y: &[f32], t: &[f32], loss: Loss, outputs: usize) -> f32 {
     }
 }
 
-async fn loss_forward_gpu(
+const ACTIVATIONS: [Activation; 7] = [
+    Activation::Linear,
+    Activation::Relu,
+    Activation::LeakyRelu,
+    Activation::Tanh,
+    Activation::Sigmoid,
+    Activation::GeluTanh,
+    Activation::Silu,
+];
+
+/// Relative error of the GPU's f'(z) against the CPU's (see
+/// `activation_derivatives`).
+fn derivative_rel(act: Activation) -> f32 {
+    match act {
+        Activation::Tanh => 2.0 * EPS,
+        Activation::GeluTanh | Activation::Silu => 1e-5,
+        _ => 0.0,
+    }
+}
+
+/// Pre-activations in [−4, 4] with every fifth exactly 0 (the kinks), and
+/// a = f(z): (z, a).
+fn layer_values(act: Activation, n: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
+    let mut z = random(n, seed, 4.0);
+    z.iter_mut().step_by(5).for_each(|v| *v = 0.0);
+    let mut a = vec![0.0; n];
+    activation_forward(&mut a, &z, act);
+    (z, a)
+}
+
+/// f'(z) per element, the CPU's (model::activation_backward of ones).
+/// The GPU's matches it:
+///   linear, relu, leaky_relu, sigmoid: the same f32 operations in the
+///        same order, nothing to fuse: exactly.
+///   tanh: 1 − a·a may be fused into one fma, which skips the rounding of
+///        a² (≤ ½ulp(1) = ε/2): 2·ε relative on the product.
+///   gelu_tanh, silu: exp within 3 + 2|x| ulp (≤ 25 ulp for |x| ≤ 11),
+///        tanh_stable vs a correctly rounded tanh, and a derivative whose
+///        sensitivity to t or σ is ≤ 9 for |z| ≤ 4: 1e-5 relative to the
+///        gradient it multiplies.
+fn activation_derivatives(z: &[f32], a: &[f32], act: Activation) -> Vec<f32> {
+    let mut d = vec![1.0; z.len()];
+    activation_backward(&mut d, z, a, act);
+    d
+}
+
+/// Runs loss_forward_backward; returns (stats, first non-finite code, dz).
+#[allow(clippy::too_many_arguments)]
+async fn loss_gpu(
     y: &[f32],
+    z: &[f32],
     t: &[f32],
-    loss: Loss,
+    (loss, act): (Loss, Activation),
     batch: usize,
     width: usize,
+    scale: f32,
     stats: &[f32],
     flags: &[u8],
-) -> (Vec<f32>, u32) {
-    let p = LossForwardParams {
+) -> (Vec<f32>, u32, Vec<f32>) {
+    let p = LossForwardBackwardParams {
         batch: batch as u32,
         outputs: (y.len() / batch) as u32,
         loss: loss_code(loss),
         target_width: width as u32,
-        layer: 2,
-        _pad: [0; 3],
+        scale,
+        activation: activation_code(act),
+        _pad: [0; 2],
     };
-    let out = launch(Kernel::LossForward, &[&f32_bytes(stats), flags], &[y, t], &p, [1, 1, 1]).await;
-    (to_f32(&out[0]), to_u32(&out[1])[0])
+    let dz = f32_bytes(&vec![f32::NAN; y.len()]);
+    let out = launch(Kernel::LossForwardBackward, &[&f32_bytes(stats), flags, &dz], &[y, z, t], &p, [1, 1, 1]).await;
+    (to_f32(&out[0]), to_u32(&out[1])[0], to_f32(&out[2]))
 }
 
-/// loss_forward against model::loss_forward, added into step 1's row of
-/// stats (which already holds 0.5; other rows must not change). Both sum
-/// n terms (elements or rows) in different orders: sum_tolerance(n + 1,
-/// Σ|term|) / n covers the reordering and a fused (y − t)² + acc. For bce
-/// and ce each term also goes through exp/log: with |y| ≤ 3 exp is within
-/// 15 ulp (≤ 9e-7 relative on a row's sum, summed in the same order as
-/// the CPU), log within 1.5e-6 absolute, plus a rounding of the O(10)
-/// result (1e-6): 5e-6 absolute per term, hence on the mean. The division
-/// (≤ 2.5 ulp) and the add into stats take 4·ε·|result|.
-async fn loss_forward_matches_cpu() {
+/// loss_forward_backward against model::loss_forward, model::loss_backward
+/// and model::activation_backward, every loss with the output layer's
+/// activation taken in turn (scale 0.5; dz starts NaN: it must be
+/// overwritten).
+///
+/// The loss, added into step 1's row of stats (which already holds 0.5;
+/// other rows must not change): both sum n terms (elements or rows) in
+/// different orders: sum_tolerance(n + 1, Σ|term|) / n covers the
+/// reordering and a fused (y − t)² + acc. For bce and ce each term also
+/// goes through exp/log: with |y| ≤ 3 exp is within 15 ulp (≤ 9e-7
+/// relative on a row's sum, summed in the same order as the CPU), log
+/// within 1.5e-6 absolute, plus a rounding of the O(10) result (1e-6):
+/// 5e-6 absolute per term, hence on the mean. The division (≤ 2.5 ulp) and
+/// the add into stats take 4·ε·|result|.
+///
+/// dy = scale·∂L/∂y, per element:
+///   mse: k = 2·scale/(B·O) is one division (≤ 2.5 ulp), then one product:
+///        4·ε·|dy|.
+///   bce: σ(y) through exp (≤ 9 ulp, damped by σ' ≤ ¼) and a division:
+///        ≤ 5e-7 absolute on σ − t, so |k|·1e-6 + 4·ε·|dy|.
+///   ce:  lse within 3.3e-6 (exp ≤ 15 ulp, log ≤ 1.5e-6, one rounding),
+///        then exp(y − lse) with |y − lse| ≤ 12 (≤ 27 ulp): softmax within
+///        6e-6 relative, ≤ 1: |k|·1e-5 + 4·ε·|dy|.
+/// dz = dy·f'(z): |f'|·tol(dy) + derivative_rel·|dy| + ε·|dz| (the
+/// product's rounding).
+async fn loss_forward_backward_matches_cpu() {
+    let scale = 0.5f32;
     for (case, (loss, batch, outputs)) in loss_cases().into_iter().enumerate() {
-        let (y, t, width) = loss_data(loss, batch, outputs, case as u64 * 10);
+        let act = ACTIVATIONS[case % ACTIVATIONS.len()];
+        let (z, t, width) = loss_data(loss, batch, outputs, case as u64 * 10);
+        let mut y = vec![0.0; z.len()];
+        activation_forward(&mut y, &z, act);
         let expected = 0.5 + loss_forward(&y, &t, loss, batch, outputs);
         let mut stats = vec![7.0f32; 3 * STEP_STATS_STRIDE];
         stats[STEP_STATS_STRIDE] = 0.5;
-        let (gpu, code) = loss_forward_gpu(&y, &t, loss, batch, width, &stats, &flags_at_step(1, 1)).await;
+        let (gpu, code, dz) =
+            loss_gpu(&y, &z, &t, (loss, act), batch, width, scale, &stats, &flags_at_step(1, 1)).await;
         stats[STEP_STATS_STRIDE] = expected;
         let n = if loss == Loss::CrossEntropy { batch } else { batch * outputs };
         let impl_err = if loss == Loss::Mse { 0.0 } else { 5e-6 };
         let tol = sum_tolerance(n + 1, loss_abs_terms(&y, &t, loss, outputs)) / n as f32
             + impl_err
             + 4.0 * EPS * expected.abs();
-        let what = format!("{loss:?} B={batch} O={outputs} stats");
-        check(&what, &gpu, &stats, |k| if k == STEP_STATS_STRIDE { tol } else { 0.0 });
+        let what = format!("{loss:?} {act:?} B={batch} O={outputs}");
+        check(&format!("{what} stats"), &gpu, &stats, |k| if k == STEP_STATS_STRIDE { tol } else { 0.0 });
         assert_eq!(code, u32::MAX, "{what}: no non-finite value");
+
+        let mut dy = vec![0.0; batch * outputs];
+        loss_backward(&mut dy, &y, &t, loss, batch, outputs, scale);
+        let derivative = activation_derivatives(&z, &y, act);
+        let mut cpu = dy.clone();
+        activation_backward(&mut cpu, &z, &y, act);
+        let (k, dy_err) = match loss {
+            Loss::Mse => (0.0, 0.0),
+            Loss::BceWithLogits => (scale / (batch * outputs) as f32, 1e-6),
+            Loss::CrossEntropy => (scale / batch as f32, 1e-5),
+        };
+        check(&format!("{what} dz"), &dz, &cpu, |i| {
+            let dy_tol = k * dy_err + 4.0 * EPS * dy[i].abs();
+            derivative[i].abs() * dy_tol + derivative_rel(act) * dy[i].abs() + EPS * cpu[i].abs()
+        });
     }
 }
-gpu_common::twin_test!(loss_forward_matches_cpu);
+gpu_common::twin_test!(loss_forward_backward_matches_cpu);
 
 /// Large logits stay finite (the stable forms; the results are exact to
 /// 1e-3 of 1000 and 200), log(1 + e) is accurate for tiny e, and a
 /// non-finite mean is flagged with phase 2, order 0, at the current step.
 async fn loss_forward_is_stable_and_flags_non_finite() {
     let stats = vec![0.0f32; 8 * STEP_STATS_STRIDE];
-    let (s, code) = loss_forward_gpu(&[500.0, -500.0], &[1.0], Loss::CrossEntropy, 1, 1, &stats, &flags()).await;
+    let linear = |loss| (loss, Activation::Linear);
+    let run = |y: Vec<f32>, t: Vec<f32>, loss, batch, width, flags: Vec<u8>| {
+        let stats = stats.clone();
+        async move { loss_gpu(&y, &y, &t, linear(loss), batch, width, 1.0, &stats, &flags).await }
+    };
+    let (s, code, dz) = run(vec![500.0, -500.0], vec![1.0], Loss::CrossEntropy, 1, 1, flags()).await;
     assert!((s[0] - 1000.0).abs() <= 1e-3 && code == u32::MAX, "ce of [500, -500], class 1: {}", s[0]);
-    let (s, code) = loss_forward_gpu(&[200.0, -200.0], &[0.0, 1.0], Loss::BceWithLogits, 1, 2, &stats, &flags()).await;
+    assert_eq!(dz, [1.0, -1.0], "ce's gradient at [500, -500], class 1: softmax − onehot");
+    let (s, code, _) = run(vec![200.0, -200.0], vec![0.0, 1.0], Loss::BceWithLogits, 1, 2, flags()).await;
     assert!((s[0] - 200.0).abs() <= 1e-3 && code == u32::MAX, "bce of ±200: {}", s[0]);
     // bce(20, 1) = log(1 + e⁻²⁰) ≈ 2.06e-9, which a plain log(1 + e) rounds
     // to 0; exp(−20) is within 43 ulp (3e-6 relative).
-    let (s, _) = loss_forward_gpu(&[20.0], &[1.0], Loss::BceWithLogits, 1, 1, &stats, &flags()).await;
+    let (s, _, _) = run(vec![20.0], vec![1.0], Loss::BceWithLogits, 1, 1, flags()).await;
     let exact = (-20.0f32).exp().ln_1p();
     assert!((s[0] - exact).abs() <= 1e-5 * exact, "bce(20, 1): {} vs {exact}", s[0]);
     let mut y = random(12, 3, 1.0);
     y[5] = f32::INFINITY;
-    let (s, code) = loss_forward_gpu(&y, &random(12, 4, 1.0), Loss::Mse, 3, 4, &stats, &flags_at_step(5, 2)).await;
+    let (s, code, _) = run(y, random(12, 4, 1.0), Loss::Mse, 3, 4, flags_at_step(5, 2)).await;
     assert_eq!(code, (5 << 16) | (PHASE_LOSS << 8));
     assert!(!s[5 * STEP_STATS_STRIDE].is_finite(), "the non-finite mean is added to step 5's row");
 }
 gpu_common::twin_test!(loss_forward_is_stable_and_flags_non_finite);
-
-/// loss_backward against model::loss_backward (scale 0.5; dy starts NaN:
-/// it must be overwritten). Per element:
-///   mse: k = 2·scale/(B·O) is one division (≤ 2.5 ulp), then one product:
-///        4·ε·|dy|.
-///   bce: σ(y) through exp (|y| ≤ 3: ≤ 9 ulp, damped by σ' ≤ ¼) and a
-///        division: ≤ 5e-7 absolute on σ − t, so |k|·1e-6 + 4·ε·|dy|.
-///   ce:  lse within 3.3e-6 (exp ≤ 15 ulp, log ≤ 1.5e-6, one rounding),
-///        then exp(y − lse) with |y − lse| ≤ 12 (≤ 27 ulp): softmax within
-///        6e-6 relative, ≤ 1: |k|·1e-5 + 4·ε·|dy|.
-async fn loss_backward_matches_cpu() {
-    let scale = 0.5f32;
-    for (case, (loss, batch, outputs)) in loss_cases().into_iter().enumerate() {
-        let (y, t, width) = loss_data(loss, batch, outputs, case as u64 * 10 + 1);
-        let mut cpu = vec![0.0; batch * outputs];
-        loss_backward(&mut cpu, &y, &t, loss, batch, outputs, scale);
-        let p = LossBackwardParams {
-            batch: batch as u32,
-            outputs: outputs as u32,
-            loss: loss_code(loss),
-            target_width: width as u32,
-            scale,
-            _pad: [0; 3],
-        };
-        let dy = f32_bytes(&vec![f32::NAN; batch * outputs]);
-        let gpu = to_f32(&launch(Kernel::LossBackward, &[&dy], &[&y, &t], &p, elementwise_grid(batch)).await[0]);
-        let (k, impl_err) = match loss {
-            Loss::Mse => (0.0, 0.0),
-            Loss::BceWithLogits => (scale / (batch * outputs) as f32, 1e-6),
-            Loss::CrossEntropy => (scale / batch as f32, 1e-5),
-        };
-        check(&format!("{loss:?} B={batch} O={outputs} dy"), &gpu, &cpu, |i| k * impl_err + 4.0 * EPS * cpu[i].abs());
-    }
-}
-gpu_common::twin_test!(loss_backward_matches_cpu);
-
-/// activation_backward against model::activation_backward, for all seven
-/// activations; z in [−4, 4] with every fifth z exactly 0 (the kinks);
-/// dz starts NaN (it must be overwritten).
-///   linear, relu, leaky_relu, sigmoid: the same f32 operations in the
-///        same order, nothing to fuse: exact equality.
-///   tanh: 1 − a·a may be fused into one fma, which skips the rounding of
-///        a² (≤ ½ulp(1) = ε/2); with the final product: |da|·2·ε.
-///   gelu_tanh, silu: exp within 3 + 2|x| ulp (≤ 25 ulp for |x| ≤ 11),
-///        tanh_stable vs a correctly rounded tanh, and a derivative whose
-///        sensitivity to t or σ is ≤ 9 for |z| ≤ 4: |da|·1e-5.
-async fn activation_backward_matches_cpu() {
-    use Activation::*;
-    let all = [Linear, Relu, LeakyRelu, Tanh, Sigmoid, GeluTanh, Silu];
-    for (c, count) in SIZES.iter().copied().chain([100 * 257]).enumerate() {
-        for (k, &act) in all.iter().enumerate() {
-            let seed = (c * 10 + k) as u64;
-            let mut z = random(count, seed, 4.0);
-            z.iter_mut().step_by(5).for_each(|v| *v = 0.0);
-            let mut a = vec![0.0; count];
-            activation_forward(&mut a, &z, act);
-            let da = random(count, seed + 500, 2.0);
-            let mut cpu = vec![0.0; count];
-            activation_backward(&mut cpu, &da, &z, &a, act);
-            let p = ActivationBackwardParams { count: count as u32, activation: activation_code(act), _pad: [0; 2] };
-            let dz = f32_bytes(&vec![f32::NAN; count]);
-            let out = launch(Kernel::ActivationBackward, &[&dz], &[&da, &z, &a], &p, elementwise_grid(count)).await;
-            let rel = match act {
-                Tanh => 2.0 * EPS,
-                GeluTanh | Silu => 1e-5,
-                _ => 0.0,
-            };
-            check(&format!("{act:?} n={count} dz"), &to_f32(&out[0]), &cpu, |i| rel * da[i].abs());
-        }
-    }
-}
-gpu_common::twin_test!(activation_backward_matches_cpu);
 
 /// The (I, O, B) cases of the dense kernels: every size in every role,
 /// the full cross product thinned (it is slow on lavapipe).
@@ -237,36 +259,49 @@ fn dense_cases() -> Vec<(usize, usize, usize)> {
         .collect()
 }
 
-/// dense_backward_input against the dx part of model::dense_backward.
-/// Both sum the O products dz·w in the same order; the GPU fuses each
-/// multiply-add. Either result is within γ_O·Σ|dz·w| of the exact one, so
-/// they differ by at most sum_tolerance(O, Σ_o |dz·w|). dx starts NaN (it
-/// must be overwritten); NaNs around W at offset 5 must not be read.
+/// dense_backward_input against the dx part of model::dense_backward,
+/// then model::activation_backward of the layer below, its activation
+/// taken in turn over the cases. Both sum the O products dz·w in the same
+/// order; the GPU fuses each multiply-add. Either sum is within
+/// γ_O·Σ|dz·w| of the exact one, so they differ by at most
+/// sum_tolerance(O, Σ_o |dz·w|) =: s; times f'(z_in) (see
+/// `activation_derivatives`): |f'|·s + derivative_rel·(|v| + s) + ε·|dx|,
+/// v the CPU's sum. dx starts NaN (it must be overwritten); NaNs around W
+/// at offset 5 must not be read. The two variants give the same bits.
 async fn dense_backward_input_matches_cpu() {
     for (case, (inputs, units, batch)) in dense_cases().into_iter().enumerate() {
+        let act = ACTIVATIONS[case % ACTIVATIONS.len()];
         let (offset, len) = (5, units * inputs);
         let dz = random(batch * units, case as u64, 1.0);
         let mut params = random(offset + len + 3, case as u64 + 1000, 1.0 / (inputs as f64).sqrt());
         params[..offset].fill(f32::NAN);
         params[offset + len..].fill(f32::NAN);
+        let (z_in, a_in) = layer_values(act, batch * inputs, case as u64 + 3000);
         let w = &params[offset..offset + len];
-        let mut cpu = vec![0.0; batch * inputs];
+        let mut sums = vec![0.0; batch * inputs];
         let (mut dw, mut db, x) = (vec![0.0; len], vec![0.0; units], vec![0.0; batch * inputs]);
-        dense_backward(Some(&mut cpu), &mut dw, &mut db, &dz, &x, w, batch, inputs, units);
+        dense_backward(Some(&mut sums), &mut dw, &mut db, &dz, &x, w, batch, inputs, units);
+        let mut cpu = sums.clone();
+        activation_backward(&mut cpu, &z_in, &a_in, act);
+        let derivative = activation_derivatives(&z_in, &a_in, act);
         let p = DenseBackwardInputParams {
             batch: batch as u32,
             inputs: inputs as u32,
             units: units as u32,
             weight_offset: offset as u32,
+            activation: activation_code(act),
+            _pad: [0; 3],
         };
         let dx = f32_bytes(&vec![f32::NAN; batch * inputs]);
         let mut first: Option<Vec<f32>> = None;
         for v in MatmulVariant::ALL {
             let grid = Matmul::BackwardInput.grid(v, batch, inputs, units);
-            let gpu = to_f32(&launch(Matmul::BackwardInput.kernel(v), &[&dx], &[&dz, &params], &p, grid).await[0]);
-            check(&format!("{v:?} I={inputs} O={units} B={batch} dx"), &gpu, &cpu, |k| {
+            let ins: [&[f32]; 4] = [&dz, &params, &z_in, &a_in];
+            let gpu = to_f32(&launch(Matmul::BackwardInput.kernel(v), &[&dx], &ins, &p, grid).await[0]);
+            check(&format!("{v:?} {act:?} I={inputs} O={units} B={batch} dx"), &gpu, &cpu, |k| {
                 let (b, i) = (k / inputs, k % inputs);
-                sum_tolerance(units, (0..units).map(|o| (dz[b * units + o] * w[o * inputs + i]).abs()).sum())
+                let s = sum_tolerance(units, (0..units).map(|o| (dz[b * units + o] * w[o * inputs + i]).abs()).sum());
+                derivative[k].abs() * s + derivative_rel(act) * (sums[k].abs() + s) + EPS * cpu[k].abs()
             });
             match &first {
                 None => first = Some(gpu),

@@ -44,6 +44,26 @@ fn the_blocked_weight_gradient_drops_the_bias_dispatch() {
     assert_eq!(tiled.dispatches_per_step() - blocked.dispatches_per_step(), 2 * layers);
 }
 
+/// No dispatch of its own computes the loss gradient or an activation
+/// backward (the loss and the input gradients apply them in their
+/// passes): per micro-batch gather and advance, then per layer a forward,
+/// a weight gradient and (above the first) an input gradient, and the
+/// loss; per step the norm, clipping, the Adam update and the advance.
+/// With checkpointing, L − 1 recomputed forwards on top.
+#[test]
+fn a_phased_step_is_a_forward_a_weight_and_an_input_gradient_per_layer() {
+    let e = common::experiment(json!({"grad_accumulation": 2, "optimizer": {"kind": "adam", "lr": 0.01}}));
+    let layers = e.model.layers.len();
+    let per_micro = 2 + layers + 1 + layers + (layers - 1);
+    let blocked = with_variant(&e, MatmulVariant::Blocked);
+    assert_eq!(blocked.dispatches_per_step(), 2 * per_micro + 4);
+    let tiled = with_variant(&e, MatmulVariant::Tiled);
+    assert_eq!(tiled.dispatches_per_step(), 2 * (per_micro + layers) + 4, "tiled: a bias dispatch per layer");
+    let mut checkpointing = with_variant(&e, MatmulVariant::Blocked);
+    checkpointing.set_activation_checkpointing(true).unwrap();
+    assert_eq!(checkpointing.dispatches_per_step(), 2 * (per_micro + layers - 1) + 4);
+}
+
 /// Variants mixed per layer, switched mid-run, and with activation
 /// checkpointing (backward recomputes z with the layer's forward variant):
 /// all the same run as the CPU engine's. (Smooth activations: a ReLU

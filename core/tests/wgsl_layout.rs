@@ -35,9 +35,7 @@ fn every_params_struct_has_its_rust_twins_size() {
     let cases: &[(Kernel, usize)] = &[
         (Kernel::DenseForward, size_of::<DenseForwardParams>()),
         (Kernel::DenseForwardBlocked, size_of::<DenseForwardParams>()),
-        (Kernel::LossForward, size_of::<LossForwardParams>()),
-        (Kernel::LossBackward, size_of::<LossBackwardParams>()),
-        (Kernel::ActivationBackward, size_of::<ActivationBackwardParams>()),
+        (Kernel::LossForwardBackward, size_of::<LossForwardBackwardParams>()),
         (Kernel::DenseBackwardInput, size_of::<DenseBackwardInputParams>()),
         (Kernel::DenseBackwardInputBlocked, size_of::<DenseBackwardInputParams>()),
         (Kernel::DenseBackwardWeight, size_of::<DenseBackwardWeightParams>()),
@@ -148,6 +146,7 @@ fn the_matmul_variants_share_their_params_field_by_field() {
         ("inputs", offset_of!(DenseBackwardInputParams, inputs)),
         ("units", offset_of!(DenseBackwardInputParams, units)),
         ("weight_offset", offset_of!(DenseBackwardInputParams, weight_offset)),
+        ("activation", offset_of!(DenseBackwardInputParams, activation)),
     ];
     type Fields<'a> = &'a [(&'a str, usize)];
     let cases: [(&[Kernel], Fields); 3] = [
@@ -164,4 +163,57 @@ fn the_matmul_variants_share_their_params_field_by_field() {
             }
         }
     }
+}
+
+#[test]
+fn the_loss_params_match_field_by_field() {
+    let rust = [
+        ("batch", offset_of!(LossForwardBackwardParams, batch)),
+        ("outputs", offset_of!(LossForwardBackwardParams, outputs)),
+        ("loss", offset_of!(LossForwardBackwardParams, loss)),
+        ("target_width", offset_of!(LossForwardBackwardParams, target_width)),
+        ("scale", offset_of!(LossForwardBackwardParams, scale)),
+        ("activation", offset_of!(LossForwardBackwardParams, activation)),
+    ];
+    let (members, _) = wgsl_struct(Kernel::LossForwardBackward, "Params");
+    for (name, offset) in rust {
+        let found = members.iter().find(|(m, _)| m == name).map(|(_, o)| *o as usize);
+        assert_eq!(found, Some(offset), "loss_forward_backward: Params.{name}");
+    }
+}
+
+/// The text of `fn name(…) { … }` in `kernel`'s WGSL (up to the first
+/// closing brace at the start of a line).
+fn wgsl_fn(kernel: Kernel, name: &str) -> &'static str {
+    let source = kernel.source();
+    let start = source.find(&format!("fn {name}(")).unwrap_or_else(|| panic!("{} has no fn {name}", kernel.name()));
+    let end = start + source[start..].find("\n}\n").expect("a closing brace") + 2;
+    &source[start..end]
+}
+
+/// WGSL has no includes, so the kernels that apply an activation's
+/// backward each carry a copy of the derivative (and its helpers): every
+/// copy is the same text, so one CPU twin covers them all.
+#[test]
+fn every_copy_of_the_activation_derivative_is_the_same() {
+    let kernels = [
+        Kernel::LossForwardBackward,
+        Kernel::DenseBackwardInput,
+        Kernel::DenseBackwardInputBlocked,
+        Kernel::TrainStepFused,
+    ];
+    for name in ["activation_derivative", "tanh_stable", "sigmoid"] {
+        let first = wgsl_fn(kernels[0], name);
+        for &kernel in &kernels[1..] {
+            assert_eq!(
+                wgsl_fn(kernel, name),
+                first,
+                "{}: fn {name} differs from {}'s",
+                kernel.name(),
+                kernels[0].name()
+            );
+        }
+    }
+    let first = wgsl_fn(Kernel::LossForwardBackward, "log1p");
+    assert_eq!(wgsl_fn(Kernel::TrainStepFused, "log1p"), first, "train_step_fused: fn log1p differs");
 }

@@ -31,11 +31,10 @@ pub struct CpuEngine {
     grads: Vec<f32>,   // (P)
     updates: Vec<f32>, // (P) the last step's p_new − p_old
     optimizer: OptimizerState,
-    inputs: Vec<f32>,        // (B, I)
-    targets: Vec<f32>,       // (B, T)
-    acts: Activations,       // a: (B, O_l) per layer; z the same, or one (B, max O) when checkpointing
-    grad_out: Vec<Vec<f32>>, // ∂L/∂a per layer, (B, O_l)
-    grad_pre: Vec<f32>,      // ∂L/∂z of the current layer, (B, max O)
+    inputs: Vec<f32>,    // (B, I)
+    targets: Vec<f32>,   // (B, T)
+    acts: Activations,   // a: (B, O_l) per layer; z the same, or one (B, max O) when checkpointing
+    grad: Vec<Vec<f32>>, // per layer (B, O_l): ∂L/∂a, turned into ∂L/∂z in place
     /// When false, gradients are not zeroed between steps (a common bug,
     /// shown on purpose by the page's lessons).
     pub zero_grad: bool,
@@ -81,12 +80,10 @@ impl CpuEngine {
         let layout = Layout::new(&experiment);
         let batch = experiment.batch_size;
         let batcher = Batcher::new(data.train.rows(), experiment.data.shuffle, state.data_position);
-        let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(0);
         Ok(CpuEngine {
             tensors: layout.tensors(),
             acts: Activations::try_new(&layout, batch)?,
-            grad_out: layout.layers.iter().map(|l| zeros(batch * l.units, "gradients")).collect::<Result<_>>()?,
-            grad_pre: zeros(batch * max_units, "gradients")?,
+            grad: layout.layers.iter().map(|l| zeros(batch * l.units, "gradients")).collect::<Result<_>>()?,
             grads: zeros(layout.parameter_count, "gradients")?,
             updates: zeros(layout.parameter_count, "updates")?,
             inputs: Vec::with_capacity(batch * experiment.model.inputs),
@@ -173,7 +170,7 @@ impl CpuEngine {
 
     /// Bytes of the engine's training buffers.
     pub fn memory(&self) -> MemoryBytes {
-        let scratch: usize = self.grad_out.iter().map(Vec::len).sum::<usize>() + self.grad_pre.len();
+        let scratch: usize = self.grad.iter().map(Vec::len).sum::<usize>();
         MemoryBytes {
             params: 4 * self.params.len() as u64,
             grads: 4 * self.grads.len() as u64,
@@ -311,7 +308,7 @@ impl CpuEngine {
                 if partial.layers_done == 0 {
                     let (out, targets) = (self.acts.output(), &self.targets);
                     let scale = 1.0 / k as f32;
-                    loss_backward(&mut self.grad_out[layers - 1], out, targets, e.loss, batch, e.outputs(), scale);
+                    loss_backward(&mut self.grad[layers - 1], out, targets, e.loss, batch, e.outputs(), scale);
                 }
                 loop {
                     self.backward_layer(layers - 1 - partial.layers_done)?;
@@ -366,8 +363,8 @@ impl CpuEngine {
     }
 
     /// Backward through layer `l` for the current batch (∂L/∂a of its
-    /// outputs is in `grad_out[l]`); accumulates into `grads` and writes
-    /// ∂L/∂a of its inputs. With activation checkpointing the layer's z is
+    /// outputs is in `grad[l]`, turned into ∂L/∂z in place); accumulates
+    /// into `grads` and writes ∂L/∂a of its inputs into `grad[l − 1]`. With activation checkpointing the layer's z is
     /// recomputed first.
     fn backward_layer(&mut self, l: usize) -> Result<()> {
         let e = &self.experiment;
@@ -388,11 +385,12 @@ impl CpuEngine {
         } else {
             &acts.z[l][..]
         };
-        let dz = &mut self.grad_pre[..n];
-        activation_backward(dz, &self.grad_out[l], z, &acts.a[l], e.model.layers[l].activation);
+        let (below, this) = self.grad.split_at_mut(l);
+        let dz = &mut this[0][..n];
+        activation_backward(dz, z, &acts.a[l], e.model.layers[l].activation);
         let (dweight, rest) = self.grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
         let dbias = &mut rest[..shape.units];
-        let dx = if l == 0 { None } else { Some(self.grad_out[l - 1].as_mut_slice()) };
+        let dx = below.last_mut().map(Vec::as_mut_slice);
         dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
         let end = shape.bias_offset + shape.units;
         if self.grads[shape.weight_offset..end].iter().any(|g| !g.is_finite()) {

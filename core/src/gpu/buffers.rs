@@ -22,8 +22,7 @@ pub struct Buffers {
     pub batch_targets: wgpu::Buffer,   // (B, T)
     pub z: Vec<wgpu::Buffer>,          // (B, O_l) per layer, or one (B, max O) when checkpointing
     pub a: Vec<wgpu::Buffer>,          // (B, O_l) per layer
-    pub grad_out: Vec<wgpu::Buffer>,   // (B, O_l) ∂L/∂a per layer
-    pub grad_pre: wgpu::Buffer,        // (B, max O) ∂L/∂z of the current layer
+    pub grad: Vec<wgpu::Buffer>,       // (B, O_l) ∂L/∂z per layer
     pub table_inputs: wgpu::Buffer,    // (N, I) the training table, uploaded once
     pub table_targets: wgpu::Buffer,   // (N, T)
     pub rows: wgpu::Buffer,            // (steps · k · B) row indices of a submit
@@ -88,11 +87,9 @@ impl Buffers {
                 .map(|(l, shape)| storage(device, &format!("{label} layer {l}"), 4 * batch * shape.units as u64))
                 .collect()
         };
-        let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(1) as u64;
         let table_rows: Vec<TensorRange> =
             tensors.iter().map(|t| TensorRange { offset: t.offset as u32, len: t.len as u32 }).collect();
-        let scratch_bytes: u64 =
-            layout.layers.iter().map(|l| 4 * batch * l.units as u64).sum::<u64>() + 4 * batch * max_units;
+        let scratch_bytes: u64 = layout.layers.iter().map(|l| 4 * batch * l.units as u64).sum::<u64>();
         Buffers {
             params: storage_init(device, "params", &f32s(&state.params)),
             grads: storage(device, "grads", p_bytes),
@@ -104,8 +101,7 @@ impl Buffers {
             batch_targets: storage(device, "batch targets", 4 * batch * table.target_width as u64),
             z: z_buffers(device, layout, batch, false),
             a: per_layer("a"),
-            grad_out: per_layer("grad_out"),
-            grad_pre: storage(device, "grad_pre", 4 * batch * max_units),
+            grad: per_layer("grad"),
             table_inputs: storage_init(device, "table inputs", &f32s(&table.inputs)),
             table_targets: storage_init(device, "table targets", &f32s(&table.targets)),
             rows: storage(device, "rows", 4 * max_rows_per_submit as u64),

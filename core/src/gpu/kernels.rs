@@ -9,9 +9,7 @@ use crate::error::{Error, Result};
 pub enum Kernel {
     DenseForward,
     DenseForwardBlocked,
-    LossForward,
-    LossBackward,
-    ActivationBackward,
+    LossForwardBackward,
     DenseBackwardInput,
     DenseBackwardInputBlocked,
     DenseBackwardWeight,
@@ -35,9 +33,7 @@ impl Kernel {
     pub const ALL: &'static [Kernel] = &[
         Kernel::DenseForward,
         Kernel::DenseForwardBlocked,
-        Kernel::LossForward,
-        Kernel::LossBackward,
-        Kernel::ActivationBackward,
+        Kernel::LossForwardBackward,
         Kernel::DenseBackwardInput,
         Kernel::DenseBackwardInputBlocked,
         Kernel::DenseBackwardWeight,
@@ -61,9 +57,7 @@ impl Kernel {
         match self {
             Kernel::DenseForward => "dense_forward",
             Kernel::DenseForwardBlocked => "dense_forward_blocked",
-            Kernel::LossForward => "loss_forward",
-            Kernel::LossBackward => "loss_backward",
-            Kernel::ActivationBackward => "activation_backward",
+            Kernel::LossForwardBackward => "loss_forward_backward",
             Kernel::DenseBackwardInput => "dense_backward_input",
             Kernel::DenseBackwardWeight => "dense_backward_weight",
             Kernel::DenseBackwardWeightBlocked => "dense_backward_weight_blocked",
@@ -88,9 +82,7 @@ impl Kernel {
         match self {
             Kernel::DenseForward => include_str!("../../../shaders/dense_forward.wgsl"),
             Kernel::DenseForwardBlocked => include_str!("../../../shaders/dense_forward_blocked.wgsl"),
-            Kernel::LossForward => include_str!("../../../shaders/loss_forward.wgsl"),
-            Kernel::LossBackward => include_str!("../../../shaders/loss_backward.wgsl"),
-            Kernel::ActivationBackward => include_str!("../../../shaders/activation_backward.wgsl"),
+            Kernel::LossForwardBackward => include_str!("../../../shaders/loss_forward_backward.wgsl"),
             Kernel::DenseBackwardInput => include_str!("../../../shaders/dense_backward_input.wgsl"),
             Kernel::DenseBackwardWeight => include_str!("../../../shaders/dense_backward_weight.wgsl"),
             Kernel::DenseBackwardWeightBlocked => include_str!("../../../shaders/dense_backward_weight_blocked.wgsl"),

@@ -57,7 +57,8 @@ impl MatmulVariant {
 pub enum Matmul {
     /// z = x·Wᵀ + b, a = act(z): (B, I) × (I, O).
     Forward,
-    /// dx = dz·W: (B, O) × (O, I).
+    /// dx = (dz·W) ⊙ f'(z_in): (B, O) × (O, I), the layer below's
+    /// activation backward in the store.
     BackwardInput,
     /// dW += dzᵀ·x: (O, B) × (B, I) (and, blocked, db += Σ_b dz).
     BackwardWeight,
@@ -163,23 +164,29 @@ pub(super) fn forward(
     dispatch(ctx, Matmul::Forward.kernel(v), label, &[z, a, x, params, flags], &p, grid)
 }
 
-/// dx = dz·W of a layer: dx, dz, params.
+/// The input gradient of a layer with the layer below's activation
+/// backward in its store, dx = (dz·W) ⊙ f'(z_in): dx, dz, params, z_in,
+/// a_in. `activation` is the layer below's code.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn backward_input(
     ctx: &GpuContext,
     v: MatmulVariant,
     label: &str,
-    [dx, dz, params]: [&wgpu::Buffer; 3],
+    [dx, dz, params, z_in, a_in]: [&wgpu::Buffer; 5],
     batch: usize,
     shape: &LayerShape,
+    activation: u32,
 ) -> Dispatch {
     let p = DenseBackwardInputParams {
         batch: batch as u32,
         inputs: shape.inputs as u32,
         units: shape.units as u32,
         weight_offset: shape.weight_offset as u32,
+        activation,
+        _pad: [0; 3],
     };
     let grid = Matmul::BackwardInput.grid(v, batch, shape.inputs, shape.units);
-    dispatch(ctx, Matmul::BackwardInput.kernel(v), label, &[dx, dz, params], &p, grid)
+    dispatch(ctx, Matmul::BackwardInput.kernel(v), label, &[dx, dz, params, z_in, a_in], &p, grid)
 }
 
 /// dW += dzᵀ·x of a layer (blocked: and db += Σ_b dz): grads, flags, dz, x.
@@ -384,7 +391,9 @@ pub async fn time_full(
         }
         Matmul::BackwardInput => {
             let (dx, dz) = (storage("dx", &values(batch * inputs)), storage("dz", &values(batch * units)));
-            backward_input(ctx, v, "timed backward input", [&dx, &dz, &params], batch, &shape)
+            let (z_in, a_in) = (storage("z_in", &values(batch * inputs)), storage("a_in", &values(batch * inputs)));
+            // Linear: the epilogue is the same in both variants.
+            backward_input(ctx, v, "timed backward input", [&dx, &dz, &params, &z_in, &a_in], batch, &shape, 0)
         }
         Matmul::BackwardWeight => {
             let (grads, dz, x) = (

@@ -66,35 +66,15 @@ pub struct TensorRange {
 /// elementwise optimizer name the layer of a non-finite parameter.
 pub type LayerEnds = [[u32; 4]; 4];
 
-/// `shaders/loss_forward.wgsl`
+/// `shaders/loss_forward_backward.wgsl`
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
-pub struct LossForwardParams {
-    pub batch: u32,
-    pub outputs: u32,
-    pub loss: u32,
-    pub target_width: u32,
-    pub layer: u32,
-    pub _pad: [u32; 3],
-}
-
-/// `shaders/loss_backward.wgsl`
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
-pub struct LossBackwardParams {
+pub struct LossForwardBackwardParams {
     pub batch: u32,
     pub outputs: u32,
     pub loss: u32,
     pub target_width: u32,
     pub scale: f32,
-    pub _pad: [u32; 3],
-}
-
-/// `shaders/activation_backward.wgsl`
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
-pub struct ActivationBackwardParams {
-    pub count: u32,
     pub activation: u32,
     pub _pad: [u32; 2],
 }
@@ -107,6 +87,8 @@ pub struct DenseBackwardInputParams {
     pub inputs: u32,
     pub units: u32,
     pub weight_offset: u32,
+    pub activation: u32,
+    pub _pad: [u32; 3],
 }
 
 /// `shaders/dense_backward_weight.wgsl`

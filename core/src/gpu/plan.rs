@@ -21,11 +21,11 @@ pub struct Dispatch {
 pub struct Plan {
     /// Per micro-batch: gather the batch's rows, advance the micro counter.
     pub data: Vec<Dispatch>,
-    /// Per micro-batch: every layer forward, then the loss.
+    /// Per micro-batch: every layer forward, then the loss with the output
+    /// layer's ∂L/∂z.
     pub forward: Vec<Dispatch>,
-    /// Per micro-batch: loss gradient, then every layer backward (the
-    /// bias gradient in its own dispatch only after a tiled weight
-    /// gradient).
+    /// Per micro-batch: every layer backward from the top (the bias
+    /// gradient in its own dispatch only after a tiled weight gradient).
     pub backward: Vec<Dispatch>,
     /// Once per step, after the last micro-batch's backward.
     pub regularize: Vec<Dispatch>,
@@ -134,66 +134,40 @@ impl Plan {
         };
         let mut forward: Vec<Dispatch> =
             (0..layout.layers.len()).map(|l| forward_layer(l, &b.flags, "dense_forward")).collect();
-        let outputs = e.outputs();
+        // The loss, and in the same pass ∂L/∂z of the output layer into
+        // grad[last] (the loss gradient and the output layer's activation
+        // backward need no dispatch of their own). Under accumulation each
+        // micro-batch's gradient is scaled by 1/k.
         forward.push(dispatch(
             ctx,
-            Kernel::LossForward,
-            "loss_forward",
-            &[&b.stats, &b.flags, &b.a[last], &b.batch_targets],
-            &LossForwardParams {
+            Kernel::LossForwardBackward,
+            "loss_forward_backward",
+            &[&b.stats, &b.flags, &b.grad[last], &b.a[last], z(last), &b.batch_targets],
+            &LossForwardBackwardParams {
                 batch: u(batch),
-                outputs: u(outputs),
+                outputs: u(e.outputs()),
                 loss: loss_code(e.loss),
                 target_width: u(target_width),
-                layer: u(last),
-                _pad: [0; 3],
+                scale: 1.0 / e.grad_accumulation as f32,
+                activation: activation_code(e.model.layers[last].activation),
+                _pad: [0; 2],
             },
             [1, 1, 1],
         ));
 
-        let mut backward = vec![dispatch(
-            ctx,
-            Kernel::LossBackward,
-            "loss_backward",
-            &[&b.grad_out[last], &b.a[last], &b.batch_targets],
-            &LossBackwardParams {
-                batch: u(batch),
-                outputs: u(outputs),
-                loss: loss_code(e.loss),
-                target_width: u(target_width),
-                scale: 1.0 / e.grad_accumulation as f32,
-                _pad: [0; 3],
-            },
-            elementwise_grid(batch),
-        )];
+        // Per layer, from the top: grad[l] holds ∂L/∂z of layer l. The
+        // weight gradient (and bias) reads it; the input gradient turns it
+        // into grad[l − 1], ∂L/∂z of the layer below, applying that
+        // layer's activation backward in its store.
+        let mut backward = Vec::new();
         for (l, shape) in layout.layers.iter().enumerate().rev() {
-            let count = batch * shape.units;
-            if b.checkpointing {
-                // Recompute z[l] (and a[l], rewritten with the same bits)
-                // with forward's kernel on forward's inputs: a[l − 1] is
-                // untouched until layer l − 1's turn. Its flags go to a
-                // buffer nobody reads: forward reported any NaN already.
-                backward.push(forward_layer(l, &b.recompute_flags, "dense_forward (recompute)"));
-            }
-            backward.push(dispatch(
-                ctx,
-                Kernel::ActivationBackward,
-                &format!("activation_backward layer {l}"),
-                &[&b.grad_pre, &b.grad_out[l], z(l), &b.a[l]],
-                &ActivationBackwardParams {
-                    count: u(count),
-                    activation: activation_code(e.model.layers[l].activation),
-                    _pad: [0; 2],
-                },
-                elementwise_grid(count),
-            ));
             let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
             let weight = matmuls[l].backward_weight;
             backward.push(matmul::backward_weight(
                 ctx,
                 weight,
                 &format!("dense_backward_weight layer {l}"),
-                [&b.grads, &b.flags, &b.grad_pre, x],
+                [&b.grads, &b.flags, &b.grad[l], x],
                 batch,
                 shape,
                 l,
@@ -202,20 +176,30 @@ impl Plan {
                 backward.push(matmul::bias_backward(
                     ctx,
                     &format!("bias_backward layer {l}"),
-                    [&b.grads, &b.flags, &b.grad_pre],
+                    [&b.grads, &b.flags, &b.grad[l]],
                     batch,
                     shape,
                     l,
                 ));
             }
             if l > 0 {
+                if b.checkpointing {
+                    // Recompute z[l − 1] (and a[l − 1], rewritten with the
+                    // same bits) with forward's kernel on forward's inputs,
+                    // for the activation backward below: a[l − 2] is
+                    // untouched, and layer l's z is no longer needed. Its
+                    // flags go to a buffer nobody reads: forward reported
+                    // any NaN already.
+                    backward.push(forward_layer(l - 1, &b.recompute_flags, "dense_forward (recompute)"));
+                }
                 backward.push(matmul::backward_input(
                     ctx,
                     matmuls[l].backward_input,
                     &format!("dense_backward_input layer {l}"),
-                    [&b.grad_out[l - 1], &b.grad_pre, &b.params],
+                    [&b.grad[l - 1], &b.grad[l], &b.params, z(l - 1), &b.a[l - 1]],
                     batch,
                     shape,
+                    activation_code(e.model.layers[l - 1].activation),
                 ));
             }
         }

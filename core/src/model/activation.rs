@@ -36,9 +36,10 @@ pub fn activation_forward(a: &mut [f32], z: &[f32], act: Activation) {
     }
 }
 
-/// dz = da · f'(z). Overwrites dz (the activation is not a parameter).
-pub fn activation_backward(dz: &mut [f32], da: &[f32], z: &[f32], a: &[f32], act: Activation) {
-    for i in 0..dz.len() {
+/// In place: `grad` holds da = ∂L/∂a on entry and dz = da · f'(z) on exit
+/// (the activation is not a parameter).
+pub fn activation_backward(grad: &mut [f32], z: &[f32], a: &[f32], act: Activation) {
+    for i in 0..grad.len() {
         let (z, a) = (z[i], a[i]);
         let derivative = match act {
             Activation::Linear => 1.0,
@@ -67,7 +68,7 @@ pub fn activation_backward(dz: &mut [f32], da: &[f32], z: &[f32], a: &[f32], act
                 s * (1.0 + z * (1.0 - s))
             }
         };
-        dz[i] = da[i] * derivative;
+        grad[i] *= derivative;
     }
 }
 
@@ -96,9 +97,8 @@ mod tests {
         for act in ALL {
             let mut a = vec![0.0; zs.len()];
             activation_forward(&mut a, &zs, act);
-            let ones = vec![1.0; zs.len()];
-            let mut dz = vec![0.0; zs.len()];
-            activation_backward(&mut dz, &ones, &zs, &a, act);
+            let mut dz = vec![1.0; zs.len()];
+            activation_backward(&mut dz, &zs, &a, act);
             for (i, &z) in zs.iter().enumerate() {
                 let (mut plus, mut minus) = ([0.0f32], [0.0f32]);
                 activation_forward(&mut plus, &[z + h], act);
