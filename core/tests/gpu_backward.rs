@@ -11,27 +11,16 @@ mod gpu_common;
 #[cfg(target_arch = "wasm32")]
 use crate::gpu_common;
 
-use bytemuck::Pod;
-use gpu_common::{flags, flags_at_step, random, run, sum_tolerance, BATCHES, SIZES};
+use gpu_common::{flags, flags_at_step, random, run_launch, sum_tolerance, BATCHES, SIZES};
 use stepscope_core::experiment::{Activation, Loss};
 use stepscope_core::gpu::harness::{f32_bytes, to_f32, to_u32, Arg};
-use stepscope_core::gpu::matmul::{Matmul, MatmulVariant};
+use stepscope_core::gpu::launch;
+use stepscope_core::gpu::matmul::{self, MatmulVariant};
 use stepscope_core::gpu::params::*;
-use stepscope_core::gpu::Kernel;
-use stepscope_core::model::{activation_backward, activation_forward, dense_backward};
+use stepscope_core::model::{activation_backward, activation_forward, dense_backward, LayerShape};
 use stepscope_core::model::{loss_backward, loss_forward};
 
 const EPS: f32 = f32::EPSILON;
-
-/// Runs `kernel` with bindings `outs` (read_write), then `ins`, then `p`;
-/// returns the `outs` after the run.
-async fn launch<P: Pod>(kernel: Kernel, outs: &[&[u8]], ins: &[&[f32]], p: &P, grid: [u32; 3]) -> Vec<Vec<u8>> {
-    let ins: Vec<Vec<u8>> = ins.iter().map(|v| f32_bytes(v)).collect();
-    let mut args: Vec<Arg> = outs.iter().map(|o| Arg::Out(o)).collect();
-    args.extend(ins.iter().map(|v| Arg::In(v)));
-    args.push(Arg::Uniform(bytemuck::bytes_of(p)));
-    run(kernel, &args, grid).await
-}
 
 /// Asserts |gpu[k] − cpu[k]| ≤ tol(k) for every k.
 fn check(what: &str, gpu: &[f32], cpu: &[f32], tol: impl Fn(usize) -> f32) {
@@ -140,17 +129,12 @@ async fn loss_gpu(
     stats: &[f32],
     flags: &[u8],
 ) -> (Vec<f32>, u32, Vec<f32>) {
-    let p = LossForwardBackwardParams {
-        batch: batch as u32,
-        outputs: (y.len() / batch) as u32,
-        loss: loss_code(loss),
-        target_width: width as u32,
-        scale,
-        activation: activation_code(act),
-        _pad: [0; 2],
-    };
-    let dz = f32_bytes(&vec![f32::NAN; y.len()]);
-    let out = launch(Kernel::LossForwardBackward, &[&f32_bytes(stats), flags, &dz], &[y, z, t], &p, [1, 1, 1]).await;
+    let outputs = y.len() / batch;
+    let l = launch::loss_forward_backward(batch, outputs, loss, width, scale, act);
+    let (stats, dz) = (f32_bytes(stats), f32_bytes(&vec![f32::NAN; y.len()]));
+    let (y, z, t) = (f32_bytes(y), f32_bytes(z), f32_bytes(t));
+    let args = [Arg::Out(&stats), Arg::Out(flags), Arg::Out(&dz), Arg::In(&y), Arg::In(&z), Arg::In(&t)];
+    let out = run_launch(&l, args).await;
     (to_f32(&out[0]), to_u32(&out[1])[0], to_f32(&out[2]))
 }
 
@@ -284,20 +268,14 @@ async fn dense_backward_input_matches_cpu() {
         let mut cpu = sums.clone();
         activation_backward(&mut cpu, &z_in, &a_in, act);
         let derivative = activation_derivatives(&z_in, &a_in, act);
-        let p = DenseBackwardInputParams {
-            batch: batch as u32,
-            inputs: inputs as u32,
-            units: units as u32,
-            weight_offset: offset as u32,
-            activation: activation_code(act),
-            _pad: [0; 3],
-        };
+        let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset: offset + len };
         let dx = f32_bytes(&vec![f32::NAN; batch * inputs]);
+        let ins = [f32_bytes(&dz), f32_bytes(&params), f32_bytes(&z_in), f32_bytes(&a_in)];
         let mut first: Option<Vec<f32>> = None;
         for v in MatmulVariant::ALL {
-            let grid = Matmul::BackwardInput.grid(v, batch, inputs, units);
-            let ins: [&[f32]; 4] = [&dz, &params, &z_in, &a_in];
-            let gpu = to_f32(&launch(Matmul::BackwardInput.kernel(v), &[&dx], &ins, &p, grid).await[0]);
+            let l = matmul::backward_input(v, batch, &shape, act);
+            let args = [Arg::Out(&dx), Arg::In(&ins[0]), Arg::In(&ins[1]), Arg::In(&ins[2]), Arg::In(&ins[3])];
+            let gpu = to_f32(&run_launch(&l, args).await[0]);
             check(&format!("{v:?} {act:?} I={inputs} O={units} B={batch} dx"), &gpu, &cpu, |k| {
                 let (b, i) = (k / inputs, k % inputs);
                 let s = sum_tolerance(units, (0..units).map(|o| (dz[b * units + o] * w[o * inputs + i]).abs()).sum());
@@ -330,17 +308,10 @@ async fn dense_backward_weight_gpu(
     layer: u32,
 ) -> (Vec<f32>, u32) {
     let (inputs, units, batch) = shape;
-    let p = DenseBackwardWeightParams {
-        batch: batch as u32,
-        inputs: inputs as u32,
-        units: units as u32,
-        weight_offset: offset as u32,
-        layer,
-        bias_offset: bias_offset as u32,
-        _pad: [0; 2],
-    };
-    let grid = Matmul::BackwardWeight.grid(v, batch, inputs, units);
-    let out = launch(Matmul::BackwardWeight.kernel(v), &[&f32_bytes(grads), flags], &[dz, x], &p, grid).await;
+    let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset };
+    let l = matmul::backward_weight(v, batch, &shape, layer as usize);
+    let (grads, dz, x) = (f32_bytes(grads), f32_bytes(dz), f32_bytes(x));
+    let out = run_launch(&l, [Arg::Out(&grads), Arg::Out(flags), Arg::In(&dz), Arg::In(&x)]).await;
     (to_f32(&out[0]), to_u32(&out[1])[0])
 }
 
@@ -408,8 +379,10 @@ async fn bias_backward_gpu(
     layer: u32,
 ) -> (Vec<f32>, u32) {
     let units = dz.len() / batch;
-    let p = BiasBackwardParams { batch: batch as u32, units: units as u32, bias_offset: offset as u32, layer };
-    let out = launch(Kernel::BiasBackward, &[&f32_bytes(grads), flags], &[dz], &p, [units as u32, 1, 1]).await;
+    let shape = LayerShape { inputs: 1, units, weight_offset: offset, bias_offset: offset };
+    let l = matmul::bias_backward(batch, &shape, layer as usize);
+    let (grads, dz) = (f32_bytes(grads), f32_bytes(dz));
+    let out = run_launch(&l, [Arg::Out(&grads), Arg::Out(flags), Arg::In(&dz)]).await;
     (to_f32(&out[0]), to_u32(&out[1])[0])
 }
 

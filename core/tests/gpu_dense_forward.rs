@@ -7,13 +7,12 @@ mod gpu_common;
 #[cfg(target_arch = "wasm32")]
 use crate::gpu_common;
 
-use gpu_common::{context, flags, random, BATCHES, SIZES};
+use gpu_common::{flags, random, run_launch, BATCHES, SIZES};
 use stepscope_core::experiment::Activation;
-use stepscope_core::gpu::harness::{f32_bytes, run_kernel, to_f32, to_u32, Arg};
-use stepscope_core::gpu::matmul::{Matmul, MatmulVariant};
+use stepscope_core::gpu::harness::{f32_bytes, to_f32, to_u32, Arg};
+use stepscope_core::gpu::matmul::{self, MatmulVariant};
 use stepscope_core::gpu::params::*;
-use stepscope_core::gpu::Kernel;
-use stepscope_core::model::{activation_forward, dense_forward};
+use stepscope_core::model::{activation_forward, dense_forward, LayerShape};
 
 /// dense_forward against dense_forward + activation_forward. The two sum
 /// the I products in different orders (and the GPU fuses multiply-adds),
@@ -50,34 +49,21 @@ async fn dense_forward_matches_cpu() {
                 dense_forward(&mut z_cpu, &x, w, b, batch, inputs, units);
                 let mut a_cpu = vec![0.0; batch * units];
                 activation_forward(&mut a_cpu, &z_cpu, act);
-                let p = DenseForwardParams {
-                    batch: batch as u32,
-                    inputs: inputs as u32,
-                    units: units as u32,
-                    weight_offset: offset as u32,
-                    bias_offset: (offset + units * inputs) as u32,
-                    activation: activation_code(act),
-                    layer: 3,
-                    _pad: 0,
-                };
+                let bias_offset = offset + units * inputs;
+                let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset };
                 let zeros = vec![0u8; 4 * batch * units];
+                let (x_bytes, params_bytes, flags) = (f32_bytes(&x), f32_bytes(&params), flags());
                 let mut first: Option<Vec<Vec<u8>>> = None;
                 for v in MatmulVariant::ALL {
-                    let out = run_kernel(
-                        context().await,
-                        Matmul::Forward.kernel(v),
-                        &[
-                            Arg::Out(&zeros),
-                            Arg::Out(&zeros),
-                            Arg::In(&f32_bytes(&x)),
-                            Arg::In(&f32_bytes(&params)),
-                            Arg::Out(&flags()),
-                            Arg::Uniform(bytemuck::bytes_of(&p)),
-                        ],
-                        Matmul::Forward.grid(v, batch, inputs, units),
-                    )
-                    .await
-                    .unwrap();
+                    let l = matmul::forward(v, batch, &shape, act, 3);
+                    let args = [
+                        Arg::Out(&zeros),
+                        Arg::Out(&zeros),
+                        Arg::In(&x_bytes),
+                        Arg::In(&params_bytes),
+                        Arg::Out(&flags),
+                    ];
+                    let out = run_launch(&l, args).await;
                     let (z_gpu, a_gpu) = (to_f32(&out[0]), to_f32(&out[1]));
                     for r in 0..batch {
                         for o in 0..units {
@@ -119,34 +105,17 @@ async fn dense_forward_flags_first_non_finite_layer() {
     let mut x = random(batch * inputs, 1, 1.0);
     x[6] = f32::INFINITY;
     let params = random(units * inputs + units, 2, 0.5);
-    let p = DenseForwardParams {
-        batch: 3,
-        inputs: 4,
-        units: 5,
-        weight_offset: 0,
-        bias_offset: 20,
-        activation: 3,
-        layer: 2,
-        _pad: 0,
-    };
+    let shape = LayerShape { inputs, units, weight_offset: 0, bias_offset: 20 };
     let zeros = vec![0u8; 4 * batch * units];
     let mut flags_in = FLAGS_INIT;
     flags_in[1] = 7; // step 7 of this submit
-    let out = run_kernel(
-        context().await,
-        Kernel::DenseForward,
-        &[
-            Arg::Out(&zeros),
-            Arg::Out(&zeros),
-            Arg::In(&f32_bytes(&x)),
-            Arg::In(&f32_bytes(&params)),
-            Arg::Out(bytemuck::cast_slice(&flags_in)),
-            Arg::Uniform(bytemuck::bytes_of(&p)),
-        ],
-        [1, 1, 1],
-    )
-    .await
-    .unwrap();
-    assert_eq!(to_u32(&out[2])[0], (7 << 16) | (PHASE_FORWARD << 8) | 2);
+    for v in MatmulVariant::ALL {
+        let l = matmul::forward(v, batch, &shape, Activation::Tanh, 2);
+        let (x, params) = (f32_bytes(&x), f32_bytes(&params));
+        let flags = bytemuck::cast_slice(&flags_in);
+        let out =
+            run_launch(&l, [Arg::Out(&zeros), Arg::Out(&zeros), Arg::In(&x), Arg::In(&params), Arg::Out(flags)]).await;
+        assert_eq!(to_u32(&out[2])[0], (7 << 16) | (PHASE_FORWARD << 8) | 2, "{v:?}");
+    }
 }
 gpu_common::twin_test!(dense_forward_flags_first_non_finite_layer);

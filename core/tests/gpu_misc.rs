@@ -5,11 +5,11 @@ mod gpu_common;
 #[cfg(target_arch = "wasm32")]
 use crate::gpu_common;
 
-use gpu_common::{flags_at_step, random, run, sum_tolerance, BATCHES, SIZES};
+use gpu_common::{flags_at_step, random, run_launch, sum_tolerance, BATCHES, SIZES};
 use stepscope_core::data::Table;
 use stepscope_core::gpu::harness::{f32_bytes, to_f32, to_u32, Arg};
+use stepscope_core::gpu::launch::{self, Counter};
 use stepscope_core::gpu::params::*;
-use stepscope_core::gpu::Kernel;
 use stepscope_core::rng::Rng;
 use stepscope_core::stats::{from_gpu, tensor_stats, TensorStats};
 
@@ -38,29 +38,20 @@ async fn gather_rows_matches_copy_row() {
             for &row in &rows[m * batch..(m + 1) * batch] {
                 table.copy_row(row as usize, &mut x_cpu, &mut t_cpu);
             }
-            let p = GatherRowsParams {
-                batch: batch as u32,
-                inputs: inputs as u32,
-                target_width: target_width as u32,
-                _pad: 0,
-            };
             // One sentinel float past the end of each output.
             let x0 = vec![0xAAu8; 4 * (batch * inputs + 1)];
             let t0 = vec![0xAAu8; 4 * (batch * target_width + 1)];
-            let out = run(
-                Kernel::GatherRows,
-                &[
-                    Arg::Out(&x0),
-                    Arg::Out(&t0),
-                    Arg::Out(&flags_at_step(1, m as u32)),
-                    Arg::In(&f32_bytes(&table.inputs)),
-                    Arg::In(&f32_bytes(&table.targets)),
-                    Arg::In(bytemuck::cast_slice(&rows)),
-                    Arg::Uniform(bytemuck::bytes_of(&p)),
-                ],
-                elementwise_grid(batch * (inputs + target_width)),
-            )
-            .await;
+            let (flags, ti, tt) = (flags_at_step(1, m as u32), f32_bytes(&table.inputs), f32_bytes(&table.targets));
+            let l = launch::gather_rows(batch, inputs, target_width);
+            let args = [
+                Arg::Out(&x0),
+                Arg::Out(&t0),
+                Arg::Out(&flags),
+                Arg::In(&ti),
+                Arg::In(&tt),
+                Arg::In(bytemuck::cast_slice(&rows)),
+            ];
+            let out = run_launch(&l, args).await;
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             let (x_gpu, t_gpu) = (to_u32(&out[0]), to_u32(&out[1]));
             let ctx = format!("I={inputs} T={target_width} B={batch} m={m}");
@@ -80,25 +71,17 @@ gpu_common::twin_test!(gather_rows_matches_copy_row);
 /// advance: each dispatch adds exactly 1 to the chosen counter and leaves
 /// the other words (the non-finite code in particular) alone.
 async fn advance_increments_one_counter() {
-    async fn advance(flags: &[u32], counter: u32) -> Vec<u32> {
-        let p = AdvanceParams { counter, _pad: [0; 3] };
-        to_u32(
-            &run(
-                Kernel::Advance,
-                &[Arg::Out(bytemuck::cast_slice(flags)), Arg::Uniform(bytemuck::bytes_of(&p))],
-                [1, 1, 1],
-            )
-            .await[0],
-        )
+    async fn advance(flags: &[u32], counter: Counter) -> Vec<u32> {
+        to_u32(&run_launch(&launch::advance(counter), [Arg::Out(bytemuck::cast_slice(flags))]).await[0])
     }
     let mut f = vec![0x0001_0302, 5, 9, 0];
-    f = advance(&f, 1).await;
+    f = advance(&f, Counter::Step).await;
     assert_eq!(f, [0x0001_0302, 6, 9, 0]);
-    f = advance(&f, 1).await;
+    f = advance(&f, Counter::Step).await;
     assert_eq!(f, [0x0001_0302, 7, 9, 0]);
-    f = advance(&f, 2).await;
+    f = advance(&f, Counter::MicroBatch).await;
     assert_eq!(f, [0x0001_0302, 7, 10, 0]);
-    f = advance(&f, 2).await;
+    f = advance(&f, Counter::MicroBatch).await;
     assert_eq!(f, [0x0001_0302, 7, 11, 0]);
 }
 gpu_common::twin_test!(advance_increments_one_counter);
@@ -106,15 +89,9 @@ gpu_common::twin_test!(advance_increments_one_counter);
 async fn gpu_tensor_stats(src: &[f32], offset: usize, len: usize) -> TensorStats {
     let out_offset = 3;
     let out0 = vec![-7.0f32; out_offset + TENSOR_STATS_STRIDE + 2];
-    let p = TensorStatsParams { offset: offset as u32, len: len as u32, out_offset: out_offset as u32, _pad: 0 };
-    let out = to_f32(
-        &run(
-            Kernel::TensorStats,
-            &[Arg::Out(&f32_bytes(&out0)), Arg::In(&f32_bytes(src)), Arg::Uniform(bytemuck::bytes_of(&p))],
-            [1, 1, 1],
-        )
-        .await[0],
-    );
+    let (out0, src) = (f32_bytes(&out0), f32_bytes(src));
+    let l = launch::tensor_stats(offset, len, out_offset);
+    let out = to_f32(&run_launch(&l, [Arg::Out(&out0), Arg::In(&src)]).await[0]);
     let record = &out[out_offset..out_offset + TENSOR_STATS_STRIDE];
     assert_eq!(&record[5..8], &[0.0; 3], "unused words are zero");
     assert!(
@@ -237,15 +214,8 @@ fn fma_peak_cpu(g: usize, iterations: u32) -> f32 {
 async fn fma_peak_matches_cpu() {
     let groups = 3;
     for iterations in [0u32, 1, 10, 1000] {
-        let p = FmaPeakParams { iterations, _pad: [0; 3] };
-        let out = to_f32(
-            &run(
-                Kernel::FmaPeak,
-                &[Arg::Out(&vec![0u8; 4 * 256 * groups]), Arg::Uniform(bytemuck::bytes_of(&p))],
-                [groups as u32, 1, 1],
-            )
-            .await[0],
-        );
+        let l = launch::fma_peak(groups as u32, iterations);
+        let out = to_f32(&run_launch(&l, [Arg::Out(&vec![0u8; 4 * 256 * groups])]).await[0]);
         for (g, &v) in out.iter().enumerate() {
             let want = fma_peak_cpu(g, iterations);
             assert!(v.is_finite(), "out[{g}] = {v}");

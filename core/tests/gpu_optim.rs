@@ -18,11 +18,10 @@ mod gpu_common;
 use crate::gpu_common;
 
 use gpu_common::optim::*;
-use gpu_common::{flags_at_step, random, run, SIZES};
+use gpu_common::{flags_at_step, random, run_launch, SIZES};
 use stepscope_core::experiment::{OptimizerSpec, Regularization, RegularizationKind};
 use stepscope_core::gpu::harness::{f32_bytes, to_f32, to_u32, Arg};
-use stepscope_core::gpu::params::*;
-use stepscope_core::gpu::Kernel;
+use stepscope_core::gpu::launch;
 use stepscope_core::model::{regularization_backward, TensorInfo};
 use stepscope_core::optim::{clip_grad_norm, global_grad_norm, sgd_step, StepScalars};
 
@@ -41,11 +40,10 @@ async fn regularization_backward_matches_cpu() {
             let t = TensorInfo { name, shape, offset, len, is_weight: true };
             let mut cpu = grads.clone();
             regularization_backward(&mut cpu, &params, &[t], &reg);
-            let (offset, len, rate) = (offset as u32, len as u32, reg.rate as f32);
-            let p = RegularizationBackwardParams { offset, len, kind: code, rate };
-            let args =
-                [Arg::Out(&f32_bytes(&grads)), Arg::In(&f32_bytes(&params)), Arg::Uniform(bytemuck::bytes_of(&p))];
-            let out = run(Kernel::RegularizationBackward, &args, elementwise_grid(len as usize)).await;
+            let t = TensorInfo { name: "w".into(), shape: vec![len], offset, len, is_weight: true };
+            let (grads_bytes, params_bytes) = (f32_bytes(&grads), f32_bytes(&params));
+            let l = launch::regularization_backward(&t, &reg);
+            let out = run_launch(&l, [Arg::Out(&grads_bytes), Arg::In(&params_bytes)]).await;
             let fused = |i: usize| EPS * ((reg.rate as f32 * params[i]).abs() + cpu[i].abs());
             let tol = |i: usize| if code == 0 { 0.0 } else { fused(i) };
             assert_mul_add(&format!("{kind:?} len {len}"), &to_f32(&out[0]), &cpu, tol);
@@ -68,14 +66,9 @@ async fn grad_norm_and_clip_match_cpu() {
     let mut grads = random(count, 7, 1.0);
     grads[count - 5..].fill(0.0);
 
-    let gp = GradNormParams { n_tensors: n_tensors as u32, _pad: [0; 3] };
-    let args = [
-        Arg::Out(&vec![0u8; 4 * n_tensors]),
-        Arg::In(&f32_bytes(&grads)),
-        Arg::In(&ranges(&tensors)),
-        Arg::Uniform(bytemuck::bytes_of(&gp)),
-    ];
-    let gpu_norms = to_f32(&run(Kernel::GradNorm, &args, [n_tensors as u32, 1, 1]).await[0]);
+    let (zeros, grads_bytes, table) = (vec![0u8; 4 * n_tensors], f32_bytes(&grads), ranges(&tensors));
+    let l = launch::grad_norm(n_tensors);
+    let gpu_norms = to_f32(&run_launch(&l, [Arg::Out(&zeros), Arg::In(&grads_bytes), Arg::In(&table)]).await[0]);
     let norms: Vec<f32> = tensors.iter().map(|t| tensor_norm(&grads[t.offset..t.offset + t.len])).collect();
     let tol = |t: usize| norm_tolerance(tensors[t].len, norms[t], 0.0);
     assert_close("grad_norm", &gpu_norms, &norms, tol);
@@ -88,17 +81,12 @@ async fn grad_norm_and_clip_match_cpu() {
         let mut cpu = grads.clone();
         let clipped = clip_enabled == 1 && clip_grad_norm(&mut cpu, total, max_norm as f64);
         assert_eq!(clipped, max_norm < total && clip_enabled == 1);
-        let (count, n_tensors) = (count as u32, n_tensors as u32);
-        let cp = ClipGradNormParams { count, n_tensors, max_norm, clip_enabled };
-        let stats = vec![-7.0f32; 4 * (STEP as usize + 1)];
-        let args = [
-            Arg::Out(&f32_bytes(&grads)),
-            Arg::Out(&f32_bytes(&stats)),
-            Arg::Out(&flags_at_step(STEP, 0)),
-            Arg::In(&f32_bytes(&norms)),
-            Arg::Uniform(bytemuck::bytes_of(&cp)),
-        ];
-        let out = run(Kernel::ClipGradNorm, &args, elementwise_grid(count as usize)).await;
+        let max_norm_f64 = (clip_enabled == 1).then_some(max_norm as f64);
+        let l = launch::clip_grad_norm(count, n_tensors, max_norm_f64);
+        let stats = f32_bytes(&vec![-7.0f32; 4 * (STEP as usize + 1)]);
+        let (grads_bytes, flags, norms_bytes) = (f32_bytes(&grads), flags_at_step(STEP, 0), f32_bytes(&norms));
+        let args = [Arg::Out(&grads_bytes), Arg::Out(&stats), Arg::Out(&flags), Arg::In(&norms_bytes)];
+        let out = run_launch(&l, args).await;
         let (gpu, gpu_stats) = (to_f32(&out[0]), to_f32(&out[1]));
         let what = format!("clip max_norm {max_norm} enabled {clip_enabled}");
         // total: the same n_tensors f32 mul-adds (a driver may fuse them, ≤ 1 ulp
@@ -147,7 +135,7 @@ async fn sgd_step_matches_cpu() {
             let s = StepScalars::new(&spec, spec.lr(), step);
             let (old_params, old_buf) = (params.clone(), buf.clone());
             sgd_step(&mut params, &mut buf, &grads, &s, momentum, dampening, nesterov, weight_decay);
-            let p = sgd_params(count, &spec, &tensors);
+            let p = sgd_launch(count, &spec, &tensors);
             let out = run_sgd(&p, s, &old_params, &old_buf, &grads).await;
             let what = format!("{spec:?} step {step}");
             let gpu_params = to_f32(&out[0]);

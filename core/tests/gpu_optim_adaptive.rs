@@ -10,11 +10,11 @@ mod gpu_common;
 use crate::gpu_common;
 
 use gpu_common::optim::*;
-use gpu_common::{flags_at_step, random, run};
+use gpu_common::{flags_at_step, random, run_launch};
 use stepscope_core::experiment::OptimizerSpec;
 use stepscope_core::gpu::harness::{f32_bytes, to_f32, to_u32, Arg};
+use stepscope_core::gpu::launch;
 use stepscope_core::gpu::params::*;
-use stepscope_core::gpu::Kernel;
 use stepscope_core::model::TensorInfo;
 use stepscope_core::optim::{adam_step, lamb_step, StepScalars};
 
@@ -33,30 +33,20 @@ async fn run_adam(
     layer_ends: LayerEnds,
     state: [&[f32]; 4],
 ) -> Vec<Vec<u8>> {
-    let ([b1, b2], eps, weight_decay, decoupled) = adam_hyper(spec);
     let [params, m, v, grads] = state;
-    let p = AdamStepParams {
-        count: params.len() as u32,
-        one_minus_beta1: (1.0 - b1) as f32,
-        beta2: b2 as f32,
-        one_minus_beta2: (1.0 - b2) as f32,
-        eps: eps as f32,
-        weight_decay: weight_decay as f32,
-        decoupled: u32::from(decoupled),
-        n_layers,
-        layer_ends,
-    };
+    let l = launch::adam_step(spec, params.len(), n_layers as usize, layer_ends).expect("an Adam spec");
+    let (params_bytes, m, v, updates) = (f32_bytes(params), f32_bytes(m), f32_bytes(v), vec![0u8; 4 * params.len()]);
+    let (flags, grads, scalars) = (flags_at_step(STEP, 0), f32_bytes(grads), scalars_buffer(s));
     let args = [
-        Arg::Out(&f32_bytes(params)),
-        Arg::Out(&f32_bytes(m)),
-        Arg::Out(&f32_bytes(v)),
-        Arg::Out(&vec![0u8; 4 * params.len()]),
-        Arg::Out(&flags_at_step(STEP, 0)),
-        Arg::In(&f32_bytes(grads)),
-        Arg::In(&scalars_buffer(s)),
-        Arg::Uniform(bytemuck::bytes_of(&p)),
+        Arg::Out(&params_bytes),
+        Arg::Out(&m),
+        Arg::Out(&v),
+        Arg::Out(&updates),
+        Arg::Out(&flags),
+        Arg::In(&grads),
+        Arg::In(&scalars),
     ];
-    run(Kernel::AdamStep, &args, elementwise_grid(params.len())).await
+    run_launch(&l, args).await
 }
 
 /// Adam and AdamW. m and v are f32 mul/add in the twin's order:
@@ -124,44 +114,35 @@ struct LambOut {
 
 /// lamb_moments then lamb_step, as the engine records them.
 async fn run_lamb(spec: &OptimizerSpec, s: StepScalars, tensors: &[TensorInfo], state: [&[f32]; 4]) -> LambOut {
-    let OptimizerSpec::Lamb { betas: [b1, b2], eps, weight_decay, .. } = *spec else { panic!("not lamb") };
     let [params, m, v, grads] = state;
     let n = tensors.len();
-    let p = LambParams {
-        n_tensors: n as u32,
-        beta1: b1 as f32,
-        one_minus_beta1: (1.0 - b1) as f32,
-        beta2: b2 as f32,
-        one_minus_beta2: (1.0 - b2) as f32,
-        eps: eps as f32,
-        weight_decay: weight_decay as f32,
-        _pad: 0,
-    };
+    let [moments_launch, step_launch] = launch::lamb(spec, n).expect("a LAMB spec");
     let (scalars, ranges) = (scalars_buffer(s), ranges(tensors));
+    let (m, v, norms, flags) = (f32_bytes(m), f32_bytes(v), vec![0u8; 8 * n], flags_at_step(STEP, 0));
+    let (params_bytes, grads) = (f32_bytes(params), f32_bytes(grads));
     let args = [
-        Arg::Out(&f32_bytes(m)),
-        Arg::Out(&f32_bytes(v)),
-        Arg::Out(&vec![0u8; 8 * n]),
-        Arg::Out(&flags_at_step(STEP, 0)),
-        Arg::In(&f32_bytes(params)),
-        Arg::In(&f32_bytes(grads)),
+        Arg::Out(&m),
+        Arg::Out(&v),
+        Arg::Out(&norms),
+        Arg::Out(&flags),
+        Arg::In(&params_bytes),
+        Arg::In(&grads),
         Arg::In(&scalars),
         Arg::In(&ranges),
-        Arg::Uniform(bytemuck::bytes_of(&p)),
     ];
-    let moments = run(Kernel::LambMoments, &args, [n as u32, 1, 1]).await;
+    let moments = run_launch(&moments_launch, args).await;
+    let updates = vec![0u8; 4 * params.len()];
     let args = [
-        Arg::Out(&f32_bytes(params)),
-        Arg::Out(&vec![0u8; 4 * params.len()]),
+        Arg::Out(&params_bytes),
+        Arg::Out(&updates),
         Arg::Out(&moments[3]),
         Arg::In(&moments[0]),
         Arg::In(&moments[1]),
         Arg::In(&moments[2]),
         Arg::In(&scalars),
         Arg::In(&ranges),
-        Arg::Uniform(bytemuck::bytes_of(&p)),
     ];
-    let out = run(Kernel::LambStep, &args, [n as u32, 1, 1]).await;
+    let out = run_launch(&step_launch, args).await;
     LambOut {
         params: to_f32(&out[0]),
         m: to_f32(&moments[0]),
@@ -256,7 +237,7 @@ async fn optimizers_flag_non_finite_parameters() {
     let count = total_len(&tensors);
     let params = random(count, 1, 1.0);
     let spec = OptimizerSpec::Sgd { lr: 1e38, momentum: 0.0, dampening: 0.0, nesterov: false, weight_decay: 0.0 };
-    let (s, p) = (StepScalars::new(&spec, spec.lr(), 5), sgd_params(count, &spec, &tensors));
+    let (s, p) = (StepScalars::new(&spec, spec.lr(), 5), sgd_launch(count, &spec, &tensors));
     // Gradients of 100 from layer `first` on: 1e38·100 overflows f32 there only.
     for first in [1usize, 2] {
         let mut grads = vec![0.0f32; count];

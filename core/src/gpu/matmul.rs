@@ -18,20 +18,22 @@
 //! differs (row order, as the CPU engine, against a tree).
 //!
 //! The launch functions here are the only place a matmul's kernel, grid
-//! and `Params` are put together: the plan, the twin tests, the
-//! calibration and the benchmark probe call them.
+//! and `Params` are put together (`gpu::launch::Launch`): the plan binds
+//! them, the twin tests and the calibration and benchmark probes run them.
 
 use std::sync::Mutex;
 
 use wgpu::util::DeviceExt;
 
+use super::launch::Launch;
 use super::params::{
-    BiasBackwardParams, DenseBackwardInputParams, DenseBackwardWeightParams, DenseForwardParams, FLAGS_INIT,
+    activation_code, BiasBackwardParams, DenseBackwardInputParams, DenseBackwardWeightParams, DenseForwardParams,
+    FLAGS_INIT,
 };
-use super::plan::{dispatch, Dispatch};
 use super::probe::seconds_per_dispatch;
 use super::{GpuContext, Kernel};
 use crate::error::Result;
+use crate::experiment::Activation;
 use crate::model::LayerShape;
 use crate::rng::Rng;
 
@@ -137,68 +139,57 @@ impl LayerMatmuls {
     }
 }
 
-/// The forward of layer `layer`: z, a, x, params, flags bound in the
-/// WGSL header's order.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn forward(
-    ctx: &GpuContext,
+/// The forward of layer `layer`, z = x·Wᵀ + b, a = act(z). Bindings: z,
+/// a, x, params, flags.
+pub fn forward(
     v: MatmulVariant,
-    label: &str,
-    [z, a, x, params, flags]: [&wgpu::Buffer; 5],
     batch: usize,
     shape: &LayerShape,
-    activation: u32,
+    activation: Activation,
     layer: usize,
-) -> Dispatch {
+) -> Launch<DenseForwardParams, 5> {
     let p = DenseForwardParams {
         batch: batch as u32,
         inputs: shape.inputs as u32,
         units: shape.units as u32,
         weight_offset: shape.weight_offset as u32,
         bias_offset: shape.bias_offset as u32,
-        activation,
+        activation: activation_code(activation),
         layer: layer as u32,
         _pad: 0,
     };
-    let grid = Matmul::Forward.grid(v, batch, shape.inputs, shape.units);
-    dispatch(ctx, Matmul::Forward.kernel(v), label, &[z, a, x, params, flags], &p, grid)
+    Launch::new(Matmul::Forward.kernel(v), p, Matmul::Forward.grid(v, batch, shape.inputs, shape.units))
 }
 
 /// The input gradient of a layer with the layer below's activation
-/// backward in its store, dx = (dz·W) ⊙ f'(z_in): dx, dz, params, z_in,
-/// a_in. `activation` is the layer below's code.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn backward_input(
-    ctx: &GpuContext,
+/// backward in its store, dx = (dz·W) ⊙ f'(z_in); `activation` is the
+/// layer below's. Bindings: dx, dz, params, z_in, a_in.
+pub fn backward_input(
     v: MatmulVariant,
-    label: &str,
-    [dx, dz, params, z_in, a_in]: [&wgpu::Buffer; 5],
     batch: usize,
     shape: &LayerShape,
-    activation: u32,
-) -> Dispatch {
+    activation: Activation,
+) -> Launch<DenseBackwardInputParams, 5> {
     let p = DenseBackwardInputParams {
         batch: batch as u32,
         inputs: shape.inputs as u32,
         units: shape.units as u32,
         weight_offset: shape.weight_offset as u32,
-        activation,
+        activation: activation_code(activation),
         _pad: [0; 3],
     };
     let grid = Matmul::BackwardInput.grid(v, batch, shape.inputs, shape.units);
-    dispatch(ctx, Matmul::BackwardInput.kernel(v), label, &[dx, dz, params, z_in, a_in], &p, grid)
+    Launch::new(Matmul::BackwardInput.kernel(v), p, grid)
 }
 
-/// dW += dzᵀ·x of a layer (blocked: and db += Σ_b dz): grads, flags, dz, x.
-pub(super) fn backward_weight(
-    ctx: &GpuContext,
+/// dW += dzᵀ·x of a layer (blocked: and db += Σ_b dz). Bindings: grads,
+/// flags, dz, x.
+pub fn backward_weight(
     v: MatmulVariant,
-    label: &str,
-    [grads, flags, dz, x]: [&wgpu::Buffer; 4],
     batch: usize,
     shape: &LayerShape,
     layer: usize,
-) -> Dispatch {
+) -> Launch<DenseBackwardWeightParams, 4> {
     let p = DenseBackwardWeightParams {
         batch: batch as u32,
         inputs: shape.inputs as u32,
@@ -209,26 +200,19 @@ pub(super) fn backward_weight(
         _pad: [0; 2],
     };
     let grid = Matmul::BackwardWeight.grid(v, batch, shape.inputs, shape.units);
-    dispatch(ctx, Matmul::BackwardWeight.kernel(v), label, &[grads, flags, dz, x], &p, grid)
+    Launch::new(Matmul::BackwardWeight.kernel(v), p, grid)
 }
 
 /// db += Σ_b dz of a layer, for the tiled weight gradient (the blocked
-/// one sums it in its own pass): grads, flags, dz.
-pub(super) fn bias_backward(
-    ctx: &GpuContext,
-    label: &str,
-    [grads, flags, dz]: [&wgpu::Buffer; 3],
-    batch: usize,
-    shape: &LayerShape,
-    layer: usize,
-) -> Dispatch {
+/// one sums it in its own pass). Bindings: grads, flags, dz.
+pub fn bias_backward(batch: usize, shape: &LayerShape, layer: usize) -> Launch<BiasBackwardParams, 3> {
     let p = BiasBackwardParams {
         batch: batch as u32,
         units: shape.units as u32,
         bias_offset: shape.bias_offset as u32,
         layer: layer as u32,
     };
-    dispatch(ctx, Kernel::BiasBackward, label, &[grads, flags, dz], &p, [shape.units as u32, 1, 1])
+    Launch::new(Kernel::BiasBackward, p, [shape.units as u32, 1, 1])
 }
 
 /// One matmul of one layer, timed in both variants.
@@ -387,13 +371,17 @@ pub async fn time_full(
                 storage("a", &values(batch * units)),
                 storage("x", &values(batch * inputs)),
             );
-            forward(ctx, v, "timed forward", [&z, &a, &x, &params, &flags], batch, &shape, 0, 0)
+            forward(v, batch, &shape, Activation::Linear, 0).bind(ctx, "timed forward", [&z, &a, &x, &params, &flags])
         }
         Matmul::BackwardInput => {
             let (dx, dz) = (storage("dx", &values(batch * inputs)), storage("dz", &values(batch * units)));
             let (z_in, a_in) = (storage("z_in", &values(batch * inputs)), storage("a_in", &values(batch * inputs)));
             // Linear: the epilogue is the same in both variants.
-            backward_input(ctx, v, "timed backward input", [&dx, &dz, &params, &z_in, &a_in], batch, &shape, 0)
+            backward_input(v, batch, &shape, Activation::Linear).bind(
+                ctx,
+                "timed backward input",
+                [&dx, &dz, &params, &z_in, &a_in],
+            )
         }
         Matmul::BackwardWeight => {
             let (grads, dz, x) = (
@@ -401,10 +389,10 @@ pub async fn time_full(
                 storage("dz", &values(batch * units)),
                 storage("x", &values(batch * inputs)),
             );
-            let d = backward_weight(ctx, v, "timed backward weight", [&grads, &flags, &dz, &x], batch, &shape, 0);
+            let d = backward_weight(v, batch, &shape, 0).bind(ctx, "timed backward weight", [&grads, &flags, &dz, &x]);
             if v == MatmulVariant::Tiled {
                 // The tiled weight gradient leaves the bias to its own dispatch.
-                let bias = bias_backward(ctx, "timed bias", [&grads, &flags, &dz], batch, &shape, 0);
+                let bias = bias_backward(batch, &shape, 0).bind(ctx, "timed bias", [&grads, &flags, &dz]);
                 let t = seconds_per_dispatch(ctx, bias.kernel, &bias.bind_group, bias.grid, target_s).await?;
                 return Ok(t + seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await?);
             }

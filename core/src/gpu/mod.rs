@@ -15,6 +15,7 @@ mod engine;
 mod fused;
 pub mod harness;
 mod kernels;
+pub mod launch;
 pub mod matmul;
 pub mod params;
 mod passes;

@@ -5,10 +5,10 @@
 use wgpu::util::DeviceExt;
 
 use super::buffers::Buffers;
+use super::launch::{self, Counter};
 use super::matmul::{self, LayerMatmuls, MatmulVariant};
-use super::params::*;
 use super::{GpuContext, Kernel};
-use crate::experiment::{Experiment, OptimizerSpec, RegularizationKind};
+use crate::experiment::Experiment;
 use crate::model::{Layout, TensorInfo};
 
 pub struct Dispatch {
@@ -69,18 +69,6 @@ pub(super) fn dispatch<T: bytemuck::Pod>(
     Dispatch { kernel, bind_group, grid }
 }
 
-pub(super) fn u(x: usize) -> u32 {
-    x as u32
-}
-
-fn layer_ends(layout: &Layout) -> LayerEnds {
-    let mut ends = [[u32::MAX; 4]; 4];
-    for (l, shape) in layout.layers.iter().enumerate() {
-        ends[l / 4][l % 4] = u(shape.bias_offset + shape.units);
-    }
-    ends
-}
-
 impl Plan {
     pub fn new(
         ctx: &GpuContext,
@@ -93,43 +81,24 @@ impl Plan {
     ) -> Plan {
         let batch = e.batch_size;
         let last = layout.layers.len() - 1;
+        let act = |l: usize| e.model.layers[l].activation;
         let data = vec![
-            dispatch(
+            launch::gather_rows(batch, e.model.inputs, target_width).bind(
                 ctx,
-                Kernel::GatherRows,
                 "gather_rows",
-                &[&b.batch_inputs, &b.batch_targets, &b.flags, &b.table_inputs, &b.table_targets, &b.rows],
-                &GatherRowsParams {
-                    batch: u(batch),
-                    inputs: u(e.model.inputs),
-                    target_width: u(target_width),
-                    _pad: 0,
-                },
-                elementwise_grid(batch * (e.model.inputs + target_width)),
+                [&b.batch_inputs, &b.batch_targets, &b.flags, &b.table_inputs, &b.table_targets, &b.rows],
             ),
-            dispatch(
-                ctx,
-                Kernel::Advance,
-                "advance micro",
-                &[&b.flags],
-                &AdvanceParams { counter: 2, _pad: [0; 3] },
-                [1, 1, 1],
-            ),
+            launch::advance(Counter::MicroBatch).bind(ctx, "advance micro", [&b.flags]),
         ];
 
         // With checkpointing every layer writes its z into the one scratch.
         let z = |l: usize| if b.checkpointing { &b.z[0] } else { &b.z[l] };
         let forward_layer = |l: usize, flags: &wgpu::Buffer, label: &str| {
             let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
-            matmul::forward(
+            matmul::forward(matmuls[l].forward, batch, &layout.layers[l], act(l), l).bind(
                 ctx,
-                matmuls[l].forward,
                 &format!("{label} layer {l}"),
                 [z(l), &b.a[l], x, &b.params, flags],
-                batch,
-                &layout.layers[l],
-                activation_code(e.model.layers[l].activation),
-                l,
             )
         };
         let mut forward: Vec<Dispatch> =
@@ -138,21 +107,11 @@ impl Plan {
         // grad[last] (the loss gradient and the output layer's activation
         // backward need no dispatch of their own). Under accumulation each
         // micro-batch's gradient is scaled by 1/k.
-        forward.push(dispatch(
+        let scale = 1.0 / e.grad_accumulation as f32;
+        forward.push(launch::loss_forward_backward(batch, e.outputs(), e.loss, target_width, scale, act(last)).bind(
             ctx,
-            Kernel::LossForwardBackward,
             "loss_forward_backward",
-            &[&b.stats, &b.flags, &b.grad[last], &b.a[last], z(last), &b.batch_targets],
-            &LossForwardBackwardParams {
-                batch: u(batch),
-                outputs: u(e.outputs()),
-                loss: loss_code(e.loss),
-                target_width: u(target_width),
-                scale: 1.0 / e.grad_accumulation as f32,
-                activation: activation_code(e.model.layers[last].activation),
-                _pad: [0; 2],
-            },
-            [1, 1, 1],
+            [&b.stats, &b.flags, &b.grad[last], &b.a[last], z(last), &b.batch_targets],
         ));
 
         // Per layer, from the top: grad[l] holds ∂L/∂z of layer l. The
@@ -163,23 +122,17 @@ impl Plan {
         for (l, shape) in layout.layers.iter().enumerate().rev() {
             let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
             let weight = matmuls[l].backward_weight;
-            backward.push(matmul::backward_weight(
+            backward.push(matmul::backward_weight(weight, batch, shape, l).bind(
                 ctx,
-                weight,
                 &format!("dense_backward_weight layer {l}"),
                 [&b.grads, &b.flags, &b.grad[l], x],
-                batch,
-                shape,
-                l,
             ));
             if weight == MatmulVariant::Tiled {
-                backward.push(matmul::bias_backward(
+                let label = format!("bias_backward layer {l}");
+                backward.push(matmul::bias_backward(batch, shape, l).bind(
                     ctx,
-                    &format!("bias_backward layer {l}"),
+                    &label,
                     [&b.grads, &b.flags, &b.grad[l]],
-                    batch,
-                    shape,
-                    l,
                 ));
             }
             if l > 0 {
@@ -192,14 +145,10 @@ impl Plan {
                     // any NaN already.
                     backward.push(forward_layer(l - 1, &b.recompute_flags, "dense_forward (recompute)"));
                 }
-                backward.push(matmul::backward_input(
+                backward.push(matmul::backward_input(matmuls[l].backward_input, batch, shape, act(l - 1)).bind(
                     ctx,
-                    matmuls[l].backward_input,
                     &format!("dense_backward_input layer {l}"),
                     [&b.grad[l - 1], &b.grad[l], &b.params, z(l - 1), &b.a[l - 1]],
-                    batch,
-                    shape,
-                    activation_code(e.model.layers[l - 1].activation),
                 ));
             }
         }
@@ -224,28 +173,12 @@ impl Plan {
 /// Once per step, after the last micro-batch's backward: the regularization
 /// term's gradient of every weight tensor.
 fn regularize_dispatches(ctx: &GpuContext, b: &Buffers, e: &Experiment, tensors: &[TensorInfo]) -> Vec<Dispatch> {
-    match &e.regularization {
-        Some(reg) => tensors
-            .iter()
-            .filter(|t| t.is_weight)
-            .map(|t| {
-                dispatch(
-                    ctx,
-                    Kernel::RegularizationBackward,
-                    &format!("regularization_backward {}", t.name),
-                    &[&b.grads, &b.params],
-                    &RegularizationBackwardParams {
-                        offset: u(t.offset),
-                        len: u(t.len),
-                        kind: u32::from(reg.kind == RegularizationKind::L2),
-                        rate: reg.rate as f32,
-                    },
-                    elementwise_grid(t.len),
-                )
-            })
-            .collect(),
-        None => Vec::new(),
-    }
+    let Some(reg) = &e.regularization else {
+        return Vec::new();
+    };
+    let weights = tensors.iter().filter(|t| t.is_weight);
+    let label = |t: &TensorInfo| format!("regularization_backward {}", t.name);
+    weights.map(|t| launch::regularization_backward(t, reg).bind(ctx, &label(t), [&b.grads, &b.params])).collect()
 }
 
 /// Once per step: gradient norm, clipping, the update, advance the step.
@@ -257,115 +190,32 @@ fn optimizer_dispatches(
     tensors: &[TensorInfo],
 ) -> Vec<Dispatch> {
     let count = layout.parameter_count;
-    let n_tensors = u(tensors.len());
+    let n = tensors.len();
+    let (layers, ends) = (layout.layers.len(), launch::layer_ends(layout));
     let mut optimizer = vec![
-        dispatch(
+        launch::grad_norm(n).bind(ctx, "grad_norm", [&b.tensor_norms, &b.grads, &b.tensor_table]),
+        launch::clip_grad_norm(count, n, e.clip_grad_norm).bind(
             ctx,
-            Kernel::GradNorm,
-            "grad_norm",
-            &[&b.tensor_norms, &b.grads, &b.tensor_table],
-            &GradNormParams { n_tensors, _pad: [0; 3] },
-            [n_tensors, 1, 1],
-        ),
-        dispatch(
-            ctx,
-            Kernel::ClipGradNorm,
             "clip_grad_norm",
-            &[&b.grads, &b.stats, &b.flags, &b.tensor_norms],
-            &ClipGradNormParams {
-                count: u(count),
-                n_tensors,
-                max_norm: e.clip_grad_norm.unwrap_or(0.0) as f32,
-                clip_enabled: u32::from(e.clip_grad_norm.is_some()),
-            },
-            elementwise_grid(count),
+            [&b.grads, &b.stats, &b.flags, &b.tensor_norms],
         ),
     ];
-    let n_layers = u(layout.layers.len());
-    let ends = layer_ends(layout);
-    match e.optimizer {
-        OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } => optimizer.push(dispatch(
-            ctx,
-            Kernel::SgdStep,
-            "sgd_step",
-            &[&b.params, &b.momentum_buffer, &b.updates, &b.flags, &b.grads, &b.scalars],
-            &SgdStepParams {
-                count: u(count),
-                momentum: momentum as f32,
-                one_minus_dampening: (1.0 - dampening) as f32,
-                nesterov: u32::from(nesterov),
-                weight_decay: weight_decay as f32,
-                use_momentum: u32::from(momentum != 0.0),
-                n_layers,
-                _pad: 0,
-                layer_ends: ends,
-            },
-            elementwise_grid(count),
-        )),
-        OptimizerSpec::Adam { betas, eps, weight_decay, .. }
-        | OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => optimizer.push(dispatch(
-            ctx,
-            Kernel::AdamStep,
-            "adam_step",
-            &[&b.params, &b.exp_avg, &b.exp_avg_sq, &b.updates, &b.flags, &b.grads, &b.scalars],
-            &AdamStepParams {
-                count: u(count),
-                one_minus_beta1: (1.0 - betas[0]) as f32,
-                beta2: betas[1] as f32,
-                one_minus_beta2: (1.0 - betas[1]) as f32,
-                eps: eps as f32,
-                weight_decay: weight_decay as f32,
-                decoupled: u32::from(matches!(e.optimizer, OptimizerSpec::Adamw { .. })),
-                n_layers,
-                layer_ends: ends,
-            },
-            elementwise_grid(count),
-        )),
-        OptimizerSpec::Lamb { betas, eps, weight_decay, .. } => {
-            let params = LambParams {
-                n_tensors,
-                beta1: betas[0] as f32,
-                one_minus_beta1: (1.0 - betas[0]) as f32,
-                beta2: betas[1] as f32,
-                one_minus_beta2: (1.0 - betas[1]) as f32,
-                eps: eps as f32,
-                weight_decay: weight_decay as f32,
-                _pad: 0,
-            };
-            optimizer.push(dispatch(
-                ctx,
-                Kernel::LambMoments,
-                "lamb_moments",
-                &[&b.exp_avg, &b.exp_avg_sq, &b.lamb_norms, &b.flags, &b.params, &b.grads, &b.scalars, &b.tensor_table],
-                &params,
-                [n_tensors, 1, 1],
-            ));
-            optimizer.push(dispatch(
-                ctx,
-                Kernel::LambStep,
-                "lamb_step",
-                &[
-                    &b.params,
-                    &b.updates,
-                    &b.flags,
-                    &b.exp_avg,
-                    &b.exp_avg_sq,
-                    &b.lamb_norms,
-                    &b.scalars,
-                    &b.tensor_table,
-                ],
-                &params,
-                [n_tensors, 1, 1],
-            ));
-        }
+    let spec = &e.optimizer;
+    if let Some(sgd) = launch::sgd_step(spec, count, layers, ends) {
+        let buffers = [&b.params, &b.momentum_buffer, &b.updates, &b.flags, &b.grads, &b.scalars];
+        optimizer.push(sgd.bind(ctx, "sgd_step", buffers));
     }
-    optimizer.push(dispatch(
-        ctx,
-        Kernel::Advance,
-        "advance step",
-        &[&b.flags],
-        &AdvanceParams { counter: 1, _pad: [0; 3] },
-        [1, 1, 1],
-    ));
+    if let Some(adam) = launch::adam_step(spec, count, layers, ends) {
+        let buffers = [&b.params, &b.exp_avg, &b.exp_avg_sq, &b.updates, &b.flags, &b.grads, &b.scalars];
+        optimizer.push(adam.bind(ctx, "adam_step", buffers));
+    }
+    if let Some([moments, step]) = launch::lamb(spec, n) {
+        let (m, v, norms, table) = (&b.exp_avg, &b.exp_avg_sq, &b.lamb_norms, &b.tensor_table);
+        let moment_buffers = [m, v, norms, &b.flags, &b.params, &b.grads, &b.scalars, table];
+        optimizer.push(moments.bind(ctx, "lamb_moments", moment_buffers));
+        let step_buffers = [&b.params, &b.updates, &b.flags, m, v, norms, &b.scalars, table];
+        optimizer.push(step.bind(ctx, "lamb_step", step_buffers));
+    }
+    optimizer.push(launch::advance(Counter::Step).bind(ctx, "advance step", [&b.flags]));
     optimizer
 }

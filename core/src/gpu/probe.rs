@@ -12,8 +12,8 @@
 use web_time::Instant;
 use wgpu::util::DeviceExt;
 
+use super::launch;
 use super::matmul::{self, Matmul, MatmulVariant};
-use super::params::FmaPeakParams;
 use super::{read_buffer, GpuContext, Kernel};
 use crate::error::Result;
 
@@ -25,10 +25,8 @@ const MAX_REPEAT: u32 = 1 << 14;
 pub async fn fma_peak_gflops(ctx: &GpuContext, workgroups: u32, target_s: f64) -> Result<f64> {
     let iterations = 1024u32;
     let out = buffer(ctx, "fma out", &vec![0u8; 4 * 256 * workgroups as usize], wgpu::BufferUsages::STORAGE);
-    let params = FmaPeakParams { iterations, _pad: [0; 3] };
-    let params = buffer(ctx, "fma params", bytemuck::bytes_of(&params), wgpu::BufferUsages::UNIFORM);
-    let group = bind(ctx, Kernel::FmaPeak, &[&out, &params]);
-    let t = seconds_per_dispatch(ctx, Kernel::FmaPeak, &group, [workgroups, 1, 1], target_s).await?;
+    let d = launch::fma_peak(workgroups, iterations).bind(ctx, "fma_peak", [&out]);
+    let t = seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await?;
     let flops = 256.0 * workgroups as f64 * iterations as f64 * 8.0 * 2.0;
     Ok(flops / t / 1e9)
 }
@@ -129,17 +127,4 @@ async fn time_dispatches(
 
 fn buffer(ctx: &GpuContext, label: &str, contents: &[u8], usage: wgpu::BufferUsages) -> wgpu::Buffer {
     ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents, usage })
-}
-
-fn bind(ctx: &GpuContext, kernel: Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
-    let entries: Vec<wgpu::BindGroupEntry> = buffers
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
-        .collect();
-    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some(kernel.name()),
-        layout: &ctx.pipelines.get(kernel).get_bind_group_layout(0),
-        entries: &entries,
-    })
 }

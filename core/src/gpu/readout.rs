@@ -3,12 +3,12 @@
 
 use super::buffers::Buffers;
 use super::engine::GpuEngine;
-use super::params::TensorStatsParams;
+use super::launch;
 use super::params::TENSOR_STATS_STRIDE;
-use super::plan::{dispatch, u, Dispatch};
+use super::plan::Dispatch;
 use super::read_buffer;
 use super::readback::{map_read, take_mapped, MapFuture};
-use super::{GpuContext, Kernel};
+use super::GpuContext;
 use crate::data::DataPosition;
 use crate::engine::TrainState;
 use crate::error::{Error, Result};
@@ -210,19 +210,9 @@ pub(super) fn layer_stats_plan(ctx: &GpuContext, b: &Buffers, layout: &Layout, b
             (&b.updates, range.0, range.1),
         ];
         for (kind, (src, offset, len)) in regions.into_iter().enumerate() {
-            layer_stats.push(dispatch(
-                ctx,
-                Kernel::TensorStats,
-                &format!("tensor_stats layer {l} kind {kind}"),
-                &[&b.layer_stats, src],
-                &TensorStatsParams {
-                    offset: u(offset),
-                    len: u(len),
-                    out_offset: u((4 * l + kind) * TENSOR_STATS_STRIDE),
-                    _pad: 0,
-                },
-                [1, 1, 1],
-            ));
+            let out_offset = (4 * l + kind) * TENSOR_STATS_STRIDE;
+            let label = format!("tensor_stats layer {l} kind {kind}");
+            layer_stats.push(launch::tensor_stats(offset, len, out_offset).bind(ctx, &label, [&b.layer_stats, src]));
         }
     }
     layer_stats

@@ -10,6 +10,7 @@
 pub mod optim;
 
 use stepscope_core::gpu::harness::{run_kernel, Arg};
+use stepscope_core::gpu::launch::Launch;
 use stepscope_core::gpu::params::FLAGS_INIT;
 use stepscope_core::gpu::{GpuContext, Kernel};
 use stepscope_core::rng::Rng;
@@ -78,6 +79,12 @@ pub fn ctx() -> &'static GpuContext {
     {
         WEB_CTX.with(|c| c.get().copied()).expect("the browser's GPU context is made by `context().await` first")
     }
+}
+
+/// Runs a launch (the plan's own `Params` and grid, `gpu::launch`) on
+/// `args` and returns its `Out` buffers.
+pub async fn run_launch<P: bytemuck::Pod, const N: usize>(launch: &Launch<P, N>, args: [Arg<'_>; N]) -> Vec<Vec<u8>> {
+    launch.run(context().await, args).await.expect("kernel runs")
 }
 
 /// Runs a kernel and returns its `Out` buffers.

@@ -4,12 +4,12 @@
 
 use stepscope_core::experiment::OptimizerSpec;
 use stepscope_core::gpu::harness::{f32_bytes, Arg};
+use stepscope_core::gpu::launch::{self, Launch};
 use stepscope_core::gpu::params::*;
-use stepscope_core::gpu::Kernel;
 use stepscope_core::model::TensorInfo;
 use stepscope_core::optim::StepScalars;
 
-use super::{ctx, flags_at_step, run, sum_tolerance, SIZES};
+use super::{ctx, flags_at_step, run_launch, sum_tolerance, SIZES};
 
 pub const EPS: f32 = f32::EPSILON;
 /// The step index set in flags[1]: the kernels must read scalars[STEP].
@@ -114,31 +114,28 @@ pub fn norm_tolerance(n: usize, norm: f32, term_rel_err: f32) -> f32 {
     sum_tolerance(n, s) / (2.0 * norm) + (2.0 + term_rel_err) * EPS * norm
 }
 
-pub fn sgd_params(count: usize, spec: &OptimizerSpec, tensors: &[TensorInfo]) -> SgdStepParams {
+/// The plan's SGD launch for `tensors` (`gpu::launch::sgd_step`).
+pub fn sgd_launch(count: usize, spec: &OptimizerSpec, tensors: &[TensorInfo]) -> Launch<SgdStepParams, 6> {
     let (n_layers, layer_ends) = layer_ends(tensors);
-    let OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } = *spec else { panic!("not sgd") };
-    SgdStepParams {
-        count: count as u32,
-        momentum: momentum as f32,
-        one_minus_dampening: (1.0 - dampening) as f32,
-        nesterov: u32::from(nesterov),
-        weight_decay: weight_decay as f32,
-        use_momentum: u32::from(momentum != 0.0),
-        n_layers,
-        _pad: 0,
-        layer_ends,
-    }
+    launch::sgd_step(spec, count, n_layers as usize, layer_ends).expect("an SGD spec")
 }
 
-pub async fn run_sgd(p: &SgdStepParams, s: StepScalars, params: &[f32], buf: &[f32], grads: &[f32]) -> Vec<Vec<u8>> {
+pub async fn run_sgd(
+    l: &Launch<SgdStepParams, 6>,
+    s: StepScalars,
+    params: &[f32],
+    buf: &[f32],
+    grads: &[f32],
+) -> Vec<Vec<u8>> {
+    let (params_bytes, buf, updates) = (f32_bytes(params), f32_bytes(buf), vec![0u8; 4 * params.len()]);
+    let (flags, grads, scalars) = (flags_at_step(STEP, 0), f32_bytes(grads), scalars_buffer(s));
     let args = [
-        Arg::Out(&f32_bytes(params)),
-        Arg::Out(&f32_bytes(buf)),
-        Arg::Out(&vec![0u8; 4 * params.len()]),
-        Arg::Out(&flags_at_step(STEP, 0)),
-        Arg::In(&f32_bytes(grads)),
-        Arg::In(&scalars_buffer(s)),
-        Arg::Uniform(bytemuck::bytes_of(p)),
+        Arg::Out(&params_bytes),
+        Arg::Out(&buf),
+        Arg::Out(&updates),
+        Arg::Out(&flags),
+        Arg::In(&grads),
+        Arg::In(&scalars),
     ];
-    run(Kernel::SgdStep, &args, elementwise_grid(params.len())).await
+    run_launch(l, args).await
 }

@@ -1,0 +1,216 @@
+//! One typed launch per kernel: the kernel, its `Params` (built here and
+//! nowhere else) and its grid, with the number of storage bindings its WGSL
+//! header declares as a type parameter. The training plan binds a launch to
+//! its buffers (`Launch::bind`); the twin tests and the benchmark probes run
+//! the same launch on their own data (`Launch::run`), so all three dispatch
+//! a kernel the same way. The matmuls' launches are in `gpu::matmul`.
+
+use super::harness::{run_kernel, Arg};
+use super::params::*;
+use super::plan::{dispatch, Dispatch};
+use super::{GpuContext, Kernel};
+use crate::error::Result;
+use crate::experiment::{Activation, Loss, OptimizerSpec, Regularization, RegularizationKind};
+use crate::model::{Layout, TensorInfo};
+
+/// A dispatch of `kernel` over `grid` with `params`, its `N` storage
+/// bindings given in the WGSL header's order and the uniform after them.
+#[derive(Clone, Copy, Debug)]
+pub struct Launch<P: bytemuck::Pod, const N: usize> {
+    pub kernel: Kernel,
+    pub params: P,
+    pub grid: [u32; 3],
+}
+
+impl<P: bytemuck::Pod, const N: usize> Launch<P, N> {
+    pub(crate) fn new(kernel: Kernel, params: P, grid: [u32; 3]) -> Self {
+        Launch { kernel, params, grid }
+    }
+
+    /// The plan's dispatch: `buffers` bound to bindings 0..N, the `Params`
+    /// uniform to binding N.
+    pub(crate) fn bind(&self, ctx: &GpuContext, label: &str, buffers: [&wgpu::Buffer; N]) -> Dispatch {
+        dispatch(ctx, self.kernel, label, &buffers, &self.params, self.grid)
+    }
+
+    /// Runs once on given data (twin tests, probes) and returns every
+    /// `Arg::Out` after the run, in order.
+    pub async fn run(&self, ctx: &GpuContext, args: [Arg<'_>; N]) -> Result<Vec<Vec<u8>>> {
+        let mut all: Vec<Arg> = args.into_iter().collect();
+        all.push(Arg::Uniform(bytemuck::bytes_of(&self.params)));
+        run_kernel(ctx, self.kernel, &all, self.grid).await
+    }
+}
+
+fn u(x: usize) -> u32 {
+    x as u32
+}
+
+/// Bindings: batch_inputs, batch_targets, flags, table_inputs,
+/// table_targets, rows.
+pub fn gather_rows(batch: usize, inputs: usize, target_width: usize) -> Launch<GatherRowsParams, 6> {
+    let p = GatherRowsParams { batch: u(batch), inputs: u(inputs), target_width: u(target_width), _pad: 0 };
+    Launch::new(Kernel::GatherRows, p, elementwise_grid(batch * (inputs + target_width)))
+}
+
+/// Which counter of `flags` `advance` increments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    Step = 1,
+    MicroBatch = 2,
+}
+
+/// Bindings: flags.
+pub fn advance(counter: Counter) -> Launch<AdvanceParams, 1> {
+    Launch::new(Kernel::Advance, AdvanceParams { counter: counter as u32, _pad: [0; 3] }, [1, 1, 1])
+}
+
+/// The loss with the output layer's ∂L/∂z, scaled by `scale` (1/k under
+/// accumulation). Bindings: stats, flags, dz, y, z, targets.
+pub fn loss_forward_backward(
+    batch: usize,
+    outputs: usize,
+    loss: Loss,
+    target_width: usize,
+    scale: f32,
+    activation: Activation,
+) -> Launch<LossForwardBackwardParams, 6> {
+    let p = LossForwardBackwardParams {
+        batch: u(batch),
+        outputs: u(outputs),
+        loss: loss_code(loss),
+        target_width: u(target_width),
+        scale,
+        activation: activation_code(activation),
+        _pad: [0; 2],
+    };
+    Launch::new(Kernel::LossForwardBackward, p, [1, 1, 1])
+}
+
+/// The regularization term's gradient of one tensor. Bindings: grads,
+/// params.
+pub fn regularization_backward(t: &TensorInfo, reg: &Regularization) -> Launch<RegularizationBackwardParams, 2> {
+    let p = RegularizationBackwardParams {
+        offset: u(t.offset),
+        len: u(t.len),
+        kind: u32::from(reg.kind == RegularizationKind::L2),
+        rate: reg.rate as f32,
+    };
+    Launch::new(Kernel::RegularizationBackward, p, elementwise_grid(t.len))
+}
+
+/// Per-tensor gradient norms. Bindings: tensor_norms, grads, tensor_table.
+pub fn grad_norm(n_tensors: usize) -> Launch<GradNormParams, 3> {
+    Launch::new(Kernel::GradNorm, GradNormParams { n_tensors: u(n_tensors), _pad: [0; 3] }, [u(n_tensors), 1, 1])
+}
+
+/// The global norm and, with `max_norm`, clipping. Bindings: grads, stats,
+/// flags, tensor_norms.
+pub fn clip_grad_norm(count: usize, n_tensors: usize, max_norm: Option<f64>) -> Launch<ClipGradNormParams, 4> {
+    let p = ClipGradNormParams {
+        count: u(count),
+        n_tensors: u(n_tensors),
+        max_norm: max_norm.unwrap_or(0.0) as f32,
+        clip_enabled: u32::from(max_norm.is_some()),
+    };
+    Launch::new(Kernel::ClipGradNorm, p, elementwise_grid(count))
+}
+
+/// End (exclusive) of each layer's parameters, for the elementwise
+/// optimizers' non-finite reports.
+pub fn layer_ends(layout: &Layout) -> LayerEnds {
+    let mut ends = [[u32::MAX; 4]; 4];
+    for (l, shape) in layout.layers.iter().enumerate() {
+        ends[l / 4][l % 4] = u(shape.bias_offset + shape.units);
+    }
+    ends
+}
+
+/// SGD over `count` parameters of `n_layers` layers. Bindings: params,
+/// momentum_buffer, updates, flags, grads, scalars. None for another
+/// optimizer.
+pub fn sgd_step(
+    spec: &OptimizerSpec,
+    count: usize,
+    n_layers: usize,
+    layer_ends: LayerEnds,
+) -> Option<Launch<SgdStepParams, 6>> {
+    let OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } = *spec else {
+        return None;
+    };
+    let p = SgdStepParams {
+        count: u(count),
+        momentum: momentum as f32,
+        one_minus_dampening: (1.0 - dampening) as f32,
+        nesterov: u32::from(nesterov),
+        weight_decay: weight_decay as f32,
+        use_momentum: u32::from(momentum != 0.0),
+        n_layers: u(n_layers),
+        _pad: 0,
+        layer_ends,
+    };
+    Some(Launch::new(Kernel::SgdStep, p, elementwise_grid(count)))
+}
+
+/// Adam or AdamW. Bindings: params, exp_avg, exp_avg_sq, updates, flags,
+/// grads, scalars. None for another optimizer.
+pub fn adam_step(
+    spec: &OptimizerSpec,
+    count: usize,
+    n_layers: usize,
+    layer_ends: LayerEnds,
+) -> Option<Launch<AdamStepParams, 7>> {
+    let (OptimizerSpec::Adam { betas, eps, weight_decay, .. } | OptimizerSpec::Adamw { betas, eps, weight_decay, .. }) =
+        *spec
+    else {
+        return None;
+    };
+    let p = AdamStepParams {
+        count: u(count),
+        one_minus_beta1: (1.0 - betas[0]) as f32,
+        beta2: betas[1] as f32,
+        one_minus_beta2: (1.0 - betas[1]) as f32,
+        eps: eps as f32,
+        weight_decay: weight_decay as f32,
+        decoupled: u32::from(matches!(spec, OptimizerSpec::Adamw { .. })),
+        n_layers: u(n_layers),
+        layer_ends,
+    };
+    Some(Launch::new(Kernel::AdamStep, p, elementwise_grid(count)))
+}
+
+/// LAMB's two passes over `n_tensors` tensors, one workgroup each:
+/// `lamb_moments` (bindings: exp_avg, exp_avg_sq, lamb_norms, flags,
+/// params, grads, scalars, tensor_table), then `lamb_step` (params,
+/// updates, flags, exp_avg, exp_avg_sq, lamb_norms, scalars,
+/// tensor_table). None for another optimizer.
+pub fn lamb(spec: &OptimizerSpec, n_tensors: usize) -> Option<[Launch<LambParams, 8>; 2]> {
+    let OptimizerSpec::Lamb { betas, eps, weight_decay, .. } = *spec else {
+        return None;
+    };
+    let p = LambParams {
+        n_tensors: u(n_tensors),
+        beta1: betas[0] as f32,
+        one_minus_beta1: (1.0 - betas[0]) as f32,
+        beta2: betas[1] as f32,
+        one_minus_beta2: (1.0 - betas[1]) as f32,
+        eps: eps as f32,
+        weight_decay: weight_decay as f32,
+        _pad: 0,
+    };
+    let grid = [u(n_tensors), 1, 1];
+    Some([Launch::new(Kernel::LambMoments, p, grid), Launch::new(Kernel::LambStep, p, grid)])
+}
+
+/// Statistics of `len` values at `offset` into record `out_offset` (in
+/// floats) of the output. Bindings: out, src.
+pub fn tensor_stats(offset: usize, len: usize, out_offset: usize) -> Launch<TensorStatsParams, 2> {
+    let p = TensorStatsParams { offset: u(offset), len: u(len), out_offset: u(out_offset), _pad: 0 };
+    Launch::new(Kernel::TensorStats, p, [1, 1, 1])
+}
+
+/// The FMA probe: `workgroups` × 256 invocations of `iterations` × 8
+/// FMAs. Bindings: out.
+pub fn fma_peak(workgroups: u32, iterations: u32) -> Launch<FmaPeakParams, 1> {
+    Launch::new(Kernel::FmaPeak, FmaPeakParams { iterations, _pad: [0; 3] }, [workgroups, 1, 1])
+}
