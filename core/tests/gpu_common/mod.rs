@@ -9,10 +9,10 @@
 
 pub mod optim;
 
-use stepscope_core::gpu::harness::{run_kernel, Arg};
+use stepscope_core::gpu::harness::Arg;
 use stepscope_core::gpu::launch::Launch;
 use stepscope_core::gpu::params::FLAGS_INIT;
-use stepscope_core::gpu::{GpuContext, Kernel};
+use stepscope_core::gpu::GpuContext;
 use stepscope_core::rng::Rng;
 
 /// Runs the twin test body `async fn $name()` on both targets, as the test
@@ -85,11 +85,6 @@ pub fn ctx() -> &'static GpuContext {
 /// `args` and returns its `Out` buffers.
 pub async fn run_launch<P: bytemuck::Pod, const N: usize>(launch: &Launch<P, N>, args: [Arg<'_>; N]) -> Vec<Vec<u8>> {
     launch.run(context().await, args).await.expect("kernel runs")
-}
-
-/// Runs a kernel and returns its `Out` buffers.
-pub async fn run(kernel: Kernel, args: &[Arg<'_>], workgroups: [u32; 3]) -> Vec<Vec<u8>> {
-    run_kernel(context().await, kernel, args, workgroups).await.expect("kernel runs")
 }
 
 pub fn random(n: usize, seed: u64, scale: f64) -> Vec<f32> {
