@@ -1,7 +1,7 @@
 // train_step_fused: K whole training steps in one dispatch of one workgroup (CPU twin:
 // engine::CpuEngine::step, K times). For small networks, where the ~20 dispatches of a
 // phased step cost more in launches and barriers than in arithmetic. Each phase is a
-// strided loop of the workgroup's 64 invocations over its outputs, and phases are
+// strided loop of the workgroup's WG invocations (64, or 4) over its outputs, and phases are
 // separated by barriers:
 //   zero grads → per micro-batch: gather rows, dense forward per layer (z, a), loss (its
 //   mean added to stats), loss gradient times the last activation's derivative (dz), per
@@ -12,7 +12,7 @@
 // Element by element these are the phased kernels' operations, in the same order, so the
 // run agrees with them and with the CPU engine within the same tolerances (only summation
 // orders differ: sums over the batch run in row order as on the CPU; a tensor's squared
-// norm is the sum of 64 strided partial sums).
+// norm is the sum of WG strided partial sums).
 // The first non-finite value is recorded as in the phased kernels, (step << 16) |
 // (phase << 8) | order, and stops every later update of the submit.
 //
@@ -30,7 +30,7 @@
 //   7 scalars       (K)        read         StepScalars of each step of the submit
 //   8 p             Params     uniform      the model and optimizer (built once)
 //   9 run           Run        uniform      this submit: steps, zero_grad
-// Dispatch: (1, 1, 1); workgroup 64. Eight storage buffers: the WebGPU default limit.
+// Dispatch: (1, 1, 1); workgroup WG. Eight storage buffers: the WebGPU default limit.
 
 struct StepScalars {
     neg_lr: f32,
@@ -98,7 +98,9 @@ struct Run {
 @group(0) @binding(8) var<uniform> p: Params;
 @group(0) @binding(9) var<uniform> run: Run;
 
-const WG: u32 = 64u;
+// Invocations of the one workgroup: 64, or 4 for the narrow variant (a pipeline
+// constant, Kernel::TrainStepFusedNarrow). The calibration times both on the adapter.
+override WG: u32 = 64u;
 const NONE: u32 = 0xFFFFFFFFu;
 const PHASE_FORWARD: u32 = 1u;
 const PHASE_LOSS: u32 = 2u;
@@ -108,7 +110,7 @@ const GELU_K: f32 = 0.7978846; // √(2/π)
 const GELU_C: f32 = 0.044715;
 const LEAKY_SLOPE: f32 = 0.01;
 
-// Per tensor t (at most 32: 16 layers × weight, bias), 64 partial sums of squares.
+// Per tensor t (at most 32: 16 layers × weight, bias), WG (at most 64) partial sums of squares.
 var<workgroup> partial: array<f32, 2048>;
 var<workgroup> norms: array<f32, 32>;
 // The first non-finite code of the submit.
@@ -414,12 +416,12 @@ fn clip(step: u32, lid: u32) {
         partial[t * WG + lid] = acc;
     }
     workgroupBarrier();
-    if (lid < n_tensors) {
+    for (var t = lid; t < n_tensors; t += WG) {
         var sum = 0.0;
         for (var j = 0u; j < WG; j++) {
-            sum += partial[lid * WG + j];
+            sum += partial[t * WG + j];
         }
-        norms[lid] = sqrt(sum);
+        norms[t] = sqrt(sum);
     }
     workgroupBarrier();
     var total_sq = 0.0;
@@ -511,7 +513,7 @@ fn optimize(step: u32, lid: u32) {
     }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32) {
     if (lid == 0u) {
         atomicStore(&code, NONE);
@@ -524,8 +526,8 @@ fn main(@builtin(local_invocation_index) lid: u32) {
                 st(i, 0.0);
             }
         }
-        if (lid < 4u) {
-            st(p.stats_offset + step * 4u + lid, 0.0);
+        for (var i = lid; i < 4u; i += WG) {
+            st(p.stats_offset + step * 4u + i, 0.0);
         }
         storageBarrier();
         for (var m = 0u; m < k; m++) {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use js_sys::{Array, Float32Array, Object, Reflect};
 use stepscope_core::gpu::matmul::{LayerMatmuls, MatmulVariant};
-use stepscope_core::gpu::{probe, GpuContext};
+use stepscope_core::gpu::{probe, FusedWidth, GpuContext};
 use stepscope_core::workloads::workload;
 use stepscope_core::Trainer;
 use wasm_bindgen::prelude::*;
@@ -66,7 +66,8 @@ pub fn stepscope_bench_workload(name: &str) -> Result<JsValue, JsValue> {
 }
 
 /// Trains workload `name` on `engine` ("cpu", "gpu-k1", "gpu-kmax",
-/// "gpu-fused", or "gpu-tiled": K = max on the tiled matmuls alone, the
+/// "gpu-fused" (the fused kernel with 64 invocations), "gpu-fused-narrow"
+/// (with 4), or "gpu-tiled": K = max on the tiled matmuls alone, the
 /// kernels before per-layer variants) for about `seconds` after a warm-up
 /// step, and returns {steps_per_second, steps, k, dispatches_per_step,
 /// matmuls, adapter}, or null where the fused step does not apply. The
@@ -87,8 +88,9 @@ pub async fn stepscope_bench(name: String, engine: String, seconds: f64) -> Resu
     let mut trainer = Trainer::fresh(&e, data, gpu).map_err(js_err)?;
     if let Some(g) = trainer.gpu_engine() {
         g.phase_timing = false;
-        g.use_fused = engine == "gpu-fused";
-        if g.use_fused && !g.runs_fused() {
+        g.use_fused = engine.starts_with("gpu-fused");
+        let width = if engine == "gpu-fused-narrow" { FusedWidth::Narrow } else { FusedWidth::Wide };
+        if g.use_fused && (!g.runs_fused() || !g.set_fused_width(width)) {
             return Ok(JsValue::NULL);
         }
         if engine == "gpu-tiled" {

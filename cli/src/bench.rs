@@ -21,7 +21,7 @@ use web_time::Instant;
 
 use stepscope_core::data::Dataset;
 use stepscope_core::gpu::matmul::MatmulVariant;
-use stepscope_core::gpu::{probe, GpuContext};
+use stepscope_core::gpu::{probe, FusedWidth, GpuContext};
 use stepscope_core::trainer::block_on;
 use stepscope_core::{Experiment, Trainer};
 
@@ -117,23 +117,35 @@ fn steps_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result
         // The fused step applies to this shape on this adapter (not, e.g.,
         // past llvmpipe's loop cap).
         let fused_applies = gpu_trainer(ctx, &experiment, &data)?.gpu_engine().is_some_and(|g| g.fused_available());
-        let fused = |k| fused_applies.then(|| gpu_steps(ctx, &experiment, &data, k, Path::Fused, false)).transpose();
+        let mut engine = gpu_trainer(ctx, &experiment, &data)?;
+        let calibration = block_on(engine.calibrate())?.expect("a GPU trainer calibrates");
+        // The fused columns run the width the calibration kept.
+        let width = calibration.fused_width.unwrap_or(FusedWidth::Wide);
+        let fused =
+            |k| fused_applies.then(|| gpu_steps(ctx, &experiment, &data, k, Path::Fused(width), false)).transpose();
         let (fused_k1, fused_k64) = (fused(1)?, fused(64)?);
         let fused_cell =
             |speed: &Option<GpuSpeed>| speed.as_ref().map_or("—".into(), |s| format!("{:.1}", s.steps_per_second));
         let k64_phases = gpu_steps(ctx, &experiment, &data, 64, Path::PassPerPhase, false)?;
-        let mut engine = gpu_trainer(ctx, &experiment, &data)?;
-        let calibration = block_on(engine.calibrate())?.expect("a GPU trainer calibrates");
         let dispatches = engine.gpu_engine().map_or(0, |g| g.dispatches_per_step());
         let (picked_k1, picked_k64) = match (&fused_k1, &fused_k64) {
             (Some(f1), Some(f64)) if engine.runs_fused() => (f1, f64),
             _ => (&k1, &k64),
         };
-        let picked = match calibration.fused_steps_per_s() {
-            Some(fused) => format!(
-                "{} (predicted {:.0} fused, {:.0} phased)",
-                if calibration.fused_wins() { "fused" } else { "phased" },
-                fused,
+        let timed: Vec<String> = calibration
+            .fused_widths
+            .iter()
+            .map(|(w, cost, k)| format!("{:.0} fused with {}", cost.steps_per_second(*k), w.invocations()))
+            .collect();
+        let picked = match calibration.fused_width {
+            Some(w) => format!(
+                "{} (predicted {}, {:.0} phased)",
+                if calibration.fused_wins() {
+                    format!("fused, {} invocations", w.invocations())
+                } else {
+                    "phased".into()
+                },
+                timed.join(", "),
                 calibration.phased_steps_per_s()
             ),
             None => "phased (no fused path)".into(),
@@ -155,7 +167,7 @@ fn steps_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result
         ));
     }
     line(String::new());
-    line("Phased columns record a step as one compute pass of its dispatch lists; fused columns run every step of a submit in one dispatch of one workgroup (`train_step_fused.wgsl`), which is one dispatch per submit. The calibration (`GpuEngine::calibrate`) measures both paths briefly on this adapter and picks one; the picked columns use its choice. The last column splits each phased step into a pass per phase with timestamps (what the page's timeline uses), to show what those pass boundaries cost.".into());
+    line("Phased columns record a step as one compute pass of its dispatch lists; fused columns run every step of a submit in one dispatch of one workgroup (`train_step_fused.wgsl`), which is one dispatch per submit, at the workgroup width (64 or 4 invocations) the calibration kept. The calibration (`GpuEngine::calibrate`) measures both paths, and both fused widths, briefly on this adapter and picks one; the picked columns use its choice. The last column splits each phased step into a pass per phase with timestamps (what the page's timeline uses), to show what those pass boundaries cost.".into());
     line("Overhead share = (wall time per step − GPU timestamp time per step) / wall time per step; n/a without timestamp queries.".into());
     line(String::new());
     Ok(())
@@ -213,8 +225,8 @@ pub enum Path {
     Phased,
     /// The phased lists with a compute pass per phase (the page's timeline).
     PassPerPhase,
-    /// The fused step: every step of a submit in one dispatch.
-    Fused,
+    /// The fused step of a width: every step of a submit in one dispatch.
+    Fused(FusedWidth),
 }
 
 /// Steps per second with `per_submit` steps per submit on `path`.
@@ -230,7 +242,10 @@ fn gpu_steps(
     let mut engine = gpu_trainer(ctx, e, data)?;
     let has_timestamps = engine.gpu_engine().is_some_and(|g| {
         g.phase_timing = path == Path::PassPerPhase;
-        g.use_fused = path == Path::Fused;
+        if let Path::Fused(width) = path {
+            g.use_fused = true;
+            g.set_fused_width(width);
+        }
         g.has_timestamps()
     });
     engine.set_activation_checkpointing(checkpointing)?;

@@ -9,7 +9,7 @@ use common::{assert_close_params, assert_close_runs, assert_same_run, gpu_engine
 use serde_json::json;
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
 use stepscope_core::engine::Timing;
-use stepscope_core::gpu::{caps_loop_iterations, GpuEngine, SubmitCost};
+use stepscope_core::gpu::{caps_loop_iterations, FusedWidth, GpuEngine, SubmitCost};
 use stepscope_core::{Error, StepMetrics};
 
 fn fused_engine(e: &stepscope_core::Experiment) -> GpuEngine {
@@ -18,28 +18,39 @@ fn fused_engine(e: &stepscope_core::Experiment) -> GpuEngine {
     gpu
 }
 
+/// The fused engine at `width`, or None where the adapter cannot run that
+/// width for `e` (llvmpipe's loop cap).
+fn fused_engine_at(e: &stepscope_core::Experiment, width: FusedWidth) -> Option<GpuEngine> {
+    let mut gpu = fused_engine(e);
+    (gpu.set_fused_width(width) || !gpu.fused_available()).then_some(gpu)
+}
+
 /// Tolerances as for the phased path (`assert_close_runs`): the fused
 /// kernel performs the same operations per element; only the order of sums
-/// over the batch (row order, as the CPU) and of the squared norms (64
-/// strided partials) differ, a few ulps per sum.
+/// over the batch (row order, as the CPU) and of the squared norms (WG
+/// strided partials) differ, a few ulps per sum. Both widths of the
+/// kernel (64 and 4 invocations) are held to them.
 #[test]
 fn fused_steps_match_the_cpu_engine_for_every_optimizer_loss_and_schedule() {
-    let mut fused_cases = 0;
-    for (name, e) in common::training_matrix() {
-        let mut cpu = common::engine(&e);
-        let mut gpu = fused_engine(&e);
-        let lamb = name.contains("lamb");
-        assert_eq!(gpu.runs_fused(), !lamb, "{name}: LAMB alone runs phased");
-        fused_cases += usize::from(gpu.runs_fused());
-        let cpu_metrics: Vec<StepMetrics> = (0..12).map(|_| cpu.step().unwrap()).collect();
-        // 12 steps as submits of 5, 5 and 2: K steps in one dispatch.
-        let gpu_metrics = gpu.run(12, 5).unwrap();
-        assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
-        if gpu.runs_fused() && gpu.has_timestamps() {
-            assert!(gpu_metrics.iter().all(|m| m.timing == Timing::GpuFused), "{name}");
+    for width in FusedWidth::ALL {
+        let mut fused_cases = 0;
+        for (name, e) in common::training_matrix() {
+            let mut cpu = common::engine(&e);
+            let Some(mut gpu) = fused_engine_at(&e, width) else { continue };
+            let name = format!("{name}, {} invocations", width.invocations());
+            let lamb = name.contains("lamb");
+            assert_eq!(gpu.runs_fused(), !lamb, "{name}: LAMB alone runs phased");
+            fused_cases += usize::from(gpu.runs_fused());
+            let cpu_metrics: Vec<StepMetrics> = (0..12).map(|_| cpu.step().unwrap()).collect();
+            // 12 steps as submits of 5, 5 and 2: K steps in one dispatch.
+            let gpu_metrics = gpu.run(12, 5).unwrap();
+            assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+            if gpu.runs_fused() && gpu.has_timestamps() {
+                assert!(gpu_metrics.iter().all(|m| m.timing == Timing::GpuFused), "{name}");
+            }
         }
+        assert_eq!(fused_cases, 15, "{width:?}");
     }
-    assert_eq!(fused_cases, 15);
 }
 
 #[test]
@@ -52,11 +63,13 @@ fn l1_regularization_and_deep_narrow_networks_match_on_the_fused_path() {
         "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}, "batch_size": 70
     }));
     let mut cpu = common::engine(&e);
-    let mut gpu = fused_engine(&e);
-    assert!(gpu.runs_fused());
     let cpu_metrics: Vec<StepMetrics> = (0..20).map(|_| cpu.step().unwrap()).collect();
-    let gpu_metrics = gpu.run(20, 20).unwrap();
-    assert_same_run("l1, 8 layers", &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+    for width in FusedWidth::ALL {
+        let Some(mut gpu) = fused_engine_at(&e, width) else { continue };
+        assert!(gpu.runs_fused());
+        let gpu_metrics = gpu.run(20, 20).unwrap();
+        assert_same_run(&format!("l1, 8 layers, {width:?}"), &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+    }
 }
 
 /// Parameters and optimizer moments are the engine's own buffers on both
@@ -89,15 +102,18 @@ fn non_finite_values_stop_the_fused_step_as_the_phased_one() {
         json!({"optimizer": {"kind": "sgd", "lr": 1.0}, "loss": "mse", "regularization": {"kind": "l2", "rate": 1e30}}),
     );
     let mut phased = gpu_engine(&e);
-    let mut fused = fused_engine(&e);
     let phased_err = phased.run(10, 10).unwrap_err();
-    let fused_err = fused.run(10, 10).unwrap_err();
-    assert!(matches!(fused_err, Error::NonFinite(_)), "{fused_err}");
-    assert_eq!(fused_err.to_string(), phased_err.to_string(), "same step, phase and layer");
-    assert_eq!(fused.step_count(), phased.step_count());
-    let (p, f) = (phased.state().unwrap(), fused.state().unwrap());
-    assert!(f.params.iter().all(|x| x.is_finite()));
-    assert_close_params("after NaN", &p.params, &f.params);
+    let p = phased.state().unwrap();
+    for width in FusedWidth::ALL {
+        let Some(mut fused) = fused_engine_at(&e, width) else { continue };
+        let fused_err = fused.run(10, 10).unwrap_err();
+        assert!(matches!(fused_err, Error::NonFinite(_)), "{fused_err}");
+        assert_eq!(fused_err.to_string(), phased_err.to_string(), "{width:?}: same step, phase and layer");
+        assert_eq!(fused.step_count(), phased.step_count());
+        let f = fused.state().unwrap();
+        assert!(f.params.iter().all(|x| x.is_finite()));
+        assert_close_params("after NaN", &p.params, &f.params);
+    }
 }
 
 #[test]
@@ -144,6 +160,13 @@ fn calibration_measures_both_paths_and_caches_by_adapter_and_shape() {
     let first = pollster::block_on(gpu.calibrate()).unwrap();
     let fused = first.fused.expect("adam can run fused");
     assert!(fused.per_step_ms > 0.0 && first.phased.per_step_ms > 0.0, "{first:?}");
+    // Every width the adapter runs was timed, and the faster one is kept.
+    let widths: Vec<FusedWidth> = first.fused_widths.iter().map(|w| w.0).collect();
+    assert_eq!(widths, gpu.fused_widths(), "{first:?}");
+    let faster = first.fused_widths.iter().map(|w| w.1.steps_per_second(w.2)).fold(0.0, f64::max);
+    let kept = first.fused_widths.iter().find(|w| Some(w.0) == first.fused_width).unwrap();
+    assert_eq!((kept.1, kept.1.steps_per_second(kept.2)), (fused, faster));
+    assert_eq!(gpu.fused_width(), first.fused_width);
     assert!(first.fused_steps_per_s().unwrap() > 0.0 && first.phased_steps_per_s() > 0.0);
     assert!(!first.cached);
     assert_eq!(gpu.use_fused, first.fused_wins());
@@ -153,6 +176,7 @@ fn calibration_measures_both_paths_and_caches_by_adapter_and_shape() {
     let second = pollster::block_on(again.calibrate()).unwrap();
     assert!(second.cached);
     assert_eq!((second.phased, second.fused), (first.phased, first.fused));
+    assert_eq!(again.fused_width(), first.fused_width);
     // LAMB has no fused path: only the phased one is measured.
     let lamb = common::experiment(json!({"optimizer": {"kind": "lamb", "lr": 0.01}}));
     let mut gpu = gpu_engine(&lamb);
@@ -193,15 +217,20 @@ fn fused_submits_stay_inside_the_adapters_loop_limit() {
             "batch_size": batch, "clip_grad_norm": 1.0, "optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9}
         }));
         let mut cpu = common::engine(&e);
-        let mut gpu = fused_engine(&e);
-        let capped = caps_loop_iterations(&gpu.context().adapter_info);
-        if capped {
-            assert!(!gpu.runs_fused() || gpu.max_steps_per_submit() < 64, "{units}: capped on llvmpipe");
-        }
-        let name = format!("{units} units, batch {batch}, fused={}", gpu.runs_fused());
         let cpu_metrics: Vec<StepMetrics> = (0..16).map(|_| cpu.step().unwrap()).collect();
-        let gpu_metrics = gpu.run(16, 16).unwrap();
-        assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+        for width in FusedWidth::ALL {
+            // Where a width does not fit the cap, the engine stays on the
+            // other (or on the phased path), and still equals the CPU run.
+            let mut gpu = fused_engine(&e);
+            gpu.set_fused_width(width);
+            let capped = caps_loop_iterations(&gpu.context().adapter_info);
+            if capped {
+                assert!(!gpu.runs_fused() || gpu.max_steps_per_submit() < 64, "{units}: capped on llvmpipe");
+            }
+            let name = format!("{units} units, batch {batch}, fused={} {:?}", gpu.runs_fused(), gpu.fused_width());
+            let gpu_metrics = gpu.run(16, 16).unwrap();
+            assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+        }
     }
 }
 

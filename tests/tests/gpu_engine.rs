@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use stepscope_core::data::Dataset;
 use stepscope_core::gpu::matmul::MatmulVariant;
-use stepscope_core::gpu::{GpuContext, GpuEngine};
+use stepscope_core::gpu::{FusedWidth, GpuContext, GpuEngine};
 use stepscope_core::trainer::conformance;
 use stepscope_core::{CpuEngine, Experiment};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
@@ -49,11 +49,22 @@ async fn the_default_experiment_trains_as_on_the_cpu() {
     compare("default", &e, &[1, 4, 5], false).await;
 }
 
-/// The same on the fused step: K whole steps in one dispatch.
+/// The same on the fused step: K whole steps in one dispatch, with a
+/// workgroup of 64 invocations and of 4 (the calibration times both).
 #[wasm_bindgen_test]
 async fn the_default_experiment_trains_fused_as_on_the_cpu() {
     let e = stepscope_app::model::edit::default_experiment();
     compare("default, fused", &e, &[1, 4, 5], true).await;
+    let narrow = conformance::whole_run_fused_at(
+        "default, fused, 4 invocations",
+        &e,
+        ctx().await,
+        &[1, 4, 5],
+        FusedWidth::Narrow,
+    );
+    if let Err(message) = narrow.await {
+        panic!("{message}");
+    }
 }
 
 /// The same on the blocked matmul kernels (no barriers), the variants the
@@ -108,8 +119,18 @@ async fn calibration_picks_a_path_on_webgpu() {
             t.chosen.name()
         );
     }
+    for (width, cost, k) in &c.fused_widths {
+        console_log!(
+            "fused, {} invocations: {cost:?}, {:.1} steps/s at K = {k}{}",
+            width.invocations(),
+            cost.steps_per_second(*k),
+            if c.fused_width == Some(*width) { " (kept)" } else { "" }
+        );
+    }
     assert!(!c.matmuls.is_empty());
     assert!(c.phased.per_step_ms > 0.0 && c.fused.is_some_and(|f| f.per_step_ms > 0.0));
+    // WebGPU caps no loops: both widths of the fused kernel are timed.
+    assert_eq!(c.fused_widths.iter().map(|w| w.0).collect::<Vec<_>>(), FusedWidth::ALL);
     assert_eq!(gpu.runs_fused(), c.fused_wins());
     assert_eq!(gpu.step_count(), 0);
 }
@@ -133,6 +154,16 @@ async fn clipping_accumulation_and_momentum_train_as_on_the_cpu() {
     .expect("a valid experiment");
     compare("sgd/ce/clip/accumulation", &e, &[3, 7], false).await;
     compare("sgd/ce/clip/accumulation, fused", &e, &[3, 7], true).await;
+    let narrow = conformance::whole_run_fused_at(
+        "sgd/ce/clip/accumulation, fused, 4",
+        &e,
+        ctx().await,
+        &[3, 7],
+        FusedWidth::Narrow,
+    );
+    if let Err(message) = narrow.await {
+        panic!("{message}");
+    }
 }
 
 /// Every optimizer, loss and schedule of the native matrix, in two submits

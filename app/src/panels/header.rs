@@ -113,7 +113,11 @@ fn why(b: &BackendInfo) -> Option<String> {
         return Some(fallback_summary(reason));
     }
     let race = b.race.as_ref()?;
-    let path = if race.fused { "fused step" } else { "phased kernels" };
+    let path = match (race.fused, race.fused_invocations) {
+        (true, Some(n)) => format!("fused step, a workgroup of {n}"),
+        (true, None) => "fused step".into(),
+        _ => "phased kernels".into(),
+    };
     let figures = format!(
         "CPU (WebAssembly) {} steps/s; WebGPU ({}, {path}) {} steps/s for this network",
         thousands(race.cpu_steps_per_s),

@@ -15,6 +15,7 @@ use std::sync::Mutex;
 
 use web_time::Instant;
 
+use super::fused::FusedWidth;
 use super::matmul::MatmulTiming;
 use super::GpuEngine;
 use crate::engine::{StepMetrics, TrainState};
@@ -47,8 +48,13 @@ impl SubmitCost {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Calibration {
     pub phased: SubmitCost,
-    /// None where the fused step does not apply.
+    /// The faster width of the fused step; None where it does not apply.
     pub fused: Option<SubmitCost>,
+    /// That width.
+    pub fused_width: Option<FusedWidth>,
+    /// Every width the adapter runs, timed (the fused kernel with 64
+    /// invocations and with 4), with the steps per submit each allows.
+    pub fused_widths: Vec<(FusedWidth, SubmitCost, usize)>,
     /// Steps per submit the predictions are for (the engine's most).
     pub max_steps: usize,
     /// Whether this came from the cache (measured earlier for this
@@ -135,22 +141,29 @@ impl GpuEngine {
                 probe.phase_timing = false;
                 probe.set_matmuls(self.matmuls.clone())?;
                 let phased = probe.submit_cost().await?;
-                let fused = if probe.fused_available() {
+                let mut fused_widths = Vec::new();
+                for width in probe.fused_widths() {
                     probe.use_fused = true;
-                    Some(probe.submit_cost().await?)
-                } else {
-                    None
-                };
-                let max_steps = if self.fused_available() {
-                    self.max_steps_per_submit.min(self.fused.as_ref().map_or(usize::MAX, |f| f.max_steps()))
-                } else {
-                    self.max_steps_per_submit
-                };
-                let calibration = Calibration { phased, fused, max_steps, cached: false, matmuls };
+                    probe.set_fused_width(width);
+                    let cost = probe.submit_cost().await?;
+                    fused_widths.push((width, cost, probe.max_steps_per_submit()));
+                }
+                // The faster width at the steps per submit it allows.
+                let best = fused_widths
+                    .iter()
+                    .copied()
+                    .max_by(|a, b| a.1.steps_per_second(a.2).total_cmp(&b.1.steps_per_second(b.2)));
+                let (fused, fused_width) = (best.map(|b| b.1), best.map(|b| b.0));
+                let max_steps = best.map_or(self.max_steps_per_submit, |b| b.2);
+                let calibration =
+                    Calibration { phased, fused, fused_width, fused_widths, max_steps, cached: false, matmuls };
                 CACHE.lock().unwrap_or_else(|p| p.into_inner()).push((key, calibration.clone()));
                 calibration
             }
         };
+        if let Some(width) = calibration.fused_width {
+            self.set_fused_width(width);
+        }
         self.use_fused = calibration.fused_wins();
         self.submit_cost = Some(calibration.best());
         Ok(calibration)

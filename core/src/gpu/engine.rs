@@ -14,7 +14,7 @@ use std::sync::Arc;
 use web_time::Instant;
 
 use super::buffers::{Buffers, MAX_STEPS_PER_SUBMIT};
-use super::fused::FusedStep;
+use super::fused::{FusedStep, FusedWidth};
 use super::matmul::{self, LayerMatmuls, MatmulTiming};
 use super::params::*;
 use super::passes::{pollster_free_pop, record_pass, PassKind};
@@ -184,6 +184,26 @@ impl GpuEngine {
     /// Whether this experiment can run the fused step.
     pub fn fused_available(&self) -> bool {
         self.fused.is_some()
+    }
+    /// The widths of the fused kernel this adapter can run this
+    /// experiment at (none without a fused step).
+    pub fn fused_widths(&self) -> Vec<FusedWidth> {
+        self.fused.as_ref().map_or_else(Vec::new, |f| f.widths().collect())
+    }
+    /// The fused kernel's width submits run (None without a fused step).
+    pub fn fused_width(&self) -> Option<FusedWidth> {
+        self.fused.as_ref().map(|f| f.width)
+    }
+    /// Runs fused submits at `width`; false (and nothing changes) where
+    /// there is no fused step or the adapter cannot run it at that width.
+    pub fn set_fused_width(&mut self, width: FusedWidth) -> bool {
+        match self.fused.as_mut() {
+            Some(f) if f.widths().any(|w| w == width) => {
+                f.width = width;
+                true
+            }
+            _ => false,
+        }
     }
     /// Whether the next submit runs the fused step.
     pub fn runs_fused(&self) -> bool {

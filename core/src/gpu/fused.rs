@@ -111,11 +111,46 @@ pub fn caps_loop_iterations(adapter: &wgpu::AdapterInfo) -> bool {
     adapter.name.contains("llvmpipe")
 }
 
+/// Invocations in the fused kernel's one workgroup (its `WG` override):
+/// two variants, timed on the adapter by the calibration. On a real GPU a
+/// barrier costs nanoseconds and 64 lanes share the arithmetic; on a
+/// software adapter every invocation is a coroutine on one CPU thread,
+/// so a barrier resumes each in turn, and 4 (one SIMD group of
+/// SwiftShader) ran a small network's step about 1.45× as fast as 64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FusedWidth {
+    Wide,
+    Narrow,
+}
+
+impl FusedWidth {
+    pub const ALL: [FusedWidth; 2] = [FusedWidth::Wide, FusedWidth::Narrow];
+
+    pub fn invocations(self) -> usize {
+        match self {
+            FusedWidth::Wide => 64,
+            FusedWidth::Narrow => 4,
+        }
+    }
+
+    pub fn kernel(self) -> Kernel {
+        match self {
+            FusedWidth::Wide => Kernel::TrainStepFused,
+            FusedWidth::Narrow => Kernel::TrainStepFusedNarrow,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// An upper bound on the loop iterations one invocation of the fused
-/// kernel runs per step (every loop counted, back-edges of strided loops
-/// included), for `caps_loop_iterations` adapters.
-pub fn loop_iterations_per_step(e: &Experiment, layout: &Layout, target_width: usize) -> usize {
-    let strided = |n: usize| n.div_ceil(WG);
+/// kernel of `width` runs per step (every loop counted, back-edges of
+/// strided loops included), for `caps_loop_iterations` adapters.
+pub fn loop_iterations_per_step(e: &Experiment, layout: &Layout, target_width: usize, width: FusedWidth) -> usize {
+    let wg = width.invocations();
+    let strided = |n: usize| n.div_ceil(wg);
     let (batch, count) = (e.batch_size, layout.parameter_count);
     let last = layout.layers.last().map_or(1, |l| l.units);
     let mut micro = strided(batch * (e.model.inputs + target_width)) + layout.layers.len() + 1;
@@ -123,28 +158,43 @@ pub fn loop_iterations_per_step(e: &Experiment, layout: &Layout, target_width: u
         micro += strided(batch * l.units) * (l.inputs + 1) + 1;
         micro += strided(l.units * (l.inputs + 1)) * (batch + 1) + strided(batch * l.inputs) * (l.units + 1) + 2;
     }
-    micro += strided(batch * last) * (3 * last + 1) + WG + strided(batch) * (4 * last + 1);
+    micro += strided(batch * last) * (3 * last + 1) + wg + strided(batch) * (4 * last + 1);
     let tensors: usize = layout.layers.iter().map(|l| strided(l.units * l.inputs) + strided(l.units) + 2).sum();
     let step = e.grad_accumulation * (micro + 1)
         + strided(count) * 3
         + 2 * tensors
-        + WG * (2 * layout.layers.len() + 1)
+        + wg * (2 * layout.layers.len() + 1)
         + 4 * layout.layers.len()
         + 4;
     step + 1
 }
 
-/// Steps per fused submit the adapter allows: `MAX_STEPS_PER_SUBMIT`, or
-/// fewer on llvmpipe (0: none, the fused step does not apply there).
-pub fn max_fused_steps(adapter: &wgpu::AdapterInfo, e: &Experiment, layout: &Layout, target_width: usize) -> usize {
+/// Steps per fused submit of `width` the adapter allows:
+/// `MAX_STEPS_PER_SUBMIT`, or fewer on llvmpipe (0: none, the fused step
+/// of that width does not apply there).
+pub fn max_fused_steps(
+    adapter: &wgpu::AdapterInfo,
+    e: &Experiment,
+    layout: &Layout,
+    target_width: usize,
+    width: FusedWidth,
+) -> usize {
     if !caps_loop_iterations(adapter) {
         return MAX_STEPS_PER_SUBMIT;
     }
-    (LLVMPIPE_LOOP_LIMIT / loop_iterations_per_step(e, layout, target_width)).min(MAX_STEPS_PER_SUBMIT)
+    // The count bounds the wide kernel's loops (a step of the 8-layer test
+    // network went wrong past 2 048–2 114 iterations a step; the bound says
+    // 2 381). With 4 invocations llvmpipe counts more than this model of
+    // the loops says: 1.06–1.24× the bound for 2-16-16-1 at batch 32,
+    // 1.41–1.88× for the 8-layer network, found by growing the submit
+    // until the run left the CPU's. Hence a margin of 3 there.
+    let margin = match width {
+        FusedWidth::Wide => 1,
+        FusedWidth::Narrow => 3,
+    };
+    (LLVMPIPE_LOOP_LIMIT / (margin * loop_iterations_per_step(e, layout, target_width, width)))
+        .min(MAX_STEPS_PER_SUBMIT)
 }
-
-/// Invocations of the fused kernel's one workgroup.
-const WG: usize = 64;
 
 /// The fused step of one engine: its work buffer, uniforms and bind group.
 /// After each submit the engine's buffers hold what the phased path
@@ -155,18 +205,23 @@ pub struct FusedStep {
     run: wgpu::Buffer,
     /// `params`, as the kernel reads them.
     uniform: wgpu::Buffer,
-    bind_group: wgpu::BindGroup,
+    /// One per width: each pipeline has its own layout (`layout: None`).
+    bind_groups: [wgpu::BindGroup; 2],
     params: FusedParams,
     /// Bytes of the gradients (and of the updates) in `work`.
     p_bytes: u64,
-    /// Most steps per submit (`max_fused_steps`).
-    max_steps: usize,
+    /// Most steps per submit of each width (`max_fused_steps`; 0 where
+    /// that width does not apply).
+    max_steps: [usize; 2],
+    /// The width submits run.
+    pub width: FusedWidth,
 }
 
 impl FusedStep {
     /// Lays out the work buffer and binds the engine's buffers. None when
     /// the experiment needs the phased path (`fused_unsupported`) or the
-    /// adapter cannot run one fused step of it (`max_fused_steps`).
+    /// adapter cannot run one fused step of it at either width
+    /// (`max_fused_steps`). It starts on the wide kernel where that runs.
     pub fn new(
         ctx: &GpuContext,
         b: &Buffers,
@@ -174,10 +229,11 @@ impl FusedStep {
         layout: &Layout,
         target_width: usize,
     ) -> Option<FusedStep> {
-        let max_steps = max_fused_steps(&ctx.adapter_info, e, layout, target_width);
-        if fused_unsupported(e, layout).is_some() || max_steps == 0 {
+        let max_steps = FusedWidth::ALL.map(|w| max_fused_steps(&ctx.adapter_info, e, layout, target_width, w));
+        if fused_unsupported(e, layout).is_some() || max_steps.iter().all(|&m| m == 0) {
             return None;
         }
+        let width = if max_steps[FusedWidth::Wide.index()] > 0 { FusedWidth::Wide } else { FusedWidth::Narrow };
         let u = |x: usize| x as u32;
         let batch = e.batch_size;
         let count = layout.parameter_count;
@@ -253,12 +309,14 @@ impl FusedStep {
             .enumerate()
             .map(|(i, buffer)| wgpu::BindGroupEntry { binding: i as u32, resource: buffer.as_entire_binding() })
             .collect();
-        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("train_step_fused"),
-            layout: &ctx.pipelines.get(Kernel::TrainStepFused).get_bind_group_layout(0),
-            entries: &entries,
+        let bind_groups = FusedWidth::ALL.map(|w| {
+            device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("train_step_fused"),
+                layout: &ctx.pipelines.get(w.kernel()).get_bind_group_layout(0),
+                entries: &entries,
+            })
         });
-        Some(FusedStep { work, run, uniform, bind_group, params, p_bytes: 4 * count as u64, max_steps })
+        Some(FusedStep { work, run, uniform, bind_groups, params, p_bytes: 4 * count as u64, max_steps, width })
     }
 
     /// A live edit of `e`'s optimizer hyperparameters, clipping or
@@ -270,9 +328,15 @@ impl FusedStep {
         }
     }
 
-    /// Most steps one fused submit may run on this adapter.
+    /// Most steps one fused submit of the current width may run on this
+    /// adapter.
     pub fn max_steps(&self) -> usize {
-        self.max_steps
+        self.max_steps[self.width.index()]
+    }
+
+    /// The widths this adapter can run a fused step of this experiment at.
+    pub fn widths(&self) -> impl Iterator<Item = FusedWidth> + '_ {
+        FusedWidth::ALL.into_iter().filter(|w| self.max_steps[w.index()] > 0)
     }
 
     /// Records `steps` fused steps: gradients in, one dispatch, then
@@ -295,8 +359,8 @@ impl FusedStep {
         {
             let mut pass = encoder
                 .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("fused steps"), timestamp_writes });
-            pass.set_pipeline(ctx.pipelines.get(Kernel::TrainStepFused));
-            pass.set_bind_group(0, &self.bind_group, &[]);
+            pass.set_pipeline(ctx.pipelines.get(self.width.kernel()));
+            pass.set_bind_group(0, &self.bind_groups[self.width.index()], &[]);
             pass.dispatch_workgroups(1, 1, 1);
         }
         encoder.copy_buffer_to_buffer(&self.work, 0, &b.grads, 0, p);

@@ -26,7 +26,12 @@ pub enum Kernel {
     LambStep,
     TensorStats,
     FmaPeak,
+    /// The fused step with 64 invocations in its workgroup.
     TrainStepFused,
+    /// The same kernel with 4 (its `WG` override): fewer, longer
+    /// invocations, for adapters where a barrier costs more than the
+    /// arithmetic it separates (`fused::FusedWidth`).
+    TrainStepFusedNarrow,
 }
 
 impl Kernel {
@@ -51,6 +56,7 @@ impl Kernel {
         Kernel::TensorStats,
         Kernel::FmaPeak,
         Kernel::TrainStepFused,
+        Kernel::TrainStepFusedNarrow,
     ];
 
     pub fn name(self) -> &'static str {
@@ -74,7 +80,7 @@ impl Kernel {
             Kernel::LambStep => "lamb_step",
             Kernel::TensorStats => "tensor_stats",
             Kernel::FmaPeak => "fma_peak",
-            Kernel::TrainStepFused => "train_step_fused",
+            Kernel::TrainStepFused | Kernel::TrainStepFusedNarrow => "train_step_fused",
         }
     }
 
@@ -99,7 +105,18 @@ impl Kernel {
             Kernel::LambStep => include_str!("../../../shaders/lamb_step.wgsl"),
             Kernel::TensorStats => include_str!("../../../shaders/tensor_stats.wgsl"),
             Kernel::FmaPeak => include_str!("../../../shaders/fma_peak.wgsl"),
-            Kernel::TrainStepFused => include_str!("../../../shaders/train_step_fused.wgsl"),
+            Kernel::TrainStepFused | Kernel::TrainStepFusedNarrow => {
+                include_str!("../../../shaders/train_step_fused.wgsl")
+            }
+        }
+    }
+
+    /// Values of the kernel's pipeline-overridable constants (WGSL
+    /// `override`), where they differ from the defaults in its source.
+    pub fn constants(self) -> &'static [(&'static str, f64)] {
+        match self {
+            Kernel::TrainStepFusedNarrow => &[("WG", 4.0)],
+            _ => &[],
         }
     }
 }
@@ -127,7 +144,10 @@ impl Pipelines {
                 layout: None,
                 module: &module,
                 entry_point: Some("main"),
-                compilation_options: Default::default(),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: kernel.constants(),
+                    ..Default::default()
+                },
                 cache: None,
             });
             if let Some(err) = scope.pop().await {

@@ -31,7 +31,7 @@ pub use calibrate::{Calibration, SubmitCost};
 pub use engine::GpuEngine;
 pub use fused::{
     caps_loop_iterations, fused_unsupported, loop_iterations_per_step, max_fused_steps, FusedLayer, FusedParams,
-    FusedRun, MAX_FUSED_LAYERS,
+    FusedRun, FusedWidth, MAX_FUSED_LAYERS,
 };
 pub use readout::PendingState;
 

@@ -22,7 +22,7 @@ use crate::data::Dataset;
 use crate::engine::{StepMetrics, TrainState};
 use crate::experiment::{Experiment, OptimizerSpec};
 use crate::gpu::matmul::{LayerMatmuls, MatmulVariant};
-use crate::gpu::GpuContext;
+use crate::gpu::{FusedWidth, GpuContext};
 
 /// Relative tolerance of loss, gradient norm and parameters (see above).
 pub const TOLERANCE: f32 = 1e-5;
@@ -87,7 +87,19 @@ fn failed(name: &str) -> impl Fn(crate::Error) -> String + '_ {
 /// (on the fused step when `fused`, which must then apply), and compares
 /// every step's metrics and the end state.
 pub async fn whole_run(name: &str, e: &Experiment, gpu: Arc<GpuContext>, submits: &[usize], fused: bool) -> Check {
-    whole_run_on(name, e, gpu, submits, fused, None).await
+    whole_run_on(name, e, gpu, submits, fused.then_some(FusedWidth::Wide), None).await
+}
+
+/// `whole_run` on the fused step of `width` (its workgroup of 64
+/// invocations or of 4).
+pub async fn whole_run_fused_at(
+    name: &str,
+    e: &Experiment,
+    gpu: Arc<GpuContext>,
+    submits: &[usize],
+    width: FusedWidth,
+) -> Check {
+    whole_run_on(name, e, gpu, submits, Some(width), None).await
 }
 
 /// `whole_run` on the phased path with every matmul on `variant`
@@ -99,7 +111,7 @@ pub async fn whole_run_on_matmuls(
     submits: &[usize],
     variant: MatmulVariant,
 ) -> Check {
-    whole_run_on(name, e, gpu, submits, false, Some(variant)).await
+    whole_run_on(name, e, gpu, submits, None, Some(variant)).await
 }
 
 async fn whole_run_on(
@@ -107,16 +119,22 @@ async fn whole_run_on(
     e: &Experiment,
     gpu: Arc<GpuContext>,
     submits: &[usize],
-    fused: bool,
+    width: Option<FusedWidth>,
     variant: Option<MatmulVariant>,
 ) -> Check {
     let err = failed(name);
     let data = Dataset::load(e, None).map_err(&err)?;
     let mut cpu = Trainer::fresh(e, data.clone(), None).map_err(&err)?;
     let mut on_gpu = Trainer::fresh(e, data, Some(gpu)).map_err(&err)?;
+    let fused = width.is_some();
     on_gpu.allow_fused(fused);
     if let Some(engine) = on_gpu.gpu_engine() {
         engine.use_fused = fused;
+        if let Some(w) = width {
+            if !engine.set_fused_width(w) {
+                return Err(format!("{name}: the adapter runs no fused step of {} invocations", w.invocations()));
+            }
+        }
         if let Some(v) = variant {
             let layers = engine.matmuls().len();
             engine.set_matmuls(vec![LayerMatmuls::all(v); layers]).map_err(&err)?;

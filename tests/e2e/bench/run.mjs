@@ -3,7 +3,8 @@
 // ratios (the machine is shared and noisy; runs taken together are what
 // compare). Stepscope runs in the trunk-built page (dist/) in `?bench`
 // mode: the CPU engine compiled to WebAssembly, and the GPU engine at
-// K = 1, at the largest K and fused (on the matmul variants measured faster
+// K = 1, at the largest K and fused (the fused kernel with 64 invocations
+// and with 4; the phased ones on the matmul variants measured faster
 // on the adapter, as the page runs), and at the largest K on the tiled
 // matmuls alone (the kernels before per-layer variants). TensorFlow.js runs its webgpu and
 // (single-threaded) wasm backends, bundled here with esbuild from the
@@ -47,7 +48,7 @@ try {
   const seconds = quick ? 0.3 : 3;
   const reps = quick ? 1 : 3;
   const workloads = quick ? ['W1'] : ['W1', 'W2', 'W3'];
-  const sides = ['cpu', 'gpu-k1', 'gpu-kmax', 'gpu-fused', 'gpu-tiled', 'tfjs-webgpu', 'tfjs-wasm'];
+  const sides = ['cpu', 'gpu-k1', 'gpu-kmax', 'gpu-fused', 'gpu-fused-narrow', 'gpu-tiled', 'tfjs-webgpu', 'tfjs-wasm'];
   const results = {};
   for (const w of workloads) {
     results[w] = Object.fromEntries(sides.map((s) => [s, []]));
@@ -90,20 +91,20 @@ try {
     '- Stepscope GPU K = max: as many steps per submit as fit in about 2 s (at most 64); TF.js reads the loss back every 10 steps',
     '- matmuls: the variant the calibration picked for each layer\'s forward, input gradient and weight gradient (T tiled, B blocked; the first layer has no input gradient); "tiled only" runs K = max on the tiled kernels alone, as before per-layer variants',
     '',
-    '| workload | matmuls (picked) | dispatches/step (phased: picked, tiled only) | Stepscope CPU (wasm) | GPU K = 1 | GPU K = max | GPU fused | GPU tiled only, K = max | TF.js webgpu | TF.js wasm | best GPU / TF.js webgpu | CPU / TF.js wasm | best GPU / CPU | picked / tiled only (K = max) |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| workload | matmuls (picked) | dispatches/step (phased: picked, tiled only) | Stepscope CPU (wasm) | GPU K = 1 | GPU K = max | GPU fused, 64 invocations | GPU fused, 4 invocations | GPU tiled only, K = max | TF.js webgpu | TF.js wasm | best GPU / TF.js webgpu | CPU / TF.js wasm | best GPU / CPU | picked / tiled only (K = max) |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const w of workloads) {
-    const gpuRuns = ['gpu-k1', 'gpu-kmax', 'gpu-fused'].map((s) => rate(w, s)).filter((x) => x !== null);
+    const gpuRuns = ['gpu-k1', 'gpu-kmax', 'gpu-fused', 'gpu-fused-narrow'].map((s) => rate(w, s)).filter((x) => x !== null);
     const bestGpu = Math.max(...gpuRuns);
     const k = results[w]['gpu-kmax'][0]?.k;
     const kTiled = results[w]['gpu-tiled'][0]?.k;
     const dispatches = results[w]['gpu-k1'][0]?.dispatches_per_step;
     const dispatchesTiled = results[w]['gpu-tiled'][0]?.dispatches_per_step;
     const matmuls = results[w]['gpu-k1'][0]?.matmuls;
-    lines.push(`| ${w} | ${matmuls} | ${dispatches}, ${dispatchesTiled} | ${fmt(rate(w, 'cpu'))} | ${fmt(rate(w, 'gpu-k1'))} | ${fmt(rate(w, 'gpu-kmax'))} (K = ${k}) | ${fmt(rate(w, 'gpu-fused'))} | ${fmt(rate(w, 'gpu-tiled'))} (K = ${kTiled}) | ${fmt(rate(w, 'tfjs-webgpu'))} | ${fmt(rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'tfjs-webgpu'))} | ${ratio(rate(w, 'cpu'), rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'cpu'))} | ${ratio(rate(w, 'gpu-kmax'), rate(w, 'gpu-tiled'))} |`);
+    lines.push(`| ${w} | ${matmuls} | ${dispatches}, ${dispatchesTiled} | ${fmt(rate(w, 'cpu'))} | ${fmt(rate(w, 'gpu-k1'))} | ${fmt(rate(w, 'gpu-kmax'))} (K = ${k}) | ${fmt(rate(w, 'gpu-fused'))} | ${fmt(rate(w, 'gpu-fused-narrow'))} | ${fmt(rate(w, 'gpu-tiled'))} (K = ${kTiled}) | ${fmt(rate(w, 'tfjs-webgpu'))} | ${fmt(rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'tfjs-webgpu'))} | ${ratio(rate(w, 'cpu'), rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'cpu'))} | ${ratio(rate(w, 'gpu-kmax'), rate(w, 'gpu-tiled'))} |`);
   }
-  lines.push('', 'Steps per second; the fused step runs every step of a submit in one dispatch (— where it does not apply). "Best GPU" is the fastest of K = 1, K = max and fused.', '');
+  lines.push('', 'Steps per second; the fused step runs every step of a submit in one dispatch (— where it does not apply). "Best GPU" is the fastest of K = 1, K = max and the two fused widths (the page's calibration times both and keeps the faster).', '');
   lines.push('## Forward matmul against the FMA probe, same adapter', '',
     `FMA probe (shaders/fma_peak.wgsl): ${probes[workloads[0]].fma_gflops.toFixed(1)} GFLOP/s (${workloads.map((w) => probes[w].fma_gflops.toFixed(1)).join(', ')} when measured before each workload's layers).`, '',
     '| workload | layer (B × I → O) | tiled GFLOP/s (dense_forward) | share of the FMA probe | blocked GFLOP/s (dense_forward_blocked) | share of the FMA probe |', '|---|---|---|---|---|---|');
@@ -119,7 +120,7 @@ try {
   for (const w of workloads) {
     for (const side of sides) {
       const runs = results[w][side];
-      const ok = side === 'gpu-fused' ? runs.every((r) => r === null || r.steps > 0) : runs.every((r) => r && r.steps > 0);
+      const ok = side.startsWith('gpu-fused') ? runs.every((r) => r === null || r.steps > 0) : runs.every((r) => r && r.steps > 0);
       if (!ok) throw new Error(`${w} ${side} did not run`);
     }
     if (!(probes[w].fma_gflops > 0 && probes[w].layers.every((l) => l.gflops_tiled > 0 && l.gflops_blocked > 0))) throw new Error(`${w} probe did not run`);
