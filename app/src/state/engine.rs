@@ -1,6 +1,8 @@
 //! Which engine trains. The page trains on the CPU engine at once; the
 //! GPU device (its pipelines compiled) is created in a task of its own
-//! meanwhile. Once it exists, and again whenever the model or the batch
+//! once the first step is in (or after `GPU_START_DELAY`), so that its
+//! shader compiles (seconds of CPU on a software adapter) do not compete
+//! with the page's first second. Once it exists, and again whenever the model or the batch
 //! changes, both engines are measured briefly on the actual experiment and
 //! the run continues on the faster one, unless the user pinned one.
 
@@ -22,6 +24,8 @@ use crate::model::runner::{shape_key, BackendInfo, Pin};
 #[derive(Default)]
 pub struct Chooser {
     started: bool,
+    /// When the chooser first ran (the page's first frame).
+    first_frame: Option<web_time::Instant>,
     /// The adapter as the browser names it, once known.
     label: Rc<RefCell<Option<String>>>,
     adapter: String,
@@ -33,6 +37,13 @@ pub struct Chooser {
 
 const CPU: &str = "CPU (WebAssembly)";
 
+/// On auto, the GPU device is created once the run has taken its first
+/// step, or this long after the first frame if nobody trains. Measured
+/// on the 2-core machine, creating it at once put the first trained step
+/// about 150–250 ms later (pipeline compiles in the GPU process), with
+/// outliers of a second.
+const GPU_START_DELAY: std::time::Duration = std::time::Duration::from_millis(1500);
+
 impl AppState {
     /// Once a frame: starts creating the GPU device on the engine's side
     /// (unless the CPU is pinned), takes it when it arrives, and when the
@@ -40,7 +51,9 @@ impl AppState {
     /// and moves the run to it.
     pub(super) async fn choose_engine(&self, host: &mut Host, chooser: &mut Chooser) {
         let pin = self.run.engine_pin.get_untracked();
-        if !chooser.started && pin != Pin::Cpu {
+        let first_frame = *chooser.first_frame.get_or_insert_with(web_time::Instant::now);
+        let gpu_due = pin == Pin::Gpu || host.step_count() > 0 || first_frame.elapsed() >= GPU_START_DELAY;
+        if !chooser.started && pin != Pin::Cpu && gpu_due {
             chooser.started = true;
             if let Err(message) = host.start_gpu().await {
                 chooser.gpu_failed = Some(message.to_string());
