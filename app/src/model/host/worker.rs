@@ -108,20 +108,22 @@ pub struct Client {
 }
 
 impl Client {
-    /// Takes over the worker that index.html started while the page
-    /// loaded (`window.stepscopeWorker`, with the messages it sent
-    /// meanwhile), or starts one from the files trunk writes next to the
-    /// page (`stepscope-worker.js` and its wasm), and waits until it is
-    /// ready. Fails when they cannot be loaded.
+    /// Starts the worker from the files trunk writes next to the page
+    /// (`stepscope-worker.js` and its wasm) and waits until it is ready.
+    /// Fails when they cannot be loaded.
     pub async fn spawn() -> Result<Client, String> {
-        let (worker, early) = match take_early_worker() {
-            Some(early) => early,
-            None => (start_worker()?, Array::new()),
-        };
+        let origin = web_sys::window().ok_or("no window")?.location().href().map_err(|_| "no location")?;
+        let base = web_sys::Url::new_with_base(".", &origin).map_err(|_| "no base URL")?.href();
+        // trunk builds the worker for `no-modules`: it defines the global
+        // `wasm_bindgen`, which loads the wasm and runs `main`.
+        let script = format!("importScripts('{base}stepscope-worker.js'); wasm_bindgen({{ module_or_path: '{base}stepscope-worker_bg.wasm' }});");
+        let options = web_sys::BlobPropertyBag::new();
+        options.set_type("text/javascript");
+        let blob = web_sys::Blob::new_with_str_sequence_and_options(&Array::of1(&script.into()), &options)
+            .map_err(|_| "the worker's loader could not be made")?;
+        let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(|_| "no object URL for the worker")?;
+        let worker = Worker::new(&url).map_err(|e| format!("the training worker could not start: {e:?}"))?;
         let inbox = SharedInbox::default();
-        for message in early.iter() {
-            deliver(&inbox, message);
-        }
         let receiving = inbox.clone();
         let onmessage = Closure::<dyn FnMut(MessageEvent)>::new(move |event: MessageEvent| {
             deliver(&receiving, event.data());
@@ -162,35 +164,6 @@ impl Client {
         let reply = decode::<Reply>(&Uint8Array::new(&message).to_vec()).unwrap_or_else(failed);
         (reply, started.elapsed().as_secs_f64() * 1e3)
     }
-}
-
-/// The worker index.html started, and the messages it has sent so far,
-/// once: a later `spawn` starts its own.
-fn take_early_worker() -> Option<(Worker, Array)> {
-    let window = web_sys::window()?;
-    let key = JsValue::from_str("stepscopeWorker");
-    let early = js_sys::Reflect::get(&window, &key).ok().filter(|v| v.is_object())?;
-    let _ = js_sys::Reflect::set(&window, &key, &JsValue::UNDEFINED);
-    let worker = js_sys::Reflect::get(&early, &"worker".into()).ok()?.dyn_into::<Worker>().ok()?;
-    let messages = js_sys::Reflect::get(&early, &"early".into()).ok()?.dyn_into::<Array>().ok()?;
-    Some((worker, messages))
-}
-
-/// Starts the worker from the files trunk writes next to the page.
-fn start_worker() -> Result<Worker, String> {
-    let origin = web_sys::window().ok_or("no window")?.location().href().map_err(|_| "no location")?;
-    let base = web_sys::Url::new_with_base(".", &origin).map_err(|_| "no base URL")?.href();
-    // trunk builds the worker for `no-modules`: it defines the global
-    // `wasm_bindgen`, which loads the wasm and runs `main`.
-    let script = format!(
-        "importScripts('{base}stepscope-worker.js'); wasm_bindgen({{ module_or_path: '{base}stepscope-worker_bg.wasm' }});"
-    );
-    let options = web_sys::BlobPropertyBag::new();
-    options.set_type("text/javascript");
-    let blob = web_sys::Blob::new_with_str_sequence_and_options(&Array::of1(&script.into()), &options)
-        .map_err(|_| "the worker's loader could not be made")?;
-    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(|_| "no object URL for the worker")?;
-    Worker::new(&url).map_err(|e| format!("the training worker could not start: {e:?}"))
 }
 
 impl Drop for Client {
