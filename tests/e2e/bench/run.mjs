@@ -104,7 +104,7 @@ try {
     const matmuls = results[w]['gpu-k1'][0]?.matmuls;
     lines.push(`| ${w} | ${matmuls} | ${dispatches}, ${dispatchesTiled} | ${fmt(rate(w, 'cpu'))} | ${fmt(rate(w, 'gpu-k1'))} | ${fmt(rate(w, 'gpu-kmax'))} (K = ${k}) | ${fmt(rate(w, 'gpu-fused'))} | ${fmt(rate(w, 'gpu-fused-narrow'))} | ${fmt(rate(w, 'gpu-tiled'))} (K = ${kTiled}) | ${fmt(rate(w, 'tfjs-webgpu'))} | ${fmt(rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'tfjs-webgpu'))} | ${ratio(rate(w, 'cpu'), rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'cpu'))} | ${ratio(rate(w, 'gpu-kmax'), rate(w, 'gpu-tiled'))} |`);
   }
-  lines.push('', 'Steps per second; the fused step runs every step of a submit in one dispatch (— where it does not apply). "Best GPU" is the fastest of K = 1, K = max and the two fused widths (the page's calibration times both and keeps the faster).', '');
+  lines.push('', 'Steps per second; the fused step runs every step of a submit in one dispatch (— where it does not apply). "Best GPU" is the fastest of K = 1, K = max and the two fused widths (the calibration of the page times both and keeps the faster).', '');
   lines.push('## Forward matmul against the FMA probe, same adapter', '',
     `FMA probe (shaders/fma_peak.wgsl): ${probes[workloads[0]].fma_gflops.toFixed(1)} GFLOP/s (${workloads.map((w) => probes[w].fma_gflops.toFixed(1)).join(', ')} when measured before each workload's layers).`, '',
     '| workload | layer (B × I → O) | tiled GFLOP/s (dense_forward) | share of the FMA probe | blocked GFLOP/s (dense_forward_blocked) | share of the FMA probe |', '|---|---|---|---|---|---|');
