@@ -120,7 +120,7 @@ fn steps_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result
         let mut engine = gpu_trainer(ctx, &experiment, &data)?;
         let calibration = block_on(engine.calibrate())?.expect("a GPU trainer calibrates");
         // The fused columns run the width the calibration kept.
-        let width = calibration.fused_width.unwrap_or(FusedWidth::Wide);
+        let width = calibration.fused_width().unwrap_or(FusedWidth::Wide);
         let fused =
             |k| fused_applies.then(|| gpu_steps(ctx, &experiment, &data, k, Path::Fused(width), false)).transpose();
         let (fused_k1, fused_k64) = (fused(1)?, fused(64)?);
@@ -137,7 +137,7 @@ fn steps_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result
             .iter()
             .map(|(w, cost, k)| format!("{:.0} fused with {}", cost.steps_per_second(*k), w.invocations()))
             .collect();
-        let picked = match calibration.fused_width {
+        let picked = match calibration.fused_width() {
             Some(w) => format!(
                 "{} (predicted {}, {:.0} phased)",
                 if calibration.fused_wins() {

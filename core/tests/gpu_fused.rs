@@ -158,15 +158,15 @@ fn calibration_measures_both_paths_and_caches_by_adapter_and_shape() {
     let e = common::experiment(json!({"batch_size": 24}));
     let mut gpu = gpu_engine(&e);
     let first = pollster::block_on(gpu.calibrate()).unwrap();
-    let fused = first.fused.expect("adam can run fused");
+    let fused = first.fused().expect("adam can run fused");
     assert!(fused.per_step_ms > 0.0 && first.phased.per_step_ms > 0.0, "{first:?}");
     // Every width the adapter runs was timed, and the faster one is kept.
     let widths: Vec<FusedWidth> = first.fused_widths.iter().map(|w| w.0).collect();
     assert_eq!(widths, gpu.fused_widths(), "{first:?}");
     let faster = first.fused_widths.iter().map(|w| w.1.steps_per_second(w.2)).fold(0.0, f64::max);
-    let kept = first.fused_widths.iter().find(|w| Some(w.0) == first.fused_width).unwrap();
+    let kept = first.fused_widths.iter().find(|w| Some(w.0) == first.fused_width()).unwrap();
     assert_eq!((kept.1, kept.1.steps_per_second(kept.2)), (fused, faster));
-    assert_eq!(gpu.fused_width(), first.fused_width);
+    assert_eq!(gpu.fused_width(), first.fused_width());
     assert!(first.fused_steps_per_s().unwrap() > 0.0 && first.phased_steps_per_s() > 0.0);
     assert!(!first.cached);
     assert_eq!(gpu.use_fused, first.fused_wins());
@@ -175,13 +175,13 @@ fn calibration_measures_both_paths_and_caches_by_adapter_and_shape() {
     let mut again = gpu_engine(&e);
     let second = pollster::block_on(again.calibrate()).unwrap();
     assert!(second.cached);
-    assert_eq!((second.phased, second.fused), (first.phased, first.fused));
-    assert_eq!(again.fused_width(), first.fused_width);
+    assert_eq!((second.phased, second.fused()), (first.phased, first.fused()));
+    assert_eq!(again.fused_width(), first.fused_width());
     // LAMB has no fused path: only the phased one is measured.
     let lamb = common::experiment(json!({"optimizer": {"kind": "lamb", "lr": 0.01}}));
     let mut gpu = gpu_engine(&lamb);
     let calibration = pollster::block_on(gpu.calibrate()).unwrap();
-    assert_eq!(calibration.fused, None);
+    assert_eq!(calibration.fused(), None);
     assert!(!gpu.runs_fused());
 }
 

@@ -103,7 +103,7 @@ async fn calibration_picks_a_path_on_webgpu() {
         "calibration on {}: phased {:?}, fused {:?}; predicted at K = {}: phased {:.1} steps/s, fused {:.1} steps/s",
         ctx.describe(),
         c.phased,
-        c.fused,
+        c.fused(),
         c.max_steps,
         c.phased_steps_per_s(),
         c.fused_steps_per_s().unwrap_or(0.0)
@@ -124,11 +124,11 @@ async fn calibration_picks_a_path_on_webgpu() {
             "fused, {} invocations: {cost:?}, {:.1} steps/s at K = {k}{}",
             width.invocations(),
             cost.steps_per_second(*k),
-            if c.fused_width == Some(*width) { " (kept)" } else { "" }
+            if c.fused_width() == Some(*width) { " (kept)" } else { "" }
         );
     }
     assert!(!c.matmuls.is_empty());
-    assert!(c.phased.per_step_ms > 0.0 && c.fused.is_some_and(|f| f.per_step_ms > 0.0));
+    assert!(c.phased.per_step_ms > 0.0 && c.fused().is_some_and(|f| f.per_step_ms > 0.0));
     // WebGPU caps no loops: both widths of the fused kernel are timed.
     assert_eq!(c.fused_widths.iter().map(|w| w.0).collect::<Vec<_>>(), FusedWidth::ALL);
     assert_eq!(gpu.runs_fused(), c.fused_wins());

@@ -113,10 +113,9 @@ fn why(b: &BackendInfo) -> Option<String> {
         return Some(fallback_summary(reason));
     }
     let race = b.race.as_ref()?;
-    let path = match (race.fused, race.fused_invocations) {
-        (true, Some(n)) => format!("fused step, a workgroup of {n}"),
-        (true, None) => "fused step".into(),
-        _ => "phased kernels".into(),
+    let path = match race.fused_invocations {
+        Some(n) => format!("fused step, a workgroup of {n}"),
+        None => "phased kernels".into(),
     };
     let figures = format!(
         "CPU (WebAssembly) {} steps/s; WebGPU ({}, {path}) {} steps/s for this network",

@@ -48,12 +48,9 @@ impl SubmitCost {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Calibration {
     pub phased: SubmitCost,
-    /// The faster width of the fused step; None where it does not apply.
-    pub fused: Option<SubmitCost>,
-    /// That width.
-    pub fused_width: Option<FusedWidth>,
-    /// Every width the adapter runs, timed (the fused kernel with 64
-    /// invocations and with 4), with the steps per submit each allows.
+    /// Every width of the fused step the adapter runs, timed (the kernel
+    /// with 64 invocations and with 4), with the steps per submit each
+    /// allows; empty where the fused step does not apply.
     pub fused_widths: Vec<(FusedWidth, SubmitCost, usize)>,
     /// Steps per submit the predictions are for (the engine's most).
     pub max_steps: usize,
@@ -66,18 +63,31 @@ pub struct Calibration {
 }
 
 impl Calibration {
+    /// The faster fused width at the steps per submit it allows.
+    fn kept(&self) -> Option<(FusedWidth, SubmitCost, usize)> {
+        self.fused_widths.iter().copied().max_by(|a, b| a.1.steps_per_second(a.2).total_cmp(&b.1.steps_per_second(b.2)))
+    }
+    /// The fused step's cost at the faster width; None where it does not
+    /// apply.
+    pub fn fused(&self) -> Option<SubmitCost> {
+        self.kept().map(|k| k.1)
+    }
+    /// That width.
+    pub fn fused_width(&self) -> Option<FusedWidth> {
+        self.kept().map(|k| k.0)
+    }
     pub fn phased_steps_per_s(&self) -> f64 {
         self.phased.steps_per_second(self.max_steps)
     }
     pub fn fused_steps_per_s(&self) -> Option<f64> {
-        self.fused.map(|f| f.steps_per_second(self.max_steps))
+        self.fused().map(|f| f.steps_per_second(self.max_steps))
     }
     pub fn fused_wins(&self) -> bool {
         self.fused_steps_per_s().is_some_and(|f| f > self.phased_steps_per_s())
     }
     /// The faster path's cost and speed.
     pub fn best(&self) -> SubmitCost {
-        match self.fused {
+        match self.fused() {
             Some(fused) if self.fused_wins() => fused,
             _ => self.phased,
         }
@@ -148,20 +158,17 @@ impl GpuEngine {
                     let cost = probe.submit_cost().await?;
                     fused_widths.push((width, cost, probe.max_steps_per_submit()));
                 }
-                // The faster width at the steps per submit it allows.
-                let best = fused_widths
-                    .iter()
-                    .copied()
-                    .max_by(|a, b| a.1.steps_per_second(a.2).total_cmp(&b.1.steps_per_second(b.2)));
-                let (fused, fused_width) = (best.map(|b| b.1), best.map(|b| b.0));
-                let max_steps = best.map_or(self.max_steps_per_submit, |b| b.2);
-                let calibration =
-                    Calibration { phased, fused, fused_width, fused_widths, max_steps, cached: false, matmuls };
+                let mut calibration =
+                    Calibration { phased, fused_widths, max_steps: self.max_steps_per_submit, cached: false, matmuls };
+                // The predictions are for the kept width's steps per submit.
+                if let Some((_, _, k)) = calibration.kept() {
+                    calibration.max_steps = k;
+                }
                 CACHE.lock().unwrap_or_else(|p| p.into_inner()).push((key, calibration.clone()));
                 calibration
             }
         };
-        if let Some(width) = calibration.fused_width {
+        if let Some(width) = calibration.fused_width() {
             self.set_fused_width(width);
         }
         self.use_fused = calibration.fused_wins();

@@ -50,10 +50,9 @@ impl Pin {
 pub struct Race {
     pub cpu_steps_per_s: f64,
     pub gpu_steps_per_s: f64,
-    /// Whether the GPU runs the fused step (else the phased kernels).
-    pub fused: bool,
-    /// Invocations in the fused step's workgroup, the width the
-    /// calibration measured faster (64 or 4), when it runs.
+    /// Invocations in the fused step's workgroup (64 or 4, the width the
+    /// calibration measured faster) when the GPU runs the fused step;
+    /// None on the phased kernels.
     pub fused_invocations: Option<usize>,
 }
 
@@ -119,8 +118,8 @@ impl Runner {
         let best = if self.fused_allowed { calibration.best() } else { calibration.phased };
         let gpu_steps_per_s = best.steps_per_second(best.steps_for(GPU_SUBMIT_MS, calibration.max_steps));
         let fused = self.fused_allowed && calibration.fused_wins();
-        let fused_invocations = calibration.fused_width.filter(|_| fused).map(|w| w.invocations());
-        let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused, fused_invocations };
+        let fused_invocations = calibration.fused_width().filter(|_| fused).map(|w| w.invocations());
+        let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused_invocations };
         self.races.push((key, race.clone()));
         Ok(race)
     }
