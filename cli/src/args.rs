@@ -139,24 +139,21 @@ fn positive<T: std::str::FromStr + PartialOrd + Default>(value: &str) -> Result<
 }
 
 /// The command line, or what to print and the exit status: help and the
-/// version go to standard output with status 0; an error is one line (the
+/// version go to standard output with status 0; the usage asked for by
+/// no subcommand goes to standard error with status 2; an error is one line (the
 /// parts of clap's message before its usage and hints) with status 2.
 pub fn parse(argv: Vec<String>) -> Result<Cli, Failure> {
     Cli::try_parse_from(std::iter::once("stepscope".to_string()).chain(argv)).map_err(|err| {
         use clap::error::ErrorKind;
         match err.kind() {
-            ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
                 crate::say!("{}", err.render().to_string().trim_end());
-                Failure {
-                    message: String::new(),
-                    status: if err.kind() == ErrorKind::DisplayVersion || err.kind() == ErrorKind::DisplayHelp {
-                        0
-                    } else {
-                        2
-                    },
-                }
+                Failure { message: String::new(), status: 0 }
+            }
+            // No subcommand: the usage is the error, on standard error.
+            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                eprintln!("{}", err.render().to_string().trim_end());
+                Failure { message: String::new(), status: 2 }
             }
             _ => {
                 let text = err.render().to_string();

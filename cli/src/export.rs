@@ -7,14 +7,14 @@
 //! CSV with exact decimals (what the PyTorch check compares against).
 
 use stepscope_core::checkpoint::load_checkpoint;
-use stepscope_core::data::{csv_header, csv_rows};
+use stepscope_core::data::{csv_header, CsvRows};
 use stepscope_core::engine::predict as predict_outputs;
 use stepscope_core::export::{pytorch_script, training_csv};
 use stepscope_core::model::Layout;
 use stepscope_core::{Error, TrainState};
 
 use crate::args::TrainArgs;
-use crate::train::load_data;
+use crate::train::{load_data, Heartbeat};
 use crate::{files, say, Failure};
 
 pub(crate) fn read_checkpoint(path: &str) -> Result<TrainState, Failure> {
@@ -73,8 +73,10 @@ fn read_inputs(path: &str, width: usize) -> Result<Vec<f32>, Failure> {
         return Err(bad(format!("line 1: {found} input columns (x…) but the model takes {width}")));
     }
     let mut inputs = Vec::new();
-    for row in csv_rows(&text).skip(1) {
-        let (line, fields) = row.map_err(|e| bad(e.to_string()))?;
+    let mut rows = CsvRows::new(text.as_bytes());
+    rows.next_row().map_err(|e| bad(e.to_string()))?; // the header
+    let mut beat = Heartbeat::new();
+    while let Some((line, fields)) = rows.next_row().map_err(|e| bad(e.to_string()))? {
         if fields.len() != columns.len() {
             return Err(bad(format!("line {line}: {} fields, but the header has {}", fields.len(), columns.len())));
         }
@@ -83,6 +85,14 @@ fn read_inputs(path: &str, width: usize) -> Result<Vec<f32>, Failure> {
                 Ok(v) if v.is_finite() => inputs.push(v),
                 _ => return Err(bad(format!("line {line}, column {}: `{field}` is not a finite number", c + 1))),
             }
+        }
+        if beat.due() {
+            let (done, total) = rows.progress();
+            eprintln!(
+                "reading {path}: {:.0}% ({} rows)",
+                100.0 * done as f64 / total.max(1) as f64,
+                inputs.len() / width.max(1)
+            );
         }
     }
     Ok(inputs)

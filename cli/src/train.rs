@@ -4,14 +4,16 @@
 //! the next step boundary, writes the checkpoint and exits with 130.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use web_time::Instant;
 
 use stepscope_core::checkpoint::{load_checkpoint, load_weights, read_file_info, save_checkpoint};
-use stepscope_core::data::Dataset;
+use stepscope_core::data::{CsvReader, CsvTable, Dataset, Table};
+use stepscope_core::engine::{Evaluation, Evaluator};
 use stepscope_core::experiment::{DataSource, Schedule};
 use stepscope_core::gpu::GpuContext;
-use stepscope_core::limits::Limits;
+use stepscope_core::limits::{Limits, EVAL_CHUNK_ROWS};
 use stepscope_core::trainer::{block_on, Backend};
 use stepscope_core::{Error, Experiment, StepMetrics, TrainState, Trainer};
 
@@ -74,7 +76,7 @@ fn fresh(experiment: Experiment, params: Option<Vec<f32>>) -> TrainState {
 
 pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dataset, Failure> {
     let csv = match (&args.data, experiment.data.source) {
-        (Some(path), DataSource::Csv) => Some(files::read_text(path, "--data file")?),
+        (Some(path), DataSource::Csv) => Some(read_csv_file(path, "--data file")?),
         (None, DataSource::Csv) => {
             return Err(Failure::usage("the experiment's data.source is \"csv\": give the file with --data FILE"))
         }
@@ -90,7 +92,105 @@ pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dat
         Some(path) => Failure::usage(format!("--data `{path}`: {e}")),
         None => Failure::from(e),
     };
-    Dataset::load(experiment, csv.as_deref()).map_err(context)
+    Dataset::load(experiment, csv.as_ref()).map_err(context)
+}
+
+/// Rows read between looks at the clock and at Ctrl-C.
+const READ_PART_ROWS: usize = 2048;
+
+/// Reads a CSV file (`CsvReader`), with a progress line every
+/// `PROGRESS_EVERY` and Ctrl-C looked at between parts.
+pub(crate) fn read_csv_file(path: &str, what: &str) -> Result<CsvTable, Failure> {
+    let text = files::read_text(path, what)?;
+    let bad = |e: Error| Failure::usage(format!("{what} `{path}`: {e}"));
+    let started = Instant::now();
+    let mut beat = Heartbeat::new();
+    let mut reader = CsvReader::new(text.as_bytes()).map_err(bad)?;
+    while !reader.advance(READ_PART_ROWS).map_err(bad)? {
+        if stopped() {
+            return Err(Failure {
+                message: format!("interrupted while reading `{path}`; nothing was written"),
+                status: 130,
+            });
+        }
+        if beat.due() {
+            let p = reader.progress();
+            say!(
+                "reading {path}: {:.0}%  ({} rows, {:.1} of {:.1} MB, {:.1} s)",
+                100.0 * p.fraction(),
+                p.rows,
+                p.bytes as f64 / 1e6,
+                p.total_bytes as f64 / 1e6,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let rows = reader.progress().rows;
+    let table = reader.finish().map_err(bad)?;
+    if started.elapsed() >= PROGRESS_EVERY {
+        say!("read {path}: {rows} rows in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    Ok(table)
+}
+
+/// Long work says how it goes at least this often (the promise is
+/// every 2 s; the clock is looked at between parts of the work).
+pub(crate) const PROGRESS_EVERY: Duration = Duration::from_millis(1500);
+
+/// When the next progress line is due.
+pub(crate) struct Heartbeat {
+    last: Instant,
+}
+
+impl Heartbeat {
+    pub(crate) fn new() -> Heartbeat {
+        Heartbeat { last: Instant::now() }
+    }
+
+    /// Whether a line is due (and, if so, the clock starts again).
+    pub(crate) fn due(&mut self) -> bool {
+        let due = self.is_due();
+        if due {
+            self.reset();
+        }
+        due
+    }
+
+    /// Whether a line is due, the clock left as it is.
+    pub(crate) fn is_due(&self) -> bool {
+        self.last.elapsed() >= PROGRESS_EVERY
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.last = Instant::now();
+    }
+}
+
+/// Loss and accuracy over `table` (the CPU reference forward pass, in
+/// chunks), with a progress line when it runs long; None when Ctrl-C
+/// stopped it, or for an empty table.
+fn evaluate(
+    engine: &mut Trainer,
+    table: &Table,
+    what: &str,
+    beat: &mut Heartbeat,
+) -> Result<Option<Evaluation>, Failure> {
+    let (e, layout) = (engine.experiment().clone(), engine.layout().clone());
+    let done = block_on(engine.with_tensors(|[params, _, _]| {
+        let mut evaluator = Evaluator::new(&layout, table.rows(), EVAL_CHUNK_ROWS);
+        let mut rows = 0;
+        while !evaluator.advance(params, &layout, &e, table, EVAL_CHUNK_ROWS) {
+            rows += EVAL_CHUNK_ROWS;
+            if stopped() {
+                return None;
+            }
+            if beat.due() {
+                say!("evaluating the {what} rows: {rows} of {}", table.rows());
+            }
+        }
+        evaluator.result()
+    }))?;
+    Ok(done)
 }
 
 /// Steps to run now: `--steps`, else what the schedule has left, else 100.
@@ -110,10 +210,20 @@ fn metrics_line(m: &StepMetrics) -> String {
     serde_json::to_string(m).expect("metrics always serialise")
 }
 
-/// Set by Ctrl-C (SIGINT); the loop stops after the step it is in.
+/// Set by Ctrl-C (SIGINT): reading, training and evaluating look at it
+/// between their parts (rows read, micro-batches, evaluation chunks).
 static STOP: AtomicBool = AtomicBool::new(false);
 
+fn stopped() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
+    // Installed first, so that reading a large file stops on Ctrl-C too. A
+    // second handler cannot be installed (tests run several trainings in one
+    // process); the first one serves them all.
+    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
+    STOP.store(false, Ordering::SeqCst);
     let outputs: Vec<(&str, &str)> = [("--out", &args.out), ("--metrics", &args.metrics)]
         .into_iter()
         .filter_map(|(f, p)| Some((f, p.as_deref()?)))
@@ -145,15 +255,13 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         ),
         None => "cpu".to_string(),
     };
+    let on_cpu = gpu.is_none();
     let mut engine = Trainer::new(state, data, gpu)?;
     let (train_table, test_table) = (engine.data().train.clone(), engine.data().test.clone());
     let mut metrics_file = args.metrics.as_deref().map(LogFile::create).transpose()?;
-    // A second handler cannot be installed (tests run several trainings in
-    // one process); the first one serves them all.
-    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
-    STOP.store(false, Ordering::SeqCst);
 
     let e = engine.experiment().clone();
+    let first_step = engine.step_count();
     say!(
         "training {} on {} ({} train / {} test rows), {} parameters, {} steps from step {}, backend {}",
         e.widths().iter().map(usize::to_string).collect::<Vec<_>>().join("-"),
@@ -162,17 +270,59 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         engine.data().test.rows(),
         engine.layout().parameter_count,
         steps,
-        engine.step_count(),
+        first_step,
         backend_name
     );
     let report_every = (steps / 10).max(1);
+    let started = Instant::now();
+    let mut beat = Heartbeat::new();
+    let rate = |done: u64| {
+        let secs = started.elapsed().as_secs_f64();
+        if secs > 0.0 {
+            format!("{:.3} steps/s", done as f64 / secs)
+        } else {
+            String::new()
+        }
+    };
+    let mut last: Option<StepMetrics> = None;
     let mut interrupted = false;
-    for i in 0..steps {
-        if STOP.load(Ordering::SeqCst) {
+    'steps: for i in 0..steps {
+        if stopped() {
             interrupted = true;
             break;
         }
-        let step = engine.submit(1).and_then(|()| block_on(engine.collect()));
+        // The CPU takes a step in parts (a micro-batch's forward or
+        // backward, or a layer's), so that Ctrl-C and the progress line
+        // are looked at inside a long step; the GPU's steps are whole.
+        let step = if on_cpu {
+            let (mut parts, step_started) = (0u64, Instant::now());
+            loop {
+                match engine.step_part() {
+                    Ok(Some(m)) => break Ok(vec![m]),
+                    Ok(None) => parts += 1,
+                    Err(err) => break Err(err),
+                }
+                if stopped() {
+                    engine.abandon_partial_step();
+                    interrupted = true;
+                    break 'steps;
+                }
+                // A line from inside the step only for a step that runs
+                // long; a short one's line comes when it ends.
+                if beat.is_due() && step_started.elapsed() >= PROGRESS_EVERY / 2 {
+                    beat.reset();
+                    say!(
+                        "step {} of {} under way: {parts} parts done, {:.1} s in this run, {}",
+                        engine.step_count() + 1,
+                        first_step + steps,
+                        started.elapsed().as_secs_f64(),
+                        rate(i)
+                    );
+                }
+            }
+        } else {
+            engine.submit(1).and_then(|()| block_on(engine.collect()))
+        };
         let mut metrics = match step.map(|mut m| m.pop()) {
             Ok(Some(m)) => m,
             Ok(None) => return Err(Error::Gpu("a step produced no metrics".into()).into()),
@@ -195,25 +345,46 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         // measured up to the buffered write of the record.
         let t = Instant::now();
         if (i + 1) % report_every == 0 || i + 1 == steps {
-            let test = block_on(engine.evaluate(&test_table))?
-                .map(|ev| {
+            let test = match evaluate(&mut engine, &test_table, "test", &mut beat)? {
+                Some(ev) => {
                     let accuracy =
                         ev.accuracy.map(|a| format!("  test_accuracy {:.1}%", a * 100.0)).unwrap_or_default();
                     format!("  test_loss {:.5}{accuracy}", ev.loss)
-                })
-                .unwrap_or_default();
+                }
+                None if stopped() => {
+                    interrupted = true;
+                    String::new()
+                }
+                None => String::new(),
+            };
             say!(
-                "step {:>6}  loss {:.5}  grad_norm {:.4}  lr {:.3e}{test}",
+                "step {:>6}  loss {:.5}  grad_norm {:.4}  lr {:.3e}  {}{test}",
                 metrics.step,
                 metrics.loss,
                 metrics.grad_norm,
-                metrics.lr
+                metrics.lr,
+                rate(i + 1)
+            );
+            beat.reset();
+        } else if beat.due() {
+            say!(
+                "step {:>6} of {}  loss {:.5}  grad_norm {:.4}  lr {:.3e}  {}",
+                metrics.step,
+                first_step + steps,
+                metrics.loss,
+                metrics.grad_norm,
+                metrics.lr,
+                rate(i + 1)
             );
         }
         if let Some(file) = metrics_file.as_mut() {
             metrics.phases.logging_ms = t.elapsed().as_secs_f64() * 1e3;
             let line = metrics_line(&metrics);
             file.write_line(&line)?;
+        }
+        last = Some(metrics);
+        if interrupted {
+            break;
         }
     }
     if let Some(out) = &args.out {
@@ -230,10 +401,28 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         };
         return Err(Failure { message: format!("interrupted at step {}; {saved}", engine.step_count()), status: 130 });
     }
+    if let Some(m) = &last {
+        say!(
+            "{} steps in {:.2} s ({}); last loss {:.5}",
+            engine.step_count() - first_step,
+            started.elapsed().as_secs_f64(),
+            rate(engine.step_count() - first_step),
+            m.loss
+        );
+    }
     for (name, table) in [("train", &train_table), ("test", &test_table)] {
-        if let Some(ev) = block_on(engine.evaluate(table))? {
-            let accuracy = ev.accuracy.map(|a| format!("  accuracy {:.1}%", a * 100.0)).unwrap_or_default();
-            say!("{name}: loss {:.5}{accuracy}", ev.loss);
+        match evaluate(&mut engine, table, name, &mut beat)? {
+            Some(ev) => {
+                let accuracy = ev.accuracy.map(|a| format!("  accuracy {:.1}%", a * 100.0)).unwrap_or_default();
+                say!("{name}: loss {:.5}{accuracy}", ev.loss);
+            }
+            None if stopped() => {
+                return Err(Failure {
+                    message: format!("interrupted while evaluating the {name} rows; the run's outputs were written"),
+                    status: 130,
+                })
+            }
+            None => {}
         }
     }
     // Per class on the test rows, or on the training rows where there are none.

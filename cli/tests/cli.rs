@@ -249,7 +249,7 @@ fn ctrl_c_stops_at_a_step_boundary_with_a_checkpoint() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `--help` on every subcommand, `--version`, and `--flag=value`.
+/// `--help` on every subcommand, `--version`, no arguments, and `--flag=value`.
 #[test]
 fn help_version_and_flag_equals_value() {
     let dir = temp_dir("help");
@@ -260,6 +260,11 @@ fn help_version_and_flag_equals_value() {
         assert!(stdout.contains(&format!("Usage: stepscope {command}")), "{command}: {stdout}");
     }
     assert!(String::from_utf8_lossy(&stepscope(&dir, &["train", "--help"]).stdout).contains("--memory-budget <MIB>"));
+    // No subcommand: the usage is an error, on standard error, as every other.
+    let bare = stepscope(&dir, &[]);
+    assert_eq!(bare.status.code(), Some(2));
+    assert!(bare.stdout.is_empty(), "{}", String::from_utf8_lossy(&bare.stdout));
+    assert!(String::from_utf8_lossy(&bare.stderr).contains("Usage: stepscope"));
     let version = stepscope(&dir, &["--version"]);
     assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), format!("stepscope {}", env!("CARGO_PKG_VERSION")));
     let out = stepscope(&dir, &["train", "--config=config.json", "--steps=2", "--out=o.safetensors"]);

@@ -11,6 +11,10 @@ pub enum Error {
     /// A CSV file is malformed; the message names the line and column.
     #[error("csv: {0}")]
     Csv(String),
+    /// A text for the GPT is not usable (not UTF-8, too short, too many
+    /// distinct characters); the message says which.
+    #[error("text: {0}")]
+    Text(String),
     /// A checkpoint or weights file was refused; nothing was loaded.
     #[error("checkpoint: {0}")]
     Checkpoint(String),

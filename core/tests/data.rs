@@ -5,7 +5,7 @@
 mod common;
 
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
-use stepscope_core::data::{split_rows, Dataset, DIGITS_PIXELS, DIGITS_ROWS};
+use stepscope_core::data::{read_csv, split_rows, Dataset, DIGITS_PIXELS, DIGITS_ROWS};
 use stepscope_core::metrics::class_metrics;
 use stepscope_core::{CpuEngine, Experiment};
 
@@ -82,7 +82,7 @@ fn a_csv_splits_like_the_built_ins() {
     let csv = numbered_csv(50);
     let split = |seed, fraction: &str| {
         let data = format!(r#"{{"source": "csv"{fraction}}}"#);
-        Dataset::load(&experiment(seed, &data, "bce_with_logits", 2, 1), Some(&csv)).unwrap()
+        Dataset::load(&experiment(seed, &data, "bce_with_logits", 2, 1), Some(&read_csv(&csv).unwrap())).unwrap()
     };
     let d = split(5, r#", "train_fraction": 0.7"#);
     let (train, test) = (row_ids(&d.train), row_ids(&d.test));
@@ -111,7 +111,7 @@ fn a_csv_splits_like_the_built_ins() {
 fn a_split_csv_run_resumes_exactly() {
     let csv = numbered_csv(40);
     let e = experiment(9, r#"{"source": "csv", "train_fraction": 0.75}"#, "bce_with_logits", 2, 1);
-    let data = || Dataset::load(&e, Some(&csv)).unwrap();
+    let data = || Dataset::load(&e, Some(&read_csv(&csv).unwrap())).unwrap();
     let mut straight = CpuEngine::new(&e, data()).unwrap();
     for _ in 0..7 {
         straight.step().unwrap();

@@ -252,3 +252,40 @@ fn a_run_switching_engines_mid_way_equals_one_that_does_not() {
     assert_close_runs("cpu → gpu → cpu", &expected, &metrics);
     assert_close_params("cpu → gpu → cpu", &straight.state().params, &back.state().params);
 }
+
+/// The profiled step (`GpuEngine::submit_profiled`): one step on the phased
+/// kernels with per-phase timestamps in the middle of a fused run. The run
+/// stays the CPU engine's within the twin tolerances, the profiled step's
+/// phases are timed apart where the adapter has timestamps, and the run
+/// goes back to the fused step after it.
+#[test]
+fn a_profiled_step_in_a_fused_run_times_its_phases_and_keeps_the_run() {
+    let mut checked = 0;
+    for (name, e) in common::training_matrix().into_iter().take(6) {
+        let mut cpu = common::engine(&e);
+        let mut gpu = fused_engine(&e);
+        if !gpu.runs_fused() {
+            continue;
+        }
+        checked += 1;
+        let cpu_metrics: Vec<StepMetrics> = (0..9).map(|_| cpu.step().unwrap()).collect();
+        let mut gpu_metrics = gpu.run(4, 4).unwrap();
+        gpu.submit_profiled().unwrap();
+        let profiled = gpu.collect().unwrap();
+        assert_eq!(profiled.len(), 1, "{name}: one step");
+        if gpu.has_timestamps() {
+            let m = &profiled[0];
+            assert_eq!(m.timing, Timing::GpuTimestamps, "{name}");
+            assert!(
+                m.phases.forward_ms > 0.0 && m.phases.backward_ms > 0.0 && m.phases.optimizer_ms > 0.0,
+                "{name}: {m:?}"
+            );
+            assert!(gpu.timestamp_resolution_ms().is_some_and(|r| r > 0.0), "{name}");
+        }
+        gpu_metrics.extend(profiled);
+        assert!(gpu.runs_fused(), "{name}: back on the fused step");
+        gpu_metrics.extend(gpu.run(4, 4).unwrap());
+        assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &gpu_metrics);
+    }
+    assert!(checked > 0);
+}

@@ -131,3 +131,61 @@ test('a CSV gets a train/test split like the built-in data', async () => {
   assert.match(await text(page, 'train-share-value'), /80 %/);
   await page.close();
 });
+
+test('an MNIST-sized CSV (60,000 × 785) is read by the worker with progress while the page draws, then trains', async () => {
+  const { page, errors } = await ctx.open(`${ctx.root}?engine=cpu`);
+  // Generated, no download: sparse bytes like MNIST's, a band lit by class.
+  const file = path.join(os.tmpdir(), `stepscope-mnist-${process.pid}.csv`);
+  const fd = fs.openSync(file, 'w');
+  const header = Array.from({ length: 784 }, (_, i) => `x${i}`).join(',') + ',y\n';
+  fs.writeSync(fd, header);
+  let seed = 7;
+  const rand = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+  for (let start = 0; start < 60_000; start += 1000) {
+    let chunk = '';
+    for (let r = start; r < start + 1000; r++) {
+      const label = r % 10;
+      const row = new Array(784).fill('0');
+      for (let k = 0; k < 150; k++) row[(label * 70 + rand(250)) % 784] = String(1 + rand(255));
+      chunk += row.join(',') + `,${label}\n`;
+    }
+    fs.writeSync(fd, chunk);
+  }
+  fs.closeSync(fd);
+  const bytes = fs.statSync(file).size;
+  assert.ok(bytes > 100e6, `MNIST-sized: ${bytes} bytes`);
+  await page.evaluate(() => {
+    window.__frames = 0;
+    const tick = () => { window.__frames++; requestAnimationFrame(tick); };
+    requestAnimationFrame(tick);
+    window.__long = [];
+    new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__long.push(e.duration); }).observe({ type: 'longtask' });
+  });
+  await page.getByTestId('csv-upload').setInputFiles(file);
+  await page.waitForSelector('[data-testid=csv-progress]', { timeout: 120_000 });
+  const framesAtStart = await page.evaluate(() => window.__frames);
+  const seen = new Set();
+  const started = Date.now();
+  while (await page.evaluate(() => document.querySelector('[data-testid=dataset]').value !== 'csv')) {
+    assert.ok(Date.now() - started < 600_000, `the file was not read within the harness's deadline; progress seen: ${[...seen]}`);
+    const line = await page.evaluate(() => document.querySelector('[data-testid=csv-progress]')?.textContent ?? '');
+    if (line) seen.add(line);
+    await page.waitForTimeout(100);
+  }
+  const frames = await page.evaluate(() => window.__frames) - framesAtStart;
+  const longest = await page.evaluate(() => Math.max(0, ...window.__long));
+  fs.writeFileSync(path.join(artifacts, 'mnist-upload.json'), JSON.stringify({ bytes, progress: [...seen], frames, longest_task_ms: longest, read_ms: Date.now() - started }, null, 2));
+  assert.ok(seen.size >= 3, `the progress line moved while the file was read: ${[...seen]}`);
+  assert.ok([...seen].some((l) => /Reading `stepscope-mnist-\d+\.csv`: \d+ % \([\d]+ rows/.test(l)), [...seen].join(' | '));
+  assert.ok(frames >= 10, `the page drew ${frames} frames while the worker read the file`);
+  assert.equal(await page.locator('[data-testid=csv-progress]').count(), 0, 'the progress line goes when the file is read');
+  const e = await experiment(page);
+  assert.equal(e.model.inputs, 784);
+  assert.equal(e.loss, 'cross_entropy');
+  assert.equal(e.model.layers.at(-1).units, 10);
+  await page.getByTestId('step-once').click();
+  await waitStep(page, 1);
+  assert.deepEqual(errors, []);
+  fs.rmSync(file);
+  await page.close();
+});

@@ -70,13 +70,20 @@ pub struct CheckpointReport {
     pub stored: Result<(), String>,
 }
 
+/// The CSV the autosave holds as far as the loop knows (None: unknown,
+/// written with the next checkpoint; `Some(None)`: no CSV).
+pub type StoredCsv = Rc<RefCell<Option<Option<Arc<String>>>>>;
+
 /// Finishes a state read begun for a checkpoint, serializes it, keeps
-/// the state in `ring` and stores the file (and the CSV the run trains on,
-/// if any) in IndexedDB.
+/// the state in `ring` and stores the file in IndexedDB, with the CSV the
+/// run trains on (if any) when it is not stored already: a large CSV is
+/// hundreds of megabytes as a JavaScript string, too much to write again
+/// with every checkpoint.
 pub async fn complete(
     read: StateRead,
     ring: Ring,
     csv: Option<Arc<String>>,
+    stored_csv: StoredCsv,
     started: Instant,
     background: bool,
 ) -> Result<CheckpointReport, Error> {
@@ -86,8 +93,19 @@ pub async fn complete(
     remember(&ring, state);
     let array = js_sys::Uint8Array::from(bytes.as_slice());
     let mut values = vec![(KEY, JsValue::from(array))];
-    values.push((CSV_KEY, csv.map_or(JsValue::NULL, |c| JsValue::from_str(&c))));
+    let same = |known: &Option<Option<Arc<String>>>| match (known, &csv) {
+        (Some(Some(a)), Some(b)) => Arc::ptr_eq(a, b),
+        (Some(None), None) => true,
+        _ => false,
+    };
+    let write_csv = !same(&stored_csv.borrow());
+    if write_csv {
+        values.push((CSV_KEY, csv.as_ref().map_or(JsValue::NULL, |c| JsValue::from_str(c))));
+    }
     let stored = store::put(&values).await;
+    if write_csv && stored.is_ok() {
+        *stored_csv.borrow_mut() = Some(csv);
+    }
     Ok(CheckpointReport {
         step,
         bytes: bytes.len(),

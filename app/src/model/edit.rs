@@ -3,7 +3,7 @@
 //! page into a state the engine would refuse; a refused edit becomes a
 //! message and changes nothing.
 
-use stepscope_core::data::Table;
+use stepscope_core::data::{CsvTable, Table};
 use stepscope_core::experiment::*;
 use stepscope_core::limits::Limits;
 use stepscope_core::Experiment;
@@ -132,14 +132,12 @@ pub fn parse_number(label: &str, text: &str) -> Result<f64, String> {
     }
 }
 
-/// An experiment for an uploaded CSV: inputs from its `x…` columns; the
-/// problem from its targets: one `y` of integer classes 0..C is
-/// classification (bce for 2 classes, cross_entropy for more), anything
-/// else is regression with mse on every target column.
-pub fn experiment_for_csv(base: &Experiment, text: &str) -> Result<Experiment, String> {
-    let names = stepscope_core::data::csv_header(text).map_err(|err| err.to_string())?;
-    let inputs = names.iter().filter(|n| n.starts_with('x') && n.len() > 1).count();
-    let targets = names.iter().filter(|n| n.starts_with('y')).count();
+/// An experiment for an uploaded CSV, read already (`CsvTable`): inputs
+/// from its `x…` columns; the problem from its targets: one `y` of integer
+/// classes 0..C is classification (bce for 2 classes, cross_entropy for
+/// more), anything else is regression with mse on every target column.
+pub fn experiment_for_csv(base: &Experiment, csv: &CsvTable) -> Result<Experiment, String> {
+    let (inputs, targets) = (csv.table.input_width, csv.table.target_width);
     if inputs == 0 || targets == 0 {
         return Err("csv: line 1: the header needs input columns (x1, x2, …) and a target column (y)".into());
     }
@@ -154,23 +152,8 @@ pub fn experiment_for_csv(base: &Experiment, text: &str) -> Result<Experiment, S
         features: None,
         shuffle: true,
     };
-    e.model.inputs = inputs.min(4096);
-    // Read the targets leniently first to choose the problem; the strict
-    // parser below reports any bad line and column.
-    let y_col = names.iter().position(|n| *n == "y");
-    let mut classes: Option<usize> = y_col.filter(|_| targets == 1).map(|_| 0);
-    if let (Some(col), Some(max_class)) = (y_col, classes.as_mut()) {
-        for row in stepscope_core::data::csv_rows(text).skip(1) {
-            match row.ok().and_then(|(_, fields)| fields.get(col)?.parse::<f64>().ok()) {
-                Some(v) if v >= 0.0 && v.fract() == 0.0 && v < 1024.0 => *max_class = (*max_class).max(v as usize + 1),
-                _ => {
-                    classes = None;
-                    break;
-                }
-            }
-        }
-    }
-    let (loss, outputs) = match classes {
+    e.model.inputs = inputs;
+    let (loss, outputs) = match csv.classes() {
         Some(c) if c <= 2 => (Loss::BceWithLogits, 1),
         Some(c) => (Loss::CrossEntropy, c),
         None => (Loss::Mse, targets),
@@ -180,8 +163,8 @@ pub fn experiment_for_csv(base: &Experiment, text: &str) -> Result<Experiment, S
         *out = LayerSpec { units: outputs, activation: Activation::Linear };
     }
     e.validate().map_err(|err| err.to_string())?;
-    let table = stepscope_core::data::parse_csv(text, &e).map_err(|err| err.to_string())?;
-    page_check(&e, Some((table.rows(), 0)))?;
+    csv.check(&e).map_err(|err| err.to_string())?;
+    page_check(&e, Some((csv.rows(), 0)))?;
     Ok(e)
 }
 

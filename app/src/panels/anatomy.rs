@@ -12,15 +12,19 @@ use wasm_bindgen_futures::JsFuture;
 use super::inside::InsideStep;
 use super::layers::LayerPanel;
 use super::lessons::Lessons;
+use super::profile::{clock_line, profile_summary, why_off, ProfileTable};
 use super::steps::StepCharts;
 use crate::model::runner::Command;
-use crate::model::timeline::{means, step_flops, PHASES};
+use crate::model::timeline::{means, part, step_flops, MEANINGS, PHASES};
 use crate::model::words::{big, bytes, count, duration_ms, value};
 use crate::state::AppState;
 
 /// Steps drawn in the timeline.
 const SHOWN: usize = 60;
-const COLORS: [&str; 7] = ["#9e9e9e", "#0877bd", "#f59322", "#2ea043", "#8e44ad", "#c0392b", "#d0d0d0"];
+const COLORS: [&str; 12] = [
+    "#9e9e9e", "#0877bd", "#f59322", "#2ea043", "#5b8fb9", "#8e44ad", "#c0392b", "#e6b800", "#6d4c41", "#00897b",
+    "#ad1457", "#d0d0d0",
+];
 
 #[component]
 pub fn AnatomyPanel() -> impl IntoView {
@@ -43,11 +47,13 @@ pub fn AnatomyPanel() -> impl IntoView {
                 s.parts
                     .iter()
                     .enumerate()
-                    .map(|(k, part)| {
+                    .filter_map(|(k, part)| {
                         let height = part / max * h;
                         y -= height;
-                        view! { <rect x=format!("{:.1}", i as f64 * bar) y=format!("{y:.2}") width=format!("{:.1}", bar * 0.85)
-                            height=format!("{height:.2}") fill=COLORS[k]/> }
+                        // Parts too thin to see are left out: fewer
+                        // elements for the page to lay out and paint.
+                        (height >= 0.05).then(|| view! { <rect x=format!("{:.1}", i as f64 * bar) y=format!("{y:.2}") width=format!("{:.1}", bar * 0.85)
+                            height=format!("{height:.2}") fill=COLORS[k]/> })
                     })
                     .collect::<Vec<_>>()
             })
@@ -60,7 +66,7 @@ pub fn AnatomyPanel() -> impl IntoView {
             .enumerate()
             .map(|(k, name)| {
                 view! {
-                    <li><span class="swatch" style=format!("background:{}", COLORS[k])></span>
+                    <li title=MEANINGS[k]><span class="swatch" style=format!("background:{}", COLORS[k])></span>
                         {*name} " " <span data-testid=format!("phase-ms-{name}")>{format!("{:.3}", parts[k])}</span>" ms"</li>
                 }
             })
@@ -75,28 +81,52 @@ pub fn AnatomyPanel() -> impl IntoView {
         match state.run.last_metrics.get().map(|m| m.timing) {
         Some(Timing::GpuTimestamps) => "GPU phases from timestamp queries; data adds the CPU's preparation.",
         Some(Timing::GpuCoarse) => {
-            "This adapter has no timestamp queries: the GPU's work is reported whole under forward (coarse)."
+            "This adapter has no timestamp queries: each GPU step is timed whole (unsplit), and its phases cannot be timed apart."
         }
-        Some(Timing::GpuTotal) => "GPU time per step is measured whole (one pass per step).",
+        Some(Timing::GpuTotal) => "Each GPU step is one pass, timed whole (unsplit).",
         Some(Timing::GpuFused) => {
-            "Fused step: one GPU dispatch runs every phase of several steps, so its GPU time is one number (shared evenly per step). Step by phase uses the phased kernels."
+            "Fused step: one GPU dispatch runs every phase of several steps, so its GPU time is one number (unsplit, shared evenly per step); the profiled steps below time the phases apart."
         }
         Some(Timing::Cpu) => "Each phase timed by the clock on the CPU engine.",
         None => "",
     }
     };
+    let clock = move || clock_line(state.charts.phase_clock.get());
+    let profiled = move || profile_summary(&state.charts.profiles.get());
     let flops = move || {
         let e = state.run.experiment.get();
         let (f, b) = step_flops(&e.widths(), e.batch_size, e.grad_accumulation);
-        let (_, parts) = means(&recent());
-        let measured =
-            if parts[1] > 0.0 && parts[2] > 0.0 { format!("{:.2}", parts[2] / parts[1]) } else { "–".into() };
-        format!(
-            "FLOPs per step: forward {}, backward {} (1 : {:.2}); measured time forward : backward 1 : {measured}",
-            big(f),
-            big(b),
-            b / f.max(1.0)
-        )
+        let flop_ratio = b / f.max(1.0);
+        let measured = match profile_summary(&state.charts.profiles.get()) {
+            Some(p) if p.forward.resolved() && p.backward.resolved() => {
+                let ratio = p.backward.ms / p.forward.ms;
+                let verdict = if ratio / flop_ratio <= 1.5 && flop_ratio / ratio <= 1.5 {
+                    "within 1.5× of the FLOP ratio".to_string()
+                } else {
+                    format!(
+                        "{:.1}× off the FLOP ratio: {}",
+                        (ratio / flop_ratio).max(flop_ratio / ratio),
+                        why_off(&e, p.path, ratio < flop_ratio)
+                    )
+                };
+                format!("; measured in the profiled steps, forward : backward 1 : {ratio:.2} ({verdict})")
+            }
+            Some(_) => {
+                "; the profiled steps did not resolve forward and backward apart (below the clock's resolution)".into()
+            }
+            None => "; measured forward : backward comes with the first profiled step".into(),
+        };
+        format!("FLOPs per step: forward {}, backward {} (1 : {flop_ratio:.2}){measured}", big(f), big(b))
+    };
+    let overhead = move || {
+        let (wall, parts) = means(&recent());
+        let compute: f64 = parts[part::DATA..=part::UNSPLIT].iter().sum();
+        (wall > 0.0 && compute < 0.5 * wall).then(|| {
+            format!(
+                "On this network the step's arithmetic (data, forward, backward, optimizer) is {:.0} % of the step; the rest is the loop around it (engine, messaging, page, logging). A network this small is overhead-bound: a bigger batch or wider layers raise the arithmetic's share.",
+                100.0 * compute / wall
+            )
+        })
     };
     let memory = state.run.memory;
     let grad_norm =
@@ -210,8 +240,11 @@ pub fn AnatomyPanel() -> impl IntoView {
                     aria-label="Time per phase of the recent steps">{bars}</svg>
                 <div>{legend}</div>
             </div>
-            <p class="note">{timing_note}" Overlapping time is assigned by a fixed priority (forward, backward, optimizer, data, checkpoint, logging), so the parts add up to the step."</p>
+            <p class="note">{timing_note}" Every part is measured (hover a name for what it holds); overlapping time is assigned by a fixed priority (forward, backward, optimizer, unsplit, data, then the rest), so the parts add up to the step."</p>
+            <p class="note" data-testid="clock-resolution">{clock}</p>
+            {move || profiled().map(|p| view! { <ProfileTable p/> })}
             <p class="note" data-testid="flops">{flops}</p>
+            <p class="note" data-testid="overhead-note">{overhead}</p>
                 </div>
             </details>
             <details class="section" data-testid="section-memory" open>

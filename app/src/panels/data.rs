@@ -5,9 +5,11 @@ use leptos::prelude::*;
 use stepscope_core::experiment::{DataSource, Feature};
 use wasm_bindgen_futures::JsFuture;
 
-use crate::model::edit::{experiment_for_csv, fit_new_data, fit_output, parse_number};
+use crate::model::edit::{fit_new_data, fit_output, parse_number};
 use crate::model::runner::Command;
+use crate::model::runner::CsvProgress;
 use crate::state::AppState;
+use stepscope_core::data::ReadProgress;
 
 /// Every built-in dataset, as the dataset control lists them.
 fn source_label(s: DataSource) -> &'static str {
@@ -110,25 +112,24 @@ pub fn DataPanel() -> impl IntoView {
         let Some(file) = input.files().and_then(|f| f.get(0)) else { return };
         let name = file.name();
         leptos::task::spawn_local(async move {
-            let text = match JsFuture::from(file.text()).await {
-                Ok(t) => t.as_string().unwrap_or_default(),
+            // The bytes as they are: the engine's side checks them as text
+            // and reads them in parts (`runner::csv_job`), so that a large
+            // file never holds up this thread.
+            let bytes = match JsFuture::from(file.array_buffer()).await {
+                Ok(buffer) => js_sys::Uint8Array::new(&buffer).to_vec(),
                 Err(_) => {
                     state.run.alert.set(Some(format!("Could not read `{name}`.")));
                     return;
                 }
             };
+            state.run.alert.set(None);
+            let total_bytes = bytes.len() as u64;
+            state.run.csv_reading.set(Some(CsvProgress {
+                name: name.clone(),
+                progress: ReadProgress { total_bytes, ..ReadProgress::default() },
+            }));
             // Nothing changes unless the whole file is good.
-            match experiment_for_csv(&state.run.experiment.get_untracked(), &text) {
-                Ok(new) => {
-                    state.run.alert.set(None);
-                    state.run.csv_name.set(Some(name));
-                    state.charts.history.set(Vec::new());
-                    crate::model::url::write_url(&new);
-                    state.run.experiment.set(new.clone());
-                    state.command(Command::UseCsv(std::sync::Arc::new(text), new));
-                }
-                Err(message) => state.run.alert.set(Some(format!("`{name}` was not loaded: {message}"))),
-            }
+            state.command(Command::ReadCsv(name, bytes, state.run.experiment.get_untracked()));
         });
     };
     let feature_tiles = FEATURES
@@ -195,6 +196,15 @@ pub fn DataPanel() -> impl IntoView {
                 <span>"Your data (CSV: x1,x2,…,y)"</span>
                 <input type="file" accept=".csv,text/csv" data-testid="csv-upload" aria-label="Upload a CSV file" on:change=on_upload/>
             </label>
+            {move || state.run.csv_reading.get().map(|r| {
+                let p = r.progress;
+                view! {
+                    <p class="note" data-testid="csv-progress" role="status">
+                        <progress max="100" value=format!("{:.0}", 100.0 * p.fraction())></progress>
+                        {format!(" Reading `{}`: {:.0} % ({} rows, {:.1} of {:.1} MB)", r.name, 100.0 * p.fraction(), p.rows, p.bytes as f64 / 1e6, p.total_bytes as f64 / 1e6)}
+                    </p>
+                }
+            })}
             <Show when=is_plane>
                 <h3>"Features"</h3>
             </Show>

@@ -15,6 +15,8 @@ use crate::state::{AppState, LayerSample};
 const KINDS: [&str; 4] = ["activations", "gradients", "weights", "updates"];
 /// Pixel rows of a distribution image.
 const ROWS: usize = 48;
+/// Groups of distribution canvases redrawn one frame apart.
+const STAGGER: usize = 8;
 /// Colours of the chart palette (`s0`…`s5` in style.css).
 const PALETTE: usize = 6;
 
@@ -60,10 +62,13 @@ fn Distribution(l: usize, kind: usize) -> impl IntoView {
     let state = expect_context::<AppState>();
     let canvas = NodeRef::<Canvas>::new();
     let axis = RwSignal::new((0.0f32, 0.0f32));
-    Effect::new(move |_| {
-        let (image, cols, lo, hi) = state.charts.layer_history.with(|h| density(h, l, kind));
-        axis.set((lo, hi));
-        let Some(canvas) = canvas.get() else { return };
+    let draw = move || {
+        let (image, cols, lo, hi) = state.charts.layer_history.with_untracked(|h| density(h, l, kind));
+        // (A staggered redraw may come after its layer was removed.)
+        if axis.try_set((lo, hi)).is_some() {
+            return;
+        }
+        let Some(canvas) = canvas.try_get_untracked().flatten() else { return };
         if cols == 0 {
             return;
         }
@@ -76,6 +81,18 @@ fn Distribution(l: usize, kind: usize) -> impl IntoView {
         }
         if let Ok(data) = ImageData::new_with_u8_clamped_array_and_sh(Clamped(&rgba), cols as u32, ROWS as u32) {
             let _ = ctx.put_image_data(&data, 0.0, 0.0);
+        }
+    };
+    Effect::new(move |_| {
+        state.charts.layer_history.track();
+        // A deep network has four canvases a layer, each costing the page
+        // its own resource when it changes: they are redrawn in groups
+        // over STAGGER animation frames rather than all in one.
+        let slot = (4 * l + kind) % STAGGER;
+        if slot == 0 {
+            draw();
+        } else {
+            set_timeout(draw, std::time::Duration::from_millis(16 * slot as u64));
         }
     });
     view! {

@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use stepscope_core::experiment::{OptimizerSpec, Schedule};
 
 use crate::model::runner::Command;
-use crate::model::timeline::means;
+use crate::model::timeline::{means, part};
 use crate::model::words::{bytes, count, significant};
 use crate::state::{AppState, StepPoint};
 
@@ -79,11 +79,12 @@ pub fn Lessons() -> impl IntoView {
         if wall <= 0.0 {
             return "–".to_string();
         }
-        let compute = parts[1] + parts[2] + parts[3];
+        // Forward, backward, optimizer, and a GPU step timed whole.
+        let compute: f64 = parts[part::FORWARD..=part::UNSPLIT].iter().sum();
         format!(
             "{:.0} % of the step computing; data {:.2} ms of {:.2} ms per step",
             100.0 * compute / wall,
-            parts[0],
+            parts[part::DATA],
             wall
         )
     };
@@ -100,7 +101,8 @@ pub fn Lessons() -> impl IntoView {
         if wall <= 0.0 {
             return "–".to_string();
         }
-        format!("logging {:.3} ms per step, {:.0} % of the step", parts[5], 100.0 * parts[5] / wall)
+        let logging = parts[part::LOGGING];
+        format!("logging {logging:.3} ms per step, {:.0} % of the step", 100.0 * logging / wall)
     };
 
     // Learning rate too high.

@@ -13,6 +13,7 @@ mod layers;
 mod lessons;
 pub mod network;
 pub mod output;
+mod profile;
 mod race;
 pub mod runs;
 mod share;

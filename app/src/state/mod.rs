@@ -5,15 +5,17 @@ use std::sync::{Arc, Mutex};
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use stepscope_core::engine::profile::PhaseProfile;
 use stepscope_core::engine::{MemoryBytes, PhaseReport};
 use stepscope_core::stats::TensorStats;
+use stepscope_core::trainer::PhaseClock;
 use stepscope_core::{Experiment, StepMetrics};
 
 use crate::model::checkpoints::{clear_autosave, CheckpointReport};
 use crate::model::classroom::check_lock;
 use crate::model::edit::{default_experiment, edited, needs_reset};
 use crate::model::metrics_csv::MetricsLog;
-use crate::model::runner::{push, AccumulationReport, BackendInfo, Command, Commands, Pin};
+use crate::model::runner::{push, AccumulationReport, BackendInfo, Command, Commands, CsvProgress, Pin};
 use crate::model::timeline::StepTiming;
 use crate::model::url;
 use crate::model::views::Snapshot;
@@ -53,13 +55,8 @@ pub struct LayerSample {
     pub layers: Vec<[TensorStats; 4]>,
 }
 
-/// What the network diagram's links show.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinkMode {
-    Weight,
-    Gradient,
-    Update,
-}
+/// What the network diagram's links show (drawn on the engine's side).
+pub use crate::model::views::LinkMode;
 
 /// The run: its experiment, whether it trains, the engine, and the
 /// messages for the user.
@@ -84,6 +81,8 @@ pub struct Run {
     pub pause_on_spike: RwSignal<bool>,
     pub steps_per_frame: RwSignal<usize>,
     pub csv_name: RwSignal<Option<String>>,
+    /// An uploaded CSV being read by the engine's side: how far.
+    pub csv_reading: RwSignal<Option<CsvProgress>>,
     /// Main-thread time the training loop spent per frame (its own work,
     /// not the time it awaited the GPU): the latest and the worst since
     /// training last started, in ms.
@@ -92,6 +91,10 @@ pub struct Run {
     /// Whether the engine trains in the worker (else on the page's thread).
     pub in_worker: RwSignal<bool>,
     pub commands: StoredValue<Commands>,
+    /// Counts the page's clears of the run (reset, new data, a restore):
+    /// a frame planned before a clear reports steps of the run that was
+    /// cleared, which the charts must not show.
+    pub clears: StoredValue<u64>,
     /// The link's `lock=1`: the network is read-only (`model::classroom`).
     pub locked: RwSignal<bool>,
 }
@@ -102,8 +105,13 @@ pub struct Charts {
     pub history: RwSignal<Vec<HistoryPoint>>,
     pub snapshot: RwSignal<Option<Arc<Snapshot>>>,
     pub link_mode: RwSignal<LinkMode>,
-    /// Where the recent steps' time went (model::timeline).
+    /// Where the recent steps' time went (model::timeline), as drawn: at
+    /// most `TIMELINE_REDRAW_MS` apart while training (the eye cannot
+    /// follow 60 redraws a second of 60 bars, and each cost the page
+    /// thousands of attribute writes), and at once when training pauses.
     pub timeline: RwSignal<Vec<StepTiming>>,
+    /// … and as recorded, with when it was last drawn.
+    pub timeline_recorded: StoredValue<(Vec<StepTiming>, Option<web_time::Instant>, bool)>,
     /// Per step: gradient norm, learning rate, clipped.
     pub step_history: RwSignal<Vec<StepPoint>>,
     /// Per-layer statistics over time (thinned like the curves).
@@ -113,7 +121,17 @@ pub struct Charts {
     pub backward_by_mode: RwSignal<[Vec<f64>; 2]>,
     /// Every recorded step's metrics, for the metrics download.
     pub metrics_log: StoredValue<MetricsLog>,
+    /// The recent profiled steps (at most `PROFILE_LIMIT`), and what times
+    /// the engine's phases with its resolution (ms).
+    pub profiles: RwSignal<Vec<PhaseProfile>>,
+    pub phase_clock: RwSignal<Option<(PhaseClock, f64)>>,
 }
+
+/// Least time between two redraws of the timeline while training.
+pub const TIMELINE_REDRAW_MS: f64 = 250.0;
+
+/// Profiled steps the anatomy keeps.
+pub const PROFILE_LIMIT: usize = 20;
 
 /// Automatic and manual checkpoints.
 #[derive(Clone, Copy)]
@@ -192,10 +210,12 @@ impl AppState {
                 pause_on_spike: RwSignal::new(false),
                 steps_per_frame: RwSignal::new(0),
                 csv_name: RwSignal::new(None),
+                csv_reading: RwSignal::new(None),
                 frame_busy_ms: RwSignal::new((0.0, 0.0)),
                 memory: RwSignal::new(MemoryBytes::default()),
                 in_worker: RwSignal::new(false),
                 commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
+                clears: StoredValue::new(0),
                 locked: RwSignal::new(url::classroom().lock.locked),
             },
             charts: Charts {
@@ -203,10 +223,13 @@ impl AppState {
                 snapshot: RwSignal::new(None),
                 link_mode: RwSignal::new(LinkMode::Weight),
                 timeline: RwSignal::new(Vec::new()),
+                timeline_recorded: StoredValue::new((Vec::new(), None, false)),
                 step_history: RwSignal::new(Vec::new()),
                 layer_history: RwSignal::new(Vec::new()),
                 backward_by_mode: RwSignal::new(Default::default()),
                 metrics_log: StoredValue::new(MetricsLog::default()),
+                profiles: RwSignal::new(Vec::new()),
+                phase_clock: RwSignal::new(None),
             },
             checkpoints: Checkpoints {
                 verify_result: RwSignal::new(None),
@@ -269,9 +292,12 @@ impl AppState {
     }
 
     fn clear_run(&self) {
+        self.run.clears.update_value(|n| *n += 1);
         self.charts.history.set(Vec::new());
         self.charts.step_history.set(Vec::new());
         self.charts.timeline.set(Vec::new());
+        self.charts.timeline_recorded.set_value((Vec::new(), None, false));
+        self.charts.profiles.set(Vec::new());
         self.charts.layer_history.set(Vec::new());
         self.charts.metrics_log.update_value(MetricsLog::clear);
         self.charts.backward_by_mode.set(Default::default());

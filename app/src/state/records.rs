@@ -4,9 +4,13 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
+use stepscope_core::engine::Timing;
 use stepscope_core::StepMetrics;
 
-use super::{AppState, HistoryPoint, LayerSample, StepPoint, HISTORY_LIMIT, LAYER_HISTORY_LIMIT, TIMELINE_LIMIT};
+use super::{
+    AppState, HistoryPoint, LayerSample, StepPoint, HISTORY_LIMIT, LAYER_HISTORY_LIMIT, TIMELINE_LIMIT,
+    TIMELINE_REDRAW_MS,
+};
 use crate::model::chart_lines::{cut_from, halve};
 use crate::model::metrics_csv::FrameShare;
 use crate::model::runner::Outcome;
@@ -14,10 +18,37 @@ use crate::model::timeline::{assign, StepTiming};
 use crate::model::url;
 use crate::model::views::Snapshot;
 
+/// A frame's measured intervals (ms), spread over its steps by
+/// `record_timeline` (model::timeline).
+pub(super) struct FrameParts {
+    /// The page's frame, from the animation frame to the report taken in.
+    pub wall_ms: f64,
+    pub checkpoint_ms: f64,
+    pub logging_ms: f64,
+    pub profiling_ms: f64,
+    /// The whole frame on the engine's side.
+    pub engine_frame_ms: f64,
+    pub messaging_ms: f64,
+    /// The page's frame less its wait for the report.
+    pub page_ms: f64,
+}
+
+/// A step's data, forward, backward, optimizer and unsplit GPU time: a
+/// GPU step timed only whole is unsplit, never shown as one phase.
+fn step_compute(m: &StepMetrics) -> [f64; 5] {
+    let p = &m.phases;
+    match m.timing {
+        Timing::Cpu | Timing::GpuTimestamps => [p.data_ms, p.forward_ms, p.backward_ms, p.optimizer_ms, 0.0],
+        // The submit's wall time, which `forward_ms` holds.
+        Timing::GpuCoarse => [p.data_ms, 0.0, 0.0, 0.0, p.forward_ms + p.backward_ms + p.optimizer_ms],
+        Timing::GpuTotal | Timing::GpuFused => [p.data_ms, 0.0, 0.0, 0.0, m.gpu_ms.unwrap_or(0.0)],
+    }
+}
+
 impl AppState {
     /// Spreads a frame's wall time over its steps and records each step's
     /// parts (model::timeline).
-    pub(super) fn record_timeline(&self, metrics: &[StepMetrics], frame_ms: f64, checkpoint_ms: f64, logging_ms: f64) {
+    pub(super) fn record_timeline(&self, metrics: &[StepMetrics], frame: &FrameParts) {
         self.charts.step_history.update(|h| {
             if let Some(first) = metrics.first() {
                 cut_from(h, first.step, |p| p.step);
@@ -37,19 +68,54 @@ impl AppState {
             }
         });
         let k = metrics.len() as f64;
-        let share = FrameShare { wall_ms: frame_ms / k, checkpoint_ms: checkpoint_ms / k, logging_ms: logging_ms / k };
+        let share = FrameShare {
+            wall_ms: frame.wall_ms / k,
+            checkpoint_ms: frame.checkpoint_ms / k,
+            logging_ms: frame.logging_ms / k,
+        };
         self.charts.metrics_log.update_value(|log| log.record_steps(metrics, Some(share)));
-        self.charts.timeline.update(|t| {
-            for m in metrics {
-                let p = &m.phases;
-                let measured =
-                    [p.data_ms, p.forward_ms, p.backward_ms, p.optimizer_ms, checkpoint_ms / k, logging_ms / k];
-                let wall_ms = frame_ms / k;
+        let computed: Vec<[f64; 5]> = metrics.iter().map(step_compute).collect();
+        let compute_ms: f64 = computed.iter().flatten().sum();
+        // The worker's frame less what its steps, checkpoint, views and
+        // profiles took: the engine's own part.
+        let claimed = compute_ms + frame.checkpoint_ms + frame.logging_ms + frame.profiling_ms;
+        let engine_ms = (frame.engine_frame_ms - claimed).max(0.0);
+        // A step's wall time is its own compute plus an even share of the
+        // frame's rest, so a slow step shows as slow and the steps' walls
+        // sum to the frame's. (Where the compute measured more than the
+        // frame, as overlapping GPU time may, the frame is shared in
+        // proportion to each step's compute.)
+        let rest_ms = (frame.wall_ms - compute_ms).max(0.0);
+        let wall_of = |c: &[f64; 5]| {
+            if compute_ms > frame.wall_ms {
+                frame.wall_ms * c.iter().sum::<f64>() / compute_ms
+            } else {
+                c.iter().sum::<f64>() + rest_ms / k
+            }
+        };
+        self.charts.timeline_recorded.update_value(|(t, _, dirty)| {
+            *dirty = true;
+            for (m, c) in metrics.iter().zip(&computed) {
+                let measured = [
+                    c[0],
+                    c[1],
+                    c[2],
+                    c[3],
+                    c[4],
+                    frame.checkpoint_ms / k,
+                    frame.logging_ms / k,
+                    frame.profiling_ms / k,
+                    engine_ms / k,
+                    frame.messaging_ms / k,
+                    frame.page_ms / k,
+                ];
+                let wall_ms = wall_of(c);
                 t.push(StepTiming { step: m.step, wall_ms, parts: assign(wall_ms, measured) });
             }
             let excess = t.len().saturating_sub(TIMELINE_LIMIT);
             t.drain(..excess);
         });
+        self.draw_timeline(false);
         let mode = usize::from(self.lessons.activation_checkpointing.get_untracked());
         self.charts.backward_by_mode.update(|b| {
             let recent = &mut b[mode];
@@ -57,6 +123,22 @@ impl AppState {
             let excess = recent.len().saturating_sub(60);
             recent.drain(..excess);
         });
+    }
+
+    /// Shows the recorded timeline when it changed and, unless `now`, the
+    /// last redraw is `TIMELINE_REDRAW_MS` old.
+    pub(super) fn draw_timeline(&self, now: bool) {
+        let due = self.charts.timeline_recorded.with_value(|(_, drawn, dirty)| {
+            *dirty && (now || drawn.is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= TIMELINE_REDRAW_MS))
+        });
+        if due {
+            let recorded = self.charts.timeline_recorded.with_value(|(t, _, _)| t.clone());
+            self.charts.timeline_recorded.update_value(|(_, drawn, dirty)| {
+                *drawn = Some(web_time::Instant::now());
+                *dirty = false;
+            });
+            self.charts.timeline.set(recorded);
+        }
     }
 
     pub(super) fn outcome(&self, outcome: Outcome) {
@@ -72,6 +154,14 @@ impl AppState {
                 self.run.notice.set(Some(format!("Restored the uploaded checkpoint: step {step}.")));
                 self.charts.history.set(Vec::new());
                 self.charts.metrics_log.update_value(|log| log.clear());
+                url::write_url(&e);
+                self.run.experiment.set(*e);
+            }
+            Outcome::CsvLoaded(name, e) => {
+                self.run.csv_reading.set(None);
+                self.run.alert.set(None);
+                self.run.csv_name.set(Some(name));
+                self.charts.history.set(Vec::new());
                 url::write_url(&e);
                 self.run.experiment.set(*e);
             }

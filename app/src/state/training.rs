@@ -10,7 +10,8 @@ use stepscope_core::{Error, Experiment, StepMetrics};
 use web_time::Instant;
 
 use super::engine::Chooser;
-use super::{AppState, LayerSample};
+use super::records::FrameParts;
+use super::{AppState, LayerSample, PROFILE_LIMIT};
 use crate::model::checkpoints::{load_autosave, Autosave, CheckpointReport};
 use crate::model::edit::{default_experiment, needs_reset};
 use crate::model::host::protocol::Start;
@@ -103,13 +104,33 @@ impl AppState {
                 checkpoint_background: self.checkpoints.checkpoint_background.get_untracked(),
                 ..FramePlan::default()
             };
+            let clears = self.run.clears.get_value();
+            let call = Instant::now();
             let (report, free_ms) = host.frame(plan).await;
+            let call_ms = ms(call);
             awaited_ms += free_ms;
-            let (checkpoint_ms, logging_ms) = (report.checkpoint_ms, report.logging_ms);
-            let (frame_metrics, recovery_ms) = self.draw_frame(report, &mut host, &mut recoveries).await;
+            let parts = FrameParts {
+                wall_ms: 0.0,
+                checkpoint_ms: report.checkpoint_ms,
+                logging_ms: report.logging_ms,
+                profiling_ms: report.profiling_ms,
+                engine_frame_ms: report.frame_ms,
+                messaging_ms: report.messaging_ms,
+                page_ms: 0.0,
+            };
+            // Cleared while the frame ran (a reset pressed meanwhile): its
+            // steps belong to the run that was cleared, and the next
+            // frame, which carries the reset, reports the fresh run.
+            let stale = self.run.clears.get_value() != clears;
+            let (frame_metrics, recovery_ms) = self.draw_frame(report, stale, &mut host, &mut recoveries).await;
             awaited_ms += recovery_ms;
             if !frame_metrics.is_empty() {
-                self.record_timeline(&frame_metrics, ms(frame_start), checkpoint_ms, logging_ms);
+                let wall_ms = ms(frame_start);
+                self.record_timeline(&frame_metrics, &FrameParts { wall_ms, page_ms: wall_ms - call_ms, ..parts });
+            }
+            if !running {
+                // Paused: the last steps' timeline at once.
+                self.draw_timeline(true);
             }
             rate_window.1 += frame_metrics.len();
             let window_ms = ms(rate_window.0);
@@ -135,14 +156,21 @@ impl AppState {
     /// Shows what a frame did: the commands' outcomes, the steps (a NaN or
     /// a GPU error pauses, a lost device is re-created), spikes,
     /// checkpoints, views and per-layer statistics. Returns the frame's
-    /// steps and the ms spent awaiting a device re-creation.
+    /// steps and the ms spent awaiting a device re-creation. A `stale`
+    /// frame (the page cleared the run while it ran) shows its outcomes
+    /// and checkpoints but none of its steps, views or step count.
     async fn draw_frame(
         &self,
-        report: FrameReport,
+        mut report: FrameReport,
+        stale: bool,
         host: &mut Host,
         recoveries: &mut Vec<Instant>,
     ) -> (Vec<StepMetrics>, f64) {
         let mut awaited_ms = 0.0;
+        // An upload's reading ends with an outcome (loaded, or why not).
+        if report.csv_progress.is_some() || self.run.csv_reading.get_untracked().is_some() {
+            self.run.csv_reading.set(report.csv_progress.clone());
+        }
         for outcome in report.outcomes {
             match outcome {
                 Ok(Some(outcome)) => self.outcome(outcome),
@@ -154,6 +182,24 @@ impl AppState {
             if self.run.alert.get_untracked().is_none() {
                 self.run.alert.set(Some(err.to_string()));
             }
+        }
+        if stale {
+            if let Some(Ok(_)) = report.trained {
+                report.trained = None;
+            }
+            report.views = None;
+            report.layers = None;
+            report.profiles.clear();
+        }
+        if report.phase_clock.is_some() && report.phase_clock != self.charts.phase_clock.get_untracked() {
+            self.charts.phase_clock.set(report.phase_clock);
+        }
+        if !report.profiles.is_empty() {
+            self.charts.profiles.update(|p| {
+                p.append(&mut report.profiles);
+                let excess = p.len().saturating_sub(PROFILE_LIMIT);
+                p.drain(..excess);
+            });
         }
         let mut frame_metrics = Vec::new();
         match report.trained {
@@ -218,7 +264,9 @@ impl AppState {
             None => {}
         }
         self.report_finished_checkpoints(host);
-        self.run.step.set(host.step_count());
+        if !stale {
+            self.run.step.set(host.step_count());
+        }
         self.run.memory.set(host.memory());
         match report.views {
             Some(Ok(snap)) => {

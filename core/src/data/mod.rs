@@ -9,11 +9,16 @@ mod batcher;
 mod builtin;
 mod csv;
 mod digits;
+mod text;
 
 pub use batcher::{Batcher, DataPosition};
 pub use builtin::generate_points;
-pub use csv::{csv_header, csv_rows, parse_csv};
+pub use csv::{
+    csv_header, parse_csv, read_csv, CsvReader, CsvRows, CsvTable, LineTracker, ReadProgress, SharedText,
+    MAX_CSV_CLASSES, MAX_CSV_ROWS,
+};
 pub use digits::{digits_table, DIGITS_CLASSES, DIGITS_MAX_PIXEL, DIGITS_PIXELS, DIGITS_ROWS, DIGITS_SIDE};
+pub use text::{TokenText, Vocabulary};
 
 use crate::error::Result;
 use crate::experiment::{DataSource, Experiment, Loss};
@@ -85,7 +90,8 @@ pub struct Dataset {
 
 impl Dataset {
     /// Builds the data of `experiment`: generated from the seed for the 2-D
-    /// sources, the embedded images for `digits`, parsed from `csv_text`
+    /// sources, the embedded images for `digits`, from the CSV file read
+    /// once (`read_csv`) and held to the experiment here (`CsvTable::check`)
     /// for `"source": "csv"`; then split into train and test (`split_rows`).
     ///
     /// A built-in's rows keep the split's shuffled order. A CSV's keep the
@@ -93,16 +99,17 @@ impl Dataset {
     /// them as written and a CSV with every row training (no
     /// `train_fraction`, as before CSV runs could be split) gives the same
     /// run as it always did.
-    pub fn load(experiment: &Experiment, csv_text: Option<&str>) -> Result<Dataset> {
+    pub fn load(experiment: &Experiment, csv: Option<&CsvTable>) -> Result<Dataset> {
         let spec = &experiment.data;
         match spec.source {
             DataSource::Csv => {
-                let text = csv_text.ok_or_else(|| {
+                let csv = csv.ok_or_else(|| {
                     crate::Error::Experiment("data.source is \"csv\" but no CSV file was given".into())
                 })?;
-                let table = parse_csv(text, experiment)?;
+                csv.check(experiment)?;
+                let table = &csv.table;
                 if spec.train_fraction.is_none() {
-                    return Ok(Dataset { test: table.select(&[]), train: table, ..Dataset::default() });
+                    return Ok(Dataset { test: table.select(&[]), train: table.clone(), ..Dataset::default() });
                 }
                 let (mut train, mut test) = split_rows(experiment, table.rows());
                 train.sort_unstable();

@@ -3,12 +3,14 @@
 
 use web_time::Instant;
 
+mod profile;
+
 use super::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use super::{
     evaluate, forward_layer, forward_pass, Activations, Evaluation, MemoryBytes, Phase, PhaseTimes, StepMetrics,
     Timing, TrainState,
 };
-use crate::data::{Batcher, Dataset, Table};
+use crate::data::{Batcher, DataPosition, Dataset, Table};
 use crate::error::{zeros, Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{
@@ -51,6 +53,8 @@ struct Partial {
     loss_sum: f32,
     last_loss: f32,
     phases: PhaseTimes,
+    /// Where the data stood when the step began (`abandon_step`).
+    start: Option<DataPosition>,
 }
 
 impl Default for Partial {
@@ -61,6 +65,7 @@ impl Default for Partial {
             loss_sum: 0.0,
             last_loss: 0.0,
             phases: PhaseTimes::default(),
+            start: None,
         }
     }
 }
@@ -223,6 +228,18 @@ impl CpuEngine {
         Ok(done)
     }
 
+    /// Drops a step begun in parts, as if it had not begun: the data goes
+    /// back to where the step began, and parameters and optimizer state
+    /// were not touched yet (the update is the step's last part), so the
+    /// state is that of the last finished step (the CLI's Ctrl-C inside a
+    /// long step). Gradients piled up by the lesson without zeroing keep
+    /// the dropped step's part.
+    pub fn abandon_step(&mut self) {
+        if let Some(start) = self.partial.take().and_then(|p| p.start) {
+            self.batcher = Batcher::new(self.data.train.rows(), self.experiment.data.shuffle, start);
+        }
+    }
+
     /// Whether a step is part-way through (step-by-phase mode).
     pub fn mid_step(&self) -> bool {
         self.partial.is_some()
@@ -273,6 +290,9 @@ impl CpuEngine {
             StepPhase::Forward { micro } => {
                 let t0 = Instant::now();
                 if partial.layers_done == 0 {
+                    if micro == 0 {
+                        partial.start = Some(self.batcher.position().clone());
+                    }
                     if micro == 0 && self.zero_grad {
                         self.grads.fill(0.0);
                     }
@@ -329,18 +349,8 @@ impl CpuEngine {
             }
             StepPhase::Optimizer => {
                 let t0 = Instant::now();
-                let grad_norm = global_grad_norm(&self.grads, &self.tensors);
-                let clipped = match e.clip_grad_norm {
-                    Some(max_norm) => clip_grad_norm(&mut self.grads, grad_norm, max_norm),
-                    None => false,
-                };
-                let step = self.optimizer.step;
-                let lr = learning_rate(&e.schedule, e.optimizer.lr(), step);
-                self.updates.copy_from_slice(&self.params);
-                optimizer_step(&mut self.params, &mut self.optimizer, &self.grads, &e.optimizer, lr, &self.tensors);
-                for (u, p) in self.updates.iter_mut().zip(&self.params) {
-                    *u = p - *u;
-                }
+                let (grad_norm, clipped, lr) = self.update(e);
+                let step = self.optimizer.step - 1;
                 phases.optimizer_ms = ms(t0, Instant::now());
                 if let Some(layer) = self.first_non_finite_layer(&self.params) {
                     return Err(non_finite(Phase::Optimizer, layer, step + 1));
@@ -362,10 +372,33 @@ impl CpuEngine {
         Ok(None)
     }
 
+    /// The optimizer phase: the gradient norm, clipping, the learning rate
+    /// and the update (kept in `updates`): (norm, clipped, lr). Never
+    /// inlined, as `backward_layer` and `forward_layer`: the profiled
+    /// step's bursts then run the very code of the real step (a copy
+    /// inlined into the bursts alone would be compiled, and timed,
+    /// apart; on the web it would even start in the baseline tier).
+    #[inline(never)]
+    fn update(&mut self, e: &Experiment) -> (f32, bool, f64) {
+        let grad_norm = global_grad_norm(&self.grads, &self.tensors);
+        let clipped = match e.clip_grad_norm {
+            Some(max_norm) => clip_grad_norm(&mut self.grads, grad_norm, max_norm),
+            None => false,
+        };
+        let lr = learning_rate(&e.schedule, e.optimizer.lr(), self.optimizer.step);
+        self.updates.copy_from_slice(&self.params);
+        optimizer_step(&mut self.params, &mut self.optimizer, &self.grads, &e.optimizer, lr, &self.tensors);
+        for (u, p) in self.updates.iter_mut().zip(&self.params) {
+            *u = p - *u;
+        }
+        (grad_norm, clipped, lr)
+    }
+
     /// Backward through layer `l` for the current batch (∂L/∂a of its
     /// outputs is in `grad[l]`, turned into ∂L/∂z in place); accumulates
     /// into `grads` and writes ∂L/∂a of its inputs into `grad[l − 1]`. With activation checkpointing the layer's z is
     /// recomputed first.
+    #[inline(never)]
     fn backward_layer(&mut self, l: usize) -> Result<()> {
         let e = &self.experiment;
         let batch = e.batch_size;

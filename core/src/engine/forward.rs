@@ -98,6 +98,8 @@ pub fn forward_pass(
 /// Layer `l` of `forward_pass` (its inputs are layer l−1's outputs, or
 /// `inputs`): false when its pre-activation or output holds a NaN or Inf.
 /// Running the layers one by one gives the same bits as `forward_pass`.
+/// Never inlined: the profiled step's bursts time this very code.
+#[inline(never)]
 pub fn forward_layer(
     acts: &mut Activations,
     params: &[f32],

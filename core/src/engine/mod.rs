@@ -5,6 +5,7 @@
 mod cpu;
 mod forward;
 pub mod phases;
+pub mod profile;
 
 pub use cpu::{CpuEngine, LAYER_PART_MACS};
 pub use forward::{evaluate, forward_layer, forward_pass, predict, Activations, Evaluator};

@@ -90,6 +90,7 @@ impl GpuEngine {
         } else {
             let ticks: &[u64] = bytemuck::cast_slice(&bytes[16 * steps + 16..16 * steps + 16 + 16 * done.passes.len()]);
             let period_ms = self.ctx.queue.get_timestamp_period() as f64 * 1e-6;
+            self.timestamp_quantum_ms = Some(super::profile::timestamp_quantum_ms(ticks, period_ms));
             for (i, &(s, kind)) in done.passes.iter().enumerate() {
                 let ms = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period_ms;
                 if kind == PassKind::Fused {
@@ -111,7 +112,7 @@ impl GpuEngine {
             }
             if done.passes[0].1 == PassKind::Fused {
                 Timing::GpuFused
-            } else if self.phase_timing {
+            } else if done.phased {
                 Timing::GpuTimestamps
             } else {
                 Timing::GpuTotal

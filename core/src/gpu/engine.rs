@@ -38,6 +38,8 @@ pub(super) struct InFlight {
     pub(super) passes: Vec<(usize, PassKind)>,
     pub(super) cpu_data_ms: f64,
     pub(super) started: Instant,
+    /// Each phase its own pass (`phase_timing`, not fused).
+    pub(super) phased: bool,
 }
 
 pub struct GpuEngine {
@@ -78,6 +80,9 @@ pub struct GpuEngine {
     /// What a submit costs on the calibrated path (`calibrate`), for
     /// choosing steps per submit.
     pub submit_cost: Option<super::calibrate::SubmitCost>,
+    /// The step of the timestamps read last (ms): the browser may round
+    /// them (`profile::timestamp_quantum_ms`).
+    pub(super) timestamp_quantum_ms: Option<f64>,
 }
 
 /// Timestamp queries available per submit (wgpu's query set limit).
@@ -152,6 +157,7 @@ impl GpuEngine {
             fused,
             use_fused: false,
             submit_cost: None,
+            timestamp_quantum_ms: None,
         })
     }
 
@@ -250,6 +256,7 @@ impl GpuEngine {
         let cpu_data_ms = started.elapsed().as_secs_f64() * 1e3;
 
         let fused = self.fused.as_ref().filter(|_| self.runs_fused());
+        let phased = self.phase_timing && fused.is_none();
         let passes_per_step = if self.phase_timing { 3 * k + 1 } else { 1 };
         let use_timestamps =
             self.timestamps.is_some() && (fused.is_some() || 2 * steps * passes_per_step <= MAX_QUERIES);
@@ -319,6 +326,7 @@ impl GpuEngine {
             passes: if use_timestamps { passes } else { Vec::new() },
             cpu_data_ms,
             started,
+            phased,
         });
         self.submitted_step += steps as u64;
         Ok(())

@@ -22,6 +22,7 @@ mod passes;
 mod phases;
 mod plan;
 pub mod probe;
+mod profile;
 mod readback;
 mod readout;
 mod retune;

@@ -6,6 +6,7 @@
 use crate::experiment::Loss;
 
 /// Mean loss over the batch (and over all elements for mse and bce).
+#[inline(never)]
 pub fn loss_forward(y: &[f32], targets: &[f32], loss: Loss, batch: usize, outputs: usize) -> f32 {
     match loss {
         // (1/(B·O)) Σ (y − t)²
@@ -42,6 +43,7 @@ fn log_sum_exp(row: &[f32]) -> f32 {
 ///   mse:           2 (y − t) / (B·O)
 ///   bce:           (σ(y) − t) / (B·O)
 ///   cross_entropy: (softmax(y) − onehot(t)) / B
+#[inline(never)]
 pub fn loss_backward(dy: &mut [f32], y: &[f32], targets: &[f32], loss: Loss, batch: usize, outputs: usize, scale: f32) {
     match loss {
         Loss::Mse => {

@@ -1,8 +1,11 @@
 //! The network: dense layers with an activation each, the losses, and
 //! regularization. Each op is a `_forward` / `_backward` pair in one file.
+//! `gpt`: the character-level transformer's ops and layout (the second
+//! model kind, built up in issue 26).
 
 mod activation;
 mod dense;
+pub mod gpt;
 mod layout;
 mod loss;
 mod regularization;

@@ -18,6 +18,7 @@ mod steps;
 
 pub use edits::Applied;
 pub use reads::StateRead;
+pub use steps::PhaseClock;
 
 use std::sync::Arc;
 

@@ -2,6 +2,7 @@
 //! step-by-phase mode.
 
 use super::{Inner, Trainer};
+use crate::engine::profile::{clock_resolution_ms, Burst, PhaseProfile};
 use crate::engine::{PhaseReport, StepMetrics};
 use crate::error::{Error, Result};
 
@@ -73,6 +74,14 @@ impl Trainer {
         }
     }
 
+    /// CPU: drops a step begun in parts (`CpuEngine::abandon_step`); the
+    /// GPU's steps are whole.
+    pub fn abandon_partial_step(&mut self) {
+        if let Inner::Cpu(e) = &mut self.inner {
+            e.abandon_step();
+        }
+    }
+
     /// The next phase of the current step (step-by-phase mode).
     pub async fn step_phase(&mut self) -> Result<PhaseReport> {
         match &mut self.inner {
@@ -90,4 +99,53 @@ impl Trainer {
             Inner::Gpu(e) => e.finish_step().await,
         }
     }
+}
+
+impl Trainer {
+    /// CPU: one step with its phases timed apart in bursts
+    /// (`CpuEngine::profile_step`). The GPU's profiled step is submitted
+    /// (`submit_profiled`) and collected.
+    pub fn profile_step(&mut self, burst: &Burst) -> Result<(StepMetrics, PhaseProfile)> {
+        if self.queued > 0 {
+            return Err(Error::Experiment("collect the submitted steps before profiling one".into()));
+        }
+        match &mut self.inner {
+            Inner::Cpu(e) => e.profile_step(burst),
+            Inner::Gpu(_) => Err(Error::Gpu("the GPU engine's profiled step is submitted (submit_profiled)".into())),
+        }
+    }
+
+    /// Submits one profiled step: the GPU's phased kernels with per-phase
+    /// timestamps (`GpuEngine::submit_profiled`); on the CPU, a step.
+    pub fn submit_profiled(&mut self) -> Result<()> {
+        match &mut self.inner {
+            Inner::Cpu(_) => self.submit(1),
+            Inner::Gpu(e) => e.submit_profiled(),
+        }
+    }
+
+    /// What times this engine's phases, and how finely (ms): the clock on
+    /// the CPU; the GPU's timestamps (as the browser rounds them) when it
+    /// has them, else the clock.
+    pub fn phase_clock(&self) -> (PhaseClock, f64) {
+        match &self.inner {
+            Inner::Cpu(_) => (PhaseClock::Clock, clock_resolution_ms()),
+            Inner::Gpu(e) if e.has_timestamps() => {
+                (PhaseClock::GpuTimestamps, e.timestamp_resolution_ms().unwrap_or(clock_resolution_ms()))
+            }
+            Inner::Gpu(_) => (PhaseClock::None, clock_resolution_ms()),
+        }
+    }
+}
+
+/// What times an engine's phases (`Trainer::phase_clock`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseClock {
+    /// The CPU's clock (`performance.now()` on the web).
+    Clock,
+    /// GPU timestamp queries.
+    GpuTimestamps,
+    /// Nothing can time the GPU's phases apart (no timestamp queries).
+    None,
 }

@@ -14,7 +14,13 @@ const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'applic
 
 const serveFile = (file, res) => {
   if (!fs.existsSync(file) || !fs.statSync(file).isFile()) return res.writeHead(404).end();
-  res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
+  // Cross-origin isolated, as Trunk.toml serves it: the page's and the
+  // worker's clocks resolve 5 µs instead of 100 µs (docs/page.md).
+  res.writeHead(200, {
+    'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream',
+    'cross-origin-opener-policy': 'same-origin',
+    'cross-origin-embedder-policy': 'require-corp',
+  });
   fs.createReadStream(file).pipe(res);
 };
 

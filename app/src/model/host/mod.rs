@@ -200,8 +200,11 @@ impl Host {
         plan.views_budget_ms = if worker { WORKER_VIEWS_BUDGET_MS } else { PAGE_VIEWS_BUDGET_MS };
         let (answer, page_ms) = self.call(Request::Frame(Box::new(plan))).await;
         match answer {
-            Answer::Frame(report) => {
+            Answer::Frame(mut report) => {
                 let free_ms = if worker { ms_since(started) - page_ms } else { report.gpu_wait_ms };
+                if worker {
+                    report.messaging_ms = (ms_since(started) - report.frame_ms).max(0.0);
+                }
                 (*report, free_ms)
             }
             // The engine's side failed: as a training error, which pauses.

@@ -10,7 +10,7 @@ use stepscope_core::{Error, Experiment};
 
 use crate::model::checkpoints::CheckpointReport;
 #[cfg(test)]
-use crate::model::runner::{Command, Outcome};
+use crate::model::runner::{Command, CsvProgress, Outcome};
 use crate::model::runner::{FramePlan, FrameReport, Race};
 #[cfg(test)]
 use crate::model::views::Snapshot;
@@ -185,7 +185,15 @@ mod tests {
             step: 9,
             grid: 2,
             boundary: Some(vec![0.5; 4]),
-            neurons: vec![vec![vec![-1.0, 1.0]]],
+            // Thumbnails and links stay on the engine's side; the diagram
+            // they are drawn into crosses.
+            diagram: Some(crate::model::views::Diagram {
+                mode: crate::model::views::LinkMode::Gradient,
+                width: 2,
+                height: 1,
+                rgba: vec![1, 2, 3, 255, 4, 5, 6, 255],
+                notes: vec![(1.0, 2.0, "+3 more".into())],
+            }),
             ..Default::default()
         };
         let report = PhaseReport {
@@ -196,6 +204,7 @@ mod tests {
             metrics: Some(metrics.clone()),
             layers: Vec::new(),
         };
+        let metrics_phases = metrics.phases;
         round_trip(&answer(FrameReport {
             outcomes: vec![Ok(Some(Outcome::Phase(Box::new(report)))), Ok(None)],
             calibration: Some(Error::Gpu("lost".into())),
@@ -215,7 +224,33 @@ mod tests {
             logging_ms: 1.5,
             gpu_wait_ms: 2.0,
             race: None,
+            csv_progress: Some(CsvProgress {
+                name: "mnist.csv".into(),
+                progress: stepscope_core::data::ReadProgress { bytes: 10, total_bytes: 100, rows: 3 },
+            }),
+            profiles: vec![stepscope_core::engine::profile::PhaseProfile::single(
+                2,
+                stepscope_core::engine::profile::ProfilePath::CpuClock,
+                &metrics_phases,
+                0.005,
+                2,
+            )],
+            profiling_ms: 0.4,
+            phase_clock: Some((stepscope_core::trainer::PhaseClock::Clock, 0.005)),
+            frame_ms: 12.0,
+            train_ms: 9.0,
+            // Set on the page, never sent.
+            messaging_ms: 0.0,
         }));
+        round_trip(&answer(FrameReport {
+            outcomes: vec![Ok(Some(Outcome::CsvLoaded("mnist.csv".into(), Box::new(training_matrix().remove(0).1))))],
+            ..FrameReport::default()
+        }));
+        round_trip(&frame(vec![Command::ReadCsv(
+            "d.csv".into(),
+            b"x1,y\n1,0\n".to_vec(),
+            training_matrix().remove(0).1,
+        )]));
         round_trip(&answer(FrameReport {
             trained: Some(Err(Error::NonFinite("layer 1, backward".into()))),
             ..FrameReport::default()

@@ -13,7 +13,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::spawn_local;
 
 use super::protocol::{Answer, Reply, Request, Start, Status};
-use crate::model::runner::Runner;
+use crate::model::runner::{CsvData, Runner};
 
 type Slot<T> = Rc<RefCell<Option<T>>>;
 
@@ -71,7 +71,8 @@ impl Server {
     }
 
     fn start(&mut self, start: Start) -> Result<(), Error> {
-        let csv = start.csv.clone();
+        // An autosaved run's CSV is read whole here, once.
+        let csv = start.csv.clone().map(CsvData::read).transpose()?;
         let mut runner = match &start.checkpoint {
             Some(bytes) => {
                 let state = load_checkpoint(bytes)?;

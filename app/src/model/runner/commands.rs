@@ -18,8 +18,12 @@ pub enum Command {
     Apply(Experiment),
     /// One optimizer step.
     StepOnce,
-    /// New CSV text for `"source": "csv"`, with the experiment it implies.
-    UseCsv(Arc<String>, Experiment),
+    /// What the diagram's links show; the next views are drawn so.
+    LinkMode(crate::model::views::LinkMode),
+    /// An uploaded CSV file (its name and bytes, unread): the loop reads
+    /// it in parts (`csv_job`) and restarts on the experiment it implies,
+    /// built on this one.
+    ReadCsv(String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>, Experiment),
     /// The current run as checkpoint bytes, for a download.
     SaveCheckpoint,
     /// Continue from an uploaded checkpoint (refused whole if bad).
@@ -73,6 +77,9 @@ pub enum Outcome {
     /// A file to download: name and contents.
     File(String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>),
     Accumulation(AccumulationReport),
+    /// An uploaded CSV was read whole and the run restarted on it: its
+    /// name and the experiment it implied.
+    CsvLoaded(String, Box<Experiment>),
 }
 
 /// One step as one batch of k·b rows against k micro-batches of b rows.

@@ -4,17 +4,19 @@
 
 use std::sync::Arc;
 
+use stepscope_core::engine::profile::{clock_resolution_ms, Burst, PhaseProfile, ProfilePath};
 use stepscope_core::model::Layout;
 use stepscope_core::stats::TensorStats;
-use stepscope_core::trainer::Backend;
+use stepscope_core::trainer::{Backend, PhaseClock};
 use stepscope_core::{Error, StepMetrics};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_time::Instant;
 
+use super::profiler::Profiler;
 use super::{Runner, GPU_SUBMIT_MS};
 use crate::model::loader::Loader;
-use crate::model::views::{link_blocks, Snapshot, ViewJob};
+use crate::model::views::{draw_diagram, link_blocks, Snapshot, ViewJob};
 
 impl Runner {
     /// Trains for one frame: `single` runs exactly one step. Also returns
@@ -60,11 +62,22 @@ impl Runner {
                     *awaited_ms += waited;
                     self.loader_wait_ms += waited;
                 }
-                let part = trainer.step_part();
+                let due = if trainer.mid_step() { None } else { self.profiler.cpu_due(trainer.step_count()) };
+                let part = if due == Some(true) {
+                    let t = Instant::now();
+                    trainer.profile_step(&Burst::for_clock()).map(|(m, profile)| {
+                        self.profiler.bursts_took(&m, profile, ms_since(t));
+                        Some(m)
+                    })
+                } else {
+                    trainer.step_part()
+                };
                 if part.is_err() {
                     self.loader_wait_ms = 0.0;
+                    self.profiler.forget_pending();
                 }
                 if let Some(mut metrics) = part? {
+                    self.profiler.finished(&metrics, clock_resolution_ms(), trainer.experiment().grad_accumulation);
                     metrics.phases.data_ms += std::mem::take(&mut self.loader_wait_ms);
                     out.push(metrics);
                 }
@@ -86,16 +99,38 @@ impl Runner {
             // The loop takes the batches that are ready (at least one).
             k = k.min(loader.ready(now_ms()).max(1));
         }
+        // A profiled step (by number) is submitted alone; the others stop
+        // short of the next one.
+        let first = trainer.step_count();
+        let schedule = Profiler::schedule();
+        let profiled = schedule.profiles(first) && trainer.phase_clock().0 == PhaseClock::GpuTimestamps;
+        let requested = k;
+        if profiled {
+            k = 1;
+        } else {
+            let next = (first..first + k as u64).find(|&t| schedule.profiles(t)).unwrap_or(first + k as u64);
+            k = ((next - first) as usize).max(1);
+        }
         let waited = wait_for_batches(&mut self.loader, k).await;
         *awaited_ms += waited;
-        trainer.submit(k)?;
+        if profiled {
+            trainer.submit_profiled()?;
+        } else {
+            trainer.submit(k)?;
+        }
         let wait = Instant::now();
         let mut out = trainer.collect().await?;
         *awaited_ms += ms_since(wait);
+        if let (true, Some(m)) = (profiled, out.first()) {
+            let (_, r) = trainer.phase_clock();
+            let micro = trainer.experiment().grad_accumulation;
+            self.profiler.found.push(PhaseProfile::single(m.step, ProfilePath::GpuTimestamps, &m.phases, r, micro));
+        }
         for m in &mut out {
             m.phases.data_ms += waited / k as f64;
         }
-        if !single && self.steps_per_log.is_none() {
+        // (A submit cut short for a profiled step says nothing of K.)
+        if !single && self.steps_per_log.is_none() && k == requested {
             self.steps_per_submit = match trainer.submit_cost() {
                 // Calibrated: as many steps as the submit cost allows.
                 Some(cost) => cost.steps_for(GPU_SUBMIT_MS, max),
@@ -151,9 +186,13 @@ impl Runner {
         }
         let Some(job) = self.view_job.as_mut() else { unreachable!("a job was just begun") };
         let data = self.trainer.data();
-        let done = job.advance(data, if whole { f64::INFINITY } else { budget_ms });
-        if done.is_some() {
-            self.snapshot_cost_ms = job.spent_ms();
+        let mut done = job.advance(data, if whole { f64::INFINITY } else { budget_ms });
+        if let Some(snap) = done.as_mut() {
+            // The diagram is drawn here, beside the training, not on the
+            // page's thread (`views::diagram`).
+            let drawing = Instant::now();
+            snap.diagram = draw_diagram(&e, snap, self.link_mode);
+            self.snapshot_cost_ms = job.spent_ms() + ms_since(drawing);
             self.view_job = None;
         }
         (Ok(done.map(Arc::new)), awaited_ms)

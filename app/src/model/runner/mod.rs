@@ -26,12 +26,15 @@ use super::views::ViewJob;
 
 mod accumulation;
 mod commands;
+mod csv_job;
 mod engine_choice;
 mod frame;
+mod profiler;
 mod race;
 mod report;
 
 pub use commands::{push, AccumulationReport, BackendInfo, Command, Commands, Outcome};
+pub use csv_job::{CsvData, CsvProgress};
 pub use engine_choice::{shape_key, Pin, Race};
 pub use frame::{next_frame, now_ms, yield_now};
 pub use report::{FramePlan, FrameReport};
@@ -44,7 +47,12 @@ pub struct Runner {
     ctx: Option<Arc<GpuContext>>,
     /// Engine races measured so far, by shape (`engine_choice`).
     races: Vec<(String, Race)>,
-    csv: Option<Arc<String>>,
+    csv: Option<CsvData>,
+    /// An uploaded CSV being read (`csv_job`).
+    csv_job: Option<csv_job::CsvJob>,
+    /// The CSV the autosave holds (`checkpoints::StoredCsv`); unknown
+    /// after each fresh run (a reset forgets the autosave).
+    stored_csv: checkpoints::StoredCsv,
     /// Steps per GPU submit, adapted to the frame budget.
     steps_per_submit: usize,
     /// The newest automatic checkpoints (model::checkpoints): rollback
@@ -86,6 +94,10 @@ pub struct Runner {
     /// run while it lasts (`race`), and its last report once it ended.
     race: Option<RaceLanes>,
     race_final: Option<RaceReport>,
+    /// Profiled steps: when, and what they found (`profiler`).
+    profiler: profiler::Profiler,
+    /// What the diagram's links show (the views draw it).
+    link_mode: super::views::LinkMode,
 }
 
 /// A CPU step taking longer than this is taken in parts over several
@@ -110,17 +122,13 @@ pub const PAGE_VIEWS_BUDGET_MS: f64 = 4.0;
 const GPU_SUBMIT_MS: f64 = 30.0;
 
 impl Runner {
-    pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<Arc<String>>) -> Result<Runner, Error> {
+    pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<CsvData>) -> Result<Runner, Error> {
         Runner::from_state(TrainState::fresh(e), gpu, csv)
     }
 
     /// Continues `state` (an autosaved run).
-    pub fn from_state(
-        state: TrainState,
-        gpu: Option<Arc<GpuContext>>,
-        csv: Option<Arc<String>>,
-    ) -> Result<Runner, Error> {
-        let data = Dataset::load(&state.experiment, csv.as_deref().map(String::as_str))?;
+    pub fn from_state(state: TrainState, gpu: Option<Arc<GpuContext>>, csv: Option<CsvData>) -> Result<Runner, Error> {
+        let data = Dataset::load(&state.experiment, csv.as_ref().map(|c| &*c.table))?;
         let ring = Ring::default();
         remember(&ring, state.clone());
         let last_checkpoint = state.step();
@@ -130,6 +138,8 @@ impl Runner {
             ctx: gpu,
             races: Vec::new(),
             csv,
+            csv_job: None,
+            stored_csv: Rc::default(),
             steps_per_submit: 1,
             ring,
             last_checkpoint,
@@ -150,6 +160,8 @@ impl Runner {
             run_id: 0,
             race: None,
             race_final: None,
+            profiler: profiler::Profiler::default(),
+            link_mode: Default::default(),
         })
     }
 
@@ -185,6 +197,11 @@ impl Runner {
         self.trainer.experiment()
     }
 
+    /// The table of the CSV the run trains on, if any.
+    fn csv_table(&self) -> Option<&stepscope_core::data::CsvTable> {
+        self.csv.as_ref().map(|c| &*c.table)
+    }
+
     fn data(&self) -> &Dataset {
         self.trainer.data()
     }
@@ -218,6 +235,10 @@ impl Runner {
             let report = self.trainer.step_phase().await;
             return report.map(|r| Some(Outcome::Phase(Box::new(r))));
         }
+        if let Command::LinkMode(mode) = command {
+            self.link_mode = mode;
+            return Ok(None);
+        }
         self.finish_partial_step().await?;
         match command {
             Command::SaveCheckpoint => {
@@ -230,7 +251,7 @@ impl Runner {
                 let not_loaded = |err: Error| err.context("The checkpoint was not loaded");
                 let state = load_checkpoint(&bytes).map_err(not_loaded)?;
                 let e = state.experiment.clone();
-                let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str)).map_err(not_loaded)?;
+                let data = Dataset::load(&e, self.csv_table()).map_err(not_loaded)?;
                 Limits::PAGE.check(&e, Some((data.train.rows(), data.test.rows()))).map_err(not_loaded)?;
                 let step = state.step();
                 let kept = state.clone();
@@ -250,7 +271,7 @@ impl Runner {
                 return Ok(Some(Outcome::Verified(report.summary(), report.passed())));
             }
             Command::Reset(e) => self.restart_with_race(&e, self.csv.clone()).await?,
-            Command::UseCsv(text, e) => self.restart_with_race(&e, Some(text)).await?,
+            Command::ReadCsv(name, bytes, base) => self.begin_csv(name, bytes, base)?,
             Command::StartRace(spec) => self.start_race(spec).await?,
             Command::EndRace => self.end_race().await,
             Command::Apply(e) => {
@@ -264,7 +285,7 @@ impl Runner {
                 let saved = latest_before(&self.ring, before)
                     .ok_or_else(|| Error::Checkpoint(format!("no checkpoint from before step {before} is kept")))?;
                 let e = saved.state.experiment.clone();
-                let data = Dataset::load(&e, self.csv.as_deref().map(String::as_str))?;
+                let data = Dataset::load(&e, self.csv_table())?;
                 self.trainer.replace(saved.state, data)?;
                 self.last_checkpoint = saved.step;
                 return Ok(Some(Outcome::RolledBack(Box::new(e), saved.step)));
@@ -304,13 +325,13 @@ impl Runner {
                 }
                 None => return Err(Error::Gpu("no GPU device is in use (pin the WebGPU engine)".into())),
             },
-            Command::StepOnce | Command::StepPhase => {}
+            Command::StepOnce | Command::StepPhase | Command::LinkMode(_) => {}
         }
         Ok(None)
     }
 
     /// A fresh run of `e`, keeping the lesson switches.
-    fn restart(&mut self, e: &Experiment, csv: Option<Arc<String>>) -> Result<(), Error> {
+    fn restart(&mut self, e: &Experiment, csv: Option<CsvData>) -> Result<(), Error> {
         let mut fresh = Runner::new(e, self.trainer.gpu_context().cloned(), csv)?;
         fresh.ctx = self.ctx.clone();
         fresh.races = std::mem::take(&mut self.races);
@@ -323,8 +344,11 @@ impl Runner {
         fresh.steps_per_log = self.steps_per_log;
         fresh.set_fused_allowed(self.fused_allowed);
         fresh.yield_after_ms = self.yield_after_ms;
+        fresh.link_mode = self.link_mode;
         fresh.run_id = self.run_id + 1;
         fresh.race_final = self.race_final.take();
+        // An upload being read goes on being read.
+        fresh.csv_job = self.csv_job.take();
         // A background checkpoint of the old run still reports when done.
         fresh.finished = self.finished.clone();
         fresh.in_flight = self.in_flight.clone();
@@ -376,14 +400,15 @@ impl Runner {
             Ok(None) => return None,
             Err(err) => return Some(Err(err)),
         };
-        let (ring, csv) = (self.ring.clone(), self.csv.clone());
+        let (ring, csv) = (self.ring.clone(), self.csv.as_ref().map(|c| c.text.clone()));
         if !background {
-            return Some(checkpoints::complete(read, ring, csv, started, false).await);
+            return Some(checkpoints::complete(read, ring, csv, self.stored_csv.clone(), started, false).await);
         }
         self.in_flight.set(true);
-        let (finished, in_flight) = (self.finished.clone(), self.in_flight.clone());
+        let (finished, in_flight, stored_csv) =
+            (self.finished.clone(), self.in_flight.clone(), self.stored_csv.clone());
         wasm_bindgen_futures::spawn_local(async move {
-            let report = checkpoints::complete(read, ring, csv, started, true).await;
+            let report = checkpoints::complete(read, ring, csv, stored_csv, started, true).await;
             finished.borrow_mut().push(report);
             in_flight.set(false);
         });

@@ -3,8 +3,6 @@
 //! race (by the user, or when every lane reached its steps) reports the
 //! lanes' last figures once and the run goes on.
 
-use std::sync::Arc;
-
 use stepscope_core::{Error, Experiment};
 
 use super::{FrameReport, Runner};
@@ -35,7 +33,7 @@ impl Runner {
     /// with lanes of the new experiment (Reset acts on the race). If they
     /// cannot be built (a batch larger than new data allows), the race
     /// ends with the reason.
-    pub(super) async fn restart_with_race(&mut self, e: &Experiment, csv: Option<Arc<String>>) -> Result<(), Error> {
+    pub(super) async fn restart_with_race(&mut self, e: &Experiment, csv: Option<super::CsvData>) -> Result<(), Error> {
         let race = self.race.take();
         if let Err(err) = self.restart(e, csv) {
             self.race = race;

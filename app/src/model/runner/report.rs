@@ -8,12 +8,14 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use stepscope_core::engine::profile::PhaseProfile;
 use stepscope_core::stats::TensorStats;
+use stepscope_core::trainer::PhaseClock;
 use stepscope_core::{Error, StepMetrics};
 use web_time::Instant;
 
 use super::frame::ms_since;
-use super::{Command, Outcome, Runner};
+use super::{Command, CsvProgress, Outcome, Runner};
 use crate::model::checkpoints::CheckpointReport;
 use crate::model::race::RaceReport;
 use crate::model::spikes::Verdict;
@@ -72,21 +74,36 @@ pub struct FrameReport {
     pub gpu_wait_ms: f64,
     /// The race, while one is under way or in the frame it ended.
     pub race: Option<RaceReport>,
+    /// An uploaded CSV still being read: how far (its end is an outcome).
+    pub csv_progress: Option<CsvProgress>,
+    /// The frame's profiled steps (`profiler`), the time their bursts took
+    /// beyond the steps' own phases, and what times the engine's phases
+    /// (with its resolution, ms).
+    pub profiles: Vec<PhaseProfile>,
+    pub profiling_ms: f64,
+    pub phase_clock: Option<(PhaseClock, f64)>,
+    /// The whole frame on the engine's side, and its training part (ms,
+    /// the engine's clock).
+    pub frame_ms: f64,
+    pub train_ms: f64,
+    /// The page's wait for the report beyond `frame_ms`: the messages to
+    /// and from the worker, their encoding and the worker's scheduling
+    /// (set by `Host::frame`; 0 when the engine runs on the page).
+    #[serde(skip)]
+    pub messaging_ms: f64,
 }
 
 impl Runner {
     /// Runs one frame of the loop for `plan`.
     pub async fn frame(&mut self, plan: FramePlan) -> FrameReport {
+        let frame_started = Instant::now();
         let mut report = FrameReport::default();
         let single = plan.commands.iter().any(|c| matches!(c, Command::StepOnce));
         let had_commands = !plan.commands.is_empty();
         // A restored or rolled-back run waits for the page's next word.
         let mut replaced = false;
         for command in plan.commands {
-            if matches!(
-                command,
-                Command::Reset(_) | Command::UseCsv(..) | Command::RestoreCheckpoint(_) | Command::Rollback(_)
-            ) {
+            if matches!(command, Command::Reset(_) | Command::RestoreCheckpoint(_) | Command::Rollback(_)) {
                 self.detector.clear();
             }
             let outcome = self.handle(command).await;
@@ -94,15 +111,29 @@ impl Runner {
             report.outcomes.push(outcome);
             self.views_dirty = true;
         }
-        if had_commands {
+        // An upload being read takes the frame's training time; the run
+        // waits, as it was, until the file is read whole.
+        let mut reading = false;
+        if let Some(read) = self.read_csv_part(plan.budget_ms).await {
+            replaced |= matches!(read, Ok(Some(_)));
+            report.outcomes.push(read);
+            self.views_dirty = true;
+        } else {
+            reading = self.csv_job.is_some();
+        }
+        report.csv_progress = self.reading_csv();
+        if had_commands || replaced {
             // A rebuilt GPU engine takes its calibrated path (cached).
             report.calibration = self.calibrate().await.err();
         }
+        let replaced = replaced || reading;
         if (plan.running || single) && !replaced && self.racing() {
             // A race trains instead of the run (Train and Pause act on it).
             self.race_frame(single && !plan.running, plan.budget_ms, &mut report).await;
         } else if (plan.running || single) && !replaced {
+            let train_started = Instant::now();
             let (result, waited) = self.train_frame(single && !plan.running, plan.budget_ms).await;
+            report.train_ms = ms_since(train_started);
             report.gpu_wait_ms += waited;
             self.views_dirty = true;
             if let Ok(metrics) = &result {
@@ -160,6 +191,10 @@ impl Runner {
             report.logging_ms = ms_since(started);
         }
         report.race = self.race_report();
+        report.profiles = std::mem::take(&mut self.profiler.found);
+        report.profiling_ms = std::mem::take(&mut self.profiler.extra_ms);
+        report.phase_clock = Some(self.trainer.phase_clock());
+        report.frame_ms = ms_since(frame_started);
         report
     }
 

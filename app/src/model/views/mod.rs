@@ -17,9 +17,12 @@ use stepscope_core::experiment::{DataSource, Loss};
 use stepscope_core::model::Layout;
 use stepscope_core::Experiment;
 
+mod diagram;
 mod images;
 mod job;
+pub mod raster;
 
+pub use diagram::{draw_diagram, Diagram, LinkMode};
 pub use images::{filters, ImageViews, Misclassified, SHOWN_FILTERS, SHOWN_MISCLASSIFIED};
 pub use job::{grid_side, link_blocks, ViewJob};
 
@@ -69,16 +72,22 @@ pub struct Snapshot {
     /// Number of classes for cross_entropy (colours by argmax), else 0.
     pub classes: usize,
     /// Per layer, per unit (the first `SHOWN_UNITS`): the unit's output over
-    /// the plane, (grid, grid), scaled to [-1, 1].
+    /// the plane, (grid, grid), scaled to [-1, 1]. Drawn into `diagram` on
+    /// the engine's side and not sent to the page (a deep, wide network's
+    /// thumbnails and links were most of what the page decoded).
+    #[serde(skip)]
     pub neurons: Vec<Vec<Vec<f32>>>,
     pub points: Vec<PlotPoint>,
-    /// Per layer, the links the diagram draws.
+    /// Per layer, the links the diagram draws (not sent, as `neurons`).
+    #[serde(skip)]
     pub links: Vec<LinkBlock>,
     pub train: Option<Evaluation>,
     pub test: Option<Evaluation>,
     /// For an image dataset: per-class results, the confusion matrix, the
     /// misclassified test images and the first layer's weights as images.
     pub images: Option<ImageViews>,
+    /// The network diagram, drawn (`diagram`), in the runner's link mode.
+    pub diagram: Option<Diagram>,
 }
 
 /// Whether the data are images (digits): the output is drawn as per-class

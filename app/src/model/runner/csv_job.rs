@@ -1,0 +1,181 @@
+//! An uploaded CSV, read by the loop a part per frame: the page sends the
+//! file's bytes as they are and never parses them; here they are checked as
+//! UTF-8, read some rows at a time within the frame's budget (the progress
+//! goes back in each frame's report), turned into the experiment they imply
+//! (`experiment_for_csv`) and only then swapped in for the current run,
+//! which stays as it was until the whole file is good.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use stepscope_core::data::{read_csv, CsvReader, CsvTable, ReadProgress, SharedText};
+use stepscope_core::{Error, Experiment};
+use web_time::Instant;
+
+use super::frame::ms_since;
+use super::{Outcome, Runner};
+use crate::model::edit::experiment_for_csv;
+
+/// A CSV the run trains on: its text (kept for the autosave) and the table
+/// read from it once (every reset, restore and rollback reuses it).
+#[derive(Clone, Debug)]
+pub struct CsvData {
+    pub text: Arc<String>,
+    pub table: Arc<CsvTable>,
+}
+
+impl CsvData {
+    /// Reads `text` whole (an autosaved run's CSV, when the loop starts).
+    pub fn read(text: Arc<String>) -> Result<CsvData, Error> {
+        let table = Arc::new(read_csv(&text)?);
+        Ok(CsvData { text, table })
+    }
+}
+
+/// Where the reading of an uploaded file stands, for the page.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CsvProgress {
+    pub name: String,
+    pub progress: ReadProgress,
+}
+
+/// An upload being read.
+pub(super) struct CsvJob {
+    name: String,
+    base: Experiment,
+    text: Arc<String>,
+    reader: CsvReader<SharedText>,
+}
+
+/// Rows read between looks at the clock.
+const ROWS_PER_LOOK: usize = 256;
+
+/// The least time a frame gives to the reading (a frame's training budget
+/// is spent on it while a file is read; training waits).
+const MIN_READ_MS: f64 = 8.0;
+
+impl Runner {
+    /// Starts reading an upload; a file that is not UTF-8 text or whose
+    /// header is wrong is refused now.
+    pub(super) fn begin_csv(&mut self, name: String, bytes: Vec<u8>, base: Experiment) -> Result<(), Error> {
+        let not_loaded = |err: Error| err.context(format!("`{name}` was not loaded"));
+        let text = String::from_utf8(bytes).map_err(|e| {
+            not_loaded(Error::Csv(format!("the file is not UTF-8 text (byte {} is not)", e.utf8_error().valid_up_to())))
+        })?;
+        let text = Arc::new(text);
+        let reader = CsvReader::new(SharedText(text.clone())).map_err(not_loaded)?;
+        self.csv_job = Some(CsvJob { name, base, text, reader });
+        Ok(())
+    }
+
+    /// Whether an upload is being read.
+    pub fn reading_csv(&self) -> Option<CsvProgress> {
+        self.csv_job.as_ref().map(|j| CsvProgress { name: j.name.clone(), progress: j.reader.progress() })
+    }
+
+    /// Reads the upload for about `budget_ms`; at its end, the run
+    /// restarts on it (its outcome), or the error says what is wrong with
+    /// it and the run goes on as it was.
+    pub(super) async fn read_csv_part(&mut self, budget_ms: f64) -> Option<Result<Option<Outcome>, Error>> {
+        let job = self.csv_job.as_mut()?;
+        let started = Instant::now();
+        let done = loop {
+            match job.reader.advance(ROWS_PER_LOOK) {
+                Ok(true) => break true,
+                Ok(false) if ms_since(started) >= budget_ms.max(MIN_READ_MS) => break false,
+                Ok(false) => {}
+                Err(err) => {
+                    let name = self.csv_job.take().map(|j| j.name).unwrap_or_default();
+                    return Some(Err(err.context(format!("`{name}` was not loaded"))));
+                }
+            }
+        };
+        if !done {
+            return None;
+        }
+        let job = self.csv_job.take()?;
+        let name = job.name;
+        let result = async {
+            let table = Arc::new(job.reader.finish()?);
+            let e = experiment_for_csv(&job.base, &table).map_err(Error::Other)?;
+            self.detector.clear();
+            self.restart_with_race(&e, Some(CsvData { text: job.text, table })).await?;
+            Ok(Some(Outcome::CsvLoaded(name.clone(), Box::new(e))))
+        }
+        .await;
+        Some(result.map_err(|err: Error| err.context(format!("`{name}` was not loaded"))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::edit::default_experiment;
+    use crate::model::runner::{Command, FramePlan, FrameReport};
+    use stepscope_core::experiment::{DataSource, Loss};
+    use stepscope_core::trainer::block_on;
+
+    fn frame(runner: &mut Runner, commands: Vec<Command>) -> FrameReport {
+        let plan = FramePlan { commands, running: true, budget_ms: 1.0, ..FramePlan::default() };
+        block_on(runner.frame(plan))
+    }
+
+    fn csv(rows: usize, classes: usize) -> Vec<u8> {
+        let mut text = String::from("x1,x2,x3,y\n");
+        for i in 0..rows {
+            text += &format!("{},{},{},{}\n", i % 13, (i * 7) % 5, i % 2, i % classes);
+        }
+        text.into_bytes()
+    }
+
+    /// An upload is read over several frames with its progress in each
+    /// report, the run waiting as it was; then the run restarts on it. A
+    /// bad file is refused whole with its line, and the run goes on.
+    #[test]
+    fn an_upload_is_read_in_parts_then_trained_on() {
+        let base = default_experiment();
+        let mut runner = Runner::new(&base, None, None).unwrap();
+        frame(&mut runner, vec![]);
+        let before = runner.step_count();
+        assert!(before > 0);
+        let file = csv(60_000, 3);
+        let report = frame(&mut runner, vec![Command::ReadCsv("big.csv".into(), file, base.clone())]);
+        let mut progress = vec![report.csv_progress.clone().expect("reading")];
+        let loaded = loop {
+            let report = frame(&mut runner, vec![]);
+            if let Some(Ok(Some(Outcome::CsvLoaded(name, e)))) = report.outcomes.into_iter().next() {
+                assert_eq!(name, "big.csv");
+                break e;
+            }
+            assert!(report.trained.is_none(), "the run waits while the file is read");
+            progress.push(report.csv_progress.expect("still reading"));
+        };
+        assert!(progress.len() >= 3, "read in parts: {progress:?}");
+        assert!(progress.windows(2).all(|w| w[1].progress.rows > w[0].progress.rows));
+        assert_eq!(runner.step_count(), 0, "a fresh run on the new data");
+        assert_eq!((loaded.model.inputs, loaded.loss, loaded.outputs()), (3, Loss::CrossEntropy, 3));
+        assert_eq!(loaded.data.source, DataSource::Csv);
+        assert_eq!(runner.data().train.rows() + runner.data().test.rows(), 60_000);
+        frame(&mut runner, vec![]);
+        assert!(runner.step_count() > 0, "it trains on it");
+
+        // A bad line: refused with its line; the run goes on untouched.
+        let trained = runner.step_count();
+        let mut bad = csv(5000, 2);
+        bad.extend_from_slice(b"1,2,oops,0\n");
+        frame(&mut runner, vec![Command::ReadCsv("bad.csv".into(), bad, base.clone())]);
+        let error = loop {
+            let report = frame(&mut runner, vec![]);
+            if let Some(outcome) = report.outcomes.into_iter().next() {
+                break outcome.unwrap_err().to_string();
+            }
+        };
+        assert!(error.contains("`bad.csv` was not loaded") && error.contains("line 5002, column 3"), "{error}");
+        assert_eq!(runner.experiment(), &*loaded);
+        assert!(runner.step_count() >= trained);
+        // Not text: refused at once.
+        let report = frame(&mut runner, vec![Command::ReadCsv("bin.csv".into(), vec![0xff, 0xfe, 0], base)]);
+        let error = report.outcomes[0].as_ref().unwrap_err().to_string();
+        assert!(error.contains("not UTF-8"), "{error}");
+    }
+}

@@ -1,0 +1,169 @@
+//! Text for the character-level GPT (issue 26): tokens are characters
+//! (Unicode scalar values, not bytes and not UTF-16 units), the vocabulary
+//! is the text's distinct characters sorted by code point, and a token is
+//! its index. The text is cut into W = ⌊(N − 1)/T⌋ windows of T tokens;
+//! window w has inputs ids[wT .. wT + T) and targets ids[wT + 1 .. wT + T + 1).
+//! The windows are rows, for the split, the shuffling and the data position
+//! that every other row source has.
+//!
+//! Everything from outside is hostile: a bad text gets one line that names
+//! what is wrong, and reading it is linear in its size.
+
+use crate::error::{Error, Result};
+
+/// The characters of a text, sorted by code point: token i is `chars[i]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vocabulary {
+    chars: Vec<char>,
+}
+
+impl Vocabulary {
+    pub fn len(&self) -> usize {
+        self.chars.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chars.is_empty()
+    }
+
+    pub fn chars(&self) -> &[char] {
+        &self.chars
+    }
+
+    /// The token of `ch`, if the vocabulary has it.
+    pub fn token(&self, ch: char) -> Option<u32> {
+        self.chars.binary_search(&ch).ok().map(|i| i as u32)
+    }
+
+    /// The text of `tokens`; a token outside the vocabulary is an error.
+    pub fn decode(&self, tokens: &[u32]) -> Result<String> {
+        tokens
+            .iter()
+            .map(|&t| {
+                self.chars.get(t as usize).copied().ok_or_else(|| {
+                    Error::Text(format!("token {t} is outside the vocabulary of {} characters", self.len()))
+                })
+            })
+            .collect()
+    }
+
+    /// The tokens of `text`, naming the first character the vocabulary
+    /// lacks (a prompt for sampling, say).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        text.chars()
+            .map(|ch| {
+                self.token(ch)
+                    .ok_or_else(|| Error::Text(format!("the character {ch:?} is not in the model's vocabulary")))
+            })
+            .collect()
+    }
+}
+
+/// A text read as tokens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenText {
+    pub vocabulary: Vocabulary,
+    pub ids: Vec<u32>,
+}
+
+impl TokenText {
+    /// Reads `bytes` as UTF-8 text for windows of `context` tokens, with at
+    /// most `max_vocabulary` distinct characters.
+    pub fn read(bytes: &[u8], context: usize, max_vocabulary: usize) -> Result<TokenText> {
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            Error::Text(format!("the text is not UTF-8: the bytes from offset {} are not a character", e.valid_up_to()))
+        })?;
+        if text.is_empty() {
+            return Err(Error::Text("the text is empty".into()));
+        }
+        let n = text.chars().count();
+        if context == 0 || n < context + 1 {
+            return Err(Error::Text(format!(
+                "the text has {n} characters; a context of {context} needs at least {} (one window and its next character)",
+                context + 1
+            )));
+        }
+        // The distinct characters in one pass (a set), then sorted: linear
+        // in the text, V·log V in the vocabulary.
+        let mut chars: Vec<char> = text.chars().collect::<std::collections::HashSet<char>>().into_iter().collect();
+        chars.sort_unstable();
+        if chars.len() > max_vocabulary {
+            return Err(Error::Text(format!(
+                "the text has {} distinct characters; at most {max_vocabulary} are allowed",
+                chars.len()
+            )));
+        }
+        let vocabulary = Vocabulary { chars };
+        let ids = text.chars().map(|ch| vocabulary.token(ch).expect("every character is in the vocabulary")).collect();
+        Ok(TokenText { vocabulary, ids })
+    }
+
+    /// W = ⌊(N − 1)/T⌋ windows of `context` tokens.
+    pub fn windows(&self, context: usize) -> usize {
+        (self.ids.len().saturating_sub(1)) / context.max(1)
+    }
+
+    /// Window `w`: (inputs, targets), each `context` tokens, the targets one
+    /// token on.
+    pub fn window(&self, w: usize, context: usize) -> (&[u32], &[u32]) {
+        let start = w * context;
+        (&self.ids[start..start + context], &self.ids[start + 1..start + 1 + context])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_characters_sorted_by_code_point() {
+        let t = TokenText::read("héllo wörld\n".as_bytes(), 4, 64).unwrap();
+        assert_eq!(t.vocabulary.chars(), &['\n', ' ', 'd', 'h', 'l', 'o', 'r', 'w', 'é', 'ö']);
+        // Characters, not bytes: 12 of them, though é and ö take two bytes.
+        assert_eq!(t.ids.len(), 12);
+        assert_eq!(t.vocabulary.decode(&t.ids).unwrap(), "héllo wörld\n");
+        assert_eq!(t.vocabulary.encode("low").unwrap(), [4, 5, 7]);
+        assert!(t.vocabulary.encode("lox").unwrap_err().to_string().contains("'x'"));
+        assert!(t.vocabulary.decode(&[10]).is_err());
+    }
+
+    #[test]
+    fn windows_cut_the_text_with_targets_one_on() {
+        let t = TokenText::read(b"abcdefghij", 3, 64).unwrap();
+        // N = 10: ⌊9/3⌋ = 3 windows.
+        assert_eq!(t.windows(3), 3);
+        assert_eq!(t.window(0, 3), (&[0, 1, 2][..], &[1, 2, 3][..]));
+        assert_eq!(t.window(2, 3), (&[6, 7, 8][..], &[7, 8, 9][..]));
+        // Exactly T + 1 characters: one window.
+        assert_eq!(TokenText::read(b"abcd", 3, 64).unwrap().windows(3), 1);
+    }
+
+    #[test]
+    fn bad_text_gets_one_line_naming_the_problem() {
+        let message =
+            |bytes: &[u8], context: usize, max: usize| TokenText::read(bytes, context, max).unwrap_err().to_string();
+        assert_eq!(
+            message(b"ab\xffcd", 1, 64),
+            "text: the text is not UTF-8: the bytes from offset 2 are not a character"
+        );
+        assert_eq!(message(b"", 1, 64), "text: the text is empty");
+        assert!(message(b"abc", 3, 64).contains("has 3 characters; a context of 3 needs at least 4"));
+        assert!(message(b"abcdef", 2, 4).contains("6 distinct characters; at most 4"));
+        assert!(message(b"abc", 0, 4).contains("a context of 0"));
+    }
+
+    #[test]
+    fn tiny_shakespeare_is_the_file_the_readme_names() {
+        use sha2::{Digest, Sha256};
+        let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/data/tinyshakespeare.txt")).unwrap();
+        let digest: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(digest, "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed");
+        let t = TokenText::read(&bytes, 64, 256).unwrap();
+        assert_eq!((t.ids.len(), t.vocabulary.len(), t.windows(64)), (1_115_394, 65, 17_428));
+        let chars: String = t.vocabulary.chars().iter().collect();
+        assert_eq!(chars, "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+        let (inputs, targets) = t.window(0, 64);
+        assert!(t.vocabulary.decode(inputs).unwrap().starts_with("First Citizen:\nBefore we proceed"));
+        assert_eq!(inputs[1..], targets[..63]);
+    }
+}

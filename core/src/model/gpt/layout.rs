@@ -1,0 +1,167 @@
+//! The GPT's named tensors in one flat layout (the seam every other part
+//! of Stepscope sees, ARCHITECTURE.md): nanoGPT's `state_dict` names and
+//! shapes, in its order, and its weight-decay groups (tensors of two or
+//! more dimensions decay; biases and LayerNorm parameters do not).
+
+/// The model's shape (`"model": {"kind": "gpt", …}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GptShape {
+    pub vocab_size: usize,
+    /// T, tokens per window.
+    pub context: usize,
+    /// C, the model width.
+    pub embed: usize,
+    pub heads: usize,
+    pub blocks: usize,
+    /// The MLP's hidden width as a multiple of C.
+    pub mlp_ratio: usize,
+    /// The output head is the token embedding (one tensor, `wte`).
+    pub tie_embeddings: bool,
+    /// LayerNorm over the head dimension on q and k.
+    pub qk_layernorm: bool,
+}
+
+/// One named tensor of the flat layout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GptTensor {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub offset: usize,
+    pub len: usize,
+    /// nanoGPT's groups: two or more dimensions decay.
+    pub decays: bool,
+    /// How it is initialised.
+    pub init: Init,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    /// N(0, std²).
+    Normal(f32),
+    Zeros,
+    Ones,
+}
+
+impl GptShape {
+    /// The tensors, in nanoGPT's `state_dict` order, at their offsets.
+    pub fn tensors(&self) -> Vec<GptTensor> {
+        let (v, t, c) = (self.vocab_size, self.context, self.embed);
+        let (hidden, hs) = (self.mlp_ratio * c, c / self.heads.max(1));
+        // nanoGPT: N(0, 0.02) for linear weights and embeddings,
+        // N(0, 0.02/√(2L)) for both residual projections (`c_proj`).
+        let std = Init::Normal(0.02);
+        let proj = Init::Normal(0.02 / (2.0 * self.blocks as f32).sqrt());
+        let mut specs: Vec<(String, Vec<usize>, Init)> = vec![
+            ("transformer.wte.weight".into(), vec![v, c], std),
+            ("transformer.wpe.weight".into(), vec![t, c], std),
+        ];
+        let norm = |specs: &mut Vec<(String, Vec<usize>, Init)>, name: String, n: usize| {
+            specs.push((format!("{name}.weight"), vec![n], Init::Ones));
+            specs.push((format!("{name}.bias"), vec![n], Init::Zeros));
+        };
+        for i in 0..self.blocks {
+            let block = format!("transformer.h.{i}");
+            norm(&mut specs, format!("{block}.ln_1"), c);
+            specs.push((format!("{block}.attn.c_attn.weight"), vec![3 * c, c], std));
+            specs.push((format!("{block}.attn.c_attn.bias"), vec![3 * c], Init::Zeros));
+            specs.push((format!("{block}.attn.c_proj.weight"), vec![c, c], proj));
+            specs.push((format!("{block}.attn.c_proj.bias"), vec![c], Init::Zeros));
+            if self.qk_layernorm {
+                norm(&mut specs, format!("{block}.attn.q_ln"), hs);
+                norm(&mut specs, format!("{block}.attn.k_ln"), hs);
+            }
+            norm(&mut specs, format!("{block}.ln_2"), c);
+            specs.push((format!("{block}.mlp.c_fc.weight"), vec![hidden, c], std));
+            specs.push((format!("{block}.mlp.c_fc.bias"), vec![hidden], Init::Zeros));
+            specs.push((format!("{block}.mlp.c_proj.weight"), vec![c, hidden], proj));
+            specs.push((format!("{block}.mlp.c_proj.bias"), vec![c], Init::Zeros));
+        }
+        norm(&mut specs, "transformer.ln_f".into(), c);
+        if !self.tie_embeddings {
+            specs.push(("lm_head.weight".into(), vec![v, c], std));
+        }
+        let mut offset = 0;
+        specs
+            .into_iter()
+            .map(|(name, shape, init)| {
+                let len = shape.iter().product();
+                let tensor = GptTensor { name, decays: shape.len() >= 2, shape, offset, len, init };
+                offset += len;
+                tensor
+            })
+            .collect()
+    }
+
+    /// P, the parameters of the flat buffer.
+    pub fn parameter_count(&self) -> usize {
+        self.tensors().last().map_or(0, |t| t.offset + t.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(tie: bool, qk: bool) -> GptShape {
+        GptShape {
+            vocab_size: 65,
+            context: 64,
+            embed: 128,
+            heads: 4,
+            blocks: 4,
+            mlp_ratio: 4,
+            tie_embeddings: tie,
+            qk_layernorm: qk,
+        }
+    }
+
+    #[test]
+    fn nanogpts_macbook_configuration_has_its_parameter_count() {
+        // nanoGPT's Shakespeare-char "macbook" model (4 blocks, 4 heads,
+        // embed 128, context 64, 65 characters, bias, tied head):
+        // wte 65·128 + wpe 64·128 + 4 blocks of 12·128² + 13·128 (the
+        // linears 4C² + 8C², their biases 3C + C + 4C + C, two LayerNorms
+        // 4C) + ln_f 2C = 8,320 + 8,192 + 4·198,272 + 256 = 809,856,
+        // which nanoGPT prints as 0.80M less wpe's 8,192: 801,664.
+        let s = shape(true, false);
+        assert_eq!(s.parameter_count(), 809_856);
+        assert_eq!(s.parameter_count() - 64 * 128, 801_664);
+    }
+
+    #[test]
+    fn names_offsets_and_decay_groups_follow_nanogpt() {
+        let tensors = shape(false, true).tensors();
+        let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names[..4],
+            [
+                "transformer.wte.weight",
+                "transformer.wpe.weight",
+                "transformer.h.0.ln_1.weight",
+                "transformer.h.0.ln_1.bias"
+            ]
+        );
+        assert!(
+            names.contains(&"transformer.h.3.attn.q_ln.weight") && names.contains(&"transformer.h.0.attn.k_ln.bias")
+        );
+        assert_eq!(names.last(), Some(&"lm_head.weight"));
+        // Contiguous, no gaps.
+        for pair in tensors.windows(2) {
+            assert_eq!(pair[0].offset + pair[0].len, pair[1].offset);
+        }
+        for t in &tensors {
+            assert_eq!(t.decays, t.shape.len() >= 2, "{}", t.name);
+            let is_proj = t.name.ends_with("c_proj.weight");
+            assert_eq!(
+                matches!(t.init, Init::Normal(s) if (s - 0.02 / 8f32.sqrt()).abs() < 1e-9),
+                is_proj,
+                "{}",
+                t.name
+            );
+        }
+        let q_ln = tensors.iter().find(|t| t.name == "transformer.h.0.attn.q_ln.weight").unwrap();
+        assert_eq!((q_ln.shape.clone(), q_ln.init), (vec![32], Init::Ones));
+        // Tied: no lm_head; untied adds V·C.
+        assert_eq!(shape(false, false).parameter_count() - shape(true, false).parameter_count(), 65 * 128);
+    }
+}

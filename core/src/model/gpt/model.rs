@@ -1,0 +1,343 @@
+//! The whole GPT, forward and backward, strung from its ops (`ops`) as
+//! llm.c's `gpt2_forward`/`gpt2_backward` do, over the flat parameter
+//! buffer of `GptShape::tensors`:
+//!
+//! x = wte[idx] + wpe; per block x = x + attn(ln_1(x)); x = x + mlp(ln_2(x));
+//! logits = ln_f(x)·headᵀ (head = wte when tied); loss = mean cross-entropy
+//! over the B·T positions, the objective adding z_loss·mean(lse²).
+
+use super::layout::{GptShape, GptTensor};
+use super::ops::*;
+
+/// Offsets of one block's tensors.
+struct BlockAt {
+    ln1: (usize, usize),
+    attn: (usize, usize),
+    attn_proj: (usize, usize),
+    q_ln: Option<(usize, usize)>,
+    k_ln: Option<(usize, usize)>,
+    ln2: (usize, usize),
+    fc: (usize, usize),
+    fc_proj: (usize, usize),
+}
+
+/// (weight, bias) offsets by name.
+fn at(tensors: &[GptTensor], name: &str) -> (usize, usize) {
+    let find = |suffix: &str| tensors.iter().find(|t| t.name == format!("{name}.{suffix}")).map(|t| t.offset);
+    (find("weight").expect("the layout names it"), find("bias").unwrap_or(usize::MAX))
+}
+
+/// What forward keeps for backward, for a batch of B windows of T tokens.
+#[derive(Default)]
+pub struct GptActivations {
+    pub batch: usize,
+    encoded: Vec<f32>,
+    blocks: Vec<BlockActs>,
+    lnf: Normed,
+    pub logits: Vec<f32>,
+    lse: Vec<f32>,
+}
+
+#[derive(Default)]
+struct BlockActs {
+    ln1: Normed,
+    /// q, k, v before the q/k LayerNorm (only with `qk_layernorm`).
+    qkv_raw: Vec<f32>,
+    qk_stats: (Vec<f32>, Vec<f32>),
+    qkv: Vec<f32>,
+    /// Attention probabilities (B, H, T, T).
+    att: Vec<f32>,
+    atty: Vec<f32>,
+    res2: Vec<f32>,
+    ln2: Normed,
+    fch: Vec<f32>,
+    fch_gelu: Vec<f32>,
+    res3: Vec<f32>,
+}
+
+/// The sizes of a batch of `rows` = B·T positions.
+struct Dims {
+    rows: usize,
+    b: usize,
+    t: usize,
+    c: usize,
+    h: usize,
+    v: usize,
+    /// The MLP's width, and the head size.
+    hidden: usize,
+    hs: usize,
+}
+
+/// A LayerNorm's output and the per-row mean and 1/σ backward needs.
+#[derive(Default)]
+struct Normed {
+    out: Vec<f32>,
+    mean: Vec<f32>,
+    rstd: Vec<f32>,
+}
+
+impl Normed {
+    fn forward(&mut self, x: &[f32], weight: &[f32], bias: &[f32], rows: usize, c: usize) {
+        sized(&mut self.out, rows * c);
+        sized(&mut self.mean, rows);
+        sized(&mut self.rstd, rows);
+        layernorm_forward(&mut self.out, &mut self.mean, &mut self.rstd, x, weight, bias, rows, c);
+    }
+}
+
+pub struct Gpt {
+    pub shape: GptShape,
+    pub tensors: Vec<GptTensor>,
+    wte: usize,
+    wpe: usize,
+    blocks: Vec<BlockAt>,
+    ln_f: (usize, usize),
+    head: usize,
+}
+
+impl Gpt {
+    pub fn new(shape: GptShape) -> Gpt {
+        let tensors = shape.tensors();
+        let blocks = (0..shape.blocks)
+            .map(|i| {
+                let b = format!("transformer.h.{i}");
+                BlockAt {
+                    ln1: at(&tensors, &format!("{b}.ln_1")),
+                    attn: at(&tensors, &format!("{b}.attn.c_attn")),
+                    attn_proj: at(&tensors, &format!("{b}.attn.c_proj")),
+                    q_ln: shape.qk_layernorm.then(|| at(&tensors, &format!("{b}.attn.q_ln"))),
+                    k_ln: shape.qk_layernorm.then(|| at(&tensors, &format!("{b}.attn.k_ln"))),
+                    ln2: at(&tensors, &format!("{b}.ln_2")),
+                    fc: at(&tensors, &format!("{b}.mlp.c_fc")),
+                    fc_proj: at(&tensors, &format!("{b}.mlp.c_proj")),
+                }
+            })
+            .collect();
+        let wte = at(&tensors, "transformer.wte").0;
+        let head = if shape.tie_embeddings { wte } else { at(&tensors, "lm_head").0 };
+        Gpt {
+            wpe: at(&tensors, "transformer.wpe").0,
+            ln_f: at(&tensors, "transformer.ln_f"),
+            blocks,
+            wte,
+            head,
+            tensors,
+            shape,
+        }
+    }
+
+    fn dims(&self, rows: usize) -> Dims {
+        let s = &self.shape;
+        let (t, c, h) = (s.context, s.embed, s.heads);
+        Dims { rows, b: rows / t, t, c, h, v: s.vocab_size, hidden: s.mlp_ratio * c, hs: c / h }
+    }
+
+    /// Forward over `inp` (B·T token ids): the cross-entropy and the z-loss
+    /// (`ops::cross_entropy_forward`); `targets` the next tokens.
+    pub fn forward(&self, acts: &mut GptActivations, p: &[f32], inp: &[u32], targets: &[u32]) -> (f32, f32) {
+        let Dims { rows, b, t, c, h, v, hidden, hs } = self.dims(inp.len());
+        let w = |off: usize, len: usize| &p[off..off + len];
+        acts.batch = b;
+        acts.encoded.resize(rows * c, 0.0);
+        encoder_forward(&mut acts.encoded, inp, w(self.wte, v * c), w(self.wpe, t * c), t, c);
+        acts.blocks.resize_with(self.shape.blocks, BlockActs::default);
+        for (l, at) in self.blocks.iter().enumerate() {
+            let (before, rest) = acts.blocks.split_at_mut(l);
+            let x: &[f32] = if l == 0 { &acts.encoded } else { &before[l - 1].res3 };
+            let a = &mut rest[0];
+            a.ln1.forward(x, w(at.ln1.0, c), w(at.ln1.1, c), rows, c);
+            sized(&mut a.qkv, rows * 3 * c);
+            let (aw, ab) = (w(at.attn.0, 3 * c * c), w(at.attn.1, 3 * c));
+            if let (Some(q_ln), Some(k_ln)) = (at.q_ln, at.k_ln) {
+                sized(&mut a.qkv_raw, rows * 3 * c);
+                matmul_forward(&mut a.qkv_raw, &a.ln1.out, aw, Some(ab), rows, c, 3 * c);
+                a.qkv.copy_from_slice(&a.qkv_raw);
+                sized(&mut a.qk_stats.0, 2 * rows * h);
+                sized(&mut a.qk_stats.1, 2 * rows * h);
+                for (seg, (norm, part)) in qk_segments(rows, c, h, q_ln, k_ln).enumerate() {
+                    let range = part..part + hs;
+                    let (mean, rstd) = (&mut a.qk_stats.0[seg..seg + 1], &mut a.qk_stats.1[seg..seg + 1]);
+                    let (wn, bn) = (w(norm.0, hs), w(norm.1, hs));
+                    layernorm_forward(&mut a.qkv[range.clone()], mean, rstd, &a.qkv_raw[range], wn, bn, 1, hs);
+                }
+            } else {
+                matmul_forward(&mut a.qkv, &a.ln1.out, aw, Some(ab), rows, c, 3 * c);
+            }
+            sized(&mut a.att, b * h * t * t);
+            sized(&mut a.atty, rows * c);
+            attention_forward(&mut a.atty, &mut a.att, &a.qkv, b, t, c, h);
+            sized(&mut a.res2, rows * c);
+            matmul_forward(&mut a.res2, &a.atty, w(at.attn_proj.0, c * c), Some(w(at.attn_proj.1, c)), rows, c, c);
+            for (r, &xi) in a.res2.iter_mut().zip(x) {
+                *r += xi; // the residual: x + attn(ln_1(x))
+            }
+            a.ln2.forward(&a.res2, w(at.ln2.0, c), w(at.ln2.1, c), rows, c);
+            sized(&mut a.fch, rows * hidden);
+            sized(&mut a.fch_gelu, rows * hidden);
+            matmul_forward(&mut a.fch, &a.ln2.out, w(at.fc.0, hidden * c), Some(w(at.fc.1, hidden)), rows, c, hidden);
+            gelu_forward(&mut a.fch_gelu, &a.fch);
+            sized(&mut a.res3, rows * c);
+            let (pw, pb) = (w(at.fc_proj.0, c * hidden), w(at.fc_proj.1, c));
+            matmul_forward(&mut a.res3, &a.fch_gelu, pw, Some(pb), rows, hidden, c);
+            for (r, &xi) in a.res3.iter_mut().zip(&a.res2) {
+                *r += xi;
+            }
+        }
+        let x: &[f32] = acts.blocks.last().map_or(&acts.encoded, |a| &a.res3);
+        acts.lnf.forward(x, w(self.ln_f.0, c), w(self.ln_f.1, c), rows, c);
+        sized(&mut acts.logits, rows * v);
+        matmul_forward(&mut acts.logits, &acts.lnf.out, w(self.head, v * c), None, rows, c, v);
+        sized(&mut acts.lse, rows);
+        cross_entropy_forward(&mut acts.lse, &acts.logits, targets, rows, v)
+    }
+
+    /// Backward of the last `forward`: adds ∂objective/∂θ, times `scale`
+    /// relative to the mean over the batch's positions (1/k for k
+    /// micro-batches), into `g` (the flat layout).
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward(
+        &self,
+        g: &mut [f32],
+        acts: &GptActivations,
+        p: &[f32],
+        inp: &[u32],
+        targets: &[u32],
+        z_loss: f32,
+        scale: f32,
+    ) {
+        let Dims { rows, b, t, c, h, v, hidden, hs } = self.dims(inp.len());
+        let w = |off: usize, len: usize| &p[off..off + len];
+        let mut dlogits = vec![0.0; rows * v];
+        cross_entropy_backward(&mut dlogits, &acts.logits, &acts.lse, targets, rows, v, z_loss, scale / rows as f32);
+        let mut dlnf = vec![0.0; rows * c];
+        matmul_backward(
+            Some(&mut dlnf),
+            &mut g[self.head..self.head + v * c],
+            None,
+            &dlogits,
+            &acts.lnf.out,
+            w(self.head, v * c),
+            rows,
+            c,
+            v,
+        );
+        let mut dx = vec![0.0; rows * c];
+        {
+            let x: &[f32] = acts.blocks.last().map_or(&acts.encoded, |a| &a.res3);
+            let (dw, db) = pair(g, self.ln_f, c);
+            let (mean, rstd) = (&acts.lnf.mean, &acts.lnf.rstd);
+            layernorm_backward(&mut dx, dw, db, &dlnf, x, w(self.ln_f.0, c), mean, rstd, rows, c);
+        }
+        let (mut dres2, mut dhidden, mut dhidden_gelu) =
+            (vec![0.0; rows * c], vec![0.0; rows * hidden], vec![0.0; rows * hidden]);
+        let (mut dln, mut datty, mut dqkv) = (vec![0.0; rows * c], vec![0.0; rows * c], vec![0.0; rows * 3 * c]);
+        let mut dqkv_raw = vec![0.0; rows * 3 * c];
+        let mut scratch = vec![0.0; t];
+        for (l, at) in self.blocks.iter().enumerate().rev() {
+            let a = &acts.blocks[l];
+            let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.blocks[l - 1].res3 };
+            // res3 = res2 + mlp(ln_2(res2)): dx is ∂/∂res3.
+            dres2.copy_from_slice(&dx);
+            dhidden_gelu.fill(0.0);
+            let (dw, db) = pair(g, at.fc_proj, c * hidden);
+            matmul_backward(
+                Some(&mut dhidden_gelu),
+                dw,
+                Some(db),
+                &dx,
+                &a.fch_gelu,
+                w(at.fc_proj.0, c * hidden),
+                rows,
+                hidden,
+                c,
+            );
+            dhidden.fill(0.0);
+            gelu_backward(&mut dhidden, &a.fch, &dhidden_gelu);
+            dln.fill(0.0);
+            let (dw, db) = pair(g, at.fc, hidden * c);
+            matmul_backward(
+                Some(&mut dln),
+                dw,
+                Some(db),
+                &dhidden,
+                &a.ln2.out,
+                w(at.fc.0, hidden * c),
+                rows,
+                c,
+                hidden,
+            );
+            let (dw, db) = pair(g, at.ln2, c);
+            let (mean, rstd) = (&a.ln2.mean, &a.ln2.rstd);
+            layernorm_backward(&mut dres2, dw, db, &dln, &a.res2, w(at.ln2.0, c), mean, rstd, rows, c);
+            // res2 = x + attn(ln_1(x)): dres2 flows to x and into attn.
+            dx.copy_from_slice(&dres2);
+            datty.fill(0.0);
+            let (dw, db) = pair(g, at.attn_proj, c * c);
+            matmul_backward(Some(&mut datty), dw, Some(db), &dres2, &a.atty, w(at.attn_proj.0, c * c), rows, c, c);
+            dqkv.fill(0.0);
+            attention_backward(&mut dqkv, &mut scratch, &datty, &a.qkv, &a.att, b, t, c, h);
+            let dqkv_in: &[f32] = if let (Some(q_ln), Some(k_ln)) = (at.q_ln, at.k_ln) {
+                // v passes through; q and k through their LayerNorms.
+                dqkv_raw.copy_from_slice(&dqkv);
+                for (seg, (norm, part)) in qk_segments(rows, c, h, q_ln, k_ln).enumerate() {
+                    let range = part..part + hs;
+                    dqkv_raw[range.clone()].fill(0.0);
+                    let (dw, db) = pair(g, norm, hs);
+                    let (mean, rstd) = (&a.qk_stats.0[seg..seg + 1], &a.qk_stats.1[seg..seg + 1]);
+                    let (x_seg, dy) = (&a.qkv_raw[range.clone()], &dqkv[range.clone()]);
+                    layernorm_backward(&mut dqkv_raw[range], dw, db, dy, x_seg, w(norm.0, hs), mean, rstd, 1, hs);
+                }
+                &dqkv_raw
+            } else {
+                &dqkv
+            };
+            dln.fill(0.0);
+            let (dw, db) = pair(g, at.attn, 3 * c * c);
+            matmul_backward(Some(&mut dln), dw, Some(db), dqkv_in, &a.ln1.out, w(at.attn.0, 3 * c * c), rows, c, 3 * c);
+            let (dw, db) = pair(g, at.ln1, c);
+            let (mean, rstd) = (&a.ln1.mean, &a.ln1.rstd);
+            layernorm_backward(&mut dx, dw, db, &dln, x, w(at.ln1.0, c), mean, rstd, rows, c);
+        }
+        let (dwte, dwpe) = split_two(g, (self.wte, v * c), (self.wpe, t * c));
+        encoder_backward(dwte, dwpe, &dx, inp, t, c);
+    }
+}
+
+/// The q and k segments of each row and head that the q/k LayerNorms
+/// normalise: ((its LayerNorm's weight and bias offsets), start in qkv).
+fn qk_segments(
+    rows: usize,
+    c: usize,
+    h: usize,
+    q_ln: (usize, usize),
+    k_ln: (usize, usize),
+) -> impl Iterator<Item = ((usize, usize), usize)> {
+    let hs = c / h;
+    (0..rows).flat_map(move |r| {
+        (0..h).flat_map(move |head| [(q_ln, r * 3 * c + head * hs), (k_ln, r * 3 * c + c + head * hs)])
+    })
+}
+
+fn sized(v: &mut Vec<f32>, n: usize) {
+    v.resize(n, 0.0);
+}
+
+/// A weight of `len` at `wb.0` and, after it (as every layout places a
+/// bias), its bias: the weight's slice of `g` and the rest of `g` from the
+/// bias on (the ops read only the bias's length of it).
+fn pair(g: &mut [f32], wb: (usize, usize), len: usize) -> (&mut [f32], &mut [f32]) {
+    let (w, b) = wb;
+    assert_eq!(w + len, b, "a bias follows its weight");
+    g[w..].split_at_mut(len)
+}
+
+/// Two disjoint ranges (offset, length) of `g`, the first before the
+/// second.
+fn split_two(g: &mut [f32], a: (usize, usize), b: (usize, usize)) -> (&mut [f32], &mut [f32]) {
+    assert!(a.0 + a.1 <= b.0);
+    let (first, second) = g.split_at_mut(b.0);
+    (&mut first[a.0..a.0 + a.1], &mut second[..b.1])
+}
+
+#[cfg(test)]
+mod tests;

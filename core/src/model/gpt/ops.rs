@@ -1,0 +1,332 @@
+//! The GPT's ops, one `_forward`/`_backward` pair each (llm.c's
+//! `train_gpt2.c` structure, nanoGPT's `model.py` semantics with
+//! `bias=True`, `dropout=0`, in PyTorch's definitions). B batch, T context,
+//! C width, H heads of `hs = C/H`, V vocabulary; every tensor row-major,
+//! activations (B, T, ·) stored as (B·T) rows. Backward functions add into
+//! their parameters' gradients (`+=`), as gradients accumulate over a
+//! step's micro-batches and over a tensor's several uses (a tied head), and
+//! into their inputs' gradients, except `matmul_backward`, which writes it.
+//!
+//! Summation orders (what a GPU twin must state its tolerance against):
+//! the linear layers are the MLP's `dense_forward`/`dense_backward`, with
+//! their orders;
+//! every dot product and every sum over a row runs from index 0 upwards in
+//! one f32 accumulator; sums over rows (weight and bias gradients) run over
+//! rows in order, row 0 first.
+
+use crate::model::{dense_backward, dense_forward};
+
+/// x[b, t] = wte[inp[b, t]] + wpe[t]: `out` (B·T, C).
+pub fn encoder_forward(out: &mut [f32], inp: &[u32], wte: &[f32], wpe: &[f32], t: usize, c: usize) {
+    for (row, &token) in inp.iter().enumerate() {
+        let (tok, pos) = (&wte[token as usize * c..][..c], &wpe[(row % t) * c..][..c]);
+        for ((o, &a), &p) in out[row * c..][..c].iter_mut().zip(tok).zip(pos) {
+            *o = a + p;
+        }
+    }
+}
+
+/// ∂L/∂wte[v] = Σ over rows whose token is v of ∂L/∂x[row];
+/// ∂L/∂wpe[p] = Σ over rows at position p of ∂L/∂x[row].
+pub fn encoder_backward(dwte: &mut [f32], dwpe: &mut [f32], dout: &[f32], inp: &[u32], t: usize, c: usize) {
+    for (row, &token) in inp.iter().enumerate() {
+        let d = &dout[row * c..][..c];
+        for (w, &g) in dwte[token as usize * c..][..c].iter_mut().zip(d) {
+            *w += g;
+        }
+        for (w, &g) in dwpe[(row % t) * c..][..c].iter_mut().zip(d) {
+            *w += g;
+        }
+    }
+}
+
+/// LayerNorm over the last dimension (PyTorch: biased variance, eps 1e-5):
+/// y = (x − μ)·r·w + b with r = 1/√(σ² + eps). Keeps μ and r per row for
+/// backward. `rows` rows of `c`.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_forward(
+    out: &mut [f32],
+    mean: &mut [f32],
+    rstd: &mut [f32],
+    inp: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    rows: usize,
+    c: usize,
+) {
+    const EPS: f32 = 1e-5;
+    for r in 0..rows {
+        let x = &inp[r * c..][..c];
+        let m = x.iter().sum::<f32>() / c as f32;
+        let v = x.iter().map(|&xi| (xi - m) * (xi - m)).sum::<f32>() / c as f32;
+        let s = 1.0 / (v + EPS).sqrt();
+        for (i, o) in out[r * c..][..c].iter_mut().enumerate() {
+            *o = (x[i] - m) * s * weight[i] + bias[i];
+        }
+        mean[r] = m;
+        rstd[r] = s;
+    }
+}
+
+/// With n = (x − μ)·r and g = w ⊙ ∂L/∂y per row:
+/// ∂L/∂x = r·(g − mean(g) − n·mean(g ⊙ n)); ∂L/∂w += Σ_rows n ⊙ ∂L/∂y;
+/// ∂L/∂b += Σ_rows ∂L/∂y.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_backward(
+    dinp: &mut [f32],
+    dweight: &mut [f32],
+    dbias: &mut [f32],
+    dout: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    rows: usize,
+    c: usize,
+) {
+    for r in 0..rows {
+        let (x, dy) = (&inp[r * c..][..c], &dout[r * c..][..c]);
+        let (m, s) = (mean[r], rstd[r]);
+        let (mut g_mean, mut gn_mean) = (0.0f32, 0.0f32);
+        for i in 0..c {
+            let g = weight[i] * dy[i];
+            g_mean += g;
+            gn_mean += g * (x[i] - m) * s;
+        }
+        g_mean /= c as f32;
+        gn_mean /= c as f32;
+        let dx = &mut dinp[r * c..][..c];
+        for i in 0..c {
+            let n = (x[i] - m) * s;
+            dbias[i] += dy[i];
+            dweight[i] += n * dy[i];
+            dx[i] += (weight[i] * dy[i] - g_mean - n * gn_mean) * s;
+        }
+    }
+}
+
+/// nn.Linear: y = x·Wᵀ + b, `out` (rows, oc), `inp` (rows, c), `weight`
+/// (oc, c) as PyTorch stores it, `bias` (oc) or none (an untied head). The
+/// MLP's `dense_forward` is this op (its sums in the same order, SIMD over
+/// the outputs): the two model kinds share it.
+pub fn matmul_forward(
+    out: &mut [f32],
+    inp: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    rows: usize,
+    c: usize,
+    oc: usize,
+) {
+    match bias {
+        Some(b) => dense_forward(out, inp, weight, b, rows, c, oc),
+        None => dense_forward(out, inp, weight, &vec![0.0; oc], rows, c, oc),
+    }
+}
+
+/// ∂L/∂x[r] = Σ_o ∂L/∂y[r, o]·W[o] (overwritten); ∂L/∂W[o] += Σ_r
+/// ∂L/∂y[r, o]·x[r]; ∂L/∂b[o] += Σ_r ∂L/∂y[r, o]. `dinp` None where the
+/// input needs no gradient. The MLP's `dense_backward`, shared.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_backward(
+    dinp: Option<&mut [f32]>,
+    dweight: &mut [f32],
+    dbias: Option<&mut [f32]>,
+    dout: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    rows: usize,
+    c: usize,
+    oc: usize,
+) {
+    match dbias {
+        Some(db) => dense_backward(dinp, dweight, db, dout, inp, weight, rows, c, oc),
+        None => dense_backward(dinp, dweight, &mut vec![0.0; oc], dout, inp, weight, rows, c, oc),
+    }
+}
+
+/// Causal self-attention (`F.scaled_dot_product_attention(q, k, v,
+/// is_causal=True)`): `inp` (B·T, 3C) holds q, k, v side by side, each C
+/// wide as H heads of hs; for each head, a = softmax(q·kᵀ/√hs) over the
+/// positions up to the query's, y = a·v. `att` (B, H, T, T) keeps the
+/// probabilities for backward (zero above the diagonal); `out` (B·T, C)
+/// has the heads side by side.
+pub fn attention_forward(out: &mut [f32], att: &mut [f32], inp: &[f32], b: usize, t: usize, c: usize, h: usize) {
+    let (hs, c3) = (c / h, 3 * c);
+    let scale = 1.0 / (hs as f32).sqrt();
+    for bi in 0..b {
+        for ti in 0..t {
+            for hi in 0..h {
+                let q = &inp[(bi * t + ti) * c3 + hi * hs..][..hs];
+                let a = &mut att[((bi * h + hi) * t + ti) * t..][..t];
+                let mut max = f32::NEG_INFINITY;
+                for t2 in 0..=ti {
+                    let k = &inp[(bi * t + t2) * c3 + c + hi * hs..][..hs];
+                    let mut dot = 0.0f32;
+                    for (&qi, &ki) in q.iter().zip(k) {
+                        dot += qi * ki;
+                    }
+                    a[t2] = dot * scale;
+                    max = max.max(a[t2]);
+                }
+                let mut sum = 0.0f32;
+                for v in &mut a[..=ti] {
+                    *v = (*v - max).exp();
+                    sum += *v;
+                }
+                for v in &mut a[..=ti] {
+                    *v /= sum;
+                }
+                a[ti + 1..].fill(0.0);
+                let y = &mut out[(bi * t + ti) * c + hi * hs..][..hs];
+                y.fill(0.0);
+                for (t2, &p) in a[..=ti].iter().enumerate() {
+                    let v = &inp[(bi * t + t2) * c3 + 2 * c + hi * hs..][..hs];
+                    for (yi, &vi) in y.iter_mut().zip(v) {
+                        *yi += p * vi;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Per query row (b, h, t) with probabilities a and ∂L/∂y = dy:
+/// ∂L/∂a[t2] = dy·v[t2]; ∂L/∂v[t2] += a[t2]·dy;
+/// softmax: ∂L/∂s[t2] = a[t2]·(∂L/∂a[t2] − Σ_t3 a[t3]·∂L/∂a[t3]) (the
+/// Jacobian a_i(δ_ij − a_j) applied in O(T), not as llm.c's T² loop);
+/// scores s = q·k/√hs: ∂L/∂q += Σ_t2 ∂L/∂s[t2]·k[t2]/√hs,
+/// ∂L/∂k[t2] += ∂L/∂s[t2]·q/√hs. `scratch` holds one row (T).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward(
+    dinp: &mut [f32],
+    scratch: &mut [f32],
+    dout: &[f32],
+    inp: &[f32],
+    att: &[f32],
+    b: usize,
+    t: usize,
+    c: usize,
+    h: usize,
+) {
+    let (hs, c3) = (c / h, 3 * c);
+    let scale = 1.0 / (hs as f32).sqrt();
+    for bi in 0..b {
+        for ti in 0..t {
+            for hi in 0..h {
+                let a = &att[((bi * h + hi) * t + ti) * t..][..t];
+                let dy = &dout[(bi * t + ti) * c + hi * hs..][..hs];
+                let da = &mut scratch[..t];
+                for t2 in 0..=ti {
+                    let v_at = (bi * t + t2) * c3 + 2 * c + hi * hs;
+                    let mut dot = 0.0f32;
+                    for (&vi, &gi) in inp[v_at..][..hs].iter().zip(dy) {
+                        dot += vi * gi;
+                    }
+                    da[t2] = dot;
+                    for (dv, &gi) in dinp[v_at..][..hs].iter_mut().zip(dy) {
+                        *dv += a[t2] * gi;
+                    }
+                }
+                let mut weighted = 0.0f32;
+                for t2 in 0..=ti {
+                    weighted += a[t2] * da[t2];
+                }
+                let q_at = (bi * t + ti) * c3 + hi * hs;
+                for t2 in 0..=ti {
+                    let ds = a[t2] * (da[t2] - weighted) * scale;
+                    let k_at = (bi * t + t2) * c3 + c + hi * hs;
+                    for i in 0..hs {
+                        dinp[q_at + i] += ds * inp[k_at + i];
+                        dinp[k_at + i] += ds * inp[q_at + i];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// erf in f32 (`libm::erff`, musl's: under 1 ulp of error).
+fn erf(x: f32) -> f32 {
+    libm::erff(x)
+}
+
+/// Exact GELU (`nn.GELU()`, approximate="none"): y = x·Φ(x) with
+/// Φ(x) = (1 + erf(x/√2))/2.
+pub fn gelu_forward(out: &mut [f32], inp: &[f32]) {
+    for (y, &x) in out.iter_mut().zip(inp) {
+        *y = 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+    }
+}
+
+/// y' = Φ(x) + x·φ(x), φ(x) = exp(−x²/2)/√(2π).
+pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
+    const INV_SQRT_2PI: f32 = 0.398_942_3;
+    for ((g, &x), &d) in dinp.iter_mut().zip(inp).zip(dout) {
+        let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+        let pdf = (-0.5 * x * x).exp() * INV_SQRT_2PI;
+        *g += (cdf + x * pdf) * d;
+    }
+}
+
+/// y = a + b.
+pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32]) {
+    for ((y, &x1), &x2) in out.iter_mut().zip(a).zip(b) {
+        *y = x1 + x2;
+    }
+}
+
+/// ∂L/∂a += ∂L/∂y; ∂L/∂b += ∂L/∂y.
+pub fn residual_backward(da: &mut [f32], db: &mut [f32], dout: &[f32]) {
+    for ((ga, gb), &d) in da.iter_mut().zip(db.iter_mut()).zip(dout) {
+        *ga += d;
+        *gb += d;
+    }
+}
+
+/// Mean cross-entropy over `rows` rows of `v` logits and, beside it, the
+/// z-loss mean(logsumexp²) (PaLM): (cross-entropy, z-loss). Keeps each
+/// row's logsumexp in `lse` for backward. The objective is ce + c·z; the
+/// loss reported is ce.
+pub fn cross_entropy_forward(lse: &mut [f32], logits: &[f32], targets: &[u32], rows: usize, v: usize) -> (f32, f32) {
+    let (mut ce, mut z) = (0.0f32, 0.0f32);
+    for r in 0..rows {
+        let x = &logits[r * v..][..v];
+        let max = x.iter().fold(f32::NEG_INFINITY, |m, &xi| m.max(xi));
+        let sum: f32 = x.iter().map(|&xi| (xi - max).exp()).sum();
+        let l = max + sum.ln();
+        lse[r] = l;
+        ce += l - x[targets[r] as usize];
+        z += l * l;
+    }
+    (ce / rows as f32, z / rows as f32)
+}
+
+/// With p = softmax(x) per row and the objective scaled by `scale` (1/rows
+/// of the mean, times 1/k for k micro-batches):
+/// ∂/∂x_i [lse − x_target + c·lse²] = p_i − δ_i,target + 2c·lse·p_i.
+#[allow(clippy::too_many_arguments)]
+pub fn cross_entropy_backward(
+    dlogits: &mut [f32],
+    logits: &[f32],
+    lse: &[f32],
+    targets: &[u32],
+    rows: usize,
+    v: usize,
+    z_loss: f32,
+    scale: f32,
+) {
+    for r in 0..rows {
+        let (x, g) = (&logits[r * v..][..v], &mut dlogits[r * v..][..v]);
+        let l = lse[r];
+        let factor = 1.0 + 2.0 * z_loss * l;
+        for (i, (gi, &xi)) in g.iter_mut().zip(x).enumerate() {
+            let p = (xi - l).exp();
+            let target = if i == targets[r] as usize { 1.0 } else { 0.0 };
+            *gi += (p * factor - target) * scale;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
