@@ -86,6 +86,7 @@ pub enum Section {
     Matmul,
     Steps,
     Checkpointing,
+    Anatomy,
 }
 
 #[derive(Debug, Default, Args)]

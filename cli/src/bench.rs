@@ -10,9 +10,12 @@
 //! 4. Overhead share: (wall time per step − GPU timestamp time per step) / wall.
 //! 5. Activation checkpointing: memory saved and steps per second with it
 //!    on against off, on both engines (`checkpointing.rs`).
+//! 6. The step's anatomy: profiled steps on both engines, forward :
+//!    backward against the FLOP ratio (`anatomy.rs`).
 //!
-//! `--only matmul|steps|checkpointing` runs one section.
+//! `--only matmul|steps|checkpointing|anatomy` runs one section.
 
+mod anatomy;
 mod checkpointing;
 
 use std::sync::Arc;
@@ -72,6 +75,9 @@ pub fn run(out: Option<String>, only: Option<Section>) -> Result<(), Failure> {
     }
     if runs(Section::Checkpointing) {
         checkpointing::section(&ctx, &mut line)?;
+    }
+    if runs(Section::Anatomy) {
+        anatomy::section(&ctx, &mut line)?;
     }
     if let Some(path) = out {
         files::write_atomic(&path, report.as_bytes())?;

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The one prepared script for a lent GPU machine (bench/README.md).
+#   bash scripts/lent_gpu.sh pack   here: builds `stepscope` and the native GPU
+#                                   test binaries (release), packs them with
+#                                   Debian's Vulkan loader into devicebin/
+#   bash scripts/lent_gpu.sh run    there (devicebin/ carried): `stepscope
+#                                   bench` into $OUT/h200.md, then every GPU
+#                                   test against its CPU twin
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tests=(gpu_backward gpu_dense_forward gpu_fused gpu_matmul_variants gpu_misc gpu_optim gpu_optim_adaptive gpu_training)
+D=$PWD/devicebin
+
+if [ "${1:-}" = pack ]; then
+  cargo build --release -p stepscope-cli
+  cargo test --release -p stepscope-core --no-run "${tests[@]/#/--test=}"
+  rm -rf "$D" && mkdir -p "$D/bin" "$D/lib"
+  cp -L /usr/lib/x86_64-linux-gnu/libvulkan.so.1 "$D/lib/"
+  cp target/release/stepscope "$D/bin/"
+  for t in "${tests[@]}"; do
+    cp "$(ls -t target/release/deps/"$t"-* | grep -v '\.d$' | head -1)" "$D/bin/$t"
+  done
+  strip "$D"/bin/*
+  (cd "$D" && tar cJf bins.tar.xz bin && rm -rf bin)
+  exit 0
+fi
+
+set +e
+(cd "$D" && tar xJf bins.tar.xz)
+# The machine has the NVIDIA driver but no Vulkan loader, and the driver's
+# GLX-based ICD will not start headless: the EGL library carries the same
+# Vulkan entry points.
+echo '{"file_format_version":"1.0.1","ICD":{"library_path":"libEGL_nvidia.so.0","api_version":"1.4.312"}}' > /tmp/nv.json
+export LD_LIBRARY_PATH=$D/lib VK_ICD_FILENAMES=/tmp/nv.json WGPU_BACKEND=vulkan
+nvidia-smi -L 2>&1 | tee "$OUT/gpu.txt"
+# The tests find their fixtures through the path they were built in.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+start=$(date +%s)
+timeout 200 "$D/bin/stepscope" bench --out "$OUT/h200.md" > "$OUT/bench.log" 2>&1
+echo "bench rc=$? in $(( $(date +%s) - start )) s" | tee -a "$OUT/bench.log"
+for t in "${tests[@]}"; do
+  echo "== $t"
+  (cd core && timeout 90 "$D/bin/$t" --test-threads=8 2>&1 | grep -E "^test result|FAILED|panicked" | head -20)
+done 2>&1 | tee "$OUT/tests.log"
+echo "all done in $(( $(date +%s) - start )) s"
