@@ -71,7 +71,7 @@ pub enum Command {
         #[arg(long)]
         out: Option<String>,
     },
-    /// GPU benchmark: matmul against the FMA probe, steps/s, checkpointing.
+    /// GPU benchmark: matmul against the FMA probe, steps/s, checkpointing, the step's anatomy.
     Bench {
         /// Also write the report here (Markdown).
         #[arg(long)]

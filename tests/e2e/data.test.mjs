@@ -177,6 +177,8 @@ test('an MNIST-sized CSV (60,000 × 785) is read by the worker with progress whi
   fs.writeFileSync(path.join(artifacts, 'mnist-upload.json'), JSON.stringify({ bytes, progress: [...seen], frames, longest_task_ms: longest, read_ms: Date.now() - started }, null, 2));
   assert.ok(seen.size >= 3, `the progress line moved while the file was read: ${[...seen]}`);
   assert.ok([...seen].some((l) => /Reading `stepscope-mnist-\d+\.csv`: \d+ % \([\d]+ rows/.test(l)), [...seen].join(' | '));
+  // The page sends the file a part a frame before the worker reads it.
+  assert.ok([...seen].some((l) => /Sending `stepscope-mnist-\d+\.csv` to the training worker: \d+ %/.test(l)), [...seen].join(' | '));
   assert.ok(frames >= 10, `the page drew ${frames} frames while the worker read the file`);
   assert.equal(await page.locator('[data-testid=csv-progress]').count(), 0, 'the progress line goes when the file is read');
   const e = await experiment(page);

@@ -84,6 +84,10 @@ test('kept runs survive a reload, until forgotten', async () => {
   await waitSteps(page, 0);
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 1);
   const kept = await entries(page).first().getByTestId('run-steps').getAttribute('data-value');
+  // The list is written to IndexedDB after it changes; a reload before
+  // the write is done would lose it (the page says when it is stored).
+  const stored = () => page.waitForFunction(() => document.querySelector('[data-testid=runs-list]')?.dataset.stored === 'true');
+  await stored();
   await page.reload();
   await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 1);
@@ -92,7 +96,7 @@ test('kept runs survive a reload, until forgotten', async () => {
   await page.getByTestId('runs-clear').click();
   assert.equal(await entries(page).count(), 0);
   // The forgetting is stored too.
-  await page.waitForTimeout(300);
+  await stored();
   await page.reload();
   await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
   await page.waitForTimeout(1000);

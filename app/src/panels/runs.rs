@@ -93,7 +93,7 @@ pub fn RunsPanel() -> impl IntoView {
         <section class="panel runs" aria-label="Runs">
             <h2>"Runs"</h2>
             <p class="note">"Every run in this browser, kept across reloads (at most 50). Choose two or more to compare them."</p>
-            <ul class="runs-list" data-testid="runs-list">
+            <ul class="runs-list" data-testid="runs-list" data-stored=move || runs.stored.get().to_string()>
                 <For each=move || rows.get() key=|r| format!("{r:?}") children=entry/>
             </ul>
             <button data-testid="runs-clear" on:click=move |_| runs.forget(state.run.notice)

@@ -254,6 +254,11 @@ impl AppState {
         push(&self.run.commands.get_value(), command);
     }
 
+    /// Whether commands wait for the loop's next frame.
+    pub fn commands_pending(&self) -> bool {
+        !self.run.commands.get_value().lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
     /// Applies a control's edit: validated, written to the URL, and sent to
     /// the loop as a reset (model, data, seed) or a live change. A refused
     /// edit shows its message and changes nothing.

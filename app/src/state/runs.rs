@@ -65,6 +65,11 @@ pub struct RunsState {
     /// IndexedDB (`model::runs_store`): whether an earlier visit's runs
     /// were read, a save is in flight, and another is due after it.
     store: StoredValue<StoreState>,
+    /// Whether the browser's storage holds the list as shown: an earlier
+    /// visit's runs were read and no write is pending or in flight (the
+    /// runs list says so, `data-stored`; a reload before then may lose
+    /// the newest change).
+    pub stored: RwSignal<bool>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -87,6 +92,7 @@ impl RunsState {
             live_accuracy: StoredValue::new(Vec::new()),
             refreshed_at: StoredValue::new(None),
             store: StoredValue::new(StoreState::default()),
+            stored: RwSignal::new(false),
         }
     }
 
@@ -103,6 +109,7 @@ impl RunsState {
     fn save(&self, notice: RwSignal<Option<String>>) {
         let runs = *self;
         let state = runs.store.get_value();
+        runs.stored.set(false);
         if !state.loaded || state.saving {
             runs.store.update_value(|s| s.dirty = true);
             return;
@@ -112,9 +119,12 @@ impl RunsState {
         spawn_local(async move {
             let result = runs_store::save(&records).await;
             runs.store.update_value(|s| s.saving = false);
+            let ok = result.is_ok();
             runs.warn(result, notice);
             if runs.store.get_value().dirty {
                 runs.save(notice);
+            } else {
+                runs.stored.set(ok);
             }
         });
     }
@@ -130,9 +140,12 @@ impl RunsState {
                 }
             }
             runs.store.update_value(|s| s.loaded = true);
+            let ok = result.is_ok();
             runs.warn(result.map(drop), notice);
             if runs.store.get_value().dirty {
                 runs.save(notice);
+            } else {
+                runs.stored.set(ok);
             }
         });
     }

@@ -226,6 +226,7 @@ mod tests {
             race: None,
             csv_progress: Some(CsvProgress {
                 name: "mnist.csv".into(),
+                receiving: false,
                 progress: stepscope_core::data::ReadProgress { bytes: 10, total_bytes: 100, rows: 3 },
             }),
             profiles: vec![stepscope_core::engine::profile::PhaseProfile::single(
@@ -246,6 +247,7 @@ mod tests {
             outcomes: vec![Ok(Some(Outcome::CsvLoaded("mnist.csv".into(), Box::new(training_matrix().remove(0).1))))],
             ..FrameReport::default()
         }));
+        round_trip(&frame(vec![Command::CsvBytes("d.csv".into(), 9, b"x1,".to_vec())]));
         round_trip(&frame(vec![Command::ReadCsv(
             "d.csv".into(),
             b"x1,y\n1,0\n".to_vec(),

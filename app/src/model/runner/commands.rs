@@ -20,9 +20,16 @@ pub enum Command {
     StepOnce,
     /// What the diagram's links show; the next views are drawn so.
     LinkMode(crate::model::views::LinkMode),
-    /// An uploaded CSV file (its name and bytes, unread): the loop reads
-    /// it in parts (`csv_job`) and restarts on the experiment it implies,
-    /// built on this one.
+    /// A part of an uploaded file's bytes (its name, its whole size, the
+    /// part), kept unread until its `ReadCsv`: the page sends a large file
+    /// a part a frame, so no one message copies it whole on the page.
+    CsvBytes(String, u64, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>),
+    /// The page could not read the rest of an upload: its parts are
+    /// dropped and the run goes on.
+    DropCsvBytes,
+    /// An uploaded CSV file (its name and its last bytes, after the parts
+    /// sent for it, unread): the loop reads it in parts (`csv_job`) and
+    /// restarts on the experiment it implies, built on this one.
     ReadCsv(String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>, Experiment),
     /// The current run as checkpoint bytes, for a download.
     SaveCheckpoint,

@@ -36,7 +36,17 @@ impl CsvData {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CsvProgress {
     pub name: String,
+    /// Still arriving from the page (`progress.bytes` received so far, no
+    /// rows read yet), or being read.
+    pub receiving: bool,
     pub progress: ReadProgress,
+}
+
+/// An upload's bytes as they arrive (`Command::CsvBytes`).
+pub(super) struct Upload {
+    name: String,
+    total: u64,
+    bytes: Vec<u8>,
 }
 
 /// An upload being read.
@@ -57,7 +67,14 @@ const MIN_READ_MS: f64 = 8.0;
 impl Runner {
     /// Starts reading an upload; a file that is not UTF-8 text or whose
     /// header is wrong is refused now.
-    pub(super) fn begin_csv(&mut self, name: String, bytes: Vec<u8>, base: Experiment) -> Result<(), Error> {
+    pub(super) fn begin_csv(&mut self, name: String, last: Vec<u8>, base: Experiment) -> Result<(), Error> {
+        let bytes = match self.csv_upload.take() {
+            Some(mut upload) if upload.name == name => {
+                upload.bytes.extend_from_slice(&last);
+                upload.bytes
+            }
+            _ => last,
+        };
         let not_loaded = |err: Error| err.context(format!("`{name}` was not loaded"));
         let text = String::from_utf8(bytes).map_err(|e| {
             not_loaded(Error::Csv(format!("the file is not UTF-8 text (byte {} is not)", e.utf8_error().valid_up_to())))
@@ -68,9 +85,29 @@ impl Runner {
         Ok(())
     }
 
-    /// Whether an upload is being read.
+    /// A part of an upload's bytes; a part of another file starts over
+    /// (the page sends one upload at a time; a newer one replaces it).
+    pub(super) fn receive_csv(&mut self, name: String, total: u64, part: Vec<u8>) {
+        match &mut self.csv_upload {
+            Some(upload) if upload.name == name && upload.total == total => upload.bytes.extend_from_slice(&part),
+            _ => {
+                let mut bytes = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(256 << 20));
+                bytes.extend_from_slice(&part);
+                self.csv_upload = Some(Upload { name, total, bytes });
+            }
+        }
+    }
+
+    /// Whether an upload is arriving or being read.
     pub fn reading_csv(&self) -> Option<CsvProgress> {
-        self.csv_job.as_ref().map(|j| CsvProgress { name: j.name.clone(), progress: j.reader.progress() })
+        if let Some(j) = &self.csv_job {
+            return Some(CsvProgress { name: j.name.clone(), receiving: false, progress: j.reader.progress() });
+        }
+        self.csv_upload.as_ref().map(|u| CsvProgress {
+            name: u.name.clone(),
+            receiving: true,
+            progress: ReadProgress { bytes: u.bytes.len() as u64, total_bytes: u.total, rows: 0 },
+        })
     }
 
     /// Reads the upload for about `budget_ms`; at its end, the run
@@ -138,9 +175,22 @@ mod tests {
         frame(&mut runner, vec![]);
         let before = runner.step_count();
         assert!(before > 0);
+        // Sent as the page sends it: parts a frame apart, then the last
+        // with the experiment; the run waits as it was meanwhile.
         let file = csv(60_000, 3);
-        let report = frame(&mut runner, vec![Command::ReadCsv("big.csv".into(), file, base.clone())]);
+        let total = file.len() as u64;
+        let parts: Vec<&[u8]> = file.chunks(file.len() / 3 + 1).collect();
+        assert_eq!(parts.len(), 3);
+        for (i, part) in parts[..2].iter().enumerate() {
+            let report = frame(&mut runner, vec![Command::CsvBytes("big.csv".into(), total, part.to_vec())]);
+            let arriving = report.csv_progress.expect("arriving");
+            assert!(arriving.receiving && arriving.progress.total_bytes == total, "{arriving:?}");
+            assert_eq!(arriving.progress.bytes, parts[..=i].iter().map(|p| p.len() as u64).sum::<u64>());
+            assert!(report.trained.is_none(), "the run waits while the file arrives");
+        }
+        let report = frame(&mut runner, vec![Command::ReadCsv("big.csv".into(), parts[2].to_vec(), base.clone())]);
         let mut progress = vec![report.csv_progress.clone().expect("reading")];
+        assert!(!progress[0].receiving);
         let loaded = loop {
             let report = frame(&mut runner, vec![]);
             if let Some(Ok(Some(Outcome::CsvLoaded(name, e)))) = report.outcomes.into_iter().next() {
@@ -177,5 +227,13 @@ mod tests {
         let report = frame(&mut runner, vec![Command::ReadCsv("bin.csv".into(), vec![0xff, 0xfe, 0], base)]);
         let error = report.outcomes[0].as_ref().unwrap_err().to_string();
         assert!(error.contains("not UTF-8"), "{error}");
+        // An upload the page could not finish sending is dropped; the run
+        // goes on.
+        let report = frame(&mut runner, vec![Command::CsvBytes("cut.csv".into(), 1000, b"x1,y\n".to_vec())]);
+        assert!(report.csv_progress.is_some_and(|p| p.receiving));
+        let steps = runner.step_count();
+        let report = frame(&mut runner, vec![Command::DropCsvBytes]);
+        assert!(report.csv_progress.is_none());
+        assert!(runner.step_count() > steps, "training goes on");
     }
 }

@@ -50,6 +50,8 @@ pub struct Runner {
     csv: Option<CsvData>,
     /// An uploaded CSV being read (`csv_job`).
     csv_job: Option<csv_job::CsvJob>,
+    /// An upload's bytes received so far, before its `ReadCsv`.
+    csv_upload: Option<csv_job::Upload>,
     /// The CSV the autosave holds (`checkpoints::StoredCsv`); unknown
     /// after each fresh run (a reset forgets the autosave).
     stored_csv: checkpoints::StoredCsv,
@@ -139,6 +141,7 @@ impl Runner {
             races: Vec::new(),
             csv,
             csv_job: None,
+            csv_upload: None,
             stored_csv: Rc::default(),
             steps_per_submit: 1,
             ring,
@@ -271,6 +274,8 @@ impl Runner {
                 return Ok(Some(Outcome::Verified(report.summary(), report.passed())));
             }
             Command::Reset(e) => self.restart_with_race(&e, self.csv.clone()).await?,
+            Command::CsvBytes(name, total, part) => self.receive_csv(name, total, part),
+            Command::DropCsvBytes => self.csv_upload = None,
             Command::ReadCsv(name, bytes, base) => self.begin_csv(name, bytes, base)?,
             Command::StartRace(spec) => self.start_race(spec).await?,
             Command::EndRace => self.end_race().await,
@@ -349,6 +354,7 @@ impl Runner {
         fresh.race_final = self.race_final.take();
         // An upload being read goes on being read.
         fresh.csv_job = self.csv_job.take();
+        fresh.csv_upload = self.csv_upload.take();
         // A background checkpoint of the old run still reports when done.
         fresh.finished = self.finished.clone();
         fresh.in_flight = self.in_flight.clone();

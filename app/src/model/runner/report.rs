@@ -111,15 +111,15 @@ impl Runner {
             report.outcomes.push(outcome);
             self.views_dirty = true;
         }
-        // An upload being read takes the frame's training time; the run
-        // waits, as it was, until the file is read whole.
+        // An upload arriving or being read takes the frame's training
+        // time; the run waits, as it was, until the file is read whole.
         let mut reading = false;
         if let Some(read) = self.read_csv_part(plan.budget_ms).await {
             replaced |= matches!(read, Ok(Some(_)));
             report.outcomes.push(read);
             self.views_dirty = true;
         } else {
-            reading = self.csv_job.is_some();
+            reading = self.csv_job.is_some() || self.csv_upload.is_some();
         }
         report.csv_progress = self.reading_csv();
         if had_commands || replaced {
