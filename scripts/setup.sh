@@ -75,6 +75,7 @@ fi
 # the CPU) for the native GPU tests, since CI machines have no GPU.
 apt_install chromium chromium-driver mesa-vulkan-drivers libvulkan1
 
-if ! .venv/bin/python -c 'import numpy, safetensors' >/dev/null 2>&1; then
-  .venv/bin/python -m pip install --quiet numpy safetensors
+# TensorBoard's own event reader checks the event files the CLI writes.
+if ! .venv/bin/python -c 'import numpy, safetensors, tensorboard' >/dev/null 2>&1; then
+  .venv/bin/python -m pip install --quiet numpy safetensors tensorboard==2.21.0
 fi

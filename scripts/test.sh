@@ -30,6 +30,9 @@ export STEPSCOPE_PYTHON="$PWD/.venv/bin/python"
 echo "== checkpoints open in Python (safetensors.numpy)"
 "$STEPSCOPE_PYTHON" scripts/check_checkpoint.py
 
+echo "== TensorBoard event files open in TensorBoard's reader, equal to the metrics log"
+"$STEPSCOPE_PYTHON" scripts/check_tensorboard.py
+
 echo "== PyTorch for the export checks (installed into .venv if missing)"
 bash scripts/setup.sh torch
 

@@ -113,6 +113,14 @@ pub struct TrainArgs {
     /// One JSON line of metrics per step, written as the run goes.
     #[arg(long)]
     pub metrics: Option<String>,
+    /// Also write a TensorBoard event file into DIR as the run goes
+    /// (scalars every step, histograms every --histogram-every steps).
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<String>,
+    /// Steps between histograms of each tensor's weights and gradients
+    /// in the --tensorboard file (and at the last step).
+    #[arg(long, value_parser = positive::<u64>, requires = "tensorboard", default_value_t = 100)]
+    pub histogram_every: u64,
     /// Also write --out every N steps.
     #[arg(long, value_parser = positive::<u64>, requires = "out")]
     pub checkpoint_every: Option<u64>,

@@ -110,6 +110,15 @@ impl LogFile {
             .map_err(|e| Failure::usage(format!("cannot write `{}`: {e}", self.target)))
     }
 
+    /// Appends `bytes` and flushes them, so a reader following the file
+    /// sees whole records.
+    pub fn write_bytes(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        self.file
+            .write_all(bytes)
+            .and_then(|()| self.file.flush())
+            .map_err(|e| Failure::usage(format!("cannot write `{}`: {e}", self.target)))
+    }
+
     /// Flushes the log to disk; it is complete.
     pub fn finish(mut self) -> Result<(), Failure> {
         let target = self.target.clone();

@@ -11,6 +11,7 @@ mod export;
 mod files;
 mod inspect;
 mod report;
+mod tensorboard;
 mod train;
 
 use std::process::ExitCode;

@@ -20,6 +20,7 @@ use stepscope_core::{Error, Experiment, StepMetrics, TrainState, Trainer};
 use crate::args::{TrainArgs, DEFAULT_STEPS};
 use crate::files::{self, LogFile};
 use crate::report::class_lines;
+use crate::tensorboard::TensorBoard;
 use crate::{say, Failure};
 
 fn read_experiment(path: &str) -> Result<Experiment, Failure> {
@@ -259,6 +260,8 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let mut engine = Trainer::new(state, data, gpu)?;
     let (train_table, test_table) = (engine.data().train.clone(), engine.data().test.clone());
     let mut metrics_file = args.metrics.as_deref().map(LogFile::create).transpose()?;
+    let mut tensorboard =
+        args.tensorboard.as_deref().map(|dir| TensorBoard::create(dir, args.histogram_every)).transpose()?;
 
     let e = engine.experiment().clone();
     let first_step = engine.step_count();
@@ -273,6 +276,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         first_step,
         backend_name
     );
+    if let Some(tb) = &tensorboard {
+        say!("TensorBoard events: {}", tb.path);
+    }
     let report_every = (steps / 10).max(1);
     let started = Instant::now();
     let mut beat = Heartbeat::new();
@@ -331,6 +337,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
                 if let Some(file) = metrics_file.take() {
                     file.finish()?;
                 }
+                if let Some(tb) = tensorboard.take() {
+                    tb.finish()?;
+                }
                 return Err(err.into());
             }
         };
@@ -347,6 +356,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         if (i + 1) % report_every == 0 || i + 1 == steps {
             let test = match evaluate(&mut engine, &test_table, "test", &mut beat)? {
                 Some(ev) => {
+                    if let Some(tb) = tensorboard.as_mut() {
+                        tb.evaluation(metrics.step, "test", ev.loss, ev.accuracy)?;
+                    }
                     let accuracy =
                         ev.accuracy.map(|a| format!("  test_accuracy {:.1}%", a * 100.0)).unwrap_or_default();
                     format!("  test_loss {:.5}{accuracy}", ev.loss)
@@ -377,10 +389,24 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
                 rate(i + 1)
             );
         }
-        if let Some(file) = metrics_file.as_mut() {
+        if let Some(tb) = tensorboard.as_mut() {
+            if tb.histograms_due(metrics.step, first_step + steps - 1) {
+                let layout = engine.layout().clone();
+                block_on(
+                    engine.with_tensors(|[params, grads, _]| tb.histograms(metrics.step, &layout, params, grads)),
+                )??;
+            }
+        }
+        if metrics_file.is_some() || tensorboard.is_some() {
             metrics.phases.logging_ms = t.elapsed().as_secs_f64() * 1e3;
+        }
+        if let Some(file) = metrics_file.as_mut() {
             let line = metrics_line(&metrics);
             file.write_line(&line)?;
+        }
+        if let Some(tb) = tensorboard.as_mut() {
+            let secs = started.elapsed().as_secs_f64();
+            tb.step(&metrics, if secs > 0.0 { (i + 1) as f64 / secs } else { 0.0 })?;
         }
         last = Some(metrics);
         if interrupted {
@@ -393,6 +419,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     }
     if let Some(file) = metrics_file {
         file.finish()?;
+    }
+    if let Some(tb) = tensorboard.take() {
+        tb.finish()?;
     }
     if interrupted {
         let saved = match &args.out {

@@ -9,6 +9,7 @@ mod pytorch;
 mod pytorch_data;
 mod pytorch_optim;
 mod pytorch_run;
+pub mod tensorboard;
 
 pub use pytorch::pytorch_script;
 
