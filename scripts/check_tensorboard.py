@@ -3,10 +3,15 @@
 event file with TensorBoard's own reader (EventAccumulator, as
 `tensorboard --logdir` loads it): every scalar must equal the metrics log's
 figure for its step (as float32), the test loss must be there at the
-report cadence, and every histogram's count must equal its tensor's size."""
+report cadence, and every histogram's count must equal its tensor's size.
+
+`--page DIR CSV`: the page's download instead (the e2e test): the event
+file in DIR against the page's metrics CSV of the same run."""
+import csv
 import json
 import os
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -67,5 +72,32 @@ def main():
           f"{len(want_tags)} histogram tags at 3 steps, each counting its tensor")
 
 
+def page(folder, metrics_csv):
+    acc = event_accumulator.EventAccumulator(folder, size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    rows = list(csv.DictReader(line for line in open(metrics_csv) if not line.startswith("#")))
+    # The CSV numbers a row by the steps taken once it is done; the event
+    # file by the step's 0-based index, as the CLI does.
+    steps = {int(r["step"]) - 1: r for r in rows if r["batch_loss"]}
+    checked = 0
+    for tag, column in [("loss/train", "batch_loss"), ("grad_norm/norm", "grad_norm"), ("learning_rate", "lr"),
+                        ("phase/forward_ms", "forward_ms"), ("phase/backward_ms", "backward_ms")]:
+        events = acc.Scalars(tag)
+        assert sorted(e.step for e in events) == sorted(steps), tag
+        for e in events:
+            want = np.float32(float(steps[e.step][column]))
+            assert np.float32(e.value) == want, (tag, e.step, e.value, want)
+            checked += 1
+    # An evaluation after n steps at n - 1; the one before any step at 0.
+    evaluated = sorted((max(int(r["step"]) - 1, 0), np.float32(float(r["test_loss"]))) for r in rows if r["test_loss"])
+    test = sorted((e.step, np.float32(e.value)) for e in acc.Scalars("loss/test"))
+    assert test == evaluated and len(test) > 0, (test, evaluated)
+    print(f"TensorBoard's reader: the page's file holds {len(steps)} steps and {len(test)} evaluations, "
+          f"{checked} scalars equal to its metrics CSV")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == "--page":
+        page(sys.argv[2], sys.argv[3])
+    else:
+        main()

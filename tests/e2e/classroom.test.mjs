@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { execFileSync } from 'node:child_process';
 import { setup, text, stepCount, trainUntil, setField } from './harness.mjs';
 
 const ctx = setup();
@@ -170,6 +171,20 @@ test('download-metrics gives every recorded step as CSV, from the engine', async
   }
   assert.ok(Math.max(...steps) <= (await stepCount(page)));
   console.log(`metrics CSV: ${rows.length} rows, ${stepped.length} steps, ${evaluated.length} evaluated, ${csv.length} bytes`);
+  // The same run as a TensorBoard event file, read by TensorBoard's own
+  // reader and held to the CSV (scripts/check_tensorboard.py --page).
+  const [events] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-tensorboard').click()]);
+  assert.match(events.suggestedFilename(), /^events\.out\.tfevents\.\d+\.stepscope-page\.step\d+$/);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tensorboard-'));
+  await events.saveAs(path.join(dir, events.suggestedFilename()));
+  const csvFile = path.join(dir, '..', `${path.basename(dir)}-metrics.csv`);
+  fs.writeFileSync(csvFile, csv);
+  const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..', '..');
+  const out = execFileSync(process.env.STEPSCOPE_PYTHON ?? 'python3', [path.join(root, 'scripts', 'check_tensorboard.py'), '--page', dir, csvFile],
+    { encoding: 'utf8' });
+  console.log(out.trim());
+  fs.rmSync(dir, { recursive: true });
+  fs.rmSync(csvFile);
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -157,6 +157,68 @@ impl MetricsLog {
         }
     }
 
+    /// The log as a TensorBoard event file (`download-tensorboard`), with
+    /// the tags `stepscope train --tensorboard` writes and its step numbers
+    /// (0-based: a step's own figures at its index, an evaluation after
+    /// `n` steps at `n - 1`, the evaluation before any step at 0). Each
+    /// record's wall time is `end_s` less the wall time of the steps after
+    /// it, as the frames measured them. No histograms: the page keeps no
+    /// tensors of past steps.
+    pub fn to_tensorboard(&self, end_s: f64) -> Vec<u8> {
+        use stepscope_core::export::tensorboard::{file_version_record, scalars_record};
+        // Going back from the end: a row's steps since the row before it
+        // (more than one where the log was thinned) each took its wall time.
+        let mut walls = vec![end_s; self.rows.len()];
+        let mut t = end_s;
+        for (i, row) in self.rows.iter().enumerate().rev() {
+            walls[i] = t;
+            let before = if i > 0 { self.rows[i - 1].step } else { 0 };
+            t -= row.frame.map_or(0.0, |f| f.wall_ms) * row.step.saturating_sub(before) as f64 / 1e3;
+        }
+        let mut out = file_version_record(walls.first().copied().unwrap_or(end_s));
+        for (row, &wall) in self.rows.iter().zip(&walls) {
+            if let Some(m) = &row.metrics {
+                let p = &m.phases;
+                let ms = |v: f64| v as f32;
+                let mut values = vec![
+                    ("loss/train", m.loss),
+                    ("grad_norm/norm", m.grad_norm),
+                    ("grad_norm/clipped", f32::from(u8::from(m.clipped))),
+                    ("learning_rate", m.lr as f32),
+                    ("phase/data_ms", ms(p.data_ms)),
+                    ("phase/forward_ms", ms(p.forward_ms)),
+                    ("phase/backward_ms", ms(p.backward_ms)),
+                    ("phase/optimizer_ms", ms(p.optimizer_ms)),
+                ];
+                if let Some(f) = row.frame {
+                    values.extend([
+                        ("phase/checkpoint_ms", ms(f.checkpoint_ms)),
+                        ("phase/logging_ms", ms(f.logging_ms)),
+                        ("phase/wall_ms", ms(f.wall_ms)),
+                    ]);
+                }
+                if let Some(gpu) = m.gpu_ms {
+                    values.push(("phase/gpu_ms", ms(gpu)));
+                }
+                out.extend(scalars_record(wall, m.step, &values));
+            }
+            let step = row.step.saturating_sub(1);
+            // The whole test set as the CLI's `loss/test`; the whole
+            // training set apart from the step's mini-batch loss.
+            for (tags, ev) in
+                [(("loss/train_set", "accuracy/train_set"), row.train), (("loss/test", "accuracy/test"), row.test)]
+            {
+                let Some(ev) = ev else { continue };
+                let mut values = vec![(tags.0, ev.loss)];
+                if let Some(a) = ev.accuracy {
+                    values.push((tags.1, a));
+                }
+                out.extend(scalars_record(wall, step, &values));
+            }
+        }
+        out
+    }
+
     /// The CSV: `#` comment lines saying what a row is (after `about`, the
     /// run's experiment on one line), the header, one line per row. Numbers are
     /// written in full precision (Rust's shortest form that reads back to
@@ -347,5 +409,39 @@ mod tests {
         }
         assert!(log.rows().len() <= MAX_ROWS && log.rows().iter().all(Row::evaluated));
         assert!(log.to_csv("x").contains("let go"), "the header says evaluations were thinned");
+    }
+
+    /// The event file has a record per step and per evaluation, each
+    /// framed with its CRCs, with the CLI's tags and 0-based steps.
+    #[test]
+    fn the_log_as_tensorboard_events() {
+        let mut log = MetricsLog::default();
+        let share = FrameShare { wall_ms: 4.0, checkpoint_ms: 0.5, logging_ms: 0.25 };
+        log.record_evaluation(0, None, Some(Evaluation { loss: 0.7, accuracy: Some(0.5) }));
+        log.record_steps(&[step(0, Timing::Cpu), step(1, Timing::Cpu)], Some(share));
+        log.record_evaluation(2, Some(Evaluation { loss: 0.4, accuracy: None }), None);
+        let file = log.to_tensorboard(100.0);
+        let mut records = Vec::new();
+        let mut rest = &file[..];
+        while !rest.is_empty() {
+            let len = u64::from_le_bytes(rest[..8].try_into().unwrap()) as usize;
+            let data = &rest[12..12 + len];
+            assert_eq!(rest[12 + len..16 + len], stepscope_core::export::tensorboard::masked_crc(data).to_le_bytes());
+            records.push(data.to_vec());
+            rest = &rest[16 + len..];
+        }
+        // The version, the evaluation before training, two steps, the
+        // evaluation after them.
+        assert_eq!(records.len(), 5);
+        let has = |r: &[u8], tag: &str| r.windows(tag.len()).any(|w| w == tag.as_bytes());
+        assert!(has(&records[1], "loss/test") && has(&records[1], "accuracy/test"));
+        assert!(
+            has(&records[2], "loss/train") && has(&records[2], "phase/wall_ms") && !has(&records[2], "phase/gpu_ms")
+        );
+        assert!(has(&records[4], "loss/train_set") && !has(&records[4], "accuracy/train_set"));
+        // Wall times go back from the end by the steps' frame shares:
+        // 100 s at step 2, 4 ms earlier at step 1, 8 ms earlier at step 0.
+        let wall = |r: &[u8]| f64::from_le_bytes(r[1..9].try_into().unwrap());
+        assert_eq!((wall(&records[2]), wall(&records[3]), wall(&records[4])), (100.0 - 0.004, 100.0, 100.0));
     }
 }

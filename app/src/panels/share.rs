@@ -65,6 +65,23 @@ pub fn Share() -> impl IntoView {
             Err(message) => state.run.alert.set(Some(message)),
         }
     };
+    let on_tensorboard = move |_| {
+        let end_s = js_sys::Date::now() / 1e3;
+        let (events, rows) = state.charts.metrics_log.with_value(|log| (log.to_tensorboard(end_s), log.rows().len()));
+        if rows == 0 {
+            status.set("No steps recorded yet: train first.".into());
+            return;
+        }
+        // TensorBoard reads files whose names hold `tfevents`.
+        let name =
+            format!("events.out.tfevents.{}.stepscope-page.step{}", end_s as u64, state.run.step.get_untracked());
+        match download(&events, &name) {
+            Ok(()) => status.set(format!(
+                "Downloaded {rows} steps for TensorBoard (put the file in a folder: tensorboard --logdir FOLDER)"
+            )),
+            Err(message) => state.run.alert.set(Some(message)),
+        }
+    };
     let select_all = move |ev: leptos::ev::FocusEvent| {
         if let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) {
             input.select();
@@ -76,6 +93,8 @@ pub fn Share() -> impl IntoView {
                 on:click=on_copy>"Copy link"</button>
             <button data-testid="download-metrics" title="Every recorded step's loss, gradient norm, learning rate and phase times, as CSV"
                 on:click=on_download>"Metrics CSV"</button>
+            <button data-testid="download-tensorboard" title="The recorded steps as a TensorBoard event file, with the tags stepscope train --tensorboard writes"
+                on:click=on_tensorboard>"TensorBoard"</button>
             <span class="share-status" role="status" data-testid="share-status">{move || status.get()}</span>
             {move || fallback.get().map(|link| view! {
                 <input class="share-link" type="text" readonly data-testid="copy-link-field" aria-label="Link to this experiment"
