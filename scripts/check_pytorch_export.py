@@ -286,9 +286,22 @@ def run_as_program(tmp):
     page's download name, training rows from the CSV, weights written."""
     os.rename(os.path.join(tmp, "ck.safetensors"), os.path.join(tmp, f"stepscope-step{BEFORE}.safetensors"))
     out = subprocess.run([sys.executable, "script.py", "--data", "rows.csv", "--steps", str(AFTER),
-                          "--out", "continued.safetensors"], cwd=tmp, capture_output=True, text=True)
+                          "--out", "continued.safetensors", "--metrics", "program.jsonl", "--tensorboard", "tb",
+                          "--histogram-every", "2"], cwd=tmp, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert f"step {BEFORE}," in out.stdout, out.stdout
+    # Its TensorBoard events, through TensorBoard's reader: the CLI's tags,
+    # the metrics log's steps and losses, every parameter's histograms.
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    acc = ea.EventAccumulator(os.path.join(tmp, "tb"), size_guidance={ea.SCALARS: 0, ea.HISTOGRAMS: 0})
+    acc.Reload()
+    logged = [json.loads(line) for line in open(os.path.join(tmp, "program.jsonl"))]
+    scalars = acc.Scalars("loss/train")
+    assert [(e.step, np.float32(e.value)) for e in scalars] == [(m["step"], np.float32(m["loss"])) for m in logged]
+    assert {"grad_norm/norm", "learning_rate", "speed/steps_per_second"} <= set(acc.Tags()["scalars"])
+    names = [name for name in load_file(os.path.join(tmp, "after.safetensors")) if name.startswith("layers.")
+             and name.count(".") == 2]
+    assert {f"weights/{n}" for n in names} <= set(acc.Tags()["histograms"]), acc.Tags()["histograms"]
     weights = load_file(os.path.join(tmp, "continued.safetensors"))
     after = load_file(os.path.join(tmp, "after.safetensors"))
     for key, value in weights.items():

@@ -103,12 +103,17 @@ def arguments():
     parser.add_argument("--out", help="write a Stepscope checkpoint here at the end (and with --save-every)")
     parser.add_argument("--save-every", type=int, metavar="N", help="also write --out every N steps")
     parser.add_argument("--metrics", help="write step, loss, grad_norm and lr per step here (JSON lines)")
+    parser.add_argument("--tensorboard", metavar="DIR",
+                        help="also write TensorBoard events here (torch.utils.tensorboard), with the tags of "
+                             "`stepscope train --tensorboard`, so the run goes on on the same charts")
+    parser.add_argument("--histogram-every", type=int, metavar="N", default=100,
+                        help="steps between histograms of the weights and gradients in --tensorboard (default 100)")
     parser.add_argument("--log-every", type=int, metavar="N", help="progress every N steps (default: 10 lines a run)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
     parser.add_argument("--deterministic", action="store_true",
                         help="deterministic kernels only (torch.use_deterministic_algorithms)")
     args = parser.parse_args()
-    for name in ("steps", "save_every", "log_every"):
+    for name in ("steps", "save_every", "log_every", "histogram_every"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{{name.replace('_', '-')}} needs a whole number > 0, got {{value}}")
@@ -144,6 +149,10 @@ def main():
     processes = f"{{world}} processes ({{dist.get_backend()}})" if dist.is_initialized() else "1 process"
     say(f"training {{steps}} steps from step {{step}} on {{processes}}, device {{device}}")
     metrics = open(args.metrics, "w") if args.metrics and rank == 0 else None
+    board = None
+    if args.tensorboard and rank == 0:
+        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+        board = SummaryWriter(args.tensorboard)
     stop, start, done, stopped = StopRequest(), time.perf_counter(), 0, False
     try:
         for _ in range(steps):
@@ -154,6 +163,17 @@ def main():
             if metrics:
                 metrics.write(json.dumps({{"step": step, **stats}}) + "\n")
                 metrics.flush()
+            if board:
+                board.add_scalar("loss/train", stats["loss"], step)
+                board.add_scalar("grad_norm/norm", stats["grad_norm"], step)
+                board.add_scalar("learning_rate", stats["lr"], step)
+                board.add_scalar("speed/steps_per_second", (done + 1) / (time.perf_counter() - start), step)
+                if (step + 1) % args.histogram_every == 0 or done + 1 == steps:
+                    for name, p in model.named_parameters():
+                        board.add_histogram(f"weights/{{name}}", p.detach().cpu(), step)
+                        if p.grad is not None:
+                            board.add_histogram(f"gradients/{{name}}", p.grad.detach().cpu(), step)
+                board.flush()
             step, done = step + 1, done + 1
             if done % log_every == 0 or done == steps:
                 rate = done / (time.perf_counter() - start)
@@ -168,6 +188,8 @@ def main():
     finally:
         if metrics:
             metrics.close()
+        if board:
+            board.close()
     seconds = time.perf_counter() - start
     say(f"{{done}} steps in {{seconds:.2f}} s ({{done / max(seconds, 1e-9):,.0f}} steps/s) on {{processes}}, "
         f"device {{device}}; last loss {{stats['loss']:.5f}}" if done else "no steps run")
