@@ -103,9 +103,9 @@ def arguments():
     parser.add_argument("--out", help="write a Stepscope checkpoint here at the end (and with --save-every)")
     parser.add_argument("--save-every", type=int, metavar="N", help="also write --out every N steps")
     parser.add_argument("--metrics", help="write step, loss, grad_norm and lr per step here (JSON lines)")
-    parser.add_argument("--tensorboard", metavar="DIR",
-                        help="also write TensorBoard events here (torch.utils.tensorboard), with the tags of "
-                             "`stepscope train --tensorboard`, so the run goes on on the same charts")
+    board_help = ("also write TensorBoard events here (torch.utils.tensorboard), with the tags of "
+        "`stepscope train --tensorboard`, so the run goes on on the same charts")
+    parser.add_argument("--tensorboard", metavar="DIR", help=board_help)
     parser.add_argument("--histogram-every", type=int, metavar="N", default=100,
                         help="steps between histograms of the weights and gradients in --tensorboard (default 100)")
     parser.add_argument("--log-every", type=int, metavar="N", help="progress every N steps (default: 10 lines a run)")
