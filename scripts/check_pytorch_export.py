@@ -296,6 +296,13 @@ def run_as_program(tmp):
     acc = ea.EventAccumulator(os.path.join(tmp, "tb"), size_guidance={ea.SCALARS: 0, ea.HISTOGRAMS: 0})
     acc.Reload()
     logged = [json.loads(line) for line in open(os.path.join(tmp, "program.jsonl"))]
+    # The phases, in the CLI's metrics format (one process: no communication).
+    phases = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "communication_ms", "checkpoint_ms", "logging_ms")
+    for m in logged:
+        assert all(np.isfinite(m[k]) and m[k] >= 0 for k in phases), m
+        assert m["forward_ms"] > 0 and m["backward_ms"] > 0 and m["optimizer_ms"] > 0, m
+        assert m["communication_ms"] == 0 and m["timing"] == "cpu", m
+    assert {f"phase/{k}" for k in phases if k != "logging_ms"} <= set(acc.Tags()["scalars"])
     scalars = acc.Scalars("loss/train")
     assert [(e.step, np.float32(e.value)) for e in scalars] == [(m["step"], np.float32(m["loss"])) for m in logged]
     assert {"grad_norm/norm", "learning_rate", "speed/steps_per_second"} <= set(acc.Tags()["scalars"])

@@ -141,6 +141,10 @@ def check(name, experiment, tmp):
         assert f"checkpoint of step {saved} written to two.safetensors" in out, out
     assert out.count("written to two.safetensors") == 3, out
 
+    # The gradients' all-reduce is timed on both ranks' steps (rank 0 logs).
+    two = records(os.path.join(tmp, "two.jsonl"))
+    assert all(m["communication_ms"] > 0 and m["forward_ms"] > 0 and m["backward_ms"] > 0 for m in two), two[0]
+    assert all(m["communication_ms"] == 0 for m in records(os.path.join(tmp, "one.jsonl")))
     # (a) one process against two.
     used = {"a": same_steps(f"{name} (a)", records(os.path.join(tmp, "two.jsonl")),
                             records(os.path.join(tmp, "one.jsonl")))}

@@ -257,8 +257,8 @@ def add_regularization_grad(model):
 }
 
 fn train_step(e: &Experiment) -> String {
-    let regularize = match e.regularization {
-        Some(_) => "    add_regularization_grad(net)\n",
+    let regularize_in_clock = match e.regularization {
+        Some(_) => "        add_regularization_grad(net)\n",
         None => "",
     };
     let (clip_doc, norm) = match e.clip_grad_norm {
@@ -268,10 +268,11 @@ fn train_step(e: &Experiment) -> String {
         ),
         None => (
             "measured (no clipping)".to_string(),
-            "torch.linalg.vector_norm(\n        torch.stack([torch.linalg.vector_norm(p.grad) for p in net.parameters()]))"
+            "torch.linalg.vector_norm(\n            torch.stack([torch.linalg.vector_norm(p.grad) for p in net.parameters()]))"
                 .to_string(),
         ),
     };
+    let norm_in_clock = norm;
     let reg_doc = match e.regularization {
         Some(_) => "\n    - regularization added to the gradients;",
         None => "",
@@ -289,24 +290,34 @@ def train_step(model, optimizer, scheduler, batches):
     process then holds the step's whole gradient, the mean over all its rows,
     and norms, clipping and the update are the same in all of them.
     Returns the data loss (mean over micro-batches), the gradient norm before
-    clipping and the lr."""
+    clipping and the lr, and the phases' milliseconds as `stepscope train
+    --metrics` names them (PhaseClock), with the communication's: the
+    gradients' all-reduce, timed in the communication hook (it overlaps the
+    backward that launched it), and the losses'."""
     net = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    clock = PhaseClock(next(net.parameters()).device)
     lr = optimizer.param_groups[0]["lr"]
     optimizer.zero_grad()
     losses = []
     for m, (inputs, targets, rows) in enumerate(batches):
         last = m == len(batches) - 1
         with contextlib.nullcontext() if last or net is model else model.no_sync():
-            loss = data_loss(model(inputs), targets, rows)
-            (loss / len(batches)).backward()
+            with clock.phase("forward_ms"):
+                loss = data_loss(model(inputs), targets, rows)
+            with clock.phase("backward_ms"):
+                (loss / len(batches)).backward()
         losses.append(loss.detach())
     losses = torch.stack(losses)
     if net is not model:
-        dist.all_reduce(losses)  # each micro-batch's loss from its parts
-{regularize}    grad_norm = {norm}
-    optimizer.step()
-    scheduler.step()
-    return {{"loss": losses.mean().item(), "grad_norm": grad_norm.item(), "lr": lr}}
+        with clock.phase("communication_ms"):
+            dist.all_reduce(losses)  # each micro-batch's loss from its parts
+    with clock.phase("optimizer_ms"):
+{regularize_in_clock}        grad_norm = {norm_in_clock}
+        optimizer.step()
+        scheduler.step()
+    phases = clock.done()
+    phases["communication_ms"] += COMMUNICATION.take()
+    return {{"loss": losses.mean().item(), "grad_norm": grad_norm.item(), "lr": lr, **phases}}
 
 "#
     )

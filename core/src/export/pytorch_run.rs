@@ -29,12 +29,61 @@ def start_processes(device):
     return rank, world, torch.device(device, local) if device == "cuda" else torch.device("cpu")
 
 
+BOARD_TAGS = {"loss": "loss/train", "grad_norm": "grad_norm/norm", "lr": "learning_rate"}
+
+
+class PhaseClock:
+    """Milliseconds per phase by time.perf_counter, summed over a step's
+    micro-batches. On a CUDA device each phase ends with
+    torch.cuda.synchronize(), so that it holds its own kernels' time: the
+    only places the script synchronizes, and only there."""
+
+    def __init__(self, device):
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.ms = {"forward_ms": 0.0, "backward_ms": 0.0, "optimizer_ms": 0.0, "communication_ms": 0.0}
+
+    @contextlib.contextmanager
+    def phase(self, name):
+        start = time.perf_counter()
+        yield
+        self.sync()
+        self.ms[name] += 1e3 * (time.perf_counter() - start)
+
+    def done(self):
+        return dict(self.ms)
+
+
+class Communication:
+    """The gradients' all-reduce time, from its launch in the communication
+    hook to its future's completion, summed over a step's buckets."""
+
+    def __init__(self):
+        self.ms = 0.0
+
+    def add(self, ms):
+        self.ms += ms
+
+    def take(self):
+        ms, self.ms = self.ms, 0.0
+        return ms
+
+
+COMMUNICATION = Communication()
+
+
 def sum_gradients(process_group, bucket):
     """DistributedDataParallel's communication hook: the gradients summed over
     the processes, not averaged, since each process's loss is already its
-    share of the step's mean (data_loss)."""
+    share of the step's mean (data_loss). Its time is the step's
+    communication_ms."""
+    start = time.perf_counter()
     work = dist.all_reduce(bucket.buffer(), group=process_group, async_op=True)
-    return work.get_future().then(lambda future: future.value()[0])
+
+    def finished(future):
+        COMMUNICATION.add(1e3 * (time.perf_counter() - start))
+        return future.value()[0]
+
+    return work.get_future().then(finished)
 
 
 def distribute(model, device, world):
@@ -156,32 +205,49 @@ def main():
     stop, start, done, stopped = StopRequest(), time.perf_counter(), 0, False
     try:
         for _ in range(steps):
+            # The phases as `stepscope train --metrics` measures them.
+            t = time.perf_counter()
             batches = next_batches(order, inputs, targets, rank, world)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            data_ms = 1e3 * (time.perf_counter() - t)
             stats = train_step(trained, optimizer, scheduler, batches)
             if not (math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])):
                 raise SystemExit(f"step {{step}}: the loss or the gradient norm is not finite; no checkpoint written")
-            if metrics:
-                metrics.write(json.dumps({{"step": step, **stats}}) + "\n")
-                metrics.flush()
-            if board:
-                board.add_scalar("loss/train", stats["loss"], step)
-                board.add_scalar("grad_norm/norm", stats["grad_norm"], step)
-                board.add_scalar("learning_rate", stats["lr"], step)
-                board.add_scalar("speed/steps_per_second", (done + 1) / (time.perf_counter() - start), step)
-                if (step + 1) % args.histogram_every == 0 or done + 1 == steps:
-                    for name, p in model.named_parameters():
-                        board.add_histogram(f"weights/{{name}}", p.detach().cpu(), step)
-                        if p.grad is not None:
-                            board.add_histogram(f"gradients/{{name}}", p.grad.detach().cpu(), step)
-                board.flush()
             step, done = step + 1, done + 1
+            t = time.perf_counter()
+            saved = bool(args.save_every and step % args.save_every == 0 and rank == 0)
+            if saved:
+                save_checkpoint(args.out, model, optimizer, step, order)
+            record = {{"step": step - 1, **stats, "data_ms": data_ms}}
+            record["checkpoint_ms"] = 1e3 * (time.perf_counter() - t) if saved else 0.0
+            # Logging: progress, the TensorBoard record, up to the metrics
+            # line's buffered write.
+            t = time.perf_counter()
             if done % log_every == 0 or done == steps:
                 rate = done / (time.perf_counter() - start)
                 say(f"step {{step - 1:>6}}  loss {{stats['loss']:.5f}}  grad_norm {{stats['grad_norm']:.4f}}  "
                     f"lr {{stats['lr']:.3e}}  {{rate:,.0f}} steps/s", flush=True)
-            if args.save_every and step % args.save_every == 0 and rank == 0:
-                save_checkpoint(args.out, model, optimizer, step, order)
+            if saved:
                 say(f"checkpoint of step {{step}} written to {{args.out}}", flush=True)
+            if board:
+                for key in ("loss", "grad_norm", "lr"):
+                    board.add_scalar(BOARD_TAGS[key], record[key], step - 1)
+                for key in ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "communication_ms",
+                            "checkpoint_ms"):
+                    board.add_scalar(f"phase/{{key}}", record[key], step - 1)
+                board.add_scalar("speed/steps_per_second", done / (time.perf_counter() - start), step - 1)
+                if step % args.histogram_every == 0 or done == steps:
+                    for name, p in model.named_parameters():
+                        board.add_histogram(f"weights/{{name}}", p.detach().cpu(), step - 1)
+                        if p.grad is not None:
+                            board.add_histogram(f"gradients/{{name}}", p.grad.detach().cpu(), step - 1)
+                board.flush()
+            record["logging_ms"] = 1e3 * (time.perf_counter() - t)
+            record["timing"] = "cuda_synchronized" if device.type == "cuda" else "cpu"
+            if metrics:
+                metrics.write(json.dumps(record) + "\n")
+                metrics.flush()
             if stop.agreed(device):
                 stopped = True
                 break
