@@ -281,13 +281,34 @@ def compare(name, experiment, tmp, start, report):
     report.append((name, used, outputs_abs, state_abs, clipped))
 
 
+def check_profile(folder, ranks):
+    """A --profile folder: one torch.profiler (Kineto) trace per rank, each
+    with its three active steps as ProfilerStep#N and, nested in each, the
+    data, forward, backward and optimizer annotations (and, under torchrun,
+    the losses' communication)."""
+    files = sorted(os.listdir(folder))
+    assert [f.split(".")[0] for f in files] == [f"rank{r}" for r in range(ranks)], files
+    for name in files:
+        assert name.endswith(".pt.trace.json"), name
+        events = json.load(open(os.path.join(folder, name)))["traceEvents"]
+        steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
+        assert len(steps) == 3, [e["name"] for e in steps]
+        for s in steps:
+            inside = {e["name"] for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X"
+                      and s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"]}
+            want = {"enumerate(DataLoader)#Stepscope.__next__", "forward", "backward", "optimizer"}
+            if ranks > 1:
+                want.add("communication")
+            assert want <= inside, (name, s["name"], inside)
+
+
 def run_as_program(tmp):
     """The last case's script as a user runs it: checkpoint found by the
     page's download name, training rows from the CSV, weights written."""
     os.rename(os.path.join(tmp, "ck.safetensors"), os.path.join(tmp, f"stepscope-step{BEFORE}.safetensors"))
     out = subprocess.run([sys.executable, "script.py", "--data", "rows.csv", "--steps", str(AFTER),
                           "--out", "continued.safetensors", "--metrics", "program.jsonl", "--tensorboard", "tb",
-                          "--histogram-every", "2"], cwd=tmp, capture_output=True, text=True)
+                          "--histogram-every", "2", "--profile", "prof"], cwd=tmp, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert f"step {BEFORE}," in out.stdout, out.stdout
     # Its TensorBoard events, through TensorBoard's reader: the CLI's tags,
@@ -303,6 +324,7 @@ def run_as_program(tmp):
         assert m["forward_ms"] > 0 and m["backward_ms"] > 0 and m["optimizer_ms"] > 0, m
         assert m["communication_ms"] == 0 and m["timing"] == "cpu", m
     assert {f"phase/{k}" for k in phases if k != "logging_ms"} <= set(acc.Tags()["scalars"])
+    check_profile(os.path.join(tmp, "prof"), ranks=1)
     scalars = acc.Scalars("loss/train")
     assert [(e.step, np.float32(e.value)) for e in scalars] == [(m["step"], np.float32(m["loss"])) for m in logged]
     assert {"grad_norm/norm", "learning_rate", "speed/steps_per_second"} <= set(acc.Tags()["scalars"])

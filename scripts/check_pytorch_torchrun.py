@@ -135,7 +135,8 @@ def check(name, experiment, tmp):
 
     continued = ["script.py", "ck.safetensors", "--data", "data.csv", "--steps", str(AFTER)]
     python(*continued, "--out", "one.safetensors", "--metrics", "one.jsonl", cwd=tmp)
-    out = torchrun(*continued, "--out", "two.safetensors", "--metrics", "two.jsonl", "--save-every", "10", cwd=tmp)
+    out = torchrun(*continued, "--out", "two.safetensors", "--metrics", "two.jsonl", "--save-every", "10",
+                   "--profile", "prof", cwd=tmp)
     assert f"on {PROCESSES} processes (gloo)" in out, out
     for saved in (20, 30, BEFORE + AFTER):  # every 10th step (as Stepscope counts them), then the last
         assert f"checkpoint of step {saved} written to two.safetensors" in out, out
@@ -145,6 +146,9 @@ def check(name, experiment, tmp):
     two = records(os.path.join(tmp, "two.jsonl"))
     assert all(m["communication_ms"] > 0 and m["forward_ms"] > 0 and m["backward_ms"] > 0 for m in two), two[0]
     assert all(m["communication_ms"] == 0 for m in records(os.path.join(tmp, "one.jsonl")))
+    # One torch.profiler trace per rank, with its phases and communication.
+    from check_pytorch_export import check_profile
+    check_profile(os.path.join(tmp, "prof"), ranks=PROCESSES)
     # (a) one process against two.
     used = {"a": same_steps(f"{name} (a)", records(os.path.join(tmp, "two.jsonl")),
                             records(os.path.join(tmp, "one.jsonl")))}

@@ -45,8 +45,9 @@ class PhaseClock:
     @contextlib.contextmanager
     def phase(self, name):
         start = time.perf_counter()
-        yield
-        self.sync()
+        with torch.profiler.record_function(name[:-len("_ms")]):  # named in a --profile trace
+            yield
+            self.sync()
         self.ms[name] += 1e3 * (time.perf_counter() - start)
 
     def done(self):
@@ -155,6 +156,9 @@ def arguments():
     board_help = ("also write TensorBoard events here (torch.utils.tensorboard), with the tags of "
         "`stepscope train --tensorboard`, so the run goes on on the same charts")
     parser.add_argument("--tensorboard", metavar="DIR", help=board_help)
+    profile_help = ("record a torch.profiler trace of three steps (after one to wait and one to warm up) into "
+        "DIR, one file per rank, for TensorBoard, Perfetto or HTA")
+    parser.add_argument("--profile", metavar="DIR", help=profile_help)
     parser.add_argument("--histogram-every", type=int, metavar="N", default=100,
                         help="steps between histograms of the weights and gradients in --tensorboard (default 100)")
     parser.add_argument("--log-every", type=int, metavar="N", help="progress every N steps (default: 10 lines a run)")
@@ -202,14 +206,24 @@ def main():
     if args.tensorboard and rank == 0:
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
         board = SummaryWriter(args.tensorboard)
+    profiler = None
+    if args.profile:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        profiler = torch.profiler.profile(
+            activities=activities, schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(args.profile, worker_name=f"rank{{rank}}"))
+        profiler.start()
     stop, start, done, stopped = StopRequest(), time.perf_counter(), 0, False
     try:
         for _ in range(steps):
             # The phases as `stepscope train --metrics` measures them.
             t = time.perf_counter()
-            batches = next_batches(order, inputs, targets, rank, world)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            with torch.profiler.record_function("enumerate(DataLoader)#Stepscope.__next__"):
+                batches = next_batches(order, inputs, targets, rank, world)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
             data_ms = 1e3 * (time.perf_counter() - t)
             stats = train_step(trained, optimizer, scheduler, batches)
             if not (math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])):
@@ -248,6 +262,8 @@ def main():
             if metrics:
                 metrics.write(json.dumps(record) + "\n")
                 metrics.flush()
+            if profiler:
+                profiler.step()
             if stop.agreed(device):
                 stopped = True
                 break
@@ -256,6 +272,8 @@ def main():
             metrics.close()
         if board:
             board.close()
+        if profiler:
+            profiler.stop()
     seconds = time.perf_counter() - start
     say(f"{{done}} steps in {{seconds:.2f}} s ({{done / max(seconds, 1e-9):,.0f}} steps/s) on {{processes}}, "
         f"device {{device}}; last loss {{stats['loss']:.5f}}" if done else "no steps run")
