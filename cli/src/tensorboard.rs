@@ -5,7 +5,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use stepscope_core::export::tensorboard::{file_version_record, histogram_record, scalars_record};
+use stepscope_core::export::tensorboard::{file_version_record, histogram_record, scalars_record, step_scalars};
 use stepscope_core::model::Layout;
 use stepscope_core::StepMetrics;
 
@@ -53,24 +53,12 @@ impl TensorBoard {
     /// clipped), the learning rate, each phase's milliseconds and the
     /// run's steps per second so far.
     pub fn step(&mut self, m: &StepMetrics, steps_per_second: f64) -> Result<(), Failure> {
-        let p = &m.phases;
-        let ms = |v: f64| v as f32;
-        let mut values = vec![
-            ("loss/train", m.loss),
-            ("grad_norm/norm", m.grad_norm),
-            ("grad_norm/clipped", f32::from(u8::from(m.clipped))),
-            ("learning_rate", m.lr as f32),
-            ("phase/data_ms", ms(p.data_ms)),
-            ("phase/forward_ms", ms(p.forward_ms)),
-            ("phase/backward_ms", ms(p.backward_ms)),
-            ("phase/optimizer_ms", ms(p.optimizer_ms)),
-            ("phase/checkpoint_ms", ms(p.checkpoint_ms)),
-            ("phase/logging_ms", ms(p.logging_ms)),
+        let mut values = step_scalars(m);
+        values.extend([
+            ("phase/checkpoint_ms", m.phases.checkpoint_ms as f32),
+            ("phase/logging_ms", m.phases.logging_ms as f32),
             ("speed/steps_per_second", steps_per_second as f32),
-        ];
-        if let Some(gpu) = m.gpu_ms {
-            values.push(("phase/gpu_ms", ms(gpu)));
-        }
+        ]);
         self.file.write_bytes(&scalars_record(now(), m.step, &values))
     }
 

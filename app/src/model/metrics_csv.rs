@@ -165,7 +165,7 @@ impl MetricsLog {
     /// it, as the frames measured them. No histograms: the page keeps no
     /// tensors of past steps.
     pub fn to_tensorboard(&self, end_s: f64) -> Vec<u8> {
-        use stepscope_core::export::tensorboard::{file_version_record, scalars_record};
+        use stepscope_core::export::tensorboard::{file_version_record, scalars_record, step_scalars};
         // Going back from the end: a row's steps since the row before it
         // (more than one where the log was thinned) each took its wall time.
         let mut walls = vec![end_s; self.rows.len()];
@@ -178,27 +178,13 @@ impl MetricsLog {
         let mut out = file_version_record(walls.first().copied().unwrap_or(end_s));
         for (row, &wall) in self.rows.iter().zip(&walls) {
             if let Some(m) = &row.metrics {
-                let p = &m.phases;
-                let ms = |v: f64| v as f32;
-                let mut values = vec![
-                    ("loss/train", m.loss),
-                    ("grad_norm/norm", m.grad_norm),
-                    ("grad_norm/clipped", f32::from(u8::from(m.clipped))),
-                    ("learning_rate", m.lr as f32),
-                    ("phase/data_ms", ms(p.data_ms)),
-                    ("phase/forward_ms", ms(p.forward_ms)),
-                    ("phase/backward_ms", ms(p.backward_ms)),
-                    ("phase/optimizer_ms", ms(p.optimizer_ms)),
-                ];
+                let mut values = step_scalars(m);
                 if let Some(f) = row.frame {
                     values.extend([
-                        ("phase/checkpoint_ms", ms(f.checkpoint_ms)),
-                        ("phase/logging_ms", ms(f.logging_ms)),
-                        ("phase/wall_ms", ms(f.wall_ms)),
+                        ("phase/checkpoint_ms", f.checkpoint_ms as f32),
+                        ("phase/logging_ms", f.logging_ms as f32),
+                        ("phase/wall_ms", f.wall_ms as f32),
                     ]);
-                }
-                if let Some(gpu) = m.gpu_ms {
-                    values.push(("phase/gpu_ms", ms(gpu)));
                 }
                 out.extend(scalars_record(wall, m.step, &values));
             }

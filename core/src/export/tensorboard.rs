@@ -12,6 +12,8 @@
 //! first record names the file version ("brain.Event:2"). Pure functions
 //! of their inputs (no files, no clock), so the page and the CLI share them.
 
+use crate::engine::StepMetrics;
+
 /// Buckets of a histogram (equal widths between the tensor's min and max).
 pub const HISTOGRAM_BUCKETS: usize = 30;
 
@@ -21,6 +23,29 @@ pub fn file_version_record(wall_time: f64) -> Vec<u8> {
     field_double(&mut event, 1, wall_time);
     field_bytes(&mut event, 3, b"brain.Event:2");
     record(&event)
+}
+
+/// A step's own scalars, under the tags every Stepscope writer uses: the
+/// loss, the gradient norm (and whether it was clipped), the learning rate
+/// and the engine's phases (`phase/gpu_ms` where the GPU timed the step).
+/// The CLI adds its checkpoint and logging times and steps/s; the page its
+/// frame's.
+pub fn step_scalars(m: &StepMetrics) -> Vec<(&'static str, f32)> {
+    let p = &m.phases;
+    let mut values = vec![
+        ("loss/train", m.loss),
+        ("grad_norm/norm", m.grad_norm),
+        ("grad_norm/clipped", f32::from(u8::from(m.clipped))),
+        ("learning_rate", m.lr as f32),
+        ("phase/data_ms", p.data_ms as f32),
+        ("phase/forward_ms", p.forward_ms as f32),
+        ("phase/backward_ms", p.backward_ms as f32),
+        ("phase/optimizer_ms", p.optimizer_ms as f32),
+    ];
+    if let Some(gpu) = m.gpu_ms {
+        values.push(("phase/gpu_ms", gpu as f32));
+    }
+    values
 }
 
 /// One record holding `values` (tag, value) as scalars of `step`.
