@@ -9,7 +9,7 @@
 //! (or clones the CPU state) and goes on training; a separate task awaits
 //! the readback, serializes and stores.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -70,6 +70,11 @@ pub struct CheckpointReport {
     pub stored: Result<(), String>,
 }
 
+/// Which autosave is current: a reset forgets the autosaved run and moves
+/// it on, and a checkpoint of an earlier generation, still being stored
+/// then, is not written (it would bring the forgotten run back on reload).
+pub type AutosaveGeneration = Rc<Cell<u64>>;
+
 /// The CSV the autosave holds as far as the loop knows (None: unknown,
 /// written with the next checkpoint; `Some(None)`: no CSV).
 pub type StoredCsv = Rc<RefCell<Option<Option<Arc<String>>>>>;
@@ -84,6 +89,7 @@ pub async fn complete(
     ring: Ring,
     csv: Option<Arc<String>>,
     stored_csv: StoredCsv,
+    generation: (AutosaveGeneration, u64),
     started: Instant,
     background: bool,
 ) -> Result<CheckpointReport, Error> {
@@ -102,10 +108,12 @@ pub async fn complete(
     if write_csv {
         values.push((CSV_KEY, csv.as_ref().map_or(JsValue::NULL, |c| JsValue::from_str(c))));
     }
-    let stored = store::put(&values).await;
-    if write_csv && stored.is_ok() {
+    let (current, mine) = generation;
+    let stored = store::put_if(&values, || current.get() == mine).await;
+    if write_csv && stored == Ok(true) {
         *stored_csv.borrow_mut() = Some(csv);
     }
+    let stored = stored.map(drop);
     Ok(CheckpointReport {
         step,
         bytes: bytes.len(),

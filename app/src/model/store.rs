@@ -76,9 +76,17 @@ pub(crate) async fn open_database(name: &str, store: &'static str) -> Result<Idb
     db?.dyn_into::<IdbDatabase>().map_err(|_| "IndexedDB returned no database".into())
 }
 
-/// Stores `values` under their keys in one transaction (all or nothing).
-pub async fn put(values: &[(&str, JsValue)]) -> Result<(), String> {
+/// Stores `values` under their keys in one transaction (all or nothing),
+/// if `wanted()` still holds once the database is open (checked just before
+/// the transaction begins: IndexedDB runs transactions on a store in the
+/// order they begin, so a `clear` begun after a `wanted` that turned false
+/// can never be overtaken by this write). Whether it wrote.
+pub async fn put_if(values: &[(&str, JsValue)], wanted: impl Fn() -> bool) -> Result<bool, String> {
     let db = open().await?;
+    if !wanted() {
+        db.close();
+        return Ok(false);
+    }
     let tx = db.transaction_with_str_and_mode(STORE, IdbTransactionMode::Readwrite).map_err(describe)?;
     let commit = committed(&tx);
     let store = tx.object_store(STORE).map_err(describe)?;
@@ -97,7 +105,7 @@ pub async fn put(values: &[(&str, JsValue)]) -> Result<(), String> {
         None => "IndexedDB did not store the checkpoint".into(),
     });
     db.close();
-    result.map(|_| ())
+    result.map(|_| true)
 }
 
 /// The value under `key`, if any.

@@ -4,14 +4,13 @@
 use std::sync::{Arc, Mutex};
 
 use leptos::prelude::*;
-use leptos::task::spawn_local;
 use stepscope_core::engine::profile::PhaseProfile;
 use stepscope_core::engine::{MemoryBytes, PhaseReport};
 use stepscope_core::stats::TensorStats;
 use stepscope_core::trainer::PhaseClock;
 use stepscope_core::{Experiment, StepMetrics};
 
-use crate::model::checkpoints::{clear_autosave, CheckpointReport};
+use crate::model::checkpoints::CheckpointReport;
 use crate::model::classroom::check_lock;
 use crate::model::edit::{default_experiment, edited, needs_reset};
 use crate::model::metrics_csv::MetricsLog;
@@ -286,13 +285,9 @@ impl AppState {
     pub fn reset(&self) {
         self.run.alert.set(None);
         self.clear_run();
-        // A reset starts over for good: the autosaved run is forgotten.
-        let alert = self.run.alert;
-        spawn_local(async move {
-            if let Err(message) = clear_autosave().await {
-                alert.set(Some(format!("The autosaved run could not be forgotten: {message}")));
-            }
-        });
+        // A reset starts over for good: the loop forgets the autosaved run
+        // (it also writes the autosaves, so it orders the two).
+        self.command(Command::ForgetAutosave);
         self.command(Command::Reset(self.run.experiment.get_untracked()));
     }
 

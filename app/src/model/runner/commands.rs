@@ -27,6 +27,9 @@ pub enum Command {
     /// The page could not read the rest of an upload: its parts are
     /// dropped and the run goes on.
     DropCsvBytes,
+    /// A reset starts over for good: the autosaved run is forgotten, and
+    /// no checkpoint of it still being stored is written afterwards.
+    ForgetAutosave,
     /// An uploaded CSV file (its name and its last bytes, after the parts
     /// sent for it, unread): the loop reads it in parts (`csv_job`) and
     /// restarts on the experiment it implies, built on this one.

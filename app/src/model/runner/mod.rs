@@ -55,6 +55,9 @@ pub struct Runner {
     /// The CSV the autosave holds (`checkpoints::StoredCsv`); unknown
     /// after each fresh run (a reset forgets the autosave).
     stored_csv: checkpoints::StoredCsv,
+    /// Moved on when the page forgets the autosave (`ForgetAutosave`);
+    /// shared by every run of this loop.
+    autosave_generation: checkpoints::AutosaveGeneration,
     /// Steps per GPU submit, adapted to the frame budget.
     steps_per_submit: usize,
     /// The newest automatic checkpoints (model::checkpoints): rollback
@@ -143,6 +146,7 @@ impl Runner {
             csv_job: None,
             csv_upload: None,
             stored_csv: Rc::default(),
+            autosave_generation: Rc::default(),
             steps_per_submit: 1,
             ring,
             last_checkpoint,
@@ -276,6 +280,15 @@ impl Runner {
             Command::Reset(e) => self.restart_with_race(&e, self.csv.clone()).await?,
             Command::CsvBytes(name, total, part) => self.receive_csv(name, total, part),
             Command::DropCsvBytes => self.csv_upload = None,
+            Command::ForgetAutosave => {
+                // Moved on first: a checkpoint of the forgotten run still
+                // being stored is not written after the clear.
+                self.autosave_generation.set(self.autosave_generation.get() + 1);
+                *self.stored_csv.borrow_mut() = None;
+                checkpoints::clear_autosave()
+                    .await
+                    .map_err(|m| Error::Other(format!("The autosaved run could not be forgotten: {m}")))?;
+            }
             Command::ReadCsv(name, bytes, base) => self.begin_csv(name, bytes, base)?,
             Command::StartRace(spec) => self.start_race(spec).await?,
             Command::EndRace => self.end_race().await,
@@ -358,6 +371,7 @@ impl Runner {
         // A background checkpoint of the old run still reports when done.
         fresh.finished = self.finished.clone();
         fresh.in_flight = self.in_flight.clone();
+        fresh.autosave_generation = self.autosave_generation.clone();
         *self = fresh;
         Ok(())
     }
@@ -407,14 +421,17 @@ impl Runner {
             Err(err) => return Some(Err(err)),
         };
         let (ring, csv) = (self.ring.clone(), self.csv.as_ref().map(|c| c.text.clone()));
+        let generation = (self.autosave_generation.clone(), self.autosave_generation.get());
         if !background {
-            return Some(checkpoints::complete(read, ring, csv, self.stored_csv.clone(), started, false).await);
+            return Some(
+                checkpoints::complete(read, ring, csv, self.stored_csv.clone(), generation, started, false).await,
+            );
         }
         self.in_flight.set(true);
         let (finished, in_flight, stored_csv) =
             (self.finished.clone(), self.in_flight.clone(), self.stored_csv.clone());
         wasm_bindgen_futures::spawn_local(async move {
-            let report = checkpoints::complete(read, ring, csv, stored_csv, started, true).await;
+            let report = checkpoints::complete(read, ring, csv, stored_csv, generation, started, true).await;
             finished.borrow_mut().push(report);
             in_flight.set(false);
         });
