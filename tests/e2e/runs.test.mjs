@@ -90,7 +90,11 @@ test('kept runs survive a reload, until forgotten', async () => {
   await stored();
   await page.reload();
   await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
-  await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 1);
+  // The reset run must not come back from the autosave as a live one.
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 1)
+    .catch(async (e) => {
+      throw new Error(`${e.message}; entries: ${await entries(page).locator('b').allTextContents()}; steps ${await stepCount(page)}`);
+    });
   assert.equal(await entries(page).first().locator('b').textContent(), 'Run 1 (earlier visit)');
   assert.equal(await entries(page).first().getByTestId('run-steps').getAttribute('data-value'), kept);
   await page.getByTestId('runs-clear').click();
