@@ -81,16 +81,21 @@ async fn an_absurd_checkpoint_is_refused_and_the_run_goes_on() {
 async fn a_failed_store_put_commits_nothing() {
     use stepscope_app::model::store;
     let (a, b) = ("test-store-a", "test-store-b");
-    store::put(&[(a, JsValue::from_str("old a")), (b, JsValue::from_str("old b"))]).await.expect("a plain put");
+    let always = || true;
+    let put = store::put_if(&[(a, JsValue::from_str("old a")), (b, JsValue::from_str("old b"))], always).await;
+    assert_eq!(put, Ok(true), "a plain put");
     let not_storable = js_sys::Function::new_no_args("return 1");
-    let err = store::put(&[(a, JsValue::from_str("new a")), (b, not_storable.into())]).await.expect_err("refused");
+    let err =
+        store::put_if(&[(a, JsValue::from_str("new a")), (b, not_storable.into())], always).await.expect_err("refused");
     console_log!("refused put: {err}");
-    assert_eq!(
-        store::get(a).await.expect("get").and_then(|v| v.as_string()).as_deref(),
-        Some("old a"),
-        "a was not committed"
-    );
-    assert_eq!(store::get(b).await.expect("get").and_then(|v| v.as_string()).as_deref(), Some("old b"));
+    let get = |key| async move { store::get(key).await.expect("get").and_then(|v| v.as_string()) };
+    assert_eq!(get(a).await.as_deref(), Some("old a"), "a was not committed");
+    assert_eq!(get(b).await.as_deref(), Some("old b"));
+    // A put no longer wanted once the database is open (an autosave of a
+    // run reset meanwhile) writes nothing.
+    let put = store::put_if(&[(a, JsValue::from_str("stale a"))], || false).await;
+    assert_eq!(put, Ok(false));
+    assert_eq!(get(a).await.as_deref(), Some("old a"), "the unwanted put wrote nothing");
 }
 
 #[wasm_bindgen_test]
