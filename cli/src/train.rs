@@ -3,17 +3,15 @@
 //! when complete; the metrics log grows as the run goes. Ctrl-C stops at
 //! the next step boundary, writes the checkpoint and exits with 130.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 use web_time::Instant;
 
 use stepscope_core::checkpoint::{load_checkpoint, load_weights, read_file_info, save_checkpoint};
-use stepscope_core::data::{CsvReader, CsvTable, Dataset, Table};
-use stepscope_core::engine::{Evaluation, Evaluator};
+use stepscope_core::data::Dataset;
 use stepscope_core::experiment::{DataSource, Schedule};
 use stepscope_core::gpu::GpuContext;
-use stepscope_core::limits::{Limits, EVAL_CHUNK_ROWS};
+use stepscope_core::limits::Limits;
 use stepscope_core::trainer::{block_on, Backend};
 use stepscope_core::{Error, Experiment, StepMetrics, TrainState, Trainer};
 
@@ -22,6 +20,11 @@ use crate::files::{self, LogFile};
 use crate::report::class_lines;
 use crate::tensorboard::TensorBoard;
 use crate::{say, Failure};
+
+mod progress;
+
+use progress::{evaluate, stopped, PROGRESS_EVERY, STOP};
+pub(crate) use progress::{read_csv_file, Heartbeat};
 
 fn read_experiment(path: &str) -> Result<Experiment, Failure> {
     let text = files::read_text(path, "config")?;
@@ -96,104 +99,6 @@ pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dat
     Dataset::load(experiment, csv.as_ref()).map_err(context)
 }
 
-/// Rows read between looks at the clock and at Ctrl-C.
-const READ_PART_ROWS: usize = 2048;
-
-/// Reads a CSV file (`CsvReader`), with a progress line every
-/// `PROGRESS_EVERY` and Ctrl-C looked at between parts.
-pub(crate) fn read_csv_file(path: &str, what: &str) -> Result<CsvTable, Failure> {
-    let text = files::read_text(path, what)?;
-    let bad = |e: Error| Failure::usage(format!("{what} `{path}`: {e}"));
-    let started = Instant::now();
-    let mut beat = Heartbeat::new();
-    let mut reader = CsvReader::new(text.as_bytes()).map_err(bad)?;
-    while !reader.advance(READ_PART_ROWS).map_err(bad)? {
-        if stopped() {
-            return Err(Failure {
-                message: format!("interrupted while reading `{path}`; nothing was written"),
-                status: 130,
-            });
-        }
-        if beat.due() {
-            let p = reader.progress();
-            say!(
-                "reading {path}: {:.0}%  ({} rows, {:.1} of {:.1} MB, {:.1} s)",
-                100.0 * p.fraction(),
-                p.rows,
-                p.bytes as f64 / 1e6,
-                p.total_bytes as f64 / 1e6,
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let rows = reader.progress().rows;
-    let table = reader.finish().map_err(bad)?;
-    if started.elapsed() >= PROGRESS_EVERY {
-        say!("read {path}: {rows} rows in {:.1} s", started.elapsed().as_secs_f64());
-    }
-    Ok(table)
-}
-
-/// Long work says how it goes at least this often (the promise is
-/// every 2 s; the clock is looked at between parts of the work).
-pub(crate) const PROGRESS_EVERY: Duration = Duration::from_millis(1500);
-
-/// When the next progress line is due.
-pub(crate) struct Heartbeat {
-    last: Instant,
-}
-
-impl Heartbeat {
-    pub(crate) fn new() -> Heartbeat {
-        Heartbeat { last: Instant::now() }
-    }
-
-    /// Whether a line is due (and, if so, the clock starts again).
-    pub(crate) fn due(&mut self) -> bool {
-        let due = self.is_due();
-        if due {
-            self.reset();
-        }
-        due
-    }
-
-    /// Whether a line is due, the clock left as it is.
-    pub(crate) fn is_due(&self) -> bool {
-        self.last.elapsed() >= PROGRESS_EVERY
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.last = Instant::now();
-    }
-}
-
-/// Loss and accuracy over `table` (the CPU reference forward pass, in
-/// chunks), with a progress line when it runs long; None when Ctrl-C
-/// stopped it, or for an empty table.
-fn evaluate(
-    engine: &mut Trainer,
-    table: &Table,
-    what: &str,
-    beat: &mut Heartbeat,
-) -> Result<Option<Evaluation>, Failure> {
-    let (e, layout) = (engine.experiment().clone(), engine.layout().clone());
-    let done = block_on(engine.with_tensors(|[params, _, _]| {
-        let mut evaluator = Evaluator::new(&layout, table.rows(), EVAL_CHUNK_ROWS);
-        let mut rows = 0;
-        while !evaluator.advance(params, &layout, &e, table, EVAL_CHUNK_ROWS) {
-            rows += EVAL_CHUNK_ROWS;
-            if stopped() {
-                return None;
-            }
-            if beat.due() {
-                say!("evaluating the {what} rows: {rows} of {}", table.rows());
-            }
-        }
-        evaluator.result()
-    }))?;
-    Ok(done)
-}
-
 /// Steps to run now: `--steps`, else what the schedule has left, else 100.
 fn steps_to_run(args: &TrainArgs, state: &TrainState) -> u64 {
     if let Some(steps) = args.steps {
@@ -209,14 +114,6 @@ fn steps_to_run(args: &TrainArgs, state: &TrainState) -> u64 {
 
 fn metrics_line(m: &StepMetrics) -> String {
     serde_json::to_string(m).expect("metrics always serialise")
-}
-
-/// Set by Ctrl-C (SIGINT): reading, training and evaluating look at it
-/// between their parts (rows read, micro-batches, evaluation chunks).
-static STOP: AtomicBool = AtomicBool::new(false);
-
-fn stopped() -> bool {
-    STOP.load(Ordering::SeqCst)
 }
 
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
