@@ -71,6 +71,25 @@ pub enum Command {
         #[arg(long)]
         out: Option<String>,
     },
+    /// Text from a gpt checkpoint: the model continues the prompt a token
+    /// at a time. The same seed gives the same text every time.
+    Sample {
+        checkpoint: String,
+        /// The text to continue (default: a newline, as nanoGPT's sample.py).
+        #[arg(long, default_value = "\n")]
+        prompt: String,
+        /// New tokens (characters) to write.
+        #[arg(long, default_value_t = 500, value_parser = positive::<usize>)]
+        tokens: usize,
+        /// Logits are divided by it: below 1 sharper, above 1 flatter.
+        #[arg(long, default_value_t = 0.8)]
+        temperature: f32,
+        /// Draw only from the K most likely tokens.
+        #[arg(long)]
+        top_k: Option<usize>,
+        #[arg(long, default_value_t = 1337)]
+        seed: u64,
+    },
     /// GPU benchmark: matmul against the FMA probe, steps/s, checkpointing, the step's anatomy.
     Bench {
         /// Also write the report here (Markdown).
@@ -121,6 +140,11 @@ pub struct TrainArgs {
     /// in the --tensorboard file (and at the last step).
     #[arg(long, value_parser = positive::<u64>, requires = "tensorboard", default_value_t = 100)]
     pub histogram_every: u64,
+    /// Steps between evaluations on the held-out rows (and at the last
+    /// step). Default: a tenth of the steps for an MLP; for a gpt model
+    /// every 250 steps, as nanoGPT's Shakespeare configuration.
+    #[arg(long, value_parser = positive::<u64>)]
+    pub eval_every: Option<u64>,
     /// Also write --out every N steps.
     #[arg(long, value_parser = positive::<u64>, requires = "out")]
     pub checkpoint_every: Option<u64>,

@@ -11,12 +11,14 @@ mod export;
 mod files;
 mod inspect;
 mod report;
+mod sample;
 mod tensorboard;
 mod train;
 
 use std::process::ExitCode;
 
 use args::Command;
+use stepscope_core::engine::Sampling;
 
 /// Prints a line to stdout; a closed pipe (`stepscope inspect F | head`)
 /// is not an error worth a panic.
@@ -64,6 +66,9 @@ fn main() -> ExitCode {
         }
         Command::Predict { checkpoint, inputs, out } => export::predict(&checkpoint, &inputs, out),
         Command::Inspect { file } => inspect::run(&file),
+        Command::Sample { checkpoint, prompt, tokens, temperature, top_k, seed } => {
+            sample::run(&checkpoint, &prompt, Sampling { tokens, temperature, top_k, seed })
+        }
         Command::Verify { checkpoint, data, steps } => inspect::verify(&checkpoint, data, steps),
     });
     match result {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use web_time::Instant;
 
 use stepscope_core::checkpoint::{load_checkpoint, load_weights, read_file_info, save_checkpoint};
-use stepscope_core::data::Dataset;
+use stepscope_core::data::{Dataset, TokenText, MAX_TEXT_BYTES, MAX_VOCABULARY};
 use stepscope_core::experiment::{DataSource, Schedule};
 use stepscope_core::gpu::GpuContext;
 use stepscope_core::limits::Limits;
@@ -25,6 +25,11 @@ mod progress;
 
 use progress::{evaluate, stopped, PROGRESS_EVERY, STOP};
 pub(crate) use progress::{read_csv_file, Heartbeat};
+
+/// Steps between a transformer run's validation losses (nanoGPT's
+/// `eval_interval` for Shakespeare): a pass over the held-out windows
+/// costs about as much as a few dozen steps.
+const GPT_EVAL_EVERY: u64 = 250;
 
 fn read_experiment(path: &str) -> Result<Experiment, Failure> {
     let text = files::read_text(path, "config")?;
@@ -78,7 +83,32 @@ fn fresh(experiment: Experiment, params: Option<Vec<f32>>) -> TrainState {
     state
 }
 
+/// A text file's windows for a gpt experiment (`"source": "text"`): its
+/// size is checked before it is read, then `TokenText::read` names
+/// whatever else is wrong with it.
+fn load_text(path: &str, experiment: &Experiment) -> Result<Dataset, Failure> {
+    let context = |e: Error| Failure::usage(format!("--data `{path}`: {e}"));
+    let size =
+        std::fs::metadata(path).map_err(|e| Failure::usage(format!("cannot read --data file `{path}`: {e}")))?.len();
+    if size > MAX_TEXT_BYTES as u64 {
+        return Err(Failure::usage(format!(
+            "--data `{path}`: the text is {size} bytes; at most {MAX_TEXT_BYTES} are read"
+        )));
+    }
+    let bytes = files::read(path, "--data file")?;
+    let t = experiment.gpt().map_or(0, |g| g.context);
+    let text = TokenText::read(&bytes, t, MAX_VOCABULARY).map_err(context)?;
+    Dataset::load_text(experiment, &text).map_err(context)
+}
+
 pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dataset, Failure> {
+    match (&args.data, experiment.data.source) {
+        (Some(path), DataSource::Text) => return load_text(path, experiment),
+        (None, DataSource::Text) => {
+            return Err(Failure::usage("the experiment's data.source is \"text\": give the file with --data FILE"))
+        }
+        _ => {}
+    }
     let csv = match (&args.data, experiment.data.source) {
         (Some(path), DataSource::Csv) => Some(read_csv_file(path, "--data file")?),
         (None, DataSource::Csv) => {
@@ -86,7 +116,7 @@ pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dat
         }
         (Some(_), source) => {
             return Err(Failure::usage(format!(
-                "--data is for \"source\": \"csv\", but the experiment uses the built-in {:?} dataset",
+                "--data is for \"source\": \"csv\" or \"text\", but the experiment uses the built-in {:?} dataset",
                 source.name()
             )))
         }
@@ -112,8 +142,20 @@ fn steps_to_run(args: &TrainArgs, state: &TrainState) -> u64 {
     }
 }
 
-fn metrics_line(m: &StepMetrics) -> String {
-    serde_json::to_string(m).expect("metrics always serialise")
+/// One JSON line of a step's metrics; a transformer run's add
+/// `tokens_per_second` (the step's tokens over its wall time) and, at the
+/// evaluation cadence, `val_loss`.
+fn metrics_line(m: &StepMetrics, tokens_per_second: Option<f64>, val_loss: Option<f32>) -> String {
+    let mut value = serde_json::to_value(m).expect("metrics always serialise");
+    if let Some(fields) = value.as_object_mut() {
+        if let Some(t) = tokens_per_second {
+            fields.insert("tokens_per_second".into(), t.into());
+        }
+        if let Some(v) = val_loss.filter(|_| tokens_per_second.is_some()) {
+            fields.insert("val_loss".into(), v.into());
+        }
+    }
+    value.to_string()
 }
 
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
@@ -162,9 +204,19 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
 
     let e = engine.experiment().clone();
     let first_step = engine.step_count();
+    let model = match e.gpt() {
+        Some(g) => format!(
+            "gpt ({} blocks × {} heads × embed {}, context {}, vocabulary {})",
+            g.blocks, g.heads, g.embed, g.context, g.vocab_size
+        ),
+        None => e.widths().iter().map(usize::to_string).collect::<Vec<_>>().join("-"),
+    };
+    // Tokens a step trains on (the transformer's throughput unit).
+    let step_tokens = e.gpt().map(|g| (e.batch_size * e.grad_accumulation * g.context) as f64);
+    let test_name = if e.gpt().is_some() { "val" } else { "test" };
     say!(
-        "training {} on {} ({} train / {} test rows), {} parameters, {} steps from step {}, backend {}",
-        e.widths().iter().map(usize::to_string).collect::<Vec<_>>().join("-"),
+        "training {} on {} ({} train / {} {test_name} rows), {} parameters, {} steps from step {}, backend {}",
+        model,
         e.data.source.name(),
         engine.data().train.rows(),
         engine.data().test.rows(),
@@ -177,14 +229,15 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         say!("TensorBoard events: {}", tb.path);
     }
     let report_every = (steps / 10).max(1);
+    let eval_every = args.eval_every.unwrap_or(if e.gpt().is_some() { GPT_EVAL_EVERY } else { report_every });
     let started = Instant::now();
     let mut beat = Heartbeat::new();
     let rate = |done: u64| {
         let secs = started.elapsed().as_secs_f64();
-        if secs > 0.0 {
-            format!("{:.3} steps/s", done as f64 / secs)
-        } else {
-            String::new()
+        match step_tokens {
+            _ if secs <= 0.0 => String::new(),
+            Some(tokens) => format!("{:.0} tokens/s", done as f64 * tokens / secs),
+            None => format!("{:.3} steps/s", done as f64 / secs),
         }
     };
     let mut last: Option<StepMetrics> = None;
@@ -197,6 +250,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         // The CPU takes a step in parts (a micro-batch's forward or
         // backward, or a layer's), so that Ctrl-C and the progress line
         // are looked at inside a long step; the GPU's steps are whole.
+        let step_wall = Instant::now();
         let step = if on_cpu {
             let (mut parts, step_started) = (0u64, Instant::now());
             loop {
@@ -226,6 +280,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         } else {
             engine.submit(1).and_then(|()| block_on(engine.collect()))
         };
+        let step_secs = step_wall.elapsed().as_secs_f64();
         let mut metrics = match step.map(|mut m| m.pop()) {
             Ok(Some(m)) => m,
             Ok(None) => return Err(Error::Gpu("a step produced no metrics".into()).into()),
@@ -250,15 +305,19 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         // Logging: progress report and the metrics record. Its own time is
         // measured up to the buffered write of the record.
         let t = Instant::now();
-        if (i + 1) % report_every == 0 || i + 1 == steps {
-            let test = match evaluate(&mut engine, &test_table, "test", &mut beat)? {
+        let mut val_loss = None;
+        let evaluating = (metrics.step + 1) % eval_every == 0 || i + 1 == steps;
+        if (i + 1) % report_every == 0 || evaluating {
+            let held_out = if evaluating { Some(&test_table) } else { None };
+            let test = match held_out.map(|t| evaluate(&mut engine, t, test_name, &mut beat)).transpose()?.flatten() {
                 Some(ev) => {
                     if let Some(tb) = tensorboard.as_mut() {
-                        tb.evaluation(metrics.step, "test", ev.loss, ev.accuracy)?;
+                        tb.evaluation(metrics.step, test_name, ev.loss, ev.accuracy)?;
                     }
+                    val_loss = Some(ev.loss);
                     let accuracy =
-                        ev.accuracy.map(|a| format!("  test_accuracy {:.1}%", a * 100.0)).unwrap_or_default();
-                    format!("  test_loss {:.5}{accuracy}", ev.loss)
+                        ev.accuracy.map(|a| format!("  {test_name}_accuracy {:.1}%", a * 100.0)).unwrap_or_default();
+                    format!("  {test_name}_loss {:.5}{accuracy}", ev.loss)
                 }
                 None if stopped() => {
                     interrupted = true;
@@ -266,8 +325,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
                 }
                 None => String::new(),
             };
+            let z = metrics.z_loss.filter(|_| e.z_loss > 0.0).map(|z| format!("  z_loss {z:.4}")).unwrap_or_default();
             say!(
-                "step {:>6}  loss {:.5}  grad_norm {:.4}  lr {:.3e}  {}{test}",
+                "step {:>6}  loss {:.5}{z}  grad_norm {:.4}  lr {:.3e}  {}{test}",
                 metrics.step,
                 metrics.loss,
                 metrics.grad_norm,
@@ -298,7 +358,8 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             metrics.phases.logging_ms = t.elapsed().as_secs_f64() * 1e3;
         }
         if let Some(file) = metrics_file.as_mut() {
-            let line = metrics_line(&metrics);
+            let tokens_per_second = step_tokens.filter(|_| step_secs > 0.0).map(|t| t / step_secs);
+            let line = metrics_line(&metrics, tokens_per_second, val_loss);
             file.write_line(&line)?;
         }
         if let Some(tb) = tensorboard.as_mut() {
@@ -335,6 +396,11 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             rate(engine.step_count() - first_step),
             m.loss
         );
+    }
+    if e.gpt().is_some() {
+        // The last step's line has the validation loss; a pass over every
+        // training window would cost more than many steps.
+        return Ok(());
     }
     for (name, table) in [("train", &train_table), ("test", &test_table)] {
         match evaluate(&mut engine, table, name, &mut beat)? {

@@ -7,7 +7,7 @@
 //!       [blocks heads embed context batch seconds]
 
 use stepscope_core::data::TokenText;
-use stepscope_core::model::gpt::{Gpt, GptActivations, GptShape};
+use stepscope_core::model::gpt::{Gpt, GptActivations, GptScratch, GptShape};
 use web_time::Instant;
 
 fn main() {
@@ -43,7 +43,7 @@ fn main() {
         p[t.offset..t.offset + t.len].fill(1.0);
     }
     let windows = tokens.windows(context);
-    let (mut acts, mut g) = (GptActivations::default(), vec![0.0f32; p.len()]);
+    let (mut acts, mut scratch, mut g) = (GptActivations::default(), GptScratch::default(), vec![0.0f32; p.len()]);
     let (mut inp, mut targets) = (Vec::new(), Vec::new());
     let mut step = |k: usize| {
         inp.clear();
@@ -55,7 +55,7 @@ fn main() {
         }
         g.fill(0.0);
         let (loss, _) = gpt.forward(&mut acts, &p, &inp, &targets);
-        gpt.backward(&mut g, &acts, &p, &inp, &targets, 0.0, 1.0);
+        gpt.backward(&mut g, &mut acts, &mut scratch, &p, &inp, &targets, 0.0, 1.0);
         loss
     };
     step(0); // warm-up

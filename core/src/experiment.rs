@@ -20,6 +20,12 @@ pub const MAX_UNITS: usize = 4096;
 pub const MAX_LAYERS: usize = 17;
 pub const MAX_BATCH: usize = 65_536;
 pub const MAX_SAMPLES: usize = 100_000;
+/// The transformer's field limits (its memory is the budget's, `Limits`).
+pub const MAX_CONTEXT: usize = 4096;
+pub const MAX_EMBED: usize = 4096;
+pub const MAX_HEADS: usize = 256;
+pub const MAX_BLOCKS: usize = 64;
+pub const MAX_MLP_RATIO: usize = 16;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,18 +44,131 @@ pub struct Experiment {
     pub clip_grad_norm: Option<f64>,
     #[serde(default)]
     pub regularization: Option<Regularization>,
+    /// The transformer's z-loss coefficient c: the objective adds
+    /// c·mean(logsumexp(logits)²) (PaLM). 0 (left out) for none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub z_loss: f64,
     pub data: DataSpec,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 fn one() -> usize {
     1
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The model. Without `"kind"` (or with `"kind": "mlp"`) it is the
+/// multilayer perceptron of `inputs` and `layers`, written exactly as
+/// before the transformer came, so every link, checkpoint and config
+/// still means the same run. `"kind": "gpt"` is the character-level
+/// transformer (`GptSpec`); `inputs` and `layers` are then 0 and empty,
+/// and code that only the MLP has (its GPU engine, its views) checks
+/// `gpt` first (ARCHITECTURE.md, "Two kinds of model, one house").
+#[derive(Clone, Debug, PartialEq)]
 pub struct ModelSpec {
     pub inputs: usize,
     pub layers: Vec<LayerSpec>,
+    pub gpt: Option<GptSpec>,
+}
+
+/// `"model": {"kind": "mlp", …}`, as written before `kind` existed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MlpFields {
+    inputs: usize,
+    layers: Vec<LayerSpec>,
+}
+
+/// nanoGPT's model (`"model": {"kind": "gpt", …}`), documented in
+/// docs/experiment.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GptSpec {
+    /// Tokens; must equal the data's vocabulary.
+    pub vocab_size: usize,
+    /// T, tokens per window.
+    pub context: usize,
+    /// C, the model width.
+    pub embed: usize,
+    /// H; C must be a multiple of H.
+    pub heads: usize,
+    /// L, transformer blocks.
+    pub blocks: usize,
+    /// The MLP's hidden width as a multiple of C.
+    #[serde(default = "four")]
+    pub mlp_ratio: usize,
+    /// The output head is the token embedding.
+    #[serde(default = "yes")]
+    pub tie_embeddings: bool,
+    /// LayerNorm over the head dimension on q and k.
+    #[serde(default)]
+    pub qk_layernorm: bool,
+}
+
+fn four() -> usize {
+    4
+}
+fn yes() -> bool {
+    true
+}
+
+impl GptSpec {
+    pub fn shape(&self) -> crate::model::gpt::GptShape {
+        crate::model::gpt::GptShape {
+            vocab_size: self.vocab_size,
+            context: self.context,
+            embed: self.embed,
+            heads: self.heads,
+            blocks: self.blocks,
+            mlp_ratio: self.mlp_ratio,
+            tie_embeddings: self.tie_embeddings,
+            qk_layernorm: self.qk_layernorm,
+        }
+    }
+}
+
+impl Serialize for ModelSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Tagged<'a> {
+            kind: &'static str,
+            #[serde(flatten)]
+            gpt: &'a GptSpec,
+        }
+        match &self.gpt {
+            Some(gpt) => Tagged { kind: "gpt", gpt }.serialize(s),
+            None => MlpFields { inputs: self.inputs, layers: self.layers.clone() }.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<ModelSpec, D::Error> {
+        use serde::de::Error as _;
+        let mut map = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        let kind = match map.remove("kind") {
+            None => "mlp".to_string(),
+            Some(serde_json::Value::String(kind)) => kind,
+            Some(other) => return Err(D::Error::custom(format!("model.kind must be \"mlp\" or \"gpt\", got {other}"))),
+        };
+        let value = serde_json::Value::Object(map);
+        match kind.as_str() {
+            "mlp" => {
+                let m: MlpFields =
+                    serde_json::from_value(value).map_err(|e| D::Error::custom(format!("model: {e}")))?;
+                Ok(ModelSpec { inputs: m.inputs, layers: m.layers, gpt: None })
+            }
+            "gpt" => {
+                let g: GptSpec = serde_json::from_value(value).map_err(|e| D::Error::custom(format!("model: {e}")))?;
+                Ok(ModelSpec { inputs: 0, layers: Vec::new(), gpt: Some(g) })
+            }
+            other => {
+                Err(D::Error::custom(format!("unknown variant `{other}` for model.kind, expected `mlp` or `gpt`")))
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -174,6 +293,18 @@ impl OptimizerSpec {
         }
     }
 
+    /// The same optimizer with weight decay 0 (the non-decaying group).
+    pub fn without_weight_decay(&self) -> OptimizerSpec {
+        let mut spec = self.clone();
+        match &mut spec {
+            OptimizerSpec::Sgd { weight_decay, .. }
+            | OptimizerSpec::Adam { weight_decay, .. }
+            | OptimizerSpec::Adamw { weight_decay, .. }
+            | OptimizerSpec::Lamb { weight_decay, .. } => *weight_decay = 0.0,
+        }
+        spec
+    }
+
     /// How many parameter-sized state buffers the optimizer keeps:
     /// SGD with momentum one, Adam/AdamW/LAMB two (`exp_avg`, `exp_avg_sq`).
     pub fn state_copies(&self) -> usize {
@@ -250,9 +381,17 @@ impl Experiment {
             && self.data == to.data
     }
 
-    /// Units of the output layer.
+    /// Units of the output layer (the transformer's: its vocabulary).
     pub fn outputs(&self) -> usize {
-        self.model.layers.last().map_or(0, |l| l.units)
+        match &self.model.gpt {
+            Some(gpt) => gpt.vocab_size,
+            None => self.model.layers.last().map_or(0, |l| l.units),
+        }
+    }
+
+    /// The transformer's spec; None for the MLP.
+    pub fn gpt(&self) -> Option<&GptSpec> {
+        self.model.gpt.as_ref()
     }
 
     /// Widths of every layer boundary: inputs, then each layer's units.

@@ -53,9 +53,11 @@ fn with_digest_fixed(input: &[u8]) -> Option<Vec<u8>> {
     let mut meta = header.metadata().clone()?;
     let tensors = file.tensors();
     let covered: Vec<(&str, &str)> = match meta.get("format").map(String::as_str) {
-        Some(crate::checkpoint::FORMAT_TAG) => {
-            crate::checkpoint::DIGESTED_METADATA.iter().filter_map(|k| meta.get(*k).map(|v| (*k, v.as_str()))).collect()
-        }
+        Some(crate::checkpoint::FORMAT_TAG) => crate::checkpoint::DIGESTED_METADATA
+            .iter()
+            .chain(&crate::checkpoint::DIGESTED_IF_PRESENT)
+            .filter_map(|k| meta.get(*k).map(|v| (*k, v.as_str())))
+            .collect(),
         _ => Vec::new(),
     };
     let digest = crate::checkpoint::digest(tensors.iter().map(|(n, v)| (n.as_str(), v.shape(), v.data())), &covered);

@@ -43,6 +43,16 @@ impl Limits {
     /// `rows` is (train rows, test rows) where the data is known; built-in
     /// data is sized from the experiment. Returns the run's bytes.
     pub fn check(&self, e: &Experiment, rows: Option<(usize, usize)>) -> Result<RunBytes> {
+        if e.gpt().is_some() {
+            if *self == Limits::PAGE {
+                return refuse(
+                    "a gpt model trains from the command line for now (stepscope train --config …); \
+                     the page trains the MLP"
+                        .into(),
+                );
+            }
+            return self.check_memory(e, rows);
+        }
         let hidden = &e.model.layers[..e.model.layers.len().saturating_sub(1)];
         if hidden.len() > self.hidden_layers {
             return refuse(format!(
@@ -59,6 +69,11 @@ impl Limits {
                 self.hidden_units
             ));
         }
+        self.check_memory(e, rows)
+    }
+
+    /// The run's peak bytes against the memory budget.
+    fn check_memory(&self, e: &Experiment, rows: Option<(usize, usize)>) -> Result<RunBytes> {
         let bytes = RunBytes::of(e, rows);
         if bytes.total() > self.memory_bytes {
             return refuse(format!(
@@ -93,10 +108,22 @@ pub struct RunBytes {
 impl RunBytes {
     pub fn of(e: &Experiment, rows: Option<(usize, usize)>) -> RunBytes {
         let (train, test) = rows.unwrap_or_else(|| match e.data.source {
-            DataSource::Csv => (0, 0),
+            DataSource::Csv | DataSource::Text => (0, 0),
+            DataSource::Shakespeare => (crate::data::SHAKESPEARE.len() / e.gpt().map_or(1, |g| g.context.max(1)), 0),
             DataSource::Digits => (DIGITS_ROWS, 0),
             _ => (e.data.samples(), 0),
         });
+        if let Some(gpt) = e.gpt() {
+            // Rows are windows: T ids in, T out. Evaluation runs forward
+            // over a batch of windows at a time.
+            let windows = crate::engine::gpt_eval_windows(gpt.context);
+            let (acts, att, _) = crate::model::gpt::memory_floats(&gpt.shape(), windows, false);
+            return RunBytes {
+                training: MemoryBytes::estimate(e, false),
+                data: (train + test) as u64 * 2 * 4 * gpt.context as u64,
+                evaluation: 4 * (acts + att) as u64,
+            };
+        }
         let row_bytes = 4 * (e.model.inputs + e.outputs()) as u64;
         let units: u64 = e.model.layers.iter().map(|l| l.units as u64).sum();
         let chunk = train.max(test).min(EVAL_CHUNK_ROWS) as u64;
@@ -115,11 +142,12 @@ impl RunBytes {
     pub fn describe(&self) -> String {
         let t = &self.training;
         format!(
-            "parameters {}, gradients {}, optimizer state {}, activations {}, backward {}, data {}, evaluation {}",
+            "parameters {}, gradients {}, optimizer state {}, activations {}{}, backward {}, data {}, evaluation {}",
             mib(t.params),
             mib(t.grads),
             mib(t.optimizer),
             mib(t.activations),
+            if t.attention > 0 { format!(", attention probabilities {}", mib(t.attention)) } else { String::new() },
             mib(t.backward_scratch),
             mib(self.data),
             mib(self.evaluation)
@@ -132,6 +160,18 @@ impl MemoryBytes {
     /// experiment alone (what `CpuEngine::memory` reports once built).
     pub fn estimate(e: &Experiment, checkpointing: bool) -> MemoryBytes {
         let p = Layout::new(e).parameter_count as u64;
+        if let Some(gpt) = e.gpt() {
+            let (acts, att, scratch) =
+                crate::model::gpt::memory_floats(&gpt.shape(), e.batch_size.min(MAX_BATCH), checkpointing);
+            return MemoryBytes {
+                params: 4 * p,
+                grads: 4 * p,
+                optimizer: 4 * p * e.optimizer.state_copies() as u64,
+                activations: 4 * acts as u64,
+                attention: 4 * att as u64,
+                backward_scratch: 4 * scratch as u64,
+            };
+        }
         let batch = e.batch_size.min(MAX_BATCH) as u64;
         let units: u64 = e.model.layers.iter().map(|l| l.units as u64).sum();
         let widest = e.model.layers.iter().map(|l| l.units as u64).max().unwrap_or(0);
@@ -144,6 +184,7 @@ impl MemoryBytes {
                 true => 4 * batch * (units + widest),
             },
             backward_scratch: 4 * batch * units,
+            attention: 0,
         }
     }
 }

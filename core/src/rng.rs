@@ -104,6 +104,8 @@ pub mod stream {
     pub const INIT: u64 = 2;
     pub const SHUFFLE: u64 = 3;
     pub const SPLIT: u64 = 4;
+    /// Drawing tokens from a trained transformer (`stepscope sample`).
+    pub const SAMPLE: u64 = 5;
 }
 
 #[cfg(test)]

@@ -68,7 +68,51 @@ pub fn experiment(e: &Experiment) -> Result<()> {
     data(e)
 }
 
+/// The transformer's fields (`"model": {"kind": "gpt", …}`).
+fn gpt(e: &Experiment, g: &GptSpec) -> Result<()> {
+    let range = |name: &str, value: usize, max: usize| -> Result<()> {
+        if value == 0 || value > max {
+            return bad(format!("model.{name} must be in 1..={max}, got {value}"));
+        }
+        Ok(())
+    };
+    range("vocab_size", g.vocab_size, crate::data::MAX_VOCABULARY)?;
+    range("context", g.context, MAX_CONTEXT)?;
+    range("embed", g.embed, MAX_EMBED)?;
+    range("heads", g.heads, g.embed.min(MAX_HEADS))?;
+    range("blocks", g.blocks, MAX_BLOCKS)?;
+    range("mlp_ratio", g.mlp_ratio, MAX_MLP_RATIO)?;
+    if !g.embed.is_multiple_of(g.heads) {
+        return bad(format!("model.embed ({}) must be a multiple of model.heads ({})", g.embed, g.heads));
+    }
+    if e.loss != Loss::CrossEntropy {
+        return bad(format!("a gpt model's loss must be \"cross_entropy\", not {:?}", e.loss.name()));
+    }
+    if !e.data.source.is_text() {
+        return bad(format!(
+            "a gpt model reads text: data.source must be \"text\" or \"shakespeare\", not {:?}",
+            e.data.source.name()
+        ));
+    }
+    Ok(())
+}
+
 fn model(e: &Experiment) -> Result<()> {
+    if !e.z_loss.is_finite() || e.z_loss < 0.0 {
+        return bad(format!("z_loss must be a finite number >= 0, got {}", e.z_loss));
+    }
+    if let Some(g) = e.gpt() {
+        return gpt(e, g);
+    }
+    if e.z_loss != 0.0 {
+        return bad("z_loss applies to a gpt model only".into());
+    }
+    if e.data.source.is_text() {
+        return bad(format!(
+            "data.source {:?} is text: it needs \"model\": {{\"kind\": \"gpt\", …}}",
+            e.data.source.name()
+        ));
+    }
     let m = &e.model;
     if m.inputs == 0 || m.inputs > MAX_UNITS {
         return bad(format!("model.inputs must be in 1..={MAX_UNITS}, got {}", m.inputs));
@@ -146,6 +190,7 @@ fn data(e: &Experiment) -> Result<()> {
     if !generated {
         let why = match d.source {
             DataSource::Csv => "the CSV's columns are the data",
+            DataSource::Text | DataSource::Shakespeare => "the text's windows are the data",
             _ => "its 1,797 images are the data",
         };
         for (given, name) in
@@ -188,7 +233,7 @@ fn data(e: &Experiment) -> Result<()> {
             e.model.inputs
         ));
     }
-    if d.source == DataSource::Csv {
+    if d.source == DataSource::Csv || d.source.is_text() {
         // The file decides (`parse_csv` checks its columns and targets).
         return Ok(());
     }
@@ -238,6 +283,18 @@ pub fn state(s: &TrainState, train_rows: Option<usize>) -> Result<()> {
     let count = Layout::new(e).parameter_count;
     if s.params.len() != count {
         return bad(format!("the state holds {} parameters but the model needs {count}", s.params.len()));
+    }
+    if let (Some(vocabulary), Some(g)) = (&s.vocabulary, e.gpt()) {
+        if vocabulary.len() != g.vocab_size {
+            return bad(format!(
+                "the vocabulary holds {} characters but model.vocab_size is {}",
+                vocabulary.len(),
+                g.vocab_size
+            ));
+        }
+    }
+    if s.vocabulary.is_some() && e.gpt().is_none() {
+        return bad("a vocabulary belongs to a gpt model's run only".into());
     }
     let o = &s.optimizer;
     if o.step > MAX_STEP {

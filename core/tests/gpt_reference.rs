@@ -11,7 +11,7 @@
 //! operations of values O(1)).
 
 use safetensors::SafeTensors;
-use stepscope_core::model::gpt::{Gpt, GptActivations, GptShape};
+use stepscope_core::model::gpt::{Gpt, GptActivations, GptScratch, GptShape};
 
 fn read(st: &SafeTensors, name: &str) -> Vec<f64> {
     let t = st.tensor(name).unwrap_or_else(|_| panic!("{name} in the fixture"));
@@ -41,7 +41,7 @@ fn check(prefix: &str, shape: GptShape, batch: usize) {
     assert!((ce as f64 - want_ce).abs() <= 2e-5 + 1e-4 * want_ce.abs(), "{prefix}loss {ce} vs {want_ce}");
     assert!((z as f64 - want_z).abs() <= 2e-5 + 1e-4 * want_z.abs(), "{prefix}z_loss {z} vs {want_z}");
     let mut g = vec![0.0f32; p.len()];
-    gpt.backward(&mut g, &acts, &p, &idx, &targets, z_coef, 1.0);
+    gpt.backward(&mut g, &mut acts, &mut GptScratch::default(), &p, &idx, &targets, z_coef, 1.0);
     for t in &gpt.tensors {
         let want = read(&st, &format!("{prefix}grad.{}", t.name));
         for (k, (&got, &want)) in g[t.offset..t.offset + t.len].iter().zip(&want).enumerate() {

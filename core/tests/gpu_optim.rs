@@ -37,10 +37,10 @@ async fn regularization_backward_matches_cpu() {
             let grads = random(n, case as u64 + 50, 1.0);
             let reg = Regularization { kind, rate: 0.03 };
             let (name, shape) = ("w".to_string(), vec![len]);
-            let t = TensorInfo { name, shape, offset, len, is_weight: true };
+            let t = TensorInfo { name, shape, offset, len, is_weight: true, decays: true };
             let mut cpu = grads.clone();
             regularization_backward(&mut cpu, &params, &[t], &reg);
-            let t = TensorInfo { name: "w".into(), shape: vec![len], offset, len, is_weight: true };
+            let t = TensorInfo { name: "w".into(), shape: vec![len], offset, len, is_weight: true, decays: true };
             let (grads_bytes, params_bytes) = (f32_bytes(&grads), f32_bytes(&params));
             let l = launch::regularization_backward(&t, &reg);
             let out = run_launch(&l, [Arg::Out(&grads_bytes), Arg::In(&params_bytes)]).await;
@@ -60,7 +60,7 @@ async fn grad_norm_and_clip_match_cpu() {
     let p_len = total_len(&tensors);
     for (name, offset, len) in [("big", p_len, 1000), ("zero", p_len + 1000, 5)] {
         let (name, shape) = (name.to_string(), vec![len]);
-        tensors.push(TensorInfo { name, shape, offset, len, is_weight: true });
+        tensors.push(TensorInfo { name, shape, offset, len, is_weight: true, decays: true });
     }
     let (count, n_tensors) = (total_len(&tensors), tensors.len());
     let mut grads = random(count, 7, 1.0);

@@ -50,7 +50,14 @@ fn optimizers_match_reference() {
             .iter()
             .enumerate()
             .map(|(i, &len)| {
-                let t = TensorInfo { name: format!("t{i}"), shape: vec![len], offset, len, is_weight: i == 0 };
+                let t = TensorInfo {
+                    name: format!("t{i}"),
+                    shape: vec![len],
+                    offset,
+                    len,
+                    is_weight: i == 0,
+                    decays: true,
+                };
                 offset += len;
                 t
             })

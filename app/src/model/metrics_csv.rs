@@ -291,6 +291,7 @@ mod tests {
             step: i,
             loss: 0.1 + i as f32 / 3.0,
             grad_norm: 1.0 / 3.0,
+            z_loss: None,
             lr: 0.02 * (1.0 + 1e-12),
             clipped: i == 1,
             phases: PhaseTimes {

@@ -27,6 +27,8 @@ fn source_label(s: DataSource) -> &'static str {
         DataSource::RegGauss => "Gaussians (regression)",
         DataSource::Digits => "Digits (8×8 images, 10 classes)",
         DataSource::Csv => "CSV",
+        DataSource::Text => "Text",
+        DataSource::Shakespeare => "Tiny Shakespeare",
     }
 }
 

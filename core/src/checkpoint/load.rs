@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use safetensors::{Dtype, SafeTensors};
 
-use super::{digest, DIGESTED_METADATA, FORMAT_TAG, FORMAT_TAG_V1, MAX_HEADER_BYTES};
+use super::{covered_metadata, digest, FORMAT_TAG, FORMAT_TAG_V1, MAX_HEADER_BYTES};
 use crate::data::DataPosition;
 use crate::engine::TrainState;
 use crate::error::{Error, Result};
@@ -142,7 +142,8 @@ pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
     }
     // Format 2 covers the metadata too; format 1 only the tensors.
     let covered = match format.as_str() {
-        FORMAT_TAG => DIGESTED_METADATA.iter().map(|k| get(k).map(|v| (*k, v.as_str()))).collect::<Result<Vec<_>>>()?,
+        FORMAT_TAG => covered_metadata(|k| meta.get(k))
+            .map_err(|key| Error::Checkpoint(format!("metadata has no `{key}`: not a Stepscope checkpoint")))?,
         _ => Vec::new(),
     };
     let actual = digest(digest_parts.iter().map(|(n, s, d)| (*n, s.as_slice(), *d)), &covered);
@@ -157,6 +158,11 @@ pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
         params,
         optimizer,
         data_position: DataPosition { rows_consumed: position.rows_consumed, epoch: position.epoch, epoch_rng },
+        vocabulary: meta
+            .get("vocabulary")
+            .map(|v| crate::data::Vocabulary::from_string(v))
+            .transpose()
+            .map_err(|e| Error::Checkpoint(format!("metadata `vocabulary`: {e}")))?,
     };
     // Metadata is input too: ranges and consistency, before anything runs.
     crate::validate::state(&state, None).map_err(|e| match e {

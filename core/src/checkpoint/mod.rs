@@ -5,8 +5,13 @@
 //! - `optimizer.layers.{i}.{weight,bias}.{exp_avg,exp_avg_sq,momentum_buffer}`
 //!   for the buffers the optimizer keeps;
 //! - `__metadata__`: `format` (tag and version), `experiment` (JSON),
-//!   `step`, `data_position` (JSON), `rng_state` (hex), and `digest`
-//!   (SHA-256 of the tensors and of that metadata, see `digest`).
+//!   `step`, `data_position` (JSON), `rng_state` (hex), for a text run
+//!   `vocabulary` (its characters in token order), and `digest` (SHA-256 of
+//!   the tensors and of that metadata, see `digest`).
+//!
+//! The transformer's tensors are nanoGPT's `state_dict` names
+//! (`transformer.h.{i}.attn.c_attn.weight`, …), its optimizer buffers
+//! `optimizer.{name}.{suffix}` as the MLP's.
 //!
 //! Loading (`load.rs`) checks all of it before returning anything.
 
@@ -31,6 +36,27 @@ pub const FORMAT_TAG: &str = "stepscope-checkpoint/2";
 pub const FORMAT_TAG_V1: &str = "stepscope-checkpoint/1";
 /// The metadata a format-2 digest covers, in this order.
 pub(crate) const DIGESTED_METADATA: [&str; 5] = ["format", "experiment", "step", "data_position", "rng_state"];
+/// Covered after `DIGESTED_METADATA` where present (a text run's), so a
+/// file without it has the digest it always had.
+pub(crate) const DIGESTED_IF_PRESENT: [&str; 1] = ["vocabulary"];
+
+/// The metadata a format-2 digest covers, from `get`: every
+/// `DIGESTED_METADATA` key (an error where one is missing), then those of
+/// `DIGESTED_IF_PRESENT` that are there.
+pub(crate) fn covered_metadata<'a>(
+    get: impl Fn(&str) -> Option<&'a String>,
+) -> std::result::Result<Vec<(&'static str, &'a str)>, &'static str> {
+    let mut covered = Vec::new();
+    for key in DIGESTED_METADATA {
+        covered.push((key, get(key).ok_or(key)?.as_str()));
+    }
+    for key in DIGESTED_IF_PRESENT {
+        if let Some(v) = get(key) {
+            covered.push((key, v.as_str()));
+        }
+    }
+    Ok(covered)
+}
 /// Largest header accepted: far above any real model's (a 16-layer model's
 /// header is a few KiB), far below what would exhaust memory.
 pub const MAX_HEADER_BYTES: u64 = 16 << 20;
@@ -117,7 +143,10 @@ pub fn serialize_unchecked(state: &TrainState) -> Result<Vec<u8>> {
         ),
         ("rng_state".to_string(), rng_hex(position.epoch_rng)),
     ]);
-    let covered: Vec<(&str, &str)> = DIGESTED_METADATA.iter().map(|k| (*k, metadata[*k].as_str())).collect();
+    if let Some(vocabulary) = &state.vocabulary {
+        metadata.insert("vocabulary".to_string(), vocabulary.as_string());
+    }
+    let covered = covered_metadata(|k| metadata.get(k)).expect("every key was inserted above");
     let digest = digest(bytes.iter().map(|(n, s, d)| (n.as_str(), s.as_slice(), d.as_slice())), &covered);
     metadata.insert("digest".to_string(), digest);
     let views = bytes

@@ -18,7 +18,7 @@ pub use csv::{
     MAX_CSV_CLASSES, MAX_CSV_ROWS,
 };
 pub use digits::{digits_table, DIGITS_CLASSES, DIGITS_MAX_PIXEL, DIGITS_PIXELS, DIGITS_ROWS, DIGITS_SIDE};
-pub use text::{TokenText, Vocabulary};
+pub use text::{TokenText, Vocabulary, MAX_TEXT_BYTES, MAX_VOCABULARY, SHAKESPEARE};
 
 use crate::error::Result;
 use crate::experiment::{DataSource, Experiment, Loss};
@@ -86,6 +86,8 @@ pub struct Dataset {
     /// for plotting.
     pub train_points: Vec<Point>,
     pub test_points: Vec<Point>,
+    /// A text's characters (the transformer's data): token i is the i-th.
+    pub vocabulary: Option<Vocabulary>,
 }
 
 impl Dataset {
@@ -102,6 +104,13 @@ impl Dataset {
     pub fn load(experiment: &Experiment, csv: Option<&CsvTable>) -> Result<Dataset> {
         let spec = &experiment.data;
         match spec.source {
+            DataSource::Shakespeare => {
+                let context = experiment.gpt().map_or(0, |g| g.context);
+                Dataset::load_text(experiment, &TokenText::read(SHAKESPEARE, context, MAX_VOCABULARY)?)
+            }
+            DataSource::Text => {
+                Err(crate::Error::Experiment("data.source is \"text\" but no text file was given (--data FILE)".into()))
+            }
             DataSource::Csv => {
                 let csv = csv.ok_or_else(|| {
                     crate::Error::Experiment("data.source is \"csv\" but no CSV file was given".into())
@@ -132,9 +141,42 @@ impl Dataset {
                     test: points_table(&test_points, experiment),
                     train_points,
                     test_points,
+                    vocabulary: None,
                 })
             }
         }
+    }
+}
+
+impl Dataset {
+    /// The windows of `text` as rows for the transformer of `experiment`
+    /// (`"source": "text"` or `"shakespeare"`): its `vocab_size` must be
+    /// the text's vocabulary. Without `train_fraction` every window trains
+    /// in file order; with it, the split is a CSV's (a permutation from
+    /// the seed, each part kept in file order).
+    pub fn load_text(experiment: &Experiment, text: &TokenText) -> Result<Dataset> {
+        let Some(gpt) = experiment.gpt() else {
+            return Err(crate::Error::Experiment(format!(
+                "data.source {:?} is text: it needs \"model\": {{\"kind\": \"gpt\", …}}",
+                experiment.data.source.name()
+            )));
+        };
+        if gpt.vocab_size != text.vocabulary.len() {
+            return Err(crate::Error::Experiment(format!(
+                "model.vocab_size is {} but the text has {} distinct characters",
+                gpt.vocab_size,
+                text.vocabulary.len()
+            )));
+        }
+        let table = text.table(gpt.context);
+        let vocabulary = Some(text.vocabulary.clone());
+        if experiment.data.train_fraction.is_none() {
+            return Ok(Dataset { test: table.select(&[]), train: table, vocabulary, ..Dataset::default() });
+        }
+        let (mut train, mut test) = split_rows(experiment, table.rows());
+        train.sort_unstable();
+        test.sort_unstable();
+        Ok(Dataset { train: table.select(&train), test: table.select(&test), vocabulary, ..Dataset::default() })
     }
 }
 

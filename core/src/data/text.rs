@@ -9,7 +9,19 @@
 //! Everything from outside is hostile: a bad text gets one line that names
 //! what is wrong, and reading it is linear in its size.
 
+use super::Table;
 use crate::error::{Error, Result};
+
+/// Most distinct characters a text may have (the transformer's vocabulary
+/// and its embedding rows).
+pub const MAX_VOCABULARY: usize = 4096;
+/// Largest text read, in bytes: its windows take about 8 bytes a
+/// character as rows, its ids 4 more; the run's memory budget
+/// (`Limits`) then checks the whole run.
+pub const MAX_TEXT_BYTES: usize = 256 << 20;
+
+/// Tiny Shakespeare (core/data/README.md): built in, as the digits are.
+pub static SHAKESPEARE: &[u8] = include_bytes!("../../data/tinyshakespeare.txt");
 
 /// The characters of a text, sorted by code point: token i is `chars[i]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +40,30 @@ impl Vocabulary {
 
     pub fn chars(&self) -> &[char] {
         &self.chars
+    }
+
+    /// The vocabulary as one string (what a checkpoint stores).
+    pub fn as_string(&self) -> String {
+        self.chars.iter().collect()
+    }
+
+    /// A vocabulary from a checkpoint's string: distinct characters in
+    /// code-point order, at most `MAX_VOCABULARY`, else an error naming why.
+    pub fn from_string(text: &str) -> Result<Vocabulary> {
+        let chars: Vec<char> = text.chars().collect();
+        if chars.is_empty() || chars.len() > MAX_VOCABULARY {
+            return Err(Error::Text(format!(
+                "a vocabulary holds 1..={MAX_VOCABULARY} characters, this one {}",
+                chars.len()
+            )));
+        }
+        if let Some(pair) = chars.windows(2).find(|p| p[0] >= p[1]) {
+            return Err(Error::Text(format!(
+                "a vocabulary lists distinct characters in code-point order; {:?} comes before {:?}",
+                pair[0], pair[1]
+            )));
+        }
+        Ok(Vocabulary { chars })
     }
 
     /// The token of `ch`, if the vocabulary has it.
@@ -70,6 +106,9 @@ impl TokenText {
     /// Reads `bytes` as UTF-8 text for windows of `context` tokens, with at
     /// most `max_vocabulary` distinct characters.
     pub fn read(bytes: &[u8], context: usize, max_vocabulary: usize) -> Result<TokenText> {
+        if bytes.len() > MAX_TEXT_BYTES {
+            return Err(Error::Text(format!("the text is {} bytes; at most {MAX_TEXT_BYTES} are read", bytes.len())));
+        }
         let text = std::str::from_utf8(bytes).map_err(|e| {
             Error::Text(format!("the text is not UTF-8: the bytes from offset {} are not a character", e.valid_up_to()))
         })?;
@@ -108,6 +147,23 @@ impl TokenText {
     pub fn window(&self, w: usize, context: usize) -> (&[u32], &[u32]) {
         let start = w * context;
         (&self.ids[start..start + context], &self.ids[start + 1..start + 1 + context])
+    }
+}
+
+impl TokenText {
+    /// The windows as rows: inputs (W, T) and targets (W, T), token ids
+    /// as f32 (exact: a vocabulary is far below 2²⁴).
+    pub fn table(&self, context: usize) -> Table {
+        let w = self.windows(context);
+        let mut table = Table { input_width: context, target_width: context, ..Table::default() };
+        table.inputs.reserve(w * context);
+        table.targets.reserve(w * context);
+        for i in 0..w {
+            let (inputs, targets) = self.window(i, context);
+            table.inputs.extend(inputs.iter().map(|&t| t as f32));
+            table.targets.extend(targets.iter().map(|&t| t as f32));
+        }
+        table
     }
 }
 
@@ -150,6 +206,9 @@ mod tests {
         assert!(message(b"abc", 3, 64).contains("has 3 characters; a context of 3 needs at least 4"));
         assert!(message(b"abcdef", 2, 4).contains("6 distinct characters; at most 4"));
         assert!(message(b"abc", 0, 4).contains("a context of 0"));
+        assert!(Vocabulary::from_string("ba").unwrap_err().to_string().contains("'b' comes before 'a'"));
+        assert!(Vocabulary::from_string("").is_err());
+        assert_eq!(Vocabulary::from_string("\n ab").unwrap().len(), 4);
     }
 
     #[test]
@@ -162,6 +221,10 @@ mod tests {
         assert_eq!((t.ids.len(), t.vocabulary.len(), t.windows(64)), (1_115_394, 65, 17_428));
         let chars: String = t.vocabulary.chars().iter().collect();
         assert_eq!(chars, "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+        assert_eq!(bytes, SHAKESPEARE, "the built-in text is the file");
+        let table = t.table(64);
+        assert_eq!((table.rows(), table.input_width, table.target_width), (17_428, 64, 64));
+        assert_eq!(table.targets[..63], table.inputs[1..64]);
         let (inputs, targets) = t.window(0, 64);
         assert!(t.vocabulary.decode(inputs).unwrap().starts_with("First Citizen:\nBefore we proceed"));
         assert_eq!(inputs[1..], targets[..63]);

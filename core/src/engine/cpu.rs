@@ -3,7 +3,11 @@
 
 use web_time::Instant;
 
+mod gpt;
 mod profile;
+
+use gpt::GptNet;
+pub use gpt::{sample, Sampling};
 
 use super::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use super::{
@@ -42,6 +46,9 @@ pub struct CpuEngine {
     pub zero_grad: bool,
     /// A step begun phase by phase and not yet finished.
     partial: Option<Partial>,
+    /// The transformer's part of a step (`model.kind` "gpt"); the MLP's
+    /// layers are then empty.
+    gpt: Option<Box<GptNet>>,
 }
 
 /// Where a step taken phase by phase stands.
@@ -83,6 +90,7 @@ impl CpuEngine {
         state.check(&data)?;
         let experiment = state.experiment;
         let layout = Layout::new(&experiment);
+        let gpt = layout.gpt;
         let batch = experiment.batch_size;
         let batcher = Batcher::new(data.train.rows(), experiment.data.shuffle, state.data_position);
         Ok(CpuEngine {
@@ -101,6 +109,7 @@ impl CpuEngine {
             experiment,
             zero_grad: true,
             partial: None,
+            gpt: gpt.map(|shape| Box::new(GptNet::new(shape))),
         })
     }
 
@@ -148,6 +157,13 @@ impl CpuEngine {
                 "finish the step begun phase by phase before switching activation checkpointing".into(),
             ));
         }
+        if let Some(gpt) = &mut self.gpt {
+            // Per block: keep each block's input, recompute its forward in
+            // backward. The buffers are sized by the next step.
+            gpt.acts = crate::model::gpt::GptActivations::new(on);
+            self.acts.checkpointing = on;
+            return Ok(());
+        }
         let batch = self.experiment.batch_size;
         self.acts =
             if on { Activations::checkpointed(&self.layout, batch) } else { Activations::new(&self.layout, batch) };
@@ -175,6 +191,17 @@ impl CpuEngine {
 
     /// Bytes of the engine's training buffers.
     pub fn memory(&self) -> MemoryBytes {
+        if let Some(gpt) = &self.gpt {
+            let (activations, attention, backward_scratch) = gpt.memory();
+            return MemoryBytes {
+                params: 4 * self.params.len() as u64,
+                grads: 4 * self.grads.len() as u64,
+                optimizer: self.optimizer.bytes() as u64,
+                activations,
+                attention,
+                backward_scratch,
+            };
+        }
         let scratch: usize = self.grad.iter().map(Vec::len).sum::<usize>();
         MemoryBytes {
             params: 4 * self.params.len() as u64,
@@ -182,6 +209,7 @@ impl CpuEngine {
             optimizer: self.optimizer.bytes() as u64,
             activations: self.acts.bytes() as u64,
             backward_scratch: 4 * scratch as u64,
+            attention: 0,
         }
     }
 
@@ -192,6 +220,7 @@ impl CpuEngine {
             params: self.params.clone(),
             optimizer: self.optimizer.clone(),
             data_position: self.batcher.position().clone(),
+            vocabulary: self.data.vocabulary.clone(),
         }
     }
 
@@ -220,7 +249,8 @@ impl CpuEngine {
     /// is abandoned, as `step` would.
     pub fn step_part(&mut self) -> Result<Option<StepMetrics>> {
         let mut partial = self.partial.take().unwrap_or_default();
-        let by_layer = (self.experiment.batch_size * self.layout.parameter_count) as u64 >= LAYER_PART_MACS;
+        let by_layer =
+            self.gpt.is_none() && (self.experiment.batch_size * self.layout.parameter_count) as u64 >= LAYER_PART_MACS;
         let done = self.advance(&mut partial, by_layer)?;
         if done.is_none() {
             self.partial = Some(partial);
@@ -299,6 +329,21 @@ impl CpuEngine {
                     self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
                 }
                 let t1 = Instant::now();
+                if let Some(gpt) = &mut self.gpt {
+                    if micro == 0 {
+                        gpt.z_sum = 0.0;
+                    }
+                    let loss = gpt.forward(&self.params, &self.inputs, &self.targets);
+                    phases.data_ms += ms(t0, t1);
+                    phases.forward_ms += ms(t1, Instant::now());
+                    if !loss.is_finite() {
+                        return Err(non_finite_tensor(Phase::Loss, "the logits", self.optimizer.step + 1));
+                    }
+                    partial.loss_sum += loss;
+                    partial.last_loss = loss;
+                    partial.next = partial.next.next(k);
+                    return Ok(None);
+                }
                 loop {
                     let l = partial.layers_done;
                     if !forward_layer(&mut self.acts, &self.params, &self.inputs, &self.layout, e, l) {
@@ -325,6 +370,20 @@ impl CpuEngine {
             }
             StepPhase::Backward { micro } => {
                 let t0 = Instant::now();
+                if let Some(gpt) = &mut self.gpt {
+                    gpt.backward(&mut self.grads, &self.params, e.z_loss as f32, 1.0 / k as f32);
+                    if micro + 1 == k {
+                        if let Some(reg) = &e.regularization {
+                            regularization_backward(&mut self.grads, &self.params, &self.tensors, reg);
+                        }
+                    }
+                    phases.backward_ms += ms(t0, Instant::now());
+                    if let Some(t) = first_non_finite_tensor(&self.grads, &self.tensors) {
+                        return Err(non_finite_tensor(Phase::Backward, t, self.optimizer.step + 1));
+                    }
+                    partial.next = partial.next.next(k);
+                    return Ok(None);
+                }
                 if partial.layers_done == 0 {
                     let (out, targets) = (self.acts.output(), &self.targets);
                     let scale = 1.0 / k as f32;
@@ -355,10 +414,16 @@ impl CpuEngine {
                 if let Some(layer) = self.first_non_finite_layer(&self.params) {
                     return Err(non_finite(Phase::Optimizer, layer, step + 1));
                 }
+                if self.gpt.is_some() {
+                    if let Some(t) = first_non_finite_tensor(&self.params, &self.tensors) {
+                        return Err(non_finite_tensor(Phase::Optimizer, t, step + 1));
+                    }
+                }
                 return Ok(Some(StepMetrics {
                     step,
                     loss: partial.loss_sum / k as f32,
                     grad_norm,
+                    z_loss: self.gpt.as_ref().map(|g| g.z_sum / k as f32),
                     lr,
                     clipped,
                     phases: partial.phases,
@@ -460,6 +525,22 @@ impl CpuEngine {
 
 fn ms(a: Instant, b: Instant) -> f64 {
     (b - a).as_secs_f64() * 1e3
+}
+
+/// The first tensor of `values` (parameters or gradients) holding a NaN
+/// or Inf, by name.
+fn first_non_finite_tensor<'a>(values: &[f32], tensors: &'a [TensorInfo]) -> Option<&'a str> {
+    tensors.iter().find(|t| values[t.offset..t.offset + t.len].iter().any(|v| !v.is_finite())).map(|t| t.name.as_str())
+}
+
+/// `non_finite` for the transformer, whose places are tensors.
+fn non_finite_tensor(phase: Phase, place: &str, step: u64) -> Error {
+    let kept = if phase == Phase::Optimizer {
+        "the update already applied: restore the last good checkpoint"
+    } else {
+        "parameters and optimizer state kept from before this step"
+    };
+    Error::NonFinite(format!("first NaN/Inf at step {step}, in {place} during {phase}; {kept}"))
 }
 
 /// `step`: the step's number as the page counts it (the first is 1).

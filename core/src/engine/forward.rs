@@ -5,6 +5,7 @@ use super::Evaluation;
 use crate::data::Table;
 use crate::experiment::{DataSource, Experiment, Loss};
 use crate::limits::EVAL_CHUNK_ROWS;
+use crate::model::gpt::{Gpt, GptActivations};
 use crate::model::{activation_forward, dense_forward, loss_forward, Layout};
 
 /// What the forward pass stores for backward, per layer l: `a[l]` outputs,
@@ -143,14 +144,28 @@ pub struct Evaluator {
     correct: f64,
     classified: bool,
     whole: Option<Evaluation>,
+    /// The transformer's forward and its activations (`model.kind` "gpt"):
+    /// rows are windows, `chunk` windows at a time.
+    gpt: Option<Box<(Gpt, GptActivations)>>,
+}
+
+/// Windows of a transformer evaluated at once: about `EVAL_CHUNK_ROWS`
+/// positions (at least one window).
+pub fn gpt_eval_windows(context: usize) -> usize {
+    (EVAL_CHUNK_ROWS / context.max(1)).max(1)
 }
 
 impl Evaluator {
     /// For a table of `rows` rows, at most `chunk` rows at once.
     pub fn new(layout: &Layout, rows: usize, chunk: usize) -> Evaluator {
+        let chunk = match &layout.gpt {
+            Some(shape) => gpt_eval_windows(shape.context),
+            None => chunk,
+        };
         let chunk = chunk.clamp(1, EVAL_CHUNK_ROWS).min(rows.max(1));
         let acts = Activations::new(layout, chunk);
-        Evaluator { rows, done: 0, chunk, acts, loss_sum: 0.0, correct: 0.0, classified: false, whole: None }
+        let gpt = layout.gpt.map(|shape| Box::new((Gpt::new(shape), GptActivations::new(false))));
+        Evaluator { rows, done: 0, chunk, acts, loss_sum: 0.0, correct: 0.0, classified: false, whole: None, gpt }
     }
 
     /// Evaluates up to `max_rows` more rows (at least one chunk's worth
@@ -167,6 +182,18 @@ impl Evaluator {
         let end = self.done.saturating_add(max_rows.max(1)).min(self.rows);
         while self.done < end {
             let (start, n) = (self.done, self.chunk.min(end - self.done));
+            if let Some(gpt) = &mut self.gpt {
+                let (model, acts) = &mut **gpt;
+                let (loss, accuracy) = gpt_chunk(model, acts, params, table, start, n);
+                if n == self.rows {
+                    self.whole = Some(Evaluation { loss, accuracy: Some(accuracy) });
+                }
+                self.loss_sum += f64::from(loss) * n as f64;
+                self.correct += f64::from(accuracy) * n as f64;
+                self.classified = true;
+                self.done += n;
+                continue;
+            }
             self.acts.resize(layout, n);
             forward_pass(&mut self.acts, params, &table.inputs[start * i..(start + n) * i], layout, experiment);
             let (y, targets) = (self.acts.output(), &table.targets[start * t..(start + n) * t]);
@@ -198,6 +225,34 @@ impl Evaluator {
         let accuracy = self.classified.then(|| (self.correct / rows) as f32);
         Some(Evaluation { loss: (self.loss_sum / rows) as f32, accuracy })
     }
+}
+
+/// The transformer over windows `start..start + n` of `table`: the mean
+/// cross-entropy over their positions and the share of next tokens whose
+/// logit is the largest. Every window has T positions, so means over
+/// chunks combine by windows.
+fn gpt_chunk(
+    model: &Gpt,
+    acts: &mut GptActivations,
+    params: &[f32],
+    table: &Table,
+    start: usize,
+    n: usize,
+) -> (f32, f32) {
+    let (t, v) = (model.shape.context, model.shape.vocab_size);
+    let ids = |cells: &[f32]| cells.iter().map(|&x| x as u32).collect::<Vec<u32>>();
+    let (inp, next) = (ids(&table.inputs[start * t..(start + n) * t]), ids(&table.targets[start * t..(start + n) * t]));
+    let (loss, _) = model.forward(acts, params, &inp, &next);
+    let correct = acts
+        .logits
+        .chunks_exact(v)
+        .zip(&next)
+        .filter(|(row, &target)| {
+            let best = row.iter().enumerate().fold(0, |b, (i, &x)| if x > row[b] { i } else { b });
+            best == target as usize
+        })
+        .count();
+    (loss, correct as f32 / (n * t) as f32)
 }
 
 /// The network's outputs for `inputs` (rows, I): (rows, O), computed in

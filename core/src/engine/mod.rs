@@ -7,8 +7,8 @@ mod forward;
 pub mod phases;
 pub mod profile;
 
-pub use cpu::{CpuEngine, LAYER_PART_MACS};
-pub use forward::{evaluate, forward_layer, forward_pass, predict, Activations, Evaluator};
+pub use cpu::{sample, CpuEngine, Sampling, LAYER_PART_MACS};
+pub use forward::{evaluate, forward_layer, forward_pass, gpt_eval_windows, predict, Activations, Evaluator};
 pub use phases::{PhaseReport, StepPhase};
 
 use serde::{Deserialize, Serialize};
@@ -35,12 +35,18 @@ pub struct MemoryBytes {
     pub activations: u64,
     /// Backward's working buffers: ∂L/∂a of every layer and ∂L/∂z of one.
     pub backward_scratch: u64,
+    /// The transformer's attention probabilities, B·H·T² per block kept
+    /// (one block's with activation checkpointing), apart from
+    /// `activations`: the part that grows with the square of the context.
+    /// 0 for the MLP.
+    #[serde(default)]
+    pub attention: u64,
 }
 
 impl MemoryBytes {
     /// Everything alive at once during backward: the peak of a step.
     pub fn peak_backward(&self) -> u64 {
-        self.params + self.grads + self.optimizer + self.activations + self.backward_scratch
+        self.params + self.grads + self.optimizer + self.activations + self.attention + self.backward_scratch
     }
 }
 
@@ -89,6 +95,9 @@ pub struct TrainState {
     pub params: Vec<f32>, // (P)
     pub optimizer: OptimizerState,
     pub data_position: DataPosition,
+    /// A text run's characters (token i is the i-th), so that a checkpoint
+    /// samples and resumes without guessing the mapping; None for the MLP.
+    pub vocabulary: Option<crate::data::Vocabulary>,
 }
 
 impl TrainState {
@@ -101,6 +110,7 @@ impl TrainState {
             params: crate::model::init_parameters(&layout, e.seed),
             optimizer: OptimizerState::new(&e.optimizer, layout.parameter_count),
             data_position: DataPosition::start(e.seed),
+            vocabulary: None,
         }
     }
 
@@ -112,7 +122,17 @@ impl TrainState {
     /// Whether this state can be trained on `data`: every range and
     /// consistency check of `validate::state`, with the data at hand.
     pub fn check(&self, data: &crate::data::Dataset) -> crate::Result<()> {
-        crate::validate::state(self, Some(data.train.rows()))
+        crate::validate::state(self, Some(data.train.rows()))?;
+        if let (Some(ours), Some(theirs)) = (&self.vocabulary, &data.vocabulary) {
+            if ours != theirs {
+                return Err(crate::Error::Experiment(format!(
+                    "the run's vocabulary {:?} is not the text's {:?}: the same ids would mean other characters",
+                    ours.as_string(),
+                    theirs.as_string()
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -136,6 +156,10 @@ pub struct StepMetrics {
     pub loss: f32,
     /// Global gradient L2 norm before clipping.
     pub grad_norm: f32,
+    /// The transformer's z-loss, mean(logsumexp(logits)²) over this step's
+    /// micro-batches, whether or not its coefficient is 0; None for the MLP.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub z_loss: Option<f32>,
     /// Learning rate this step used.
     pub lr: f64,
     /// Whether clipping scaled the gradients down.

@@ -179,6 +179,7 @@ mod tests {
         let layout = Layout {
             layers: vec![crate::model::LayerShape { inputs: 1, units: 1, weight_offset: 0, bias_offset: 1 }],
             parameter_count: 2,
+            gpt: None,
         };
         // weight 3, bias 4: ‖θ‖ = 5; update (0.03, 0.04): ‖Δθ‖ = 0.05.
         let params = [3.0, 4.0];

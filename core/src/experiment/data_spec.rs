@@ -43,7 +43,7 @@ impl DataSpec {
     pub fn train_fraction(&self) -> f64 {
         match (self.train_fraction, self.source) {
             (Some(fraction), _) => fraction,
-            (None, DataSource::Csv) => 1.0,
+            (None, DataSource::Csv | DataSource::Text | DataSource::Shakespeare) => 1.0,
             (None, _) => DEFAULT_TRAIN_FRACTION,
         }
     }
@@ -54,7 +54,7 @@ impl DataSpec {
     /// datasets, one per pixel for digits; None for a CSV (its `x…` columns).
     pub fn input_width(&self) -> Option<usize> {
         match self.source {
-            DataSource::Csv => None,
+            DataSource::Csv | DataSource::Text | DataSource::Shakespeare => None,
             DataSource::Digits => Some(crate::data::DIGITS_PIXELS),
             _ => Some(self.features().len()),
         }
@@ -75,6 +75,11 @@ pub enum DataSource {
     /// The 8×8 handwritten digits (core/data/README.md), classes 0..9.
     Digits,
     Csv,
+    /// A UTF-8 text file (`--data`), read as characters: the transformer's
+    /// rows are windows of its tokens.
+    Text,
+    /// Tiny Shakespeare, built in (core/data/README.md).
+    Shakespeare,
 }
 
 impl DataSource {
@@ -102,6 +107,8 @@ impl DataSource {
             DataSource::Spiral3 => "spiral3",
             DataSource::Digits => "digits",
             DataSource::Csv => "csv",
+            DataSource::Text => "text",
+            DataSource::Shakespeare => "shakespeare",
         }
     }
 
@@ -116,7 +123,11 @@ impl DataSource {
             DataSource::Circle | DataSource::Xor | DataSource::Gauss | DataSource::Spiral => Some(2),
             DataSource::Spiral3 => Some(3),
             DataSource::Digits => Some(crate::data::DIGITS_CLASSES),
-            DataSource::RegPlane | DataSource::RegGauss | DataSource::Csv => None,
+            DataSource::RegPlane
+            | DataSource::RegGauss
+            | DataSource::Csv
+            | DataSource::Text
+            | DataSource::Shakespeare => None,
         }
     }
 
@@ -124,7 +135,12 @@ impl DataSource {
     /// boundary can be drawn over: every built-in but digits. A CSV's rows
     /// are whatever its columns hold.
     pub fn is_plane(self) -> bool {
-        !matches!(self, DataSource::Digits | DataSource::Csv)
+        !matches!(self, DataSource::Digits | DataSource::Csv | DataSource::Text | DataSource::Shakespeare)
+    }
+
+    /// Whether the rows are windows of a text's tokens (the transformer's).
+    pub fn is_text(self) -> bool {
+        matches!(self, DataSource::Text | DataSource::Shakespeare)
     }
 
     /// Pixels a side when each row is a square image (digits: 8), else None.

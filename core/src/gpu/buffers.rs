@@ -123,6 +123,7 @@ impl Buffers {
                         + state.optimizer.momentum_buffer.len()) as u64,
                 activations: activation_bytes(layout, batch, false),
                 backward_scratch: scratch_bytes,
+                attention: 0,
             },
         }
     }

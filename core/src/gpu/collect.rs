@@ -125,6 +125,7 @@ impl GpuEngine {
                 step: done.first_step + s as u64,
                 loss: floats[4 * s] / k,
                 grad_norm: floats[4 * s + 1],
+                z_loss: None,
                 lr: done.lrs[s],
                 clipped: floats[4 * s + 2] > 0.5,
                 phases: per_step[s],

@@ -105,6 +105,11 @@ impl GpuEngine {
     /// bind groups are made here, once.
     pub fn from_state(ctx: Arc<GpuContext>, state: TrainState, data: Dataset) -> Result<GpuEngine> {
         state.check(&data)?;
+        if state.experiment.gpt().is_some() {
+            return Err(crate::Error::Experiment(
+                "the GPU engine trains the MLP; a gpt model trains on the CPU engine (--engine cpu)".into(),
+            ));
+        }
         let experiment = state.experiment.clone();
         let layout = Layout::new(&experiment);
         ctx.check()?;

@@ -137,6 +137,7 @@ impl GpuEngine {
                     step,
                     loss: stats[0] / k as f32,
                     grad_norm: stats[1],
+                    z_loss: None,
                     lr: partial.lr,
                     clipped: stats[2] > 0.5,
                     phases: PhaseTimes::default(),

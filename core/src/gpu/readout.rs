@@ -69,6 +69,7 @@ impl GpuEngine {
             params,
             optimizer,
             data_position: self.batcher.position().clone(),
+            vocabulary: None,
         })
     }
 
@@ -192,7 +193,7 @@ impl PendingState {
             }
         }
         ctx.check()?;
-        Ok(TrainState { experiment, params, optimizer, data_position })
+        Ok(TrainState { experiment, params, optimizer, data_position, vocabulary: None })
     }
 }
 

@@ -1,8 +1,7 @@
 //! Dense layer: z = x·Wᵀ + b.
 //! Shapes: x (B, I), weight (O, I) row-major, bias (O), z (B, O).
 
-/// Rows of the batch that share one pass over Wᵀ in `dense_forward`.
-const ROW_BLOCK: usize = 4;
+use super::gemm::{gemm, Lhs};
 
 std::thread_local! {
     /// Wᵀ for `dense_forward`, reused between calls.
@@ -15,10 +14,9 @@ std::thread_local! {
 /// Each z[b, o] is summed as bias[o] + x[b,0]·W[o,0] + x[b,1]·W[o,1] + …,
 /// in that order, exactly as a dot product per output would sum it (see
 /// `dense_forward_reference`, which the tests hold it equal to bit for bit).
-/// The loops run over Wᵀ with the outputs innermost, so that the inner
-/// loop is elementwise: the compiler turns it into SIMD (`simd128` in the
-/// browser, SSE/AVX natively) without changing any sum's order. Rows go in
-/// blocks of four, so that one pass over Wᵀ serves four rows.
+/// It is `gemm` over x and Wᵀ from z = bias: register-blocked and as wide
+/// as the CPU allows (`simd128` in the browser, AVX2 or AVX-512 natively),
+/// without changing any sum's order.
 pub fn dense_forward(
     z: &mut [f32],
     x: &[f32],
@@ -37,23 +35,11 @@ pub fn dense_forward(
                 wt[i * units + o] = w;
             }
         }
-        let bias = &bias[..units];
-        for b0 in (0..batch).step_by(ROW_BLOCK) {
-            let rows = ROW_BLOCK.min(batch - b0);
-            let z_block = &mut z[b0 * units..(b0 + rows) * units];
-            for z_row in z_block.chunks_exact_mut(units.max(1)) {
-                z_row.copy_from_slice(bias);
-            }
-            for i in 0..inputs {
-                let w = &wt[i * units..(i + 1) * units];
-                for (r, z_row) in z_block.chunks_exact_mut(units.max(1)).enumerate() {
-                    let xi = x[(b0 + r) * inputs + i];
-                    for (zo, &wo) in z_row.iter_mut().zip(w) {
-                        *zo += xi * wo;
-                    }
-                }
-            }
+        for z_row in z[..batch * units].chunks_exact_mut(units.max(1)) {
+            z_row.copy_from_slice(&bias[..units]);
         }
+        let x = Lhs { data: x, row_stride: inputs, k_stride: 1 };
+        gemm(z, units, x, &wt, units, batch, units, inputs);
     });
 }
 
@@ -98,32 +84,21 @@ pub fn dense_backward(
     inputs: usize,
     units: usize,
 ) {
-    for o in 0..units {
-        let dw_row = &mut dweight[o * inputs..(o + 1) * inputs];
-        let mut db = 0.0f32;
+    // dW (O, I) += dzᵀ·x: each dW[o, i] sums over b in order.
+    let dz_t = Lhs { data: dz, row_stride: 1, k_stride: units };
+    gemm(dweight, inputs, dz_t, x, inputs, units, inputs, batch);
+    for (o, db) in dbias[..units].iter_mut().enumerate() {
+        let mut sum = 0.0f32;
         for b in 0..batch {
-            let d = dz[b * units + o];
-            db += d;
-            let x_row = &x[b * inputs..(b + 1) * inputs];
-            // Elementwise over i (each dW[o, i] sums over b in order): SIMD.
-            for (dw, &xv) in dw_row.iter_mut().zip(x_row) {
-                *dw += d * xv;
-            }
+            sum += dz[b * units + o];
         }
-        dbias[o] += db;
+        *db += sum;
     }
+    // dx (B, I) = dz·W, each dx[b, i] summed over o in order from 0.
     if let Some(dx) = dx {
-        for b in 0..batch {
-            let dx_row = &mut dx[b * inputs..(b + 1) * inputs];
-            dx_row.fill(0.0);
-            for o in 0..units {
-                let d = dz[b * units + o];
-                let w_row = &weight[o * inputs..(o + 1) * inputs];
-                for (dxv, &wv) in dx_row.iter_mut().zip(w_row) {
-                    *dxv += d * wv;
-                }
-            }
-        }
+        dx[..batch * inputs].fill(0.0);
+        let dz = Lhs { data: dz, row_stride: units, k_stride: 1 };
+        gemm(dx, inputs, dz, weight, inputs, batch, inputs, units);
     }
 }
 

@@ -6,6 +6,7 @@
 //! `weight_offset` followed directly by `bias` (O).
 
 use crate::experiment::Experiment;
+use crate::model::gpt::GptShape;
 use crate::rng::{stream, Rng};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,16 +27,27 @@ pub struct TensorInfo {
     pub len: usize,
     /// Weights get L1/L2 regularization; biases do not.
     pub is_weight: bool,
+    /// Weight decay applies (`optimizer_step`): every MLP tensor; the
+    /// transformer's tensors of two or more dimensions.
+    pub decays: bool,
 }
 
+/// The flat layout of a model's parameters. For the MLP, its dense
+/// layers; for the transformer (`gpt`), no `layers` and the tensors of
+/// `GptShape::tensors`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub layers: Vec<LayerShape>,
     pub parameter_count: usize, // P
+    pub gpt: Option<GptShape>,
 }
 
 impl Layout {
     pub fn new(experiment: &Experiment) -> Layout {
+        if let Some(gpt) = experiment.gpt() {
+            let shape = gpt.shape();
+            return Layout { layers: Vec::new(), parameter_count: shape.parameter_count(), gpt: Some(shape) };
+        }
         let widths = experiment.widths();
         let mut offset = 0;
         let layers = widths
@@ -47,11 +59,26 @@ impl Layout {
                 shape
             })
             .collect();
-        Layout { layers, parameter_count: offset }
+        Layout { layers, parameter_count: offset, gpt: None }
     }
 
-    /// Every tensor in buffer order: `layers.{i}.weight`, `layers.{i}.bias`.
+    /// Every tensor in buffer order: `layers.{i}.weight`, `layers.{i}.bias`
+    /// for the MLP, nanoGPT's `state_dict` names for the transformer.
     pub fn tensors(&self) -> Vec<TensorInfo> {
+        if let Some(gpt) = &self.gpt {
+            return gpt
+                .tensors()
+                .into_iter()
+                .map(|t| TensorInfo {
+                    name: t.name,
+                    shape: t.shape,
+                    offset: t.offset,
+                    len: t.len,
+                    is_weight: t.decays,
+                    decays: t.decays,
+                })
+                .collect();
+        }
         self.layers
             .iter()
             .enumerate()
@@ -63,6 +90,7 @@ impl Layout {
                         offset: l.weight_offset,
                         len: l.units * l.inputs,
                         is_weight: true,
+                        decays: true,
                     },
                     TensorInfo {
                         name: format!("layers.{i}.bias"),
@@ -70,6 +98,7 @@ impl Layout {
                         offset: l.bias_offset,
                         len: l.units,
                         is_weight: false,
+                        decays: true,
                     },
                 ]
             })
@@ -82,8 +111,14 @@ impl Layout {
 /// i.e. 1/√I; the bias is uniform in ±1/√I too
 /// (<https://pytorch.org/docs/stable/generated/torch.nn.Linear.html>).
 /// Drawn layer by layer, weight then bias, from the seed's init stream.
+///
+/// The transformer is initialised as nanoGPT's `_init_weights`
+/// (`gpt::init_parameters`), from the same stream.
 pub fn init_parameters(layout: &Layout, seed: u64) -> Vec<f32> {
     let mut rng = Rng::new(seed, stream::INIT);
+    if let Some(gpt) = &layout.gpt {
+        return crate::model::gpt::init_parameters(gpt, &mut rng);
+    }
     let mut params = vec![0.0f32; layout.parameter_count];
     for layer in &layout.layers {
         let bound = 1.0 / (layer.inputs as f64).sqrt();

@@ -5,6 +5,7 @@
 
 mod activation;
 mod dense;
+mod gemm;
 pub mod gpt;
 mod layout;
 mod loss;
@@ -12,6 +13,7 @@ mod regularization;
 
 pub use activation::{activation_backward, activation_forward};
 pub use dense::{dense_backward, dense_forward, dense_forward_reference};
+pub use gemm::{gemm, gemm_reference, Lhs};
 pub use layout::{init_parameters, LayerShape, Layout, TensorInfo};
 pub use loss::{loss_backward, loss_forward};
 pub use regularization::{regularization_backward, regularization_forward};

@@ -51,8 +51,8 @@ mod tests {
 
     fn tensors() -> Vec<TensorInfo> {
         vec![
-            TensorInfo { name: "w".into(), shape: vec![3], offset: 0, len: 3, is_weight: true },
-            TensorInfo { name: "b".into(), shape: vec![1], offset: 3, len: 1, is_weight: false },
+            TensorInfo { name: "w".into(), shape: vec![3], offset: 0, len: 3, is_weight: true, decays: true },
+            TensorInfo { name: "b".into(), shape: vec![1], offset: 3, len: 1, is_weight: false, decays: true },
         ]
     }
 

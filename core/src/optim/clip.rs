@@ -36,8 +36,8 @@ mod tests {
 
     fn tensors() -> Vec<TensorInfo> {
         vec![
-            TensorInfo { name: "a".into(), shape: vec![2], offset: 0, len: 2, is_weight: true },
-            TensorInfo { name: "b".into(), shape: vec![1], offset: 2, len: 1, is_weight: false },
+            TensorInfo { name: "a".into(), shape: vec![2], offset: 0, len: 2, is_weight: true, decays: true },
+            TensorInfo { name: "b".into(), shape: vec![1], offset: 2, len: 1, is_weight: false, decays: true },
         ]
     }
 

@@ -147,6 +147,15 @@ impl StepScalars {
 
 /// One optimizer step at learning rate `lr`: updates `params` and `state`
 /// from `grads` (already accumulated, regularized and clipped).
+///
+/// Weight decay applies to the tensors whose `decays` is set: every
+/// tensor of the MLP (one torch parameter group), the transformer's
+/// tensors of two or more dimensions (nanoGPT's two groups, the other
+/// with `weight_decay` 0). Where every tensor decays the update is one
+/// pass over the flat buffer; otherwise one pass per tensor, the
+/// non-decaying ones with weight decay 0, which is what torch computes
+/// for a group with `weight_decay=0` (AdamW multiplies by 1 − lr·0 = 1,
+/// Adam and SGD skip the term).
 pub fn optimizer_step(
     params: &mut [f32],
     state: &mut OptimizerState,
@@ -156,32 +165,45 @@ pub fn optimizer_step(
     tensors: &[TensorInfo],
 ) {
     state.step += 1;
-    let scalars = StepScalars::new(spec, lr, state.step);
-    let s = &scalars;
+    let decaying = StepScalars::new(spec, lr, state.step);
+    let plain_spec = spec.without_weight_decay();
+    let plain = StepScalars::new(&plain_spec, lr, state.step);
+    let per_tensor = matches!(spec, OptimizerSpec::Lamb { .. }) || tensors.iter().any(|t| !t.decays);
+    if !per_tensor {
+        update_range(params, state, grads, spec, &decaying, 0..params.len());
+        return;
+    }
+    for t in tensors {
+        let (spec, scalars) = if t.decays { (spec, &decaying) } else { (&plain_spec, &plain) };
+        update_range(params, state, grads, spec, scalars, t.offset..t.offset + t.len);
+    }
+}
+
+/// The update of `spec` over `range` of the flat buffers.
+fn update_range(
+    params: &mut [f32],
+    state: &mut OptimizerState,
+    grads: &[f32],
+    spec: &OptimizerSpec,
+    s: &StepScalars,
+    range: std::ops::Range<usize>,
+) {
+    let r = range;
     match *spec {
         OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } => {
-            sgd_step(params, &mut state.momentum_buffer, grads, s, momentum, dampening, nesterov, weight_decay)
+            let buffer = state.momentum_buffer.get_mut(r.clone()).unwrap_or_default();
+            let p = &mut params[r.clone()];
+            sgd_step(p, buffer, &grads[r], s, momentum, dampening, nesterov, weight_decay)
         }
-        OptimizerSpec::Adam { betas, eps, weight_decay, .. } => {
-            adam_step(params, &mut state.exp_avg, &mut state.exp_avg_sq, grads, s, betas, eps, weight_decay, false)
-        }
-        OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => {
-            adam_step(params, &mut state.exp_avg, &mut state.exp_avg_sq, grads, s, betas, eps, weight_decay, true)
+        OptimizerSpec::Adam { betas, eps, weight_decay, .. }
+        | OptimizerSpec::Adamw { betas, eps, weight_decay, .. } => {
+            let decoupled = matches!(spec, OptimizerSpec::Adamw { .. });
+            let (m, v) = (&mut state.exp_avg[r.clone()], &mut state.exp_avg_sq[r.clone()]);
+            adam_step(&mut params[r.clone()], m, v, &grads[r], s, betas, eps, weight_decay, decoupled)
         }
         OptimizerSpec::Lamb { betas, eps, weight_decay, .. } => {
-            for t in tensors {
-                let range = t.offset..t.offset + t.len;
-                lamb_step(
-                    &mut params[range.clone()],
-                    &mut state.exp_avg[range.clone()],
-                    &mut state.exp_avg_sq[range.clone()],
-                    &grads[range],
-                    s,
-                    betas,
-                    eps,
-                    weight_decay,
-                );
-            }
+            let (m, v) = (&mut state.exp_avg[r.clone()], &mut state.exp_avg_sq[r.clone()]);
+            lamb_step(&mut params[r.clone()], m, v, &grads[r], s, betas, eps, weight_decay)
         }
     }
 }

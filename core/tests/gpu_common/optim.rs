@@ -21,7 +21,7 @@ pub fn tensors() -> Vec<TensorInfo> {
     for (i, &len) in SIZES.iter().enumerate() {
         let offset = tensors.last().map_or(0, |t| t.offset + t.len);
         let (name, shape, is_weight) = (format!("t{i}"), vec![len], i % 2 == 0);
-        tensors.push(TensorInfo { name, shape, offset, len, is_weight });
+        tensors.push(TensorInfo { name, shape, offset, len, is_weight, decays: true });
     }
     tensors
 }

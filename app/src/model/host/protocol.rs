@@ -175,6 +175,7 @@ mod tests {
             step: 3,
             loss: 0.25,
             grad_norm: 1.5,
+            z_loss: None,
             lr: 0.01,
             clipped: true,
             phases: Default::default(),

@@ -98,6 +98,25 @@ impl GptShape {
     }
 }
 
+/// nanoGPT's `_init_weights`, tensor by tensor in layout order from
+/// `rng` (the seed's init stream): N(0, 0.02) for linear weights and
+/// embeddings, N(0, 0.02/√(2L)) for the residual projections, zero
+/// biases, LayerNorm weight 1 and bias 0. Normals come from `Rng::normal`
+/// (f64, rounded to f32 once).
+pub fn init_parameters(shape: &GptShape, rng: &mut crate::rng::Rng) -> Vec<f32> {
+    let tensors = shape.tensors();
+    let mut params = vec![0.0f32; shape.parameter_count()];
+    for t in &tensors {
+        let values = &mut params[t.offset..t.offset + t.len];
+        match t.init {
+            Init::Normal(std) => values.iter_mut().for_each(|p| *p = rng.normal(0.0, (std as f64).powi(2)) as f32),
+            Init::Zeros => values.fill(0.0),
+            Init::Ones => values.fill(1.0),
+        }
+    }
+    params
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +180,20 @@ mod tests {
         }
         let q_ln = tensors.iter().find(|t| t.name == "transformer.h.0.attn.q_ln.weight").unwrap();
         assert_eq!((q_ln.shape.clone(), q_ln.init), (vec![32], Init::Ones));
+        // The initial values follow the same rules.
+        let s = shape(false, true);
+        let p = init_parameters(&s, &mut crate::rng::Rng::new(3, crate::rng::stream::INIT));
+        for t in &tensors {
+            let v = &p[t.offset..t.offset + t.len];
+            match t.init {
+                Init::Ones => assert!(v.iter().all(|&x| x == 1.0), "{}", t.name),
+                Init::Zeros => assert!(v.iter().all(|&x| x == 0.0), "{}", t.name),
+                Init::Normal(std) => {
+                    let sd = (v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+                    assert!((sd / std as f64 - 1.0).abs() < 0.1, "{}: sd {sd} against {std}", t.name);
+                }
+            }
+        }
         // Tied: no lm_head; untied adds V·C.
         assert_eq!(shape(false, false).parameter_count() - shape(true, false).parameter_count(), 65 * 128);
     }

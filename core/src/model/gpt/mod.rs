@@ -6,8 +6,8 @@ pub mod layout;
 pub mod model;
 pub mod ops;
 
-pub use layout::{GptShape, GptTensor, Init};
-pub use model::{Gpt, GptActivations};
+pub use layout::{init_parameters, GptShape, GptTensor, Init};
+pub use model::{memory_floats, Gpt, GptActivations, GptScratch};
 
 #[cfg(test)]
 pub(crate) mod testing {

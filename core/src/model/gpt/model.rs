@@ -28,11 +28,17 @@ fn at(tensors: &[GptTensor], name: &str) -> (usize, usize) {
 }
 
 /// What forward keeps for backward, for a batch of B windows of T tokens.
+/// With activation checkpointing (`checkpointing`) only each block's
+/// output is kept (`outs`), and `blocks` holds one block's activations,
+/// reused: backward recomputes each block's forward from its input.
 #[derive(Default)]
 pub struct GptActivations {
     pub batch: usize,
+    pub checkpointing: bool,
     encoded: Vec<f32>,
     blocks: Vec<BlockActs>,
+    /// Block outputs (checkpointing only), (B·T, C) each.
+    outs: Vec<Vec<f32>>,
     lnf: Normed,
     pub logits: Vec<f32>,
     lse: Vec<f32>,
@@ -53,6 +59,115 @@ struct BlockActs {
     fch: Vec<f32>,
     fch_gelu: Vec<f32>,
     res3: Vec<f32>,
+}
+
+impl BlockActs {
+    /// (activations, attention probabilities) in f32s.
+    fn floats(&self) -> (usize, usize) {
+        let n = self.ln1.floats()
+            + self.qkv_raw.len()
+            + self.qk_stats.0.len()
+            + self.qk_stats.1.len()
+            + self.qkv.len()
+            + self.atty.len()
+            + self.res2.len()
+            + self.ln2.floats()
+            + self.fch.len()
+            + self.fch_gelu.len()
+            + self.res3.len();
+        (n, self.att.len())
+    }
+}
+
+impl GptActivations {
+    /// Empty buffers, sized by the first forward; `checkpointing` keeps
+    /// only each block's input.
+    pub fn new(checkpointing: bool) -> GptActivations {
+        GptActivations { checkpointing, ..GptActivations::default() }
+    }
+
+    /// Bytes held: (activations, attention probabilities).
+    pub fn bytes(&self) -> (u64, u64) {
+        let (mut acts, mut att) = (0, 0);
+        for b in &self.blocks {
+            let (n, a) = b.floats();
+            acts += n;
+            att += a;
+        }
+        acts += self.encoded.len()
+            + self.outs.iter().map(Vec::len).sum::<usize>()
+            + self.lnf.floats()
+            + self.logits.len()
+            + self.lse.len();
+        (4 * acts as u64, 4 * att as u64)
+    }
+
+    /// The attention probabilities of block `l` (B, H, T, T) as the last
+    /// forward left them; None with checkpointing (only the last block's
+    /// are then kept).
+    pub fn attention(&self, l: usize) -> Option<&[f32]> {
+        if self.checkpointing {
+            return None;
+        }
+        self.blocks.get(l).map(|b| b.att.as_slice())
+    }
+}
+
+/// Backward's working buffers, kept between steps.
+#[derive(Default)]
+pub struct GptScratch {
+    dlogits: Vec<f32>,
+    dlnf: Vec<f32>,
+    dx: Vec<f32>,
+    dres2: Vec<f32>,
+    dhidden: Vec<f32>,
+    dhidden_gelu: Vec<f32>,
+    dln: Vec<f32>,
+    datty: Vec<f32>,
+    dqkv: Vec<f32>,
+    dqkv_raw: Vec<f32>,
+    att_row: Vec<f32>,
+}
+
+impl GptScratch {
+    pub fn bytes(&self) -> u64 {
+        let n = [
+            &self.dlogits,
+            &self.dlnf,
+            &self.dx,
+            &self.dres2,
+            &self.dhidden,
+            &self.dhidden_gelu,
+            &self.dln,
+            &self.datty,
+            &self.dqkv,
+            &self.dqkv_raw,
+            &self.att_row,
+        ]
+        .iter()
+        .map(|v| v.len())
+        .sum::<usize>();
+        4 * n as u64
+    }
+}
+
+/// What a batch of B windows holds, in f32s, from the shape alone:
+/// (activations, attention probabilities, backward scratch). The same
+/// sizes the buffers above take once a step has run (tested), so memory
+/// limits are checked before anything is allocated.
+pub fn memory_floats(s: &GptShape, batch: usize, checkpointing: bool) -> (usize, usize, usize) {
+    let (t, c, v, h) = (s.context, s.embed, s.vocab_size, s.heads);
+    let (rows, hidden) = (batch * t, s.mlp_ratio * c);
+    let qk = if s.qk_layernorm { rows * 3 * c + 4 * rows * h } else { 0 };
+    let normed = rows * c + 2 * rows;
+    // ln1, qkv (+ raw and stats), atty, res2, ln2, fch, fch_gelu, res3.
+    let block = normed + rows * 3 * c + qk + 3 * rows * c + normed + 2 * rows * hidden;
+    let att = batch * h * t * t;
+    let kept = if checkpointing { 1 } else { s.blocks };
+    let outs = if checkpointing { s.blocks * rows * c } else { 0 };
+    let acts = rows * c + kept * block + outs + normed + rows * v + rows;
+    let scratch = rows * v + 5 * rows * c + 2 * rows * hidden + rows * 3 * c + qk.min(rows * 3 * c) + t;
+    (acts, kept * att, scratch)
 }
 
 /// The sizes of a batch of `rows` = B·T positions.
@@ -82,6 +197,10 @@ impl Normed {
         sized(&mut self.mean, rows);
         sized(&mut self.rstd, rows);
         layernorm_forward(&mut self.out, &mut self.mean, &mut self.rstd, x, weight, bias, rows, c);
+    }
+
+    fn floats(&self) -> usize {
+        self.out.len() + self.mean.len() + self.rstd.len()
     }
 }
 
@@ -126,180 +245,237 @@ impl Gpt {
         }
     }
 
-    fn dims(&self, rows: usize) -> Dims {
+    /// The sizes of `rows` positions in windows of `t` tokens.
+    fn dims(&self, rows: usize, t: usize) -> Dims {
         let s = &self.shape;
-        let (t, c, h) = (s.context, s.embed, s.heads);
+        let (c, h) = (s.embed, s.heads);
         Dims { rows, b: rows / t, t, c, h, v: s.vocab_size, hidden: s.mlp_ratio * c, hs: c / h }
     }
 
     /// Forward over `inp` (B·T token ids): the cross-entropy and the z-loss
     /// (`ops::cross_entropy_forward`); `targets` the next tokens.
     pub fn forward(&self, acts: &mut GptActivations, p: &[f32], inp: &[u32], targets: &[u32]) -> (f32, f32) {
-        let Dims { rows, b, t, c, h, v, hidden, hs } = self.dims(inp.len());
+        self.forward_windows(acts, p, inp, targets, self.shape.context)
+    }
+
+    /// `forward` over windows of `t` ≤ T tokens (sampling from a short
+    /// prompt): position embeddings wpe[0..t), the causal mask over t.
+    pub fn forward_windows(
+        &self,
+        acts: &mut GptActivations,
+        p: &[f32],
+        inp: &[u32],
+        targets: &[u32],
+        t: usize,
+    ) -> (f32, f32) {
+        let d = self.dims(inp.len(), t);
+        let Dims { rows, b, c, v, .. } = d;
         let w = |off: usize, len: usize| &p[off..off + len];
         acts.batch = b;
-        acts.encoded.resize(rows * c, 0.0);
+        sized(&mut acts.encoded, rows * c);
         encoder_forward(&mut acts.encoded, inp, w(self.wte, v * c), w(self.wpe, t * c), t, c);
-        acts.blocks.resize_with(self.shape.blocks, BlockActs::default);
+        let kept = if acts.checkpointing { 1 } else { self.shape.blocks };
+        acts.blocks.resize_with(kept, BlockActs::default);
+        acts.outs.resize_with(if acts.checkpointing { self.shape.blocks } else { 0 }, Vec::new);
         for (l, at) in self.blocks.iter().enumerate() {
-            let (before, rest) = acts.blocks.split_at_mut(l);
-            let x: &[f32] = if l == 0 { &acts.encoded } else { &before[l - 1].res3 };
-            let a = &mut rest[0];
-            a.ln1.forward(x, w(at.ln1.0, c), w(at.ln1.1, c), rows, c);
-            sized(&mut a.qkv, rows * 3 * c);
-            let (aw, ab) = (w(at.attn.0, 3 * c * c), w(at.attn.1, 3 * c));
-            if let (Some(q_ln), Some(k_ln)) = (at.q_ln, at.k_ln) {
-                sized(&mut a.qkv_raw, rows * 3 * c);
-                matmul_forward(&mut a.qkv_raw, &a.ln1.out, aw, Some(ab), rows, c, 3 * c);
-                a.qkv.copy_from_slice(&a.qkv_raw);
-                sized(&mut a.qk_stats.0, 2 * rows * h);
-                sized(&mut a.qk_stats.1, 2 * rows * h);
-                for (seg, (norm, part)) in qk_segments(rows, c, h, q_ln, k_ln).enumerate() {
-                    let range = part..part + hs;
-                    let (mean, rstd) = (&mut a.qk_stats.0[seg..seg + 1], &mut a.qk_stats.1[seg..seg + 1]);
-                    let (wn, bn) = (w(norm.0, hs), w(norm.1, hs));
-                    layernorm_forward(&mut a.qkv[range.clone()], mean, rstd, &a.qkv_raw[range], wn, bn, 1, hs);
-                }
+            if acts.checkpointing {
+                let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.outs[l - 1] };
+                self.block_forward(&mut acts.blocks[0], x, p, &d, at);
+                let out = &mut acts.outs[l];
+                sized(out, rows * c);
+                out.copy_from_slice(&acts.blocks[0].res3);
             } else {
-                matmul_forward(&mut a.qkv, &a.ln1.out, aw, Some(ab), rows, c, 3 * c);
-            }
-            sized(&mut a.att, b * h * t * t);
-            sized(&mut a.atty, rows * c);
-            attention_forward(&mut a.atty, &mut a.att, &a.qkv, b, t, c, h);
-            sized(&mut a.res2, rows * c);
-            matmul_forward(&mut a.res2, &a.atty, w(at.attn_proj.0, c * c), Some(w(at.attn_proj.1, c)), rows, c, c);
-            for (r, &xi) in a.res2.iter_mut().zip(x) {
-                *r += xi; // the residual: x + attn(ln_1(x))
-            }
-            a.ln2.forward(&a.res2, w(at.ln2.0, c), w(at.ln2.1, c), rows, c);
-            sized(&mut a.fch, rows * hidden);
-            sized(&mut a.fch_gelu, rows * hidden);
-            matmul_forward(&mut a.fch, &a.ln2.out, w(at.fc.0, hidden * c), Some(w(at.fc.1, hidden)), rows, c, hidden);
-            gelu_forward(&mut a.fch_gelu, &a.fch);
-            sized(&mut a.res3, rows * c);
-            let (pw, pb) = (w(at.fc_proj.0, c * hidden), w(at.fc_proj.1, c));
-            matmul_forward(&mut a.res3, &a.fch_gelu, pw, Some(pb), rows, hidden, c);
-            for (r, &xi) in a.res3.iter_mut().zip(&a.res2) {
-                *r += xi;
+                let (before, rest) = acts.blocks.split_at_mut(l);
+                let x: &[f32] = if l == 0 { &acts.encoded } else { &before[l - 1].res3 };
+                self.block_forward(&mut rest[0], x, p, &d, at);
             }
         }
-        let x: &[f32] = acts.blocks.last().map_or(&acts.encoded, |a| &a.res3);
-        acts.lnf.forward(x, w(self.ln_f.0, c), w(self.ln_f.1, c), rows, c);
+        let mut lnf = std::mem::take(&mut acts.lnf);
+        let x = self.block_output(acts, self.shape.blocks);
+        lnf.forward(x, w(self.ln_f.0, c), w(self.ln_f.1, c), rows, c);
+        acts.lnf = lnf;
         sized(&mut acts.logits, rows * v);
         matmul_forward(&mut acts.logits, &acts.lnf.out, w(self.head, v * c), None, rows, c, v);
         sized(&mut acts.lse, rows);
         cross_entropy_forward(&mut acts.lse, &acts.logits, targets, rows, v)
     }
 
+    /// The input of block `l` (the output of block l − 1, or the
+    /// embedding for block 0); `l` = L gives the last block's output.
+    fn block_output<'a>(&self, acts: &'a GptActivations, l: usize) -> &'a [f32] {
+        match l {
+            0 => &acts.encoded,
+            _ if acts.checkpointing => &acts.outs[l - 1],
+            _ => &acts.blocks[l - 1].res3,
+        }
+    }
+
+    /// One block: res2 = x + attn(ln_1(x)); res3 = res2 + mlp(ln_2(res2)).
+    fn block_forward(&self, a: &mut BlockActs, x: &[f32], p: &[f32], d: &Dims, at: &BlockAt) {
+        let &Dims { rows, b, t, c, h, hidden, hs, .. } = d;
+        let w = |off: usize, len: usize| &p[off..off + len];
+        a.ln1.forward(x, w(at.ln1.0, c), w(at.ln1.1, c), rows, c);
+        sized(&mut a.qkv, rows * 3 * c);
+        let (aw, ab) = (w(at.attn.0, 3 * c * c), w(at.attn.1, 3 * c));
+        if let (Some(q_ln), Some(k_ln)) = (at.q_ln, at.k_ln) {
+            sized(&mut a.qkv_raw, rows * 3 * c);
+            matmul_forward(&mut a.qkv_raw, &a.ln1.out, aw, Some(ab), rows, c, 3 * c);
+            a.qkv.copy_from_slice(&a.qkv_raw);
+            sized(&mut a.qk_stats.0, 2 * rows * h);
+            sized(&mut a.qk_stats.1, 2 * rows * h);
+            for (seg, (norm, part)) in qk_segments(rows, c, h, q_ln, k_ln).enumerate() {
+                let range = part..part + hs;
+                let (mean, rstd) = (&mut a.qk_stats.0[seg..seg + 1], &mut a.qk_stats.1[seg..seg + 1]);
+                let (wn, bn) = (w(norm.0, hs), w(norm.1, hs));
+                layernorm_forward(&mut a.qkv[range.clone()], mean, rstd, &a.qkv_raw[range], wn, bn, 1, hs);
+            }
+        } else {
+            matmul_forward(&mut a.qkv, &a.ln1.out, aw, Some(ab), rows, c, 3 * c);
+        }
+        sized(&mut a.att, b * h * t * t);
+        sized(&mut a.atty, rows * c);
+        attention_forward(&mut a.atty, &mut a.att, &a.qkv, b, t, c, h);
+        sized(&mut a.res2, rows * c);
+        matmul_forward(&mut a.res2, &a.atty, w(at.attn_proj.0, c * c), Some(w(at.attn_proj.1, c)), rows, c, c);
+        for (r, &xi) in a.res2.iter_mut().zip(x) {
+            *r += xi; // the residual: x + attn(ln_1(x))
+        }
+        a.ln2.forward(&a.res2, w(at.ln2.0, c), w(at.ln2.1, c), rows, c);
+        sized(&mut a.fch, rows * hidden);
+        sized(&mut a.fch_gelu, rows * hidden);
+        matmul_forward(&mut a.fch, &a.ln2.out, w(at.fc.0, hidden * c), Some(w(at.fc.1, hidden)), rows, c, hidden);
+        gelu_forward(&mut a.fch_gelu, &a.fch);
+        sized(&mut a.res3, rows * c);
+        let (pw, pb) = (w(at.fc_proj.0, c * hidden), w(at.fc_proj.1, c));
+        matmul_forward(&mut a.res3, &a.fch_gelu, pw, Some(pb), rows, hidden, c);
+        for (r, &xi) in a.res3.iter_mut().zip(&a.res2) {
+            *r += xi;
+        }
+    }
+
     /// Backward of the last `forward`: adds ∂objective/∂θ, times `scale`
     /// relative to the mean over the batch's positions (1/k for k
-    /// micro-batches), into `g` (the flat layout).
+    /// micro-batches), into `g` (the flat layout). With checkpointing each
+    /// block's forward is run again from its kept input first (the same
+    /// function on the same inputs: the same bits as without).
     #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
         g: &mut [f32],
-        acts: &GptActivations,
+        acts: &mut GptActivations,
+        s: &mut GptScratch,
         p: &[f32],
         inp: &[u32],
         targets: &[u32],
         z_loss: f32,
         scale: f32,
     ) {
-        let Dims { rows, b, t, c, h, v, hidden, hs } = self.dims(inp.len());
+        let d = self.dims(inp.len(), self.shape.context);
+        let Dims { rows, t, c, v, hidden, .. } = d;
         let w = |off: usize, len: usize| &p[off..off + len];
-        let mut dlogits = vec![0.0; rows * v];
-        cross_entropy_backward(&mut dlogits, &acts.logits, &acts.lse, targets, rows, v, z_loss, scale / rows as f32);
-        let mut dlnf = vec![0.0; rows * c];
-        matmul_backward(
-            Some(&mut dlnf),
-            &mut g[self.head..self.head + v * c],
-            None,
-            &dlogits,
-            &acts.lnf.out,
-            w(self.head, v * c),
-            rows,
-            c,
-            v,
-        );
-        let mut dx = vec![0.0; rows * c];
+        zeroed(&mut s.dlogits, rows * v);
+        cross_entropy_backward(&mut s.dlogits, &acts.logits, &acts.lse, targets, rows, v, z_loss, scale / rows as f32);
+        zeroed(&mut s.dlnf, rows * c);
+        let (dlnf, dlogits) = (&mut s.dlnf, &s.dlogits);
+        let dhead = &mut g[self.head..self.head + v * c];
+        matmul_backward(Some(dlnf), dhead, None, dlogits, &acts.lnf.out, w(self.head, v * c), rows, c, v);
+        zeroed(&mut s.dx, rows * c);
         {
-            let x: &[f32] = acts.blocks.last().map_or(&acts.encoded, |a| &a.res3);
+            let x = self.block_output(acts, self.shape.blocks);
             let (dw, db) = pair(g, self.ln_f, c);
             let (mean, rstd) = (&acts.lnf.mean, &acts.lnf.rstd);
-            layernorm_backward(&mut dx, dw, db, &dlnf, x, w(self.ln_f.0, c), mean, rstd, rows, c);
+            layernorm_backward(&mut s.dx, dw, db, &s.dlnf, x, w(self.ln_f.0, c), mean, rstd, rows, c);
         }
-        let (mut dres2, mut dhidden, mut dhidden_gelu) =
-            (vec![0.0; rows * c], vec![0.0; rows * hidden], vec![0.0; rows * hidden]);
-        let (mut dln, mut datty, mut dqkv) = (vec![0.0; rows * c], vec![0.0; rows * c], vec![0.0; rows * 3 * c]);
-        let mut dqkv_raw = vec![0.0; rows * 3 * c];
-        let mut scratch = vec![0.0; t];
+        sized(&mut s.dres2, rows * c);
+        sized(&mut s.dhidden, rows * hidden);
+        sized(&mut s.dhidden_gelu, rows * hidden);
+        sized(&mut s.dln, rows * c);
+        sized(&mut s.datty, rows * c);
+        sized(&mut s.dqkv, rows * 3 * c);
+        if self.shape.qk_layernorm {
+            sized(&mut s.dqkv_raw, rows * 3 * c);
+        }
+        sized(&mut s.att_row, t);
         for (l, at) in self.blocks.iter().enumerate().rev() {
-            let a = &acts.blocks[l];
-            let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.blocks[l - 1].res3 };
-            // res3 = res2 + mlp(ln_2(res2)): dx is ∂/∂res3.
-            dres2.copy_from_slice(&dx);
-            dhidden_gelu.fill(0.0);
-            let (dw, db) = pair(g, at.fc_proj, c * hidden);
-            matmul_backward(
-                Some(&mut dhidden_gelu),
-                dw,
-                Some(db),
-                &dx,
-                &a.fch_gelu,
-                w(at.fc_proj.0, c * hidden),
-                rows,
-                hidden,
-                c,
-            );
-            dhidden.fill(0.0);
-            gelu_backward(&mut dhidden, &a.fch, &dhidden_gelu);
-            dln.fill(0.0);
-            let (dw, db) = pair(g, at.fc, hidden * c);
-            matmul_backward(
-                Some(&mut dln),
-                dw,
-                Some(db),
-                &dhidden,
-                &a.ln2.out,
-                w(at.fc.0, hidden * c),
-                rows,
-                c,
-                hidden,
-            );
-            let (dw, db) = pair(g, at.ln2, c);
-            let (mean, rstd) = (&a.ln2.mean, &a.ln2.rstd);
-            layernorm_backward(&mut dres2, dw, db, &dln, &a.res2, w(at.ln2.0, c), mean, rstd, rows, c);
-            // res2 = x + attn(ln_1(x)): dres2 flows to x and into attn.
-            dx.copy_from_slice(&dres2);
-            datty.fill(0.0);
-            let (dw, db) = pair(g, at.attn_proj, c * c);
-            matmul_backward(Some(&mut datty), dw, Some(db), &dres2, &a.atty, w(at.attn_proj.0, c * c), rows, c, c);
-            dqkv.fill(0.0);
-            attention_backward(&mut dqkv, &mut scratch, &datty, &a.qkv, &a.att, b, t, c, h);
-            let dqkv_in: &[f32] = if let (Some(q_ln), Some(k_ln)) = (at.q_ln, at.k_ln) {
-                // v passes through; q and k through their LayerNorms.
-                dqkv_raw.copy_from_slice(&dqkv);
-                for (seg, (norm, part)) in qk_segments(rows, c, h, q_ln, k_ln).enumerate() {
-                    let range = part..part + hs;
-                    dqkv_raw[range.clone()].fill(0.0);
-                    let (dw, db) = pair(g, norm, hs);
-                    let (mean, rstd) = (&a.qk_stats.0[seg..seg + 1], &a.qk_stats.1[seg..seg + 1]);
-                    let (x_seg, dy) = (&a.qkv_raw[range.clone()], &dqkv[range.clone()]);
-                    layernorm_backward(&mut dqkv_raw[range], dw, db, dy, x_seg, w(norm.0, hs), mean, rstd, 1, hs);
-                }
-                &dqkv_raw
-            } else {
-                &dqkv
-            };
-            dln.fill(0.0);
-            let (dw, db) = pair(g, at.attn, 3 * c * c);
-            matmul_backward(Some(&mut dln), dw, Some(db), dqkv_in, &a.ln1.out, w(at.attn.0, 3 * c * c), rows, c, 3 * c);
-            let (dw, db) = pair(g, at.ln1, c);
-            let (mean, rstd) = (&a.ln1.mean, &a.ln1.rstd);
-            layernorm_backward(&mut dx, dw, db, &dln, x, w(at.ln1.0, c), mean, rstd, rows, c);
+            if acts.checkpointing {
+                let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.outs[l - 1] };
+                self.block_forward(&mut acts.blocks[0], x, p, &d, at);
+            }
+            let a = &acts.blocks[if acts.checkpointing { 0 } else { l }];
+            let x = self.block_output(acts, l);
+            self.block_backward(g, a, x, s, p, &d, at);
         }
         let (dwte, dwpe) = split_two(g, (self.wte, v * c), (self.wpe, t * c));
-        encoder_backward(dwte, dwpe, &dx, inp, t, c);
+        encoder_backward(dwte, dwpe, &s.dx, inp, t, c);
+    }
+
+    /// Backward through one block: `s.dx` holds ∂/∂(its output) on entry
+    /// and ∂/∂x (its input) on return; parameter gradients add into `g`.
+    #[allow(clippy::too_many_arguments)]
+    fn block_backward(
+        &self,
+        g: &mut [f32],
+        a: &BlockActs,
+        x: &[f32],
+        s: &mut GptScratch,
+        p: &[f32],
+        d: &Dims,
+        at: &BlockAt,
+    ) {
+        let &Dims { rows, b, t, c, h, hidden, hs, .. } = d;
+        let w = |off: usize, len: usize| &p[off..off + len];
+        // res3 = res2 + mlp(ln_2(res2)): dx is ∂/∂res3.
+        s.dres2.copy_from_slice(&s.dx);
+        s.dhidden_gelu.fill(0.0);
+        let (dw, db) = pair(g, at.fc_proj, c * hidden);
+        let wp = w(at.fc_proj.0, c * hidden);
+        matmul_backward(Some(&mut s.dhidden_gelu), dw, Some(db), &s.dx, &a.fch_gelu, wp, rows, hidden, c);
+        s.dhidden.fill(0.0);
+        gelu_backward(&mut s.dhidden, &a.fch, &s.dhidden_gelu);
+        s.dln.fill(0.0);
+        let (dw, db) = pair(g, at.fc, hidden * c);
+        matmul_backward(
+            Some(&mut s.dln),
+            dw,
+            Some(db),
+            &s.dhidden,
+            &a.ln2.out,
+            w(at.fc.0, hidden * c),
+            rows,
+            c,
+            hidden,
+        );
+        let (dw, db) = pair(g, at.ln2, c);
+        let (mean, rstd) = (&a.ln2.mean, &a.ln2.rstd);
+        layernorm_backward(&mut s.dres2, dw, db, &s.dln, &a.res2, w(at.ln2.0, c), mean, rstd, rows, c);
+        // res2 = x + attn(ln_1(x)): dres2 flows to x and into attn.
+        s.dx.copy_from_slice(&s.dres2);
+        s.datty.fill(0.0);
+        let (dw, db) = pair(g, at.attn_proj, c * c);
+        matmul_backward(Some(&mut s.datty), dw, Some(db), &s.dres2, &a.atty, w(at.attn_proj.0, c * c), rows, c, c);
+        s.dqkv.fill(0.0);
+        attention_backward(&mut s.dqkv, &mut s.att_row, &s.datty, &a.qkv, &a.att, b, t, c, h);
+        let dqkv_in: &[f32] = if let (Some(q_ln), Some(k_ln)) = (at.q_ln, at.k_ln) {
+            // v passes through; q and k through their LayerNorms.
+            s.dqkv_raw.copy_from_slice(&s.dqkv);
+            for (seg, (norm, part)) in qk_segments(rows, c, h, q_ln, k_ln).enumerate() {
+                let range = part..part + hs;
+                s.dqkv_raw[range.clone()].fill(0.0);
+                let (dw, db) = pair(g, norm, hs);
+                let (mean, rstd) = (&a.qk_stats.0[seg..seg + 1], &a.qk_stats.1[seg..seg + 1]);
+                let (x_seg, dy) = (&a.qkv_raw[range.clone()], &s.dqkv[range.clone()]);
+                layernorm_backward(&mut s.dqkv_raw[range], dw, db, dy, x_seg, w(norm.0, hs), mean, rstd, 1, hs);
+            }
+            &s.dqkv_raw
+        } else {
+            &s.dqkv
+        };
+        s.dln.fill(0.0);
+        let (dw, db) = pair(g, at.attn, 3 * c * c);
+        matmul_backward(Some(&mut s.dln), dw, Some(db), dqkv_in, &a.ln1.out, w(at.attn.0, 3 * c * c), rows, c, 3 * c);
+        let (dw, db) = pair(g, at.ln1, c);
+        let (mean, rstd) = (&a.ln1.mean, &a.ln1.rstd);
+        layernorm_backward(&mut s.dx, dw, db, &s.dln, x, w(at.ln1.0, c), mean, rstd, rows, c);
     }
 }
 
@@ -319,6 +495,11 @@ fn qk_segments(
 }
 
 fn sized(v: &mut Vec<f32>, n: usize) {
+    v.resize(n, 0.0);
+}
+
+fn zeroed(v: &mut Vec<f32>, n: usize) {
+    v.clear();
     v.resize(n, 0.0);
 }
 

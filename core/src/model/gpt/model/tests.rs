@@ -53,7 +53,7 @@ fn the_whole_gpts_gradient_matches_finite_differences() {
         };
         gpt.forward(&mut acts, &p, inp, targets);
         let mut g = vec![0.0; n];
-        gpt.backward(&mut g, &acts, &p, inp, targets, z_loss, 1.0);
+        gpt.backward(&mut g, &mut acts, &mut GptScratch::default(), &p, inp, targets, z_loss, 1.0);
         const H: f32 = 3e-3;
         for tensor in &gpt.tensors {
             for k in tensor.offset..tensor.offset + tensor.len {
@@ -96,12 +96,40 @@ fn a_scaled_backward_adds_into_the_gradients() {
     let mut acts = GptActivations::default();
     gpt.forward(&mut acts, &p, &tokens[..6], &tokens[1..]);
     let mut once = vec![0.0; p.len()];
-    gpt.backward(&mut once, &acts, &p, &tokens[..6], &tokens[1..], 0.0, 1.0);
+    gpt.backward(&mut once, &mut acts, &mut GptScratch::default(), &p, &tokens[..6], &tokens[1..], 0.0, 1.0);
     let mut halves = vec![0.0; p.len()];
     for _ in 0..2 {
-        gpt.backward(&mut halves, &acts, &p, &tokens[..6], &tokens[1..], 0.0, 0.5);
+        gpt.backward(&mut halves, &mut acts, &mut GptScratch::default(), &p, &tokens[..6], &tokens[1..], 0.0, 0.5);
     }
     for (a, b) in once.iter().zip(&halves) {
         assert!((a - b).abs() <= 1e-6 + 1e-5 * a.abs(), "{a} vs {b}");
+    }
+}
+
+/// Activation checkpointing recomputes each block's forward from its kept
+/// input: the same gradients bit for bit, and the buffers the sizes
+/// `memory_floats` predicts, with and without it.
+#[test]
+fn checkpointing_gives_the_same_bits_and_the_predicted_memory() {
+    for (s, batch) in [(shape(3, 6, 2, 2, true, false), 2), (shape(4, 6, 3, 3, false, true), 3)] {
+        let gpt = Gpt::new(s);
+        let p: Vec<f32> = values(s.parameter_count(), 50).iter().map(|v| 0.3 * v).collect();
+        let rows = batch * s.context;
+        let tokens: Vec<u32> = (0..rows + 1).map(|k| ((k * 3) % s.vocab_size) as u32).collect();
+        let (inp, targets) = (&tokens[..rows], &tokens[1..]);
+        let mut results = Vec::new();
+        for checkpointing in [false, true] {
+            let mut acts = GptActivations { checkpointing, ..GptActivations::default() };
+            let mut scratch = GptScratch::default();
+            let loss = gpt.forward(&mut acts, &p, inp, targets);
+            let mut g = vec![0.0; p.len()];
+            gpt.backward(&mut g, &mut acts, &mut scratch, &p, inp, targets, 0.01, 1.0);
+            let (activations, attention) = acts.bytes();
+            let (a, att, sc) = memory_floats(&s, batch, checkpointing);
+            assert_eq!((activations, attention, scratch.bytes()), (4 * a as u64, 4 * att as u64, 4 * sc as u64));
+            results.push((loss, g, activations));
+        }
+        assert_eq!((results[0].0, &results[0].1), (results[1].0, &results[1].1));
+        assert!(results[1].2 < results[0].2, "checkpointing keeps less");
     }
 }
