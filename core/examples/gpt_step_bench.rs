@@ -1,13 +1,14 @@
-//! Times the CPU GPT's forward and backward (`model::gpt`, one thread) on
-//! windows of Tiny Shakespeare, for `scripts/bench_gpt.py`, which runs
-//! PyTorch eager on the same model and batch beside it. Prints one JSON
-//! line: tokens per second and ms per forward+backward.
+//! Times whole training steps of the CPU engine on a transformer (data,
+//! forward, backward, clipping, AdamW: `CpuEngine::step`, one thread) on
+//! Tiny Shakespeare, for `scripts/bench_gpt.py`, which runs the same
+//! training step in PyTorch eager beside it. `examples/shakespeare.json`'s
+//! run, with its sizes replaceable. Prints one JSON line.
 //!
 //!   cargo run --release -p stepscope-core --example gpt_step_bench -- \
-//!       [blocks heads embed context batch seconds]
+//!       [blocks heads embed context batch seconds [checkpointing 0|1]]
 
-use stepscope_core::data::TokenText;
-use stepscope_core::model::gpt::{Gpt, GptActivations, GptScratch, GptShape};
+use stepscope_core::data::Dataset;
+use stepscope_core::{CpuEngine, Experiment};
 use web_time::Instant;
 
 fn main() {
@@ -15,62 +16,48 @@ fn main() {
     let arg = |i: usize, default: usize| args.get(i).copied().unwrap_or(default);
     let (blocks, heads, embed, context, batch, seconds) =
         (arg(0, 4), arg(1, 4), arg(2, 128), arg(3, 64), arg(4, 12), arg(5, 5));
-    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/data/tinyshakespeare.txt")).unwrap();
-    let tokens = TokenText::read(&text, context, 256).unwrap();
-    let shape = GptShape {
-        vocab_size: tokens.vocabulary.len(),
-        context,
-        embed,
-        heads,
-        blocks,
-        mlp_ratio: 4,
-        tie_embeddings: true,
-        qk_layernorm: false,
-    };
-    let gpt = Gpt::new(shape);
-    // nanoGPT's initialisation's scale (N(0, 0.02), LayerNorm 1), from a
-    // small generator: the timing does not depend on the values.
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut p: Vec<f32> = (0..shape.parameter_count())
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.07
-        })
-        .collect();
-    for t in gpt.tensors.iter().filter(|t| t.name.contains("ln") && t.name.ends_with("weight")) {
-        p[t.offset..t.offset + t.len].fill(1.0);
+    let checkpointing = arg(6, 0) == 1;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/shakespeare.json");
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for (key, value) in [("blocks", blocks), ("heads", heads), ("embed", embed), ("context", context)] {
+        config["model"][key] = value.into();
     }
-    let windows = tokens.windows(context);
-    let (mut acts, mut scratch, mut g) = (GptActivations::default(), GptScratch::default(), vec![0.0f32; p.len()]);
-    let (mut inp, mut targets) = (Vec::new(), Vec::new());
-    let mut step = |k: usize| {
-        inp.clear();
-        targets.clear();
-        for b in 0..batch {
-            let (x, y) = tokens.window((k * batch + b) * 7919 % windows, context);
-            inp.extend_from_slice(x);
-            targets.extend_from_slice(y);
-        }
-        g.fill(0.0);
-        let (loss, _) = gpt.forward(&mut acts, &p, &inp, &targets);
-        gpt.backward(&mut g, &mut acts, &mut scratch, &p, &inp, &targets, 0.0, 1.0);
-        loss
-    };
-    step(0); // warm-up
+    config["batch_size"] = batch.into();
+    let e = Experiment::from_json(&config.to_string()).unwrap();
+    let mut engine = CpuEngine::new(&e, Dataset::load(&e, None).unwrap()).unwrap();
+    engine.set_activation_checkpointing(checkpointing).unwrap();
+    engine.step().unwrap(); // warm-up: the buffers are sized by the first step
     let started = Instant::now();
-    let mut steps = 0;
+    let (mut steps, mut phases) = (0, [0.0f64; 4]);
     let mut loss = 0.0;
     while started.elapsed().as_secs_f64() < seconds as f64 {
-        loss = step(steps + 1);
+        let m = engine.step().unwrap();
+        let p = &m.phases;
+        for (sum, ms) in phases.iter_mut().zip([p.data_ms, p.forward_ms, p.backward_ms, p.optimizer_ms]) {
+            *sum += ms;
+        }
+        loss = m.loss;
         steps += 1;
     }
     let secs = started.elapsed().as_secs_f64();
+    let memory = engine.memory();
+    let per_step = |ms: f64| ms / steps as f64;
     println!(
-        "{{\"engine\": \"stepscope-cpu\", \"parameters\": {}, \"steps\": {steps}, \"ms_per_step\": {:.3}, \"tokens_per_second\": {:.1}, \"loss\": {loss}}}",
-        shape.parameter_count(),
-        1e3 * secs / steps as f64,
-        (steps * batch * context) as f64 / secs
+        "{}",
+        serde_json::json!({
+            "engine": "stepscope-cpu",
+            "parameters": engine.params().len(),
+            "steps": steps,
+            "ms_per_step": 1e3 * secs / steps as f64,
+            "tokens_per_second": (steps * batch * context) as f64 / secs,
+            "data_ms": per_step(phases[0]),
+            "forward_ms": per_step(phases[1]),
+            "backward_ms": per_step(phases[2]),
+            "optimizer_ms": per_step(phases[3]),
+            "activation_bytes": memory.activations + memory.attention,
+            "attention_bytes": memory.attention,
+            "peak_bytes": memory.peak_backward(),
+            "loss": loss,
+        })
     );
 }

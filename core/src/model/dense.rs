@@ -87,11 +87,15 @@ pub fn dense_backward(
     // dW (O, I) += dzᵀ·x: each dW[o, i] sums over b in order.
     let dz_t = Lhs { data: dz, row_stride: 1, k_stride: units };
     gemm(dweight, inputs, dz_t, x, inputs, units, inputs, batch);
-    for (o, db) in dbias[..units].iter_mut().enumerate() {
-        let mut sum = 0.0f32;
-        for b in 0..batch {
-            sum += dz[b * units + o];
+    // db[o] += (dz[0, o] + dz[1, o] + …): the rows in order, each row's
+    // outputs side by side (SIMD), into per-output sums started at 0.
+    let mut sums = vec![0.0f32; units];
+    for dz_row in dz[..batch * units].chunks_exact(units.max(1)) {
+        for (sum, &d) in sums.iter_mut().zip(dz_row) {
+            *sum += d;
         }
+    }
+    for (db, sum) in dbias[..units].iter_mut().zip(sums) {
         *db += sum;
     }
     // dx (B, I) = dz·W, each dx[b, i] summed over o in order from 0.

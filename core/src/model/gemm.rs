@@ -55,7 +55,7 @@ pub fn gemm(c: &mut [f32], ldc: usize, a: Lhs<'_>, b: &[f32], ldb: usize, m: usi
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm_avx512(c: &mut [f32], ldc: usize, a: Lhs<'_>, b: &[f32], ldb: usize, m: usize, n: usize, k: usize) {
-    blocked::<6, 64>(c, ldc, a, b, ldb, m, n, k);
+    blocked::<8, 32>(c, ldc, a, b, ldb, m, n, k);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -65,9 +65,10 @@ unsafe fn gemm_avx2(c: &mut [f32], ldc: usize, a: Lhs<'_>, b: &[f32], ldb: usize
     blocked::<4, 24>(c, ldc, a, b, ldb, m, n, k);
 }
 
-/// Blocks of R rows × W columns held in registers; the edges (fewer than
-/// R rows or W columns left) as single rows and narrower blocks, in the
-/// same order.
+/// Blocks of R rows × W columns held in registers, then the columns left
+/// in blocks of W/2 and W/4 (a head of 32 under a block of 64), then the
+/// last few column by column; rows past the last R as single rows. Every
+/// path sums in the same order.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn blocked<const R: usize, const W: usize>(
@@ -80,28 +81,45 @@ fn blocked<const R: usize, const W: usize>(
     n: usize,
     k: usize,
 ) {
+    let mut j = columns::<R, W>(c, ldc, a, b, ldb, m, 0, n, k);
+    if W >= 32 {
+        j = columns::<R, 32>(c, ldc, a, b, ldb, m, j, n, k);
+    }
+    if W >= 16 {
+        j = columns::<R, 16>(c, ldc, a, b, ldb, m, j, n, k);
+    }
+    j = columns::<R, 8>(c, ldc, a, b, ldb, m, j, n, k);
+    for r in 0..m {
+        edge(c, ldc, a, b, ldb, r, j..n, k);
+    }
+}
+
+/// The whole blocks of W columns from `j0` on, over every row: returns
+/// the first column left.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn columns<const R: usize, const W: usize>(
+    c: &mut [f32],
+    ldc: usize,
+    a: Lhs<'_>,
+    b: &[f32],
+    ldb: usize,
+    m: usize,
+    j0: usize,
+    n: usize,
+    k: usize,
+) -> usize {
+    let end = j0 + (n - j0) / W * W;
     let full_rows = m - m % R;
-    let full_cols = n - n % W;
-    let mut r0 = 0;
-    while r0 < full_rows {
-        let mut j0 = 0;
-        while j0 < full_cols {
-            block::<R, W>(c, ldc, a, b, ldb, r0, j0, k);
-            j0 += W;
+    for j in (j0..end).step_by(W) {
+        for r0 in (0..full_rows).step_by(R) {
+            block::<R, W>(c, ldc, a, b, ldb, r0, j, k);
         }
-        for r in r0..r0 + R {
-            edge(c, ldc, a, b, ldb, r, full_cols..n, k);
+        for r in full_rows..m {
+            block::<1, W>(c, ldc, a, b, ldb, r, j, k);
         }
-        r0 += R;
     }
-    for r in full_rows..m {
-        let mut j0 = 0;
-        while j0 < full_cols {
-            block::<1, W>(c, ldc, a, b, ldb, r, j0, k);
-            j0 += W;
-        }
-        edge(c, ldc, a, b, ldb, r, full_cols..n, k);
-    }
+    end
 }
 
 /// C[r0..r0+R, j0..j0+W] in registers over every k.
@@ -199,7 +217,7 @@ mod tests {
                     ("gemm", gemm),
                     ("4x16", blocked::<4, 16>),
                     ("4x24", blocked::<4, 24>),
-                    ("6x64", blocked::<6, 64>),
+                    ("8x32", blocked::<8, 32>),
                 ];
                 for (name, path) in paths {
                     let mut got = c0.clone();

@@ -166,7 +166,8 @@ pub fn memory_floats(s: &GptShape, batch: usize, checkpointing: bool) -> (usize,
     let kept = if checkpointing { 1 } else { s.blocks };
     let outs = if checkpointing { s.blocks * rows * c } else { 0 };
     let acts = rows * c + kept * block + outs + normed + rows * v + rows;
-    let scratch = rows * v + 5 * rows * c + 2 * rows * hidden + rows * 3 * c + qk.min(rows * 3 * c) + t;
+    let scratch =
+        rows * v + 5 * rows * c + 2 * rows * hidden + rows * 3 * c + qk.min(rows * 3 * c) + attention_scratch(t, c / h);
     (acts, kept * att, scratch)
 }
 
@@ -395,7 +396,7 @@ impl Gpt {
         if self.shape.qk_layernorm {
             sized(&mut s.dqkv_raw, rows * 3 * c);
         }
-        sized(&mut s.att_row, t);
+        sized(&mut s.att_row, attention_scratch(t, c / self.shape.heads));
         for (l, at) in self.blocks.iter().enumerate().rev() {
             if acts.checkpointing {
                 let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.outs[l - 1] };

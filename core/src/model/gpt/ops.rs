@@ -15,6 +15,7 @@
 //! rows in order, row 0 first.
 
 use crate::model::{dense_backward, dense_forward};
+use crate::model::{gemm, Lhs};
 
 /// x[b, t] = wte[inp[b, t]] + wpe[t]: `out` (B·T, C).
 pub fn encoder_forward(out: &mut [f32], inp: &[u32], wte: &[f32], wpe: &[f32], t: usize, c: usize) {
@@ -151,23 +152,30 @@ pub fn matmul_backward(
 /// positions up to the query's, y = a·v. `att` (B, H, T, T) keeps the
 /// probabilities for backward (zero above the diagonal); `out` (B·T, C)
 /// has the heads side by side.
+///
+/// Per (b, h) the scores are one `gemm`, S = Q·Kᵀ over a transposed copy
+/// of K (a transient (hs, T) buffer): each score summed over i = 0..hs in
+/// order from 0, then times 1/√hs. Softmax per row: the max, exp(s − max)
+/// summed left to right, each divided by the sum. Y = A·V is one `gemm`
+/// from 0, summed over t2 = 0..T in order (the masked terms are exact
+/// zeros and change no sum).
 pub fn attention_forward(out: &mut [f32], att: &mut [f32], inp: &[f32], b: usize, t: usize, c: usize, h: usize) {
     let (hs, c3) = (c / h, 3 * c);
     let scale = 1.0 / (hs as f32).sqrt();
+    let mut kt = vec![0.0f32; hs * t];
     for bi in 0..b {
-        for ti in 0..t {
-            for hi in 0..h {
-                let q = &inp[(bi * t + ti) * c3 + hi * hs..][..hs];
-                let a = &mut att[((bi * h + hi) * t + ti) * t..][..t];
+        let rows = &inp[bi * t * c3..(bi + 1) * t * c3];
+        for hi in 0..h {
+            transpose_head(&mut kt, rows, c + hi * hs, t, hs, c3);
+            let s = &mut att[(bi * h + hi) * t * t..][..t * t];
+            s.fill(0.0);
+            let q = Lhs { data: &rows[hi * hs..], row_stride: c3, k_stride: 1 };
+            gemm(s, t, q, &kt, t, t, t, hs);
+            for (ti, a) in s.chunks_exact_mut(t).enumerate() {
                 let mut max = f32::NEG_INFINITY;
-                for t2 in 0..=ti {
-                    let k = &inp[(bi * t + t2) * c3 + c + hi * hs..][..hs];
-                    let mut dot = 0.0f32;
-                    for (&qi, &ki) in q.iter().zip(k) {
-                        dot += qi * ki;
-                    }
-                    a[t2] = dot * scale;
-                    max = max.max(a[t2]);
+                for v in &mut a[..=ti] {
+                    *v *= scale;
+                    max = max.max(*v);
                 }
                 let mut sum = 0.0f32;
                 for v in &mut a[..=ti] {
@@ -178,17 +186,30 @@ pub fn attention_forward(out: &mut [f32], att: &mut [f32], inp: &[f32], b: usize
                     *v /= sum;
                 }
                 a[ti + 1..].fill(0.0);
-                let y = &mut out[(bi * t + ti) * c + hi * hs..][..hs];
-                y.fill(0.0);
-                for (t2, &p) in a[..=ti].iter().enumerate() {
-                    let v = &inp[(bi * t + t2) * c3 + 2 * c + hi * hs..][..hs];
-                    for (yi, &vi) in y.iter_mut().zip(v) {
-                        *yi += p * vi;
-                    }
-                }
             }
+            let y = &mut out[bi * t * c + hi * hs..];
+            for ti in 0..t {
+                y[ti * c..ti * c + hs].fill(0.0);
+            }
+            let a = Lhs { data: s, row_stride: t, k_stride: 1 };
+            gemm(y, c, a, &rows[2 * c + hi * hs..], c3, t, hs, t);
         }
     }
+}
+
+/// dst (hs, T) = the head's columns `col..col + hs` of `rows` (T rows of
+/// `stride`), transposed.
+fn transpose_head(dst: &mut [f32], rows: &[f32], col: usize, t: usize, hs: usize, stride: usize) {
+    for t2 in 0..t {
+        for (i, &x) in rows[t2 * stride + col..][..hs].iter().enumerate() {
+            dst[i * t + t2] = x;
+        }
+    }
+}
+
+/// Scratch `attention_backward` needs: T² + hs·T floats.
+pub fn attention_scratch(t: usize, hs: usize) -> usize {
+    t * t + hs * t
 }
 
 /// Per query row (b, h, t) with probabilities a and ∂L/∂y = dy:
@@ -196,7 +217,12 @@ pub fn attention_forward(out: &mut [f32], att: &mut [f32], inp: &[f32], b: usize
 /// softmax: ∂L/∂s[t2] = a[t2]·(∂L/∂a[t2] − Σ_t3 a[t3]·∂L/∂a[t3]) (the
 /// Jacobian a_i(δ_ij − a_j) applied in O(T), not as llm.c's T² loop);
 /// scores s = q·k/√hs: ∂L/∂q += Σ_t2 ∂L/∂s[t2]·k[t2]/√hs,
-/// ∂L/∂k[t2] += ∂L/∂s[t2]·q/√hs. `scratch` holds one row (T).
+/// ∂L/∂k[t2] += ∂L/∂s[t2]·q/√hs. `scratch` holds `attention_scratch`
+/// floats.
+///
+/// Per (b, h), as `gemm`s: dA = dY·Vᵀ (each summed over i in order from
+/// 0); dV += Aᵀ·dY and dK += dSᵀ·Q (over the queries in order), dQ += dS·K
+/// (over the keys in order); Σ a·da left to right per row.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward(
     dinp: &mut [f32],
@@ -211,37 +237,37 @@ pub fn attention_backward(
 ) {
     let (hs, c3) = (c / h, 3 * c);
     let scale = 1.0 / (hs as f32).sqrt();
+    let (ds, vt) = scratch[..attention_scratch(t, hs)].split_at_mut(t * t);
     for bi in 0..b {
-        for ti in 0..t {
-            for hi in 0..h {
-                let a = &att[((bi * h + hi) * t + ti) * t..][..t];
-                let dy = &dout[(bi * t + ti) * c + hi * hs..][..hs];
-                let da = &mut scratch[..t];
-                for t2 in 0..=ti {
-                    let v_at = (bi * t + t2) * c3 + 2 * c + hi * hs;
-                    let mut dot = 0.0f32;
-                    for (&vi, &gi) in inp[v_at..][..hs].iter().zip(dy) {
-                        dot += vi * gi;
-                    }
-                    da[t2] = dot;
-                    for (dv, &gi) in dinp[v_at..][..hs].iter_mut().zip(dy) {
-                        *dv += a[t2] * gi;
-                    }
-                }
+        let rows = &inp[bi * t * c3..(bi + 1) * t * c3];
+        let drows = &mut dinp[bi * t * c3..(bi + 1) * t * c3];
+        let dy = &dout[bi * t * c..(bi + 1) * t * c];
+        for hi in 0..h {
+            let a = &att[(bi * h + hi) * t * t..][..t * t];
+            let dy_h = Lhs { data: &dy[hi * hs..], row_stride: c, k_stride: 1 };
+            // dA = dY·Vᵀ into ds.
+            transpose_head(vt, rows, 2 * c + hi * hs, t, hs, c3);
+            ds.fill(0.0);
+            gemm(ds, t, dy_h, vt, t, t, t, hs);
+            // dV += Aᵀ·dY.
+            let a_t = Lhs { data: a, row_stride: 1, k_stride: t };
+            gemm(&mut drows[2 * c + hi * hs..], c3, a_t, &dy[hi * hs..], c, t, hs, t);
+            // dS = A ⊙ (dA − Σ a·dA) / √hs, row by row, in place.
+            for (ti, (d, a)) in ds.chunks_exact_mut(t).zip(a.chunks_exact(t)).enumerate() {
                 let mut weighted = 0.0f32;
                 for t2 in 0..=ti {
-                    weighted += a[t2] * da[t2];
+                    weighted += a[t2] * d[t2];
                 }
-                let q_at = (bi * t + ti) * c3 + hi * hs;
                 for t2 in 0..=ti {
-                    let ds = a[t2] * (da[t2] - weighted) * scale;
-                    let k_at = (bi * t + t2) * c3 + c + hi * hs;
-                    for i in 0..hs {
-                        dinp[q_at + i] += ds * inp[k_at + i];
-                        dinp[k_at + i] += ds * inp[q_at + i];
-                    }
+                    d[t2] = a[t2] * (d[t2] - weighted) * scale;
                 }
+                d[ti + 1..].fill(0.0);
             }
+            // dQ += dS·K; dK += dSᵀ·Q.
+            let ds_rows = Lhs { data: ds, row_stride: t, k_stride: 1 };
+            gemm(&mut drows[hi * hs..], c3, ds_rows, &rows[c + hi * hs..], c3, t, hs, t);
+            let ds_t = Lhs { data: ds, row_stride: 1, k_stride: t };
+            gemm(&mut drows[c + hi * hs..], c3, ds_t, &rows[hi * hs..], c3, t, hs, t);
         }
     }
 }

@@ -119,7 +119,7 @@ fn attention_backward_matches_finite_differences() {
             assert!((a[..=ti].iter().sum::<f32>() - 1.0).abs() < 1e-6);
             assert!(a[ti + 1..].iter().all(|&p| p == 0.0));
         }
-        let (mut dx, mut scratch) = (vec![0.0; rows * 3 * c], vec![0.0; t]);
+        let (mut dx, mut scratch) = (vec![0.0; rows * 3 * c], vec![0.0; attention_scratch(t, c / h)]);
         attention_backward(&mut dx, &mut scratch, &g, &x, &att, b, t, c, h);
         check(&format!("attention B{b} T{t} C{c} H{h}"), &x, &dx, |x| forward(x).0);
     }
