@@ -106,6 +106,8 @@ pub enum Section {
     Steps,
     Checkpointing,
     Anatomy,
+    /// The transformer on the CPU engine (no GPU needed).
+    Gpt,
 }
 
 #[derive(Debug, Default, Args)]

@@ -13,10 +13,16 @@
 //! 6. The step's anatomy: profiled steps on both engines, forward :
 //!    backward against the FLOP ratio (`anatomy.rs`).
 //!
-//! `--only matmul|steps|checkpointing|anatomy` runs one section.
+//! 7. The transformer on the CPU engine: tokens/s, activation
+//!    checkpointing's memory against time, attention's share against T
+//!    (`gpt.rs`).
+//!
+//! `--only matmul|steps|checkpointing|anatomy|gpt` runs one section;
+//! `--only gpt` needs no GPU.
 
 mod anatomy;
 mod checkpointing;
+mod gpt;
 
 use std::sync::Arc;
 
@@ -40,7 +46,6 @@ fn gpu_err(e: stepscope_core::Error) -> Failure {
 
 pub fn run(out: Option<String>, only: Option<Section>) -> Result<(), Failure> {
     let runs = |section: Section| only.is_none_or(|o| o == section);
-    let ctx = Arc::new(GpuContext::new_blocking().map_err(gpu_err)?);
     let mut report = String::new();
     let mut line = |s: String| {
         say!("{s}");
@@ -50,21 +55,30 @@ pub fn run(out: Option<String>, only: Option<Section>) -> Result<(), Failure> {
     line("# Stepscope benchmark".into());
     line(String::new());
     line(format!(
+        "- CPU: {} ({} threads available; the CPU engine uses one)",
+        cpu_name(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    ));
+    line(format!("- build: {}", if cfg!(debug_assertions) { "debug (numbers not meaningful)" } else { "release" }));
+    if only == Some(Section::Gpt) {
+        line(String::new());
+        gpt::section(&mut line)?;
+        if let Some(path) = out {
+            files::write_atomic(&path, report.as_bytes())?;
+        }
+        return Ok(());
+    }
+    let ctx = Arc::new(GpuContext::new_blocking().map_err(gpu_err)?);
+    line(format!(
         "- adapter: {} (driver: {} {})",
         ctx.describe(),
         ctx.adapter_info.driver,
         ctx.adapter_info.driver_info
     ));
     line(format!(
-        "- CPU: {} ({} threads available; the CPU engine uses one)",
-        cpu_name(),
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    ));
-    line(format!(
         "- GPU timing: {}",
         if ctx.timestamps { "timestamp queries" } else { "wall clock (no timestamp queries on this adapter)" }
     ));
-    line(format!("- build: {}", if cfg!(debug_assertions) { "debug (numbers not meaningful)" } else { "release" }));
     line(String::new());
 
     if runs(Section::Matmul) {
@@ -78,6 +92,9 @@ pub fn run(out: Option<String>, only: Option<Section>) -> Result<(), Failure> {
     }
     if runs(Section::Anatomy) {
         anatomy::section(&ctx, &mut line)?;
+    }
+    if runs(Section::Gpt) {
+        gpt::section(&mut line)?;
     }
     if let Some(path) = out {
         files::write_atomic(&path, report.as_bytes())?;

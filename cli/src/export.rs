@@ -101,6 +101,11 @@ fn read_inputs(path: &str, width: usize) -> Result<Vec<f32>, Failure> {
 pub fn predict(path: &str, inputs_path: &str, out: Option<String>) -> Result<(), Failure> {
     let state = read_checkpoint(path)?;
     let e = &state.experiment;
+    if e.gpt().is_some() {
+        return Err(Failure::usage(format!(
+            "`{path}` is a gpt model's checkpoint: predict reads an MLP's; `stepscope sample` writes a gpt model's text"
+        )));
+    }
     let inputs = read_inputs(inputs_path, e.model.inputs)?; // (N, I)
     let layout = Layout::new(e);
     let predicted = predict_outputs(&state.params, &layout, e, &inputs)

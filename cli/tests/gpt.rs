@@ -126,5 +126,6 @@ fn bad_text_and_bad_sampling_get_one_line() {
     );
     refused(&["sample", "g.safetensors", "--temperature", "0"], "--temperature must be a finite number > 0");
     refused(&["sample", "g.safetensors", "--top-k", "0"], "--top-k must be at least 1");
+    refused(&["predict", "g.safetensors", "--inputs", "text.txt"], "predict reads an MLP's; `stepscope sample`");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -87,6 +87,21 @@ impl Rng {
         }
     }
 
+    /// `normal`, with the `libm` crate's log and sqrt instead of the
+    /// platform's, so that the same seed gives the same bits natively and
+    /// in the browser (the transformer's initialisation).
+    pub fn normal_portable(&mut self, mean: f64, variance: f64) -> f64 {
+        loop {
+            let v1 = 2.0 * self.next_f64() - 1.0;
+            let v2 = 2.0 * self.next_f64() - 1.0;
+            let s = v1 * v1 + v2 * v2;
+            if s > 0.0 && s <= 1.0 {
+                let result = libm::sqrt(-2.0 * libm::log(s) / s) * v1;
+                return mean + libm::sqrt(variance) * result;
+            }
+        }
+    }
+
     /// A uniformly random permutation of 0..n (Fisher–Yates).
     pub fn permutation(&mut self, n: usize) -> Vec<u32> {
         let mut perm: Vec<u32> = (0..n as u32).collect();

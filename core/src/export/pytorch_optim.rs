@@ -7,7 +7,27 @@ use super::pytorch::py;
 use crate::experiment::{OptimizerSpec, Schedule};
 use crate::optim::OptimizerState;
 
-pub(super) fn optimizer(spec: &OptimizerSpec) -> String {
+pub(super) fn optimizer(spec: &OptimizerSpec, decay_groups: bool) -> String {
+    let text = optimizer_over(spec);
+    if !decay_groups {
+        return text;
+    }
+    format!(
+        r#"
+def decay_groups(model):
+    """nanoGPT's weight-decay groups (core/src/optim/mod.rs): tensors of two
+    or more dimensions (linear weights, both embeddings) decay; biases and
+    LayerNorm parameters are a group with weight_decay 0."""
+    params = list(model.parameters())
+    return [{{"params": [p for p in params if p.dim() >= 2]}},
+            {{"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}}]
+
+{}"#,
+        text.replace("model.parameters(), lr=", "decay_groups(model), lr=").trim_start_matches('\n')
+    )
+}
+
+fn optimizer_over(spec: &OptimizerSpec) -> String {
     let single_tensor = "foreach=False selects the single-tensor code path that\n    core/src/optim/";
     match *spec {
         OptimizerSpec::Sgd { lr, momentum, dampening, nesterov, weight_decay } => format!(
@@ -168,7 +188,27 @@ fn state_entry(spec: &OptimizerSpec) -> Option<(&'static str, &'static str)> {
     }
 }
 
-pub(super) fn checkpoint(spec: &OptimizerSpec) -> String {
+/// `tied`: the transformer's head option (None for the MLP), whose
+/// checkpoint holds every non-optimizer tensor of the model and, when
+/// tied, the head as `transformer.wte.weight` alone.
+pub(super) fn checkpoint(spec: &OptimizerSpec, tied: Option<bool>) -> String {
+    let (load_params, vocabulary) = match tied {
+        None => (
+            "    model.load_state_dict({name: t for name, t in tensors.items() if name.startswith(\"layers.\")})\n".to_string(),
+            "",
+        ),
+        Some(tied) => (
+            format!(
+                "    state = {{name: t for name, t in tensors.items() if not name.startswith(\"optimizer.\")}}\n{}    \
+                 model.load_state_dict(state)  # strict: every tensor of the model, and no other\n    \
+                 global VOCABULARY\n    VOCABULARY = meta.get(\"vocabulary\")\n",
+                if tied { "    state[\"lm_head.weight\"] = state[\"transformer.wte.weight\"]  # the tied head\n" } else { "" }
+            ),
+            "    if VOCABULARY is not None:\n        metadata[\"vocabulary\"] = VOCABULARY  # the text's characters, digested after the rest\n",
+        ),
+    };
+    let vocab_global =
+        if tied.is_some() { "\nVOCABULARY = None  # a text run's characters, from the checkpoint loaded" } else { "" };
     let load_state = match state_entry(spec) {
         None => "    # Plain SGD (momentum 0) keeps no optimizer state.\n".to_string(),
         Some((why, entry)) => format!(
@@ -199,13 +239,12 @@ def load_checkpoint(path, model, optimizer):
         raise SystemExit(f"{{path}} is not a Stepscope checkpoint ({{' or '.join(FORMATS_READ)}})")
     if json.loads(meta["experiment"]) != EXPERIMENT:
         raise SystemExit(f"{{path}} holds another experiment than the one this script was generated for")
-    model.load_state_dict({{name: t for name, t in tensors.items() if name.startswith("layers.")}})
-    step = int(meta["step"])
+{load_params}    step = int(meta["step"])
 {load_state}    rng_state = [int(word, 16) for word in meta["rng_state"].split(":")]
     return step, json.loads(meta["data_position"]), rng_state
 
 
-OPTIMIZER_BUFFERS = ({buffers})  # what the checkpoint keeps per parameter
+OPTIMIZER_BUFFERS = ({buffers})  # what the checkpoint keeps per parameter{vocab_global}
 
 
 def checkpoint_tensors(model, optimizer):
@@ -277,7 +316,7 @@ def save_checkpoint(path, model, optimizer, step, order):
         "data_position": json.dumps(position, separators=(",", ":")),
         "rng_state": ":".join(f"{{word:016x}}" for word in rng_state),
     }}
-    metadata["digest"] = digest(tensors, metadata)
+{vocabulary}    metadata["digest"] = digest(tensors, metadata)
     write_atomic(path, safetensors_bytes(tensors, metadata=metadata))
 
 "#

@@ -95,7 +95,7 @@ pub fn sample(model: &Gpt, params: &[f32], prompt: &[u32], how: &Sampling) -> Ve
         let max = sorted[0] as f64 / how.temperature as f64;
         let mut sum = 0.0;
         for (p, &x) in probs.iter_mut().zip(logits) {
-            *p = if x < floor { 0.0 } else { (x as f64 / how.temperature as f64 - max).exp() };
+            *p = if x < floor { 0.0 } else { libm::exp(x as f64 / how.temperature as f64 - max) };
             sum += *p;
         }
         let mut u = rng.next_f64() * sum;

@@ -101,15 +101,17 @@ impl GptShape {
 /// nanoGPT's `_init_weights`, tensor by tensor in layout order from
 /// `rng` (the seed's init stream): N(0, 0.02) for linear weights and
 /// embeddings, N(0, 0.02/√(2L)) for the residual projections, zero
-/// biases, LayerNorm weight 1 and bias 0. Normals come from `Rng::normal`
-/// (f64, rounded to f32 once).
+/// biases, LayerNorm weight 1 and bias 0. Normals come from
+/// `Rng::normal_portable` (f64, rounded to f32 once).
 pub fn init_parameters(shape: &GptShape, rng: &mut crate::rng::Rng) -> Vec<f32> {
     let tensors = shape.tensors();
     let mut params = vec![0.0f32; shape.parameter_count()];
     for t in &tensors {
         let values = &mut params[t.offset..t.offset + t.len];
         match t.init {
-            Init::Normal(std) => values.iter_mut().for_each(|p| *p = rng.normal(0.0, (std as f64).powi(2)) as f32),
+            Init::Normal(std) => {
+                values.iter_mut().for_each(|p| *p = rng.normal_portable(0.0, (std as f64).powi(2)) as f32)
+            }
             Init::Zeros => values.fill(0.0),
             Init::Ones => values.fill(1.0),
         }

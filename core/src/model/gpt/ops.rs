@@ -179,7 +179,7 @@ pub fn attention_forward(out: &mut [f32], att: &mut [f32], inp: &[f32], b: usize
                 }
                 let mut sum = 0.0f32;
                 for v in &mut a[..=ti] {
-                    *v = (*v - max).exp();
+                    *v = expf(*v - max);
                     sum += *v;
                 }
                 for v in &mut a[..=ti] {
@@ -272,6 +272,18 @@ pub fn attention_backward(
     }
 }
 
+/// exp and ln in f32 from the `libm` crate (musl's, in Rust), not the
+/// platform's: glibc's `expf` natively and compiler-builtins' in the
+/// browser may differ in a last bit, and the engine must give the same
+/// bits in both (core/tests/gpt_bits). Both under 1 ulp of error.
+fn expf(x: f32) -> f32 {
+    libm::expf(x)
+}
+
+fn logf(x: f32) -> f32 {
+    libm::logf(x)
+}
+
 /// erf in f32 (`libm::erff`, musl's: under 1 ulp of error).
 fn erf(x: f32) -> f32 {
     libm::erff(x)
@@ -290,7 +302,7 @@ pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
     const INV_SQRT_2PI: f32 = 0.398_942_3;
     for ((g, &x), &d) in dinp.iter_mut().zip(inp).zip(dout) {
         let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
-        let pdf = (-0.5 * x * x).exp() * INV_SQRT_2PI;
+        let pdf = expf(-0.5 * x * x) * INV_SQRT_2PI;
         *g += (cdf + x * pdf) * d;
     }
 }
@@ -319,8 +331,8 @@ pub fn cross_entropy_forward(lse: &mut [f32], logits: &[f32], targets: &[u32], r
     for r in 0..rows {
         let x = &logits[r * v..][..v];
         let max = x.iter().fold(f32::NEG_INFINITY, |m, &xi| m.max(xi));
-        let sum: f32 = x.iter().map(|&xi| (xi - max).exp()).sum();
-        let l = max + sum.ln();
+        let sum: f32 = x.iter().map(|&xi| expf(xi - max)).sum();
+        let l = max + logf(sum);
         lse[r] = l;
         ce += l - x[targets[r] as usize];
         z += l * l;
@@ -347,7 +359,7 @@ pub fn cross_entropy_backward(
         let l = lse[r];
         let factor = 1.0 + 2.0 * z_loss * l;
         for (i, (gi, &xi)) in g.iter_mut().zip(x).enumerate() {
-            let p = (xi - l).exp();
+            let p = expf(xi - l);
             let target = if i == targets[r] as usize { 1.0 } else { 0.0 };
             *gi += (p * factor - target) * scale;
         }
