@@ -336,6 +336,13 @@ def compare(name, experiment, tmp, start, report):
         ratio, diff = worst_tensor(key, held.detach().numpy(), value)
         used["state"], state_abs = max(used["state"], ratio), max(state_abs, diff)
         assert ratio <= 1, f"{name}: {key} after {AFTER} steps differs by {ratio} x the tolerance"
+    if experiment["model"].get("kind") == "gpt":
+        # nanoGPT's way of saving, whose tied head is `lm_head.weight` alone,
+        # gives Stepscope its initial weights.
+        from safetensors.torch import save_model
+        save_model(model, os.path.join(tmp, "saved.safetensors"))
+        stepscope("train", "--config", "config.json", "--data", "text.txt", "--init", "saved.safetensors",
+                  "--steps", "1", cwd=tmp)
     report.append((name, used, outputs_abs, state_abs, clipped))
 
 

@@ -52,13 +52,18 @@ impl TensorBoard {
     /// A step's scalars: the loss, the gradient norm (and whether it was
     /// clipped), the learning rate, each phase's milliseconds and the
     /// run's steps per second so far.
-    pub fn step(&mut self, m: &StepMetrics, steps_per_second: f64) -> Result<(), Failure> {
+    /// A step's scalars; a transformer's add `speed/tokens_per_second`
+    /// (`tokens_per_second`, the metrics log's figure).
+    pub fn step(&mut self, m: &StepMetrics, steps_per_second: f64, tokens_per_second: Option<f64>) -> Result<(), Failure> {
         let mut values = step_scalars(m);
         values.extend([
             ("phase/checkpoint_ms", m.phases.checkpoint_ms as f32),
             ("phase/logging_ms", m.phases.logging_ms as f32),
             ("speed/steps_per_second", steps_per_second as f32),
         ]);
+        if let Some(t) = tokens_per_second {
+            values.push(("speed/tokens_per_second", t as f32));
+        }
         self.file.write_bytes(&scalars_record(now(), m.step, &values))
     }
 

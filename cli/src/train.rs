@@ -357,14 +357,14 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         if metrics_file.is_some() || tensorboard.is_some() {
             metrics.phases.logging_ms = t.elapsed().as_secs_f64() * 1e3;
         }
+        let tokens_per_second = step_tokens.filter(|_| step_secs > 0.0).map(|t| t / step_secs);
         if let Some(file) = metrics_file.as_mut() {
-            let tokens_per_second = step_tokens.filter(|_| step_secs > 0.0).map(|t| t / step_secs);
             let line = metrics_line(&metrics, tokens_per_second, val_loss);
             file.write_line(&line)?;
         }
         if let Some(tb) = tensorboard.as_mut() {
             let secs = started.elapsed().as_secs_f64();
-            tb.step(&metrics, if secs > 0.0 { (i + 1) as f64 / secs } else { 0.0 })?;
+            tb.step(&metrics, if secs > 0.0 { (i + 1) as f64 / secs } else { 0.0 }, tokens_per_second)?;
         }
         last = Some(metrics);
         if interrupted {

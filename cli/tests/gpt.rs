@@ -46,7 +46,15 @@ fn a_gpt_trains_resumes_samples_and_verifies() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
-    let stdout = train(&["--config", "gpt.json", "--out", "straight.safetensors", "--metrics", "m.jsonl"]);
+    let stdout =
+        train(&["--config", "gpt.json", "--out", "straight.safetensors", "--metrics", "m.jsonl", "--tensorboard", "tb"]);
+    // TensorBoard's tags for a transformer (the records' framing is the
+    // MLP's, read back by TensorBoard itself in scripts/check_tensorboard.py).
+    let events = std::fs::read_dir(dir.join("tb")).unwrap().next().unwrap().unwrap().path();
+    let events = String::from_utf8_lossy(&std::fs::read(events).unwrap()).into_owned();
+    for tag in ["speed/tokens_per_second", "loss/val", "loss/z_loss", "weights/transformer.h.0.attn.c_attn.weight"] {
+        assert!(events.contains(tag), "{tag}");
+    }
     assert!(stdout.contains("gpt (1 blocks × 2 heads × embed 8, context 8"), "{stdout}");
     assert!(stdout.contains("tokens/s") && stdout.contains("val_loss"), "{stdout}");
     let m = lines(&dir.join("m.jsonl"));

@@ -221,7 +221,9 @@ fn parse_rng(text: &str) -> Result<[u64; 4]> {
 
 /// Initial weights for `experiment` from a plain safetensors file (e.g.
 /// `safetensors.torch.save_file(model.state_dict(), …)`) holding exactly
-/// `layers.{i}.weight` and `layers.{i}.bias` in F32. A full Stepscope
+/// the model's tensors in F32 (`layers.{i}.weight` and `layers.{i}.bias`;
+/// a transformer's nanoGPT names, its tied head as `transformer.wte.weight`
+/// or, as `safetensors.torch.save_model` writes it, `lm_head.weight`). A full Stepscope
 /// checkpoint is accepted too; only its weights are taken.
 pub fn load_weights(bytes: &[u8], experiment: &Experiment) -> Result<Vec<f32>> {
     let file = parse(bytes)?;
@@ -229,10 +231,21 @@ pub fn load_weights(bytes: &[u8], experiment: &Experiment) -> Result<Vec<f32>> {
     fits_in_file(&layout, 1, bytes.len())?;
     let mut params = vec![0.0f32; layout.parameter_count];
     let mut expected = BTreeSet::new();
+    let names = file.names();
     for t in layout.tensors() {
-        let values = read_tensor(&file, &t.name, &t.shape)?;
+        // A tied transformer's head and token embedding are one tensor;
+        // `safetensors.torch.save_model` keeps the first of its names in
+        // sorted order, `lm_head.weight`, and drops `transformer.wte.weight`.
+        let tied = experiment.gpt().is_some_and(|g| g.tie_embeddings);
+        let name = match t.name.as_str() {
+            "transformer.wte.weight" if tied && !names.contains(&t.name.as_str()) && names.contains(&"lm_head.weight") => {
+                "lm_head.weight".to_string()
+            }
+            _ => t.name.clone(),
+        };
+        let values = read_tensor(&file, &name, &t.shape)?;
         params[t.offset..t.offset + t.len].copy_from_slice(&values);
-        expected.insert(t.name);
+        expected.insert(name);
     }
     // A Stepscope checkpoint (it has the format tag) also holds optimizer
     // state, which initial weights leave out; a plain weights file holds

@@ -45,6 +45,9 @@ pub fn step_scalars(m: &StepMetrics) -> Vec<(&'static str, f32)> {
     if let Some(gpu) = m.gpu_ms {
         values.push(("phase/gpu_ms", gpu as f32));
     }
+    if let Some(z) = m.z_loss {
+        values.push(("loss/z_loss", z));
+    }
     values
 }
 
