@@ -54,7 +54,12 @@ impl TensorBoard {
     /// run's steps per second so far.
     /// A step's scalars; a transformer's add `speed/tokens_per_second`
     /// (`tokens_per_second`, the metrics log's figure).
-    pub fn step(&mut self, m: &StepMetrics, steps_per_second: f64, tokens_per_second: Option<f64>) -> Result<(), Failure> {
+    pub fn step(
+        &mut self,
+        m: &StepMetrics,
+        steps_per_second: f64,
+        tokens_per_second: Option<f64>,
+    ) -> Result<(), Failure> {
         let mut values = step_scalars(m);
         values.extend([
             ("phase/checkpoint_ms", m.phases.checkpoint_ms as f32),

@@ -46,8 +46,16 @@ fn a_gpt_trains_resumes_samples_and_verifies() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
-    let stdout =
-        train(&["--config", "gpt.json", "--out", "straight.safetensors", "--metrics", "m.jsonl", "--tensorboard", "tb"]);
+    let stdout = train(&[
+        "--config",
+        "gpt.json",
+        "--out",
+        "straight.safetensors",
+        "--metrics",
+        "m.jsonl",
+        "--tensorboard",
+        "tb",
+    ]);
     // TensorBoard's tags for a transformer (the records' framing is the
     // MLP's, read back by TensorBoard itself in scripts/check_tensorboard.py).
     let events = std::fs::read_dir(dir.join("tb")).unwrap().next().unwrap().unwrap().path();

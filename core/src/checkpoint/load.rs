@@ -238,7 +238,9 @@ pub fn load_weights(bytes: &[u8], experiment: &Experiment) -> Result<Vec<f32>> {
         // sorted order, `lm_head.weight`, and drops `transformer.wte.weight`.
         let tied = experiment.gpt().is_some_and(|g| g.tie_embeddings);
         let name = match t.name.as_str() {
-            "transformer.wte.weight" if tied && !names.contains(&t.name.as_str()) && names.contains(&"lm_head.weight") => {
+            "transformer.wte.weight"
+                if tied && !names.contains(&t.name.as_str()) && names.contains(&"lm_head.weight") =>
+            {
                 "lm_head.weight".to_string()
             }
             _ => t.name.clone(),

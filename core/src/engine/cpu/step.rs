@@ -1,0 +1,245 @@
+//! The CPU engine's step, phase by phase: the data, each micro-batch's
+//! forward and backward (the MLP a layer at a time, the transformer's
+//! micro-batch as one part), regularization, then the update; and where a
+//! NaN or Inf first shows, by layer or tensor.
+
+use web_time::Instant;
+
+use super::{CpuEngine, Partial};
+use crate::engine::{forward_layer, Phase, StepMetrics, StepPhase, Timing};
+use crate::error::{Error, Result};
+use crate::experiment::Experiment;
+use crate::model::{
+    activation_backward, dense_backward, dense_forward, loss_backward, loss_forward, regularization_backward,
+    TensorInfo,
+};
+use crate::optim::{clip_grad_norm, global_grad_norm, learning_rate, optimizer_step};
+
+impl CpuEngine {
+    /// Runs the phase `partial.next` (from where it stands, or only its
+    /// next layer when `one_layer`) and moves it on; the optimizer phase
+    /// ends the step and returns its metrics.
+    pub(super) fn advance(&mut self, partial: &mut Partial, one_layer: bool) -> Result<Option<StepMetrics>> {
+        let e = self.experiment.clone();
+        let e = &e;
+        let (batch, k) = (e.batch_size, e.grad_accumulation);
+        let layers = self.layout.layers.len();
+        let phases = &mut partial.phases;
+        match partial.next {
+            StepPhase::Forward { micro } => {
+                let t0 = Instant::now();
+                if partial.layers_done == 0 {
+                    if micro == 0 {
+                        partial.start = Some(self.batcher.position().clone());
+                    }
+                    if micro == 0 && self.zero_grad {
+                        self.grads.fill(0.0);
+                    }
+                    self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
+                }
+                let t1 = Instant::now();
+                if let Some(gpt) = &mut self.gpt {
+                    if micro == 0 {
+                        gpt.z_sum = 0.0;
+                    }
+                    let loss = gpt.forward(&self.params, &self.inputs, &self.targets);
+                    phases.data_ms += ms(t0, t1);
+                    phases.forward_ms += ms(t1, Instant::now());
+                    if !loss.is_finite() {
+                        return Err(non_finite_tensor(Phase::Loss, "the logits", self.optimizer.step + 1));
+                    }
+                    partial.loss_sum += loss;
+                    partial.last_loss = loss;
+                    partial.next = partial.next.next(k);
+                    return Ok(None);
+                }
+                loop {
+                    let l = partial.layers_done;
+                    if !forward_layer(&mut self.acts, &self.params, &self.inputs, &self.layout, e, l) {
+                        return Err(non_finite(Phase::Forward, l, self.optimizer.step + 1));
+                    }
+                    partial.layers_done += 1;
+                    if partial.layers_done == layers || one_layer {
+                        break;
+                    }
+                }
+                phases.data_ms += ms(t0, t1);
+                phases.forward_ms += ms(t1, Instant::now());
+                if partial.layers_done < layers {
+                    return Ok(None);
+                }
+                let t2 = Instant::now();
+                let loss = loss_forward(self.acts.output(), &self.targets, e.loss, batch, e.outputs());
+                if !loss.is_finite() {
+                    return Err(non_finite(Phase::Loss, layers - 1, self.optimizer.step + 1));
+                }
+                partial.loss_sum += loss;
+                partial.last_loss = loss;
+                phases.forward_ms += ms(t2, Instant::now());
+            }
+            StepPhase::Backward { micro } => {
+                let t0 = Instant::now();
+                if let Some(gpt) = &mut self.gpt {
+                    gpt.backward(&mut self.grads, &self.params, e.z_loss as f32, 1.0 / k as f32);
+                    if micro + 1 == k {
+                        if let Some(reg) = &e.regularization {
+                            regularization_backward(&mut self.grads, &self.params, &self.tensors, reg);
+                        }
+                    }
+                    phases.backward_ms += ms(t0, Instant::now());
+                    if let Some(t) = first_non_finite_tensor(&self.grads, &self.tensors) {
+                        return Err(non_finite_tensor(Phase::Backward, t, self.optimizer.step + 1));
+                    }
+                    partial.next = partial.next.next(k);
+                    return Ok(None);
+                }
+                if partial.layers_done == 0 {
+                    let (out, targets) = (self.acts.output(), &self.targets);
+                    let scale = 1.0 / k as f32;
+                    loss_backward(&mut self.grad[layers - 1], out, targets, e.loss, batch, e.outputs(), scale);
+                }
+                loop {
+                    self.backward_layer(layers - 1 - partial.layers_done)?;
+                    partial.layers_done += 1;
+                    if partial.layers_done == layers || one_layer {
+                        break;
+                    }
+                }
+                if partial.layers_done == layers && micro + 1 == k {
+                    if let Some(reg) = &e.regularization {
+                        regularization_backward(&mut self.grads, &self.params, &self.tensors, reg);
+                    }
+                }
+                phases.backward_ms += ms(t0, Instant::now());
+                if partial.layers_done < layers {
+                    return Ok(None);
+                }
+            }
+            StepPhase::Optimizer => {
+                let t0 = Instant::now();
+                let (grad_norm, clipped, lr) = self.update(e);
+                let step = self.optimizer.step - 1;
+                phases.optimizer_ms = ms(t0, Instant::now());
+                if let Some(layer) = self.first_non_finite_layer(&self.params) {
+                    return Err(non_finite(Phase::Optimizer, layer, step + 1));
+                }
+                if self.gpt.is_some() {
+                    if let Some(t) = first_non_finite_tensor(&self.params, &self.tensors) {
+                        return Err(non_finite_tensor(Phase::Optimizer, t, step + 1));
+                    }
+                }
+                return Ok(Some(StepMetrics {
+                    step,
+                    loss: partial.loss_sum / k as f32,
+                    grad_norm,
+                    z_loss: self.gpt.as_ref().map(|g| g.z_sum / k as f32),
+                    lr,
+                    clipped,
+                    phases: partial.phases,
+                    timing: Timing::Cpu,
+                    gpu_ms: None,
+                }));
+            }
+        }
+        partial.next = partial.next.next(k);
+        partial.layers_done = 0;
+        Ok(None)
+    }
+
+    /// The optimizer phase: the gradient norm, clipping, the learning rate
+    /// and the update (kept in `updates`): (norm, clipped, lr). Never
+    /// inlined, as `backward_layer` and `forward_layer`: the profiled
+    /// step's bursts then run the very code of the real step (a copy
+    /// inlined into the bursts alone would be compiled, and timed,
+    /// apart; on the web it would even start in the baseline tier).
+    #[inline(never)]
+    pub(super) fn update(&mut self, e: &Experiment) -> (f32, bool, f64) {
+        let grad_norm = global_grad_norm(&self.grads, &self.tensors);
+        let clipped = match e.clip_grad_norm {
+            Some(max_norm) => clip_grad_norm(&mut self.grads, grad_norm, max_norm),
+            None => false,
+        };
+        let lr = learning_rate(&e.schedule, e.optimizer.lr(), self.optimizer.step);
+        self.updates.copy_from_slice(&self.params);
+        optimizer_step(&mut self.params, &mut self.optimizer, &self.grads, &e.optimizer, lr, &self.tensors);
+        for (u, p) in self.updates.iter_mut().zip(&self.params) {
+            *u = p - *u;
+        }
+        (grad_norm, clipped, lr)
+    }
+
+    /// Backward through layer `l` for the current batch (∂L/∂a of its
+    /// outputs is in `grad[l]`, turned into ∂L/∂z in place); accumulates
+    /// into `grads` and writes ∂L/∂a of its inputs into `grad[l − 1]`. With activation checkpointing the layer's z is
+    /// recomputed first.
+    #[inline(never)]
+    pub(super) fn backward_layer(&mut self, l: usize) -> Result<()> {
+        let e = &self.experiment;
+        let batch = e.batch_size;
+        let acts = &mut self.acts;
+        let shape = self.layout.layers[l];
+        let n = batch * shape.units;
+        let weight = &self.params[shape.weight_offset..shape.bias_offset];
+        let x = if l == 0 { self.inputs.as_slice() } else { acts.a[l - 1].as_slice() };
+        let z = if acts.checkpointing {
+            // Recompute z[l] = x·Wᵀ + b into the shared scratch: the
+            // same function on the same x, W and b as forward, so the
+            // same bits. a[l] is still stored.
+            let bias = &self.params[shape.bias_offset..shape.bias_offset + shape.units];
+            let z = &mut acts.z[0][..n];
+            dense_forward(z, x, weight, bias, batch, shape.inputs, shape.units);
+            &*z
+        } else {
+            &acts.z[l][..]
+        };
+        let (below, this) = self.grad.split_at_mut(l);
+        let dz = &mut this[0][..n];
+        activation_backward(dz, z, &acts.a[l], e.model.layers[l].activation);
+        let (dweight, rest) = self.grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
+        let dbias = &mut rest[..shape.units];
+        let dx = below.last_mut().map(Vec::as_mut_slice);
+        dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
+        let end = shape.bias_offset + shape.units;
+        if self.grads[shape.weight_offset..end].iter().any(|g| !g.is_finite()) {
+            return Err(non_finite(Phase::Backward, l, self.optimizer.step + 1));
+        }
+        Ok(())
+    }
+
+    pub(super) fn first_non_finite_layer(&self, values: &[f32]) -> Option<usize> {
+        self.layout
+            .layers
+            .iter()
+            .position(|l| values[l.weight_offset..l.bias_offset + l.units].iter().any(|v| !v.is_finite()))
+    }
+}
+
+fn ms(a: Instant, b: Instant) -> f64 {
+    (b - a).as_secs_f64() * 1e3
+}
+
+/// The first tensor of `values` (parameters or gradients) holding a NaN
+/// or Inf, by name.
+fn first_non_finite_tensor<'a>(values: &[f32], tensors: &'a [TensorInfo]) -> Option<&'a str> {
+    tensors.iter().find(|t| values[t.offset..t.offset + t.len].iter().any(|v| !v.is_finite())).map(|t| t.name.as_str())
+}
+
+/// `non_finite` for the transformer, whose places are tensors.
+fn non_finite_tensor(phase: Phase, place: &str, step: u64) -> Error {
+    let kept = if phase == Phase::Optimizer {
+        "the update already applied: restore the last good checkpoint"
+    } else {
+        "parameters and optimizer state kept from before this step"
+    };
+    Error::NonFinite(format!("first NaN/Inf at step {step}, in {place} during {phase}; {kept}"))
+}
+
+/// `step`: the step's number as the page counts it (the first is 1).
+fn non_finite(phase: Phase, layer: usize, step: u64) -> Error {
+    let kept = if phase == Phase::Optimizer {
+        "the update already applied: restore the last good checkpoint"
+    } else {
+        "parameters and optimizer state kept from before this step"
+    };
+    Error::NonFinite(format!("first NaN/Inf at step {step}, in layer {layer} during {phase}; {kept}"))
+}

@@ -1,0 +1,174 @@
+//! The transformer's buffers: what forward keeps for backward
+//! (`GptActivations`, per block or, with activation checkpointing, per
+//! block input), backward's working buffers (`GptScratch`), and their sizes
+//! from the shape alone (`memory_floats`), which a test holds equal to the
+//! buffers.
+
+use super::super::layout::GptShape;
+use super::super::ops::{attention_scratch, layernorm_forward};
+use super::sized;
+
+/// What forward keeps for backward, for a batch of B windows of T tokens.
+/// With activation checkpointing (`checkpointing`) only each block's
+/// output is kept (`outs`), and `blocks` holds one block's activations,
+/// reused: backward recomputes each block's forward from its input.
+#[derive(Default)]
+pub struct GptActivations {
+    pub batch: usize,
+    pub checkpointing: bool,
+    pub(super) encoded: Vec<f32>,
+    pub(super) blocks: Vec<BlockActs>,
+    /// Block outputs (checkpointing only), (B·T, C) each.
+    pub(super) outs: Vec<Vec<f32>>,
+    pub(super) lnf: Normed,
+    pub logits: Vec<f32>,
+    pub(super) lse: Vec<f32>,
+}
+
+#[derive(Default)]
+pub(super) struct BlockActs {
+    pub(super) ln1: Normed,
+    /// q, k, v before the q/k LayerNorm (only with `qk_layernorm`).
+    pub(super) qkv_raw: Vec<f32>,
+    pub(super) qk_stats: (Vec<f32>, Vec<f32>),
+    pub(super) qkv: Vec<f32>,
+    /// Attention probabilities (B, H, T, T).
+    pub(super) att: Vec<f32>,
+    pub(super) atty: Vec<f32>,
+    pub(super) res2: Vec<f32>,
+    pub(super) ln2: Normed,
+    pub(super) fch: Vec<f32>,
+    pub(super) fch_gelu: Vec<f32>,
+    pub(super) res3: Vec<f32>,
+}
+
+impl BlockActs {
+    /// (activations, attention probabilities) in f32s.
+    fn floats(&self) -> (usize, usize) {
+        let n = self.ln1.floats()
+            + self.qkv_raw.len()
+            + self.qk_stats.0.len()
+            + self.qk_stats.1.len()
+            + self.qkv.len()
+            + self.atty.len()
+            + self.res2.len()
+            + self.ln2.floats()
+            + self.fch.len()
+            + self.fch_gelu.len()
+            + self.res3.len();
+        (n, self.att.len())
+    }
+}
+
+impl GptActivations {
+    /// Empty buffers, sized by the first forward; `checkpointing` keeps
+    /// only each block's input.
+    pub fn new(checkpointing: bool) -> GptActivations {
+        GptActivations { checkpointing, ..GptActivations::default() }
+    }
+
+    /// Bytes held: (activations, attention probabilities).
+    pub fn bytes(&self) -> (u64, u64) {
+        let (mut acts, mut att) = (0, 0);
+        for b in &self.blocks {
+            let (n, a) = b.floats();
+            acts += n;
+            att += a;
+        }
+        acts += self.encoded.len()
+            + self.outs.iter().map(Vec::len).sum::<usize>()
+            + self.lnf.floats()
+            + self.logits.len()
+            + self.lse.len();
+        (4 * acts as u64, 4 * att as u64)
+    }
+
+    /// The attention probabilities of block `l` (B, H, T, T) as the last
+    /// forward left them; None with checkpointing (only the last block's
+    /// are then kept).
+    pub fn attention(&self, l: usize) -> Option<&[f32]> {
+        if self.checkpointing {
+            return None;
+        }
+        self.blocks.get(l).map(|b| b.att.as_slice())
+    }
+}
+
+/// Backward's working buffers, kept between steps.
+#[derive(Default)]
+pub struct GptScratch {
+    pub(super) dlogits: Vec<f32>,
+    pub(super) dlnf: Vec<f32>,
+    pub(super) dx: Vec<f32>,
+    pub(super) dres2: Vec<f32>,
+    pub(super) dhidden: Vec<f32>,
+    pub(super) dhidden_gelu: Vec<f32>,
+    pub(super) dln: Vec<f32>,
+    pub(super) datty: Vec<f32>,
+    pub(super) dqkv: Vec<f32>,
+    pub(super) dqkv_raw: Vec<f32>,
+    pub(super) att_row: Vec<f32>,
+}
+
+impl GptScratch {
+    pub fn bytes(&self) -> u64 {
+        let n = [
+            &self.dlogits,
+            &self.dlnf,
+            &self.dx,
+            &self.dres2,
+            &self.dhidden,
+            &self.dhidden_gelu,
+            &self.dln,
+            &self.datty,
+            &self.dqkv,
+            &self.dqkv_raw,
+            &self.att_row,
+        ]
+        .iter()
+        .map(|v| v.len())
+        .sum::<usize>();
+        4 * n as u64
+    }
+}
+
+/// What a batch of B windows holds, in f32s, from the shape alone:
+/// (activations, attention probabilities, backward scratch). The same
+/// sizes the buffers above take once a step has run (tested), so memory
+/// limits are checked before anything is allocated.
+pub fn memory_floats(s: &GptShape, batch: usize, checkpointing: bool) -> (usize, usize, usize) {
+    let (t, c, v, h) = (s.context, s.embed, s.vocab_size, s.heads);
+    let (rows, hidden) = (batch * t, s.mlp_ratio * c);
+    let qk = if s.qk_layernorm { rows * 3 * c + 4 * rows * h } else { 0 };
+    let normed = rows * c + 2 * rows;
+    // ln1, qkv (+ raw and stats), atty, res2, ln2, fch, fch_gelu, res3.
+    let block = normed + rows * 3 * c + qk + 3 * rows * c + normed + 2 * rows * hidden;
+    let att = batch * h * t * t;
+    let kept = if checkpointing { 1 } else { s.blocks };
+    let outs = if checkpointing { s.blocks * rows * c } else { 0 };
+    let acts = rows * c + kept * block + outs + normed + rows * v + rows;
+    let scratch =
+        rows * v + 5 * rows * c + 2 * rows * hidden + rows * 3 * c + qk.min(rows * 3 * c) + attention_scratch(t, c / h);
+    (acts, kept * att, scratch)
+}
+
+/// A LayerNorm's output and the per-row mean and 1/σ backward needs.
+#[derive(Default)]
+pub(super) struct Normed {
+    pub(super) out: Vec<f32>,
+    pub(super) mean: Vec<f32>,
+    pub(super) rstd: Vec<f32>,
+}
+
+impl Normed {
+    pub(super) fn forward(&mut self, x: &[f32], weight: &[f32], bias: &[f32], rows: usize, c: usize) {
+        sized(&mut self.out, rows * c);
+        sized(&mut self.mean, rows);
+        sized(&mut self.rstd, rows);
+        layernorm_forward(&mut self.out, &mut self.mean, &mut self.rstd, x, weight, bias, rows, c);
+    }
+
+    pub(super) fn floats(&self) -> usize {
+        self.out.len() + self.mean.len() + self.rstd.len()
+    }
+}
