@@ -1,6 +1,6 @@
 //! A stable-toolchain fuzzer for everything that reads outside input:
 //! checkpoint files, experiment JSON (what a config holds), the page's URL
-//! state (what a shared link holds) and CSV. No nightly compiler is at hand for cargo-fuzz, so this is a seeded
+//! state (what a shared link holds), CSV and text (the transformer's data). No nightly compiler is at hand for cargo-fuzz, so this is a seeded
 //! mutation harness: it starts from a corpus of valid inputs, mutates them
 //! (bit flips, byte edits, interesting numbers, splices, truncations,
 //! duplications), runs each through a target, and reports any panic with
@@ -19,7 +19,7 @@ use crate::limits::Limits;
 use crate::rng::Rng;
 
 /// The targets, by name.
-pub const TARGETS: [&str; 4] = ["checkpoint", "experiment", "link", "csv"];
+pub const TARGETS: [&str; 5] = ["checkpoint", "experiment", "link", "csv", "text"];
 
 /// Runs `input` through target `name`. Errors are the expected answer to
 /// bad input; only a panic (or a hang) is a finding.
@@ -29,6 +29,7 @@ pub fn run(name: &str, input: &[u8]) {
         "experiment" => experiment(input),
         "link" => link(input),
         "csv" => csv(input),
+        "text" => text(input),
         other => panic!("no fuzz target {other}"),
     }
 }
@@ -132,6 +133,32 @@ fn csv(input: &[u8]) {
         }
     }
     let _ = crate::data::csv_header(text);
+}
+
+/// A text upload: read as characters for a few contexts; where it reads,
+/// a tiny transformer of its vocabulary takes a step on its windows and
+/// writes a checkpoint that loads with the vocabulary it saved.
+fn text(input: &[u8]) {
+    use crate::data::{TokenText, MAX_VOCABULARY};
+    for context in [1, 3, 8] {
+        let Ok(t) = TokenText::read(input, context, MAX_VOCABULARY) else { continue };
+        assert_eq!(t.vocabulary.decode(&t.ids).expect("ids decode"), std::str::from_utf8(input).expect("UTF-8"));
+        if t.vocabulary.len() > 64 || t.ids.len() > 4096 {
+            continue; // big enough to be slow, not to find more
+        }
+        let e = Experiment::from_json(&format!(
+            r#"{{"model": {{"kind": "gpt", "vocab_size": {}, "context": {context}, "embed": 4, "heads": 2, "blocks": 1}},
+                "loss": "cross_entropy", "optimizer": {{"kind": "adamw"}}, "batch_size": 2,
+                "data": {{"source": "text", "train_fraction": 0.5}}}}"#,
+            t.vocabulary.len()
+        ))
+        .expect("a fixed experiment");
+        let data = Dataset::load_text(&e, &t).expect("the text's own vocabulary fits");
+        let Ok(mut engine) = CpuEngine::new(&e, data) else { continue };
+        engine.step().expect("a step on a tiny model is finite");
+        let saved = crate::checkpoint::save_checkpoint(&engine.state()).expect("saves");
+        assert_eq!(load_checkpoint(&saved).expect("loads").vocabulary, Some(t.vocabulary));
+    }
 }
 
 /// Numbers that break parsers and counters.

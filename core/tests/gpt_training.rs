@@ -98,6 +98,15 @@ fn a_checkpoint_resumes_exactly_and_carries_the_vocabulary() {
     let text = TokenText::read(other.as_bytes(), 8, MAX_VOCABULARY).unwrap();
     let msg = CpuEngine::from_state(a.state(), Dataset::load_text(&e, &text).unwrap()).err().unwrap().to_string();
     assert!(msg.contains("vocabulary") && msg.contains("is not the text's"), "{msg}");
+    // A file's vocabulary is checked against the model, digest or not.
+    let mut hostile = a.state();
+    hostile.vocabulary = Some(stepscope_core::data::Vocabulary::from_string("abc").unwrap());
+    let bytes = stepscope_core::checkpoint::serialize_unchecked(&hostile).unwrap();
+    let msg = load_checkpoint(&bytes).unwrap_err().to_string();
+    assert!(msg.contains(&format!("the vocabulary holds 3 characters but model.vocab_size is {}", vocabulary_size())));
+    // The page trains the MLP only, for now, and says so for any link.
+    let msg = stepscope_core::limits::Limits::PAGE.check(&e, None).unwrap_err().to_string();
+    assert!(msg.contains("a gpt model trains from the command line for now"), "{msg}");
 }
 
 #[test]
