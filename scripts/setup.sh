@@ -75,7 +75,11 @@ fi
 # the CPU) for the native GPU tests, since CI machines have no GPU.
 apt_install chromium chromium-driver mesa-vulkan-drivers libvulkan1
 
-# TensorBoard's own event reader checks the event files the CLI writes.
+# TensorBoard's own event reader checks the event files the CLI writes;
+# Holistic Trace Analysis the traces.
 if ! .venv/bin/python -c 'import numpy, safetensors, tensorboard' >/dev/null 2>&1; then
   .venv/bin/python -m pip install --quiet numpy safetensors tensorboard==2.21.0
+fi
+if ! .venv/bin/python -c 'import hta.trace_analysis' >/dev/null 2>&1; then
+  .venv/bin/python -m pip install --quiet HolisticTraceAnalysis==0.5.0 psutil
 fi

@@ -33,6 +33,9 @@ echo "== checkpoints open in Python (safetensors.numpy)"
 echo "== TensorBoard event files open in TensorBoard's reader, equal to the metrics log"
 "$STEPSCOPE_PYTHON" scripts/check_tensorboard.py
 
+echo "== traces nest and add up, and Holistic Trace Analysis reads the GPU engine's (lavapipe)"
+"$STEPSCOPE_PYTHON" scripts/check_trace.py
+
 echo "== PyTorch for the export checks (installed into .venv if missing)"
 bash scripts/setup.sh torch
 

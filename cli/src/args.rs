@@ -142,6 +142,10 @@ pub struct TrainArgs {
     /// in the --tensorboard file (and at the last step).
     #[arg(long, value_parser = positive::<u64>, requires = "tensorboard", default_value_t = 100)]
     pub histogram_every: u64,
+    /// Also write a trace of the steps (Trace Event JSON as PyTorch's
+    /// profiler writes it, `.json` or `.json.gz`), for Perfetto and HTA.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<String>,
     /// Steps between evaluations on the held-out rows (and at the last
     /// step). Default: a tenth of the steps for an MLP; for a gpt model
     /// every 250 steps, as nanoGPT's Shakespeare configuration.

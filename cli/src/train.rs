@@ -22,6 +22,7 @@ use crate::tensorboard::TensorBoard;
 use crate::{say, Failure};
 
 mod progress;
+mod trace;
 
 use progress::{evaluate, stopped, PROGRESS_EVERY, STOP};
 pub(crate) use progress::{read_csv_file, Heartbeat};
@@ -164,7 +165,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     // process); the first one serves them all.
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
     STOP.store(false, Ordering::SeqCst);
-    let outputs: Vec<(&str, &str)> = [("--out", &args.out), ("--metrics", &args.metrics)]
+    let outputs: Vec<(&str, &str)> = [("--out", &args.out), ("--metrics", &args.metrics), ("--trace", &args.trace)]
         .into_iter()
         .filter_map(|(f, p)| Some((f, p.as_deref()?)))
         .collect();
@@ -182,6 +183,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     if let Some(out) = &args.out {
         files::check_writable(out, "--out")?;
     }
+    if let Some(path) = &args.trace {
+        files::check_writable(path, "--trace")?;
+    }
     let steps = steps_to_run(args, &state);
     let gpu = match args.backend {
         Backend::Cpu => None,
@@ -196,9 +200,11 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         None => "cpu".to_string(),
     };
     let on_cpu = gpu.is_none();
+    let device = gpu.as_ref().map(|ctx| ctx.describe());
     let mut engine = Trainer::new(state, data, gpu)?;
     let (train_table, test_table) = (engine.data().train.clone(), engine.data().test.clone());
     let mut metrics_file = args.metrics.as_deref().map(LogFile::create).transpose()?;
+    let mut tracer = args.trace.as_deref().map(|path| trace::TraceRecorder::new(path, Instant::now()));
     let mut tensorboard =
         args.tensorboard.as_deref().map(|dir| TensorBoard::create(dir, args.histogram_every)).transpose()?;
 
@@ -254,9 +260,20 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         let step = if on_cpu {
             let (mut parts, step_started) = (0u64, Instant::now());
             loop {
+                let (part_start, before) = (Instant::now(), engine.phases_so_far());
                 match engine.step_part() {
-                    Ok(Some(m)) => break Ok(vec![m]),
-                    Ok(None) => parts += 1,
+                    Ok(Some(m)) => {
+                        if let Some(t) = tracer.as_mut() {
+                            t.part(part_start, Instant::now(), &before, &m.phases);
+                        }
+                        break Ok(vec![m]);
+                    }
+                    Ok(None) => {
+                        parts += 1;
+                        if let Some(t) = tracer.as_mut() {
+                            t.part(part_start, Instant::now(), &before, &engine.phases_so_far());
+                        }
+                    }
                     Err(err) => break Err(err),
                 }
                 if stopped() {
@@ -278,7 +295,11 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
                 }
             }
         } else {
-            engine.submit(1).and_then(|()| block_on(engine.collect()))
+            let step = engine.submit(1).and_then(|()| block_on(engine.collect()));
+            if let (Some(t), Ok(Some(m))) = (tracer.as_mut(), step.as_ref().map(|m| m.last())) {
+                t.gpu_step(step_wall, Instant::now(), m, engine.gpu_passes());
+            }
+            step
         };
         let step_secs = step_wall.elapsed().as_secs_f64();
         let mut metrics = match step.map(|mut m| m.pop()) {
@@ -292,6 +313,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
                 if let Some(tb) = tensorboard.take() {
                     tb.finish()?;
                 }
+                if let Some(t) = tracer.take() {
+                    t.finish(device)?;
+                }
                 return Err(err.into());
             }
         };
@@ -300,6 +324,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
                 let t = Instant::now();
                 files::write_atomic(out, &save_checkpoint(&block_on(engine.read_state())?)?)?;
                 metrics.phases.checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
+                if let Some(tr) = tracer.as_mut() {
+                    tr.span("checkpoint", t, Instant::now());
+                }
             }
         }
         // Logging: progress report and the metrics record. Its own time is
@@ -366,6 +393,11 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             let secs = started.elapsed().as_secs_f64();
             tb.step(&metrics, if secs > 0.0 { (i + 1) as f64 / secs } else { 0.0 }, tokens_per_second)?;
         }
+        if let Some(tr) = tracer.as_mut() {
+            let end = Instant::now();
+            tr.span("logging", t, end);
+            tr.end_step(&metrics, end);
+        }
         last = Some(metrics);
         if interrupted {
             break;
@@ -380,6 +412,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     }
     if let Some(tb) = tensorboard.take() {
         tb.finish()?;
+    }
+    if let Some(t) = tracer.take() {
+        t.finish(device)?;
     }
     if interrupted {
         let saved = match &args.out {

@@ -273,3 +273,54 @@ fn help_version_and_flag_equals_value() {
     assert_eq!(state.step(), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--trace`: a ProfilerStep#N per step, its phases inside it one after
+/// another on one track, adding up to it (gzip for a `.gz` name).
+#[test]
+fn trace_steps_hold_their_phases_end_to_end() {
+    use std::io::Read;
+    let dir = temp_dir("trace");
+    let out = stepscope(&dir, &["train", "--config", "config.json", "--steps", "4", "--trace", "t.json.gz"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(dir.join("t.json.gz")).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(text.contains(r#""distributedInfo": {"backend": "none", "rank": 0"#), "HTA's rank pattern");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let events: Vec<&serde_json::Value> =
+        json["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").collect();
+    let f = |e: &serde_json::Value, k: &str| e[k].as_f64().unwrap();
+    let steps: Vec<_> = events.iter().filter(|e| e["name"].as_str().unwrap().starts_with("ProfilerStep#")).collect();
+    assert_eq!(steps.len(), 4);
+    for (i, s) in steps.iter().enumerate() {
+        assert_eq!(s["name"], format!("ProfilerStep#{i}"));
+        let (start, end) = (f(s, "ts"), f(s, "ts") + f(s, "dur"));
+        let inside: Vec<_> = events
+            .iter()
+            .filter(|e| e["cat"] == "cpu_op" && f(e, "ts") >= start - 1e-3 && f(e, "ts") + f(e, "dur") <= end + 1e-3)
+            .collect();
+        let names: Vec<&str> = inside.iter().map(|e| e["name"].as_str().unwrap()).collect();
+        // Two micro-batches: data and forward, backward, data and forward, backward.
+        assert_eq!(
+            names,
+            [
+                "enumerate(DataLoader)#Stepscope.__next__",
+                "forward",
+                "backward",
+                "enumerate(DataLoader)#Stepscope.__next__",
+                "forward",
+                "backward",
+                "optimizer",
+                "logging"
+            ],
+            "step {i}"
+        );
+        for pair in inside.windows(2) {
+            assert!((f(pair[0], "ts") + f(pair[0], "dur") - f(pair[1], "ts")).abs() < 2e-3, "contiguous");
+        }
+        let total: f64 = inside.iter().map(|e| f(e, "dur")).sum();
+        assert!((total - f(s, "dur")).abs() < 1e-2, "step {i}: {total} of {}", f(s, "dur"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -263,6 +263,12 @@ impl CpuEngine {
         }
     }
 
+    /// The phase times of the step under way so far (zero between steps):
+    /// a trace splits each part of a step taken in parts by them.
+    pub fn phases_so_far(&self) -> PhaseTimes {
+        self.partial.as_ref().map_or_else(PhaseTimes::default, |p| p.phases)
+    }
+
     /// Whether a step is part-way through (step-by-phase mode).
     pub fn mid_step(&self) -> bool {
         self.partial.is_some()

@@ -10,6 +10,7 @@ mod pytorch_data;
 mod pytorch_optim;
 mod pytorch_run;
 pub mod tensorboard;
+pub mod trace;
 
 pub use pytorch::pytorch_script;
 

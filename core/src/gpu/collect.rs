@@ -79,6 +79,7 @@ impl GpuEngine {
         let k = self.experiment.grad_accumulation as f32;
         let mut per_step = vec![PhaseTimes::default(); steps];
         let mut gpu_ms = vec![None; steps];
+        self.last_passes.clear();
         let timing = if done.passes.is_empty() {
             // No timestamps: only the submit's wall time is known. It is
             // reported whole in forward_ms, labelled Timing::GpuCoarse.
@@ -93,6 +94,13 @@ impl GpuEngine {
             self.timestamp_quantum_ms = Some(super::profile::timestamp_quantum_ms(ticks, period_ms));
             for (i, &(s, kind)) in done.passes.iter().enumerate() {
                 let ms = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period_ms;
+                let at = |tick: u64| tick.saturating_sub(ticks[0]) as f64 * period_ms;
+                self.last_passes.push(super::passes::GpuPass {
+                    step: s,
+                    kind,
+                    start_ms: at(ticks[2 * i]),
+                    end_ms: at(ticks[2 * i + 1]),
+                });
                 if kind == PassKind::Fused {
                     gpu_ms.iter_mut().for_each(|g| *g = Some(ms / steps as f64));
                     continue;

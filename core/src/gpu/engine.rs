@@ -83,6 +83,9 @@ pub struct GpuEngine {
     /// The step of the timestamps read last (ms): the browser may round
     /// them (`profile::timestamp_quantum_ms`).
     pub(super) timestamp_quantum_ms: Option<f64>,
+    /// The timed passes of the last submit collected (empty without
+    /// timestamp queries): what a trace draws on the GPU's track.
+    pub(super) last_passes: Vec<super::passes::GpuPass>,
 }
 
 /// Timestamp queries available per submit (wgpu's query set limit).
@@ -163,12 +166,18 @@ impl GpuEngine {
             use_fused: false,
             submit_cost: None,
             timestamp_quantum_ms: None,
+            last_passes: Vec::new(),
         })
     }
 
     pub fn experiment(&self) -> &Experiment {
         &self.experiment
     }
+    /// The timed passes of the last submit collected (`GpuPass`).
+    pub fn last_passes(&self) -> &[super::passes::GpuPass] {
+        &self.last_passes
+    }
+
     pub fn layout(&self) -> &Layout {
         &self.layout
     }

@@ -21,6 +21,31 @@ pub enum PassKind {
     Fused,
 }
 
+impl PassKind {
+    /// The phase's name, as traces and the anatomy name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PassKind::Data => "data",
+            PassKind::Forward => "forward",
+            PassKind::Backward => "backward",
+            PassKind::Optimizer => "optimizer",
+            PassKind::Step => "step",
+            PassKind::Fused => "fused steps",
+        }
+    }
+}
+
+/// One timed pass of the last submit collected, in milliseconds from the
+/// submit's first pass on the GPU's clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuPass {
+    /// The step within the submit (every step, for a fused pass).
+    pub step: usize,
+    pub kind: PassKind,
+    pub start_ms: f64,
+    pub end_ms: f64,
+}
+
 /// Records one compute pass of `dispatches`, with a timestamp pair when
 /// timestamps are on.
 pub fn record_pass(

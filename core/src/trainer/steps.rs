@@ -64,6 +64,24 @@ impl Trainer {
     /// CPU: the next phase of the current step, without its statistics
     /// (`CpuEngine::step_part`); the metrics when it finished the step.
     /// The GPU takes whole steps (`submit`).
+    /// The CPU's phase times of the step under way so far (zero between
+    /// steps, and on the GPU, whose steps are whole).
+    pub fn phases_so_far(&self) -> crate::engine::PhaseTimes {
+        match &self.inner {
+            Inner::Cpu(e) => e.phases_so_far(),
+            Inner::Gpu(_) => Default::default(),
+        }
+    }
+
+    /// The GPU's timed passes of the last submit collected (empty on the
+    /// CPU, and without timestamp queries).
+    pub fn gpu_passes(&self) -> &[crate::gpu::GpuPass] {
+        match &self.inner {
+            Inner::Cpu(_) => &[],
+            Inner::Gpu(e) => e.last_passes(),
+        }
+    }
+
     pub fn step_part(&mut self) -> Result<Option<StepMetrics>> {
         if self.queued > 0 {
             return Err(Error::Experiment("collect the submitted steps before stepping in parts".into()));
