@@ -185,6 +185,25 @@ test('download-metrics gives every recorded step as CSV, from the engine', async
   console.log(out.trim());
   fs.rmSync(dir, { recursive: true });
   fs.rmSync(csvFile);
+  // And as a trace: a ProfilerStep#N per recorded step, its phases tiling it.
+  const [traced] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-trace').click()]);
+  assert.match(traced.suggestedFilename(), /^stepscope-page-step\d+\.pt\.trace\.json$/);
+  const tracePath = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'trace-')), traced.suggestedFilename());
+  await traced.saveAs(tracePath);
+  const trace = JSON.parse(fs.readFileSync(tracePath, 'utf8'));
+  assert.match(JSON.stringify(trace.distributedInfo, null, 1), /"rank": 0/);
+  const spans = trace.traceEvents.filter((e) => e.ph === 'X');
+  const profiled = spans.filter((e) => e.name.startsWith('ProfilerStep#'));
+  // A trace step per recorded step that has its frame's wall time.
+  assert.ok(profiled.length >= 1 && profiled.length <= stepped.length, `${profiled.length} of ${stepped.length}`);
+  for (const s of profiled) {
+    const inside = spans.filter((e) => e.cat === 'cpu_op' && e.ts >= s.ts - 1e-3 && e.ts + e.dur <= s.ts + s.dur + 1e-3);
+    assert.equal(inside[0].name, 'enumerate(DataLoader)#Stepscope.__next__');
+    const total = inside.reduce((sum, e) => sum + e.dur, 0);
+    assert.ok(Math.abs(total - s.dur) < 0.01, `${s.name}: phases ${total} of ${s.dur} us`);
+  }
+  console.log(`trace: ${profiled.length} steps`);
+  fs.rmSync(path.dirname(tracePath), { recursive: true });
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -42,7 +42,7 @@ pub const PAGE_IDS: &[&str] = &[
     "lesson-no-zero-grad", "loader-delay-ms", "loader-prefetch", "gpu-busy-share", "lesson-high-lr",
     "lesson-high-lr-clip", "lesson-high-lr-warmup", "lesson-lr-readout", "accumulation-k",
     "accumulation-check", "accumulation-result", "log-every", "logging-share", "copy-link",
-    "download-metrics", "download-tensorboard",
+    "download-metrics", "download-tensorboard", "download-trace",
 ];
 
 /// Ids that carry a hidden layer's number N (`units-0`, …).

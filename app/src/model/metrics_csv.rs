@@ -205,6 +205,59 @@ impl MetricsLog {
         out
     }
 
+    /// The log as a trace (`download-trace`), in the Trace Event JSON that
+    /// `stepscope train --trace` writes (`export::trace`): a
+    /// `ProfilerStep#N` per recorded step, ending `end_s` less the wall
+    /// time of the steps after it (as `to_tensorboard` places them), whose
+    /// length is the step's share of its frame; inside it the phases with
+    /// their measured lengths, in the order a step runs them (data,
+    /// forward, backward, optimizer, then the frame's checkpoint and
+    /// logging shares; a step's micro-batches are not kept apart), and
+    /// `page` for the rest of the frame's share (drawing, messaging, the
+    /// engine's bookkeeping). The GPU's time is not placed on a GPU track
+    /// (the log keeps its length, not when it ran): `gpu_ms` is a counter.
+    pub fn to_trace(&self, end_s: f64, device: Option<String>) -> String {
+        use stepscope_core::export::trace::{tile, trace_json, TraceInfo, TraceStep, DATA_EVENT};
+        let mut ends = vec![end_s * 1e6; self.rows.len()];
+        let mut t = end_s * 1e6;
+        for (i, row) in self.rows.iter().enumerate().rev() {
+            ends[i] = t;
+            let before = if i > 0 { self.rows[i - 1].step } else { 0 };
+            t -= row.frame.map_or(0.0, |f| f.wall_ms) * row.step.saturating_sub(before) as f64 * 1e3;
+        }
+        let origin = t;
+        let mut steps = Vec::new();
+        for (row, &end) in self.rows.iter().zip(&ends) {
+            let (Some(m), Some(frame)) = (&row.metrics, row.frame) else { continue };
+            let p = &m.phases;
+            let phases: Vec<(&'static str, f64)> = vec![
+                (DATA_EVENT, p.data_ms),
+                ("forward", p.forward_ms),
+                ("backward", p.backward_ms),
+                ("optimizer", p.optimizer_ms),
+                ("checkpoint", frame.checkpoint_ms),
+                ("logging", frame.logging_ms),
+            ];
+            let measured: f64 = phases.iter().map(|(_, ms)| ms).sum();
+            let wall = frame.wall_ms.max(measured);
+            let start = end - wall * 1e3 - origin;
+            let mut phases = phases;
+            phases.push(("page", wall - measured));
+            steps.push(TraceStep {
+                step: m.step,
+                start_us: start,
+                end_us: start + wall * 1e3,
+                phases: tile(&[(start, start + wall * 1e3, phases)]),
+                gpu: Vec::new(),
+                submit_us: None,
+                loss: m.loss,
+                grad_norm: m.grad_norm,
+                lr: m.lr,
+            });
+        }
+        trace_json(&TraceInfo { pid: 1, rank: 0, world_size: 1, device }, &steps)
+    }
+
     /// The CSV: `#` comment lines saying what a row is (after `about`, the
     /// run's experiment on one line), the header, one line per row. Numbers are
     /// written in full precision (Rust's shortest form that reads back to
@@ -430,5 +483,45 @@ mod tests {
         // 100 s at step 2, 4 ms earlier at step 1, 8 ms earlier at step 0.
         let wall = |r: &[u8]| f64::from_le_bytes(r[1..9].try_into().unwrap());
         assert_eq!((wall(&records[2]), wall(&records[3]), wall(&records[4])), (100.0 - 0.004, 100.0, 100.0));
+    }
+
+    /// The trace: a step per recorded step, its phases tiling its share
+    /// of the frame, the rest as `page`; counters for its metrics.
+    #[test]
+    fn the_log_as_a_trace() {
+        let mut log = MetricsLog::default();
+        let share = FrameShare { wall_ms: 4.0, checkpoint_ms: 0.5, logging_ms: 0.25 };
+        log.record_evaluation(0, None, Some(Evaluation { loss: 0.7, accuracy: Some(0.5) }));
+        log.record_steps(&[step(0, Timing::Cpu), step(1, Timing::Cpu)], Some(share));
+        let json: serde_json::Value = serde_json::from_str(&log.to_trace(100.0, None)).unwrap();
+        let events = json["traceEvents"].as_array().unwrap();
+        let spans: Vec<(&str, f64, f64)> = events
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| (e["name"].as_str().unwrap(), e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
+            .collect();
+        let names: Vec<&str> = spans.iter().map(|s| s.0).collect();
+        let one = [
+            "enumerate(DataLoader)#Stepscope.__next__",
+            "forward",
+            "backward",
+            "optimizer",
+            "checkpoint",
+            "logging",
+            "page",
+        ];
+        assert_eq!(names[0], "ProfilerStep#0");
+        assert_eq!(names[1..8], one);
+        assert_eq!(names[8], "ProfilerStep#1");
+        // Each step is its 4 ms share, its phases tile it, the second
+        // ends at the download.
+        for at in [0, 8] {
+            assert!((spans[at].2 - 4000.0).abs() < 1e-6);
+            let total: f64 = spans[at + 1..at + 8].iter().map(|s| s.2).sum();
+            assert!((total - 4000.0).abs() < 1e-3, "{total}");
+        }
+        assert!((spans[8].1 + spans[8].2 - spans[0].1 - 8000.0).abs() < 1e-3);
+        assert!((spans[1..8].iter().find(|s| s.0 == "backward").unwrap().2 - 250.0).abs() < 1e-6);
+        assert_eq!(events.iter().filter(|e| e["ph"] == "C" && e["name"] == "loss").count(), 2);
     }
 }

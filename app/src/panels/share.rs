@@ -82,6 +82,21 @@ pub fn Share() -> impl IntoView {
             Err(message) => state.run.alert.set(Some(message)),
         }
     };
+    let on_trace = move |_| {
+        let end_s = js_sys::Date::now() / 1e3;
+        let backend = state.run.backend.get_untracked();
+        let device = (backend.gpu && !backend.adapter.is_empty()).then_some(backend.adapter);
+        let (trace, rows) = state.charts.metrics_log.with_value(|log| (log.to_trace(end_s, device), log.rows().len()));
+        if rows == 0 {
+            status.set("No steps recorded yet: train first.".into());
+            return;
+        }
+        let name = format!("stepscope-page-step{}.pt.trace.json", state.run.step.get_untracked());
+        match download(trace.as_bytes(), &name) {
+            Ok(()) => status.set(format!("Downloaded a trace of {rows} steps (open it in ui.perfetto.dev)")),
+            Err(message) => state.run.alert.set(Some(message)),
+        }
+    };
     let select_all = move |ev: leptos::ev::FocusEvent| {
         if let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) {
             input.select();
@@ -95,6 +110,8 @@ pub fn Share() -> impl IntoView {
                 on:click=on_download>"Metrics CSV"</button>
             <button data-testid="download-tensorboard" title="The recorded steps as a TensorBoard event file, with the tags stepscope train --tensorboard writes"
                 on:click=on_tensorboard>"TensorBoard"</button>
+            <button data-testid="download-trace" title="The recorded steps as a trace (Trace Event JSON, as PyTorch's profiler writes it) for Perfetto"
+                on:click=on_trace>"Trace"</button>
             <span class="share-status" role="status" data-testid="share-status">{move || status.get()}</span>
             {move || fallback.get().map(|link| view! {
                 <input class="share-link" type="text" readonly data-testid="copy-link-field" aria-label="Link to this experiment"
