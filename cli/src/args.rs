@@ -90,6 +90,12 @@ pub enum Command {
         #[arg(long, default_value_t = 1337)]
         seed: u64,
     },
+    /// A run from outside, read-only, as its step anatomy: metrics logs
+    /// (one per rank), Stepscope traces or PyTorch profiler traces.
+    Open {
+        #[arg(required = true)]
+        files: Vec<String>,
+    },
     /// GPU benchmark: matmul against the FMA probe, steps/s, checkpointing, the step's anatomy.
     Bench {
         /// Also write the report here (Markdown).

@@ -10,6 +10,7 @@ mod bench;
 mod export;
 mod files;
 mod inspect;
+mod open;
 mod report;
 mod sample;
 mod tensorboard;
@@ -66,6 +67,7 @@ fn main() -> ExitCode {
         }
         Command::Predict { checkpoint, inputs, out } => export::predict(&checkpoint, &inputs, out),
         Command::Inspect { file } => inspect::run(&file),
+        Command::Open { files } => open::run(&files),
         Command::Sample { checkpoint, prompt, tokens, temperature, top_k, seed } => {
             sample::run(&checkpoint, &prompt, Sampling { tokens, temperature, top_k, seed })
         }

@@ -324,3 +324,31 @@ fn trace_steps_hold_their_phases_end_to_end() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `open`: two ranks' metrics logs as one run's anatomy, a straggler
+/// named; a bad file refused with one line.
+#[test]
+fn open_reads_a_run_from_outside() {
+    let dir = temp_dir("open");
+    let log = |data: f64| -> String {
+        (0..4).map(|s| format!("{{\"step\": {s}, \"data_ms\": {data}, \"forward_ms\": 2, \"backward_ms\": 4, \"optimizer_ms\": 1}}\n")).collect()
+    };
+    std::fs::write(dir.join("rank0.jsonl"), log(1.0)).unwrap();
+    std::fs::write(dir.join("rank1.jsonl"), log(7.0)).unwrap();
+    let out = stepscope(&dir, &["open", "rank0.jsonl", "rank1.jsonl"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("metrics: 2 ranks, 8 steps"), "{stdout}");
+    // Steps of 8 and 14 ms, 1 and 7 of them waiting for data: 32 of 88 ms.
+    assert!(stdout.contains("waiting for data: 36.4 % of step time (the data loader is the bottleneck"), "{stdout}");
+    // The median rank's step is 11 ms.
+    assert!(stdout.contains("rank 1    median step 14.000 ms, 1.27× the median  straggler"), "{stdout}");
+    assert!(stdout.contains("rank 0    median step 8.000 ms, 0.73× the median\n"), "{stdout}");
+    std::fs::write(dir.join("bad.jsonl"), "{\"step\": 2, \"forward_ms\": 1}\n{\"step\": 1, \"forward_ms\": 1}\n")
+        .unwrap();
+    let out = stepscope(&dir, &["open", "bad.jsonl"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("bad.jsonl line 2: step 1 after step 2: steps go backwards"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

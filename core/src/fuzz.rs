@@ -1,6 +1,7 @@
 //! A stable-toolchain fuzzer for everything that reads outside input:
 //! checkpoint files, experiment JSON (what a config holds), the page's URL
-//! state (what a shared link holds), CSV and text (the transformer's data). No nightly compiler is at hand for cargo-fuzz, so this is a seeded
+//! state (what a shared link holds), CSV, text (the transformer's data) and
+//! runs from outside (metrics logs and traces, `runs::open_run`). No nightly compiler is at hand for cargo-fuzz, so this is a seeded
 //! mutation harness: it starts from a corpus of valid inputs, mutates them
 //! (bit flips, byte edits, interesting numbers, splices, truncations,
 //! duplications), runs each through a target, and reports any panic with
@@ -19,7 +20,7 @@ use crate::limits::Limits;
 use crate::rng::Rng;
 
 /// The targets, by name.
-pub const TARGETS: [&str; 5] = ["checkpoint", "experiment", "link", "csv", "text"];
+pub const TARGETS: [&str; 6] = ["checkpoint", "experiment", "link", "csv", "text", "run"];
 
 /// Runs `input` through target `name`. Errors are the expected answer to
 /// bad input; only a panic (or a hang) is a finding.
@@ -30,6 +31,7 @@ pub fn run(name: &str, input: &[u8]) {
         "link" => link(input),
         "csv" => csv(input),
         "text" => text(input),
+        "run" => run_file(input),
         other => panic!("no fuzz target {other}"),
     }
 }
@@ -158,6 +160,22 @@ fn text(input: &[u8]) {
         engine.step().expect("a step on a tiny model is finite");
         let saved = crate::checkpoint::save_checkpoint(&engine.state()).expect("saves");
         assert_eq!(load_checkpoint(&saved).expect("loads").vocabulary, Some(t.vocabulary));
+    }
+}
+
+/// A run's file opened as the page and `stepscope open` open it, alone and
+/// as one of two ranks; what opens gives finite shares.
+fn run_file(input: &[u8]) {
+    for files in [vec![("run", input)], vec![("a", input), ("b", input)]] {
+        if let Ok(run) = crate::runs::open_run(&files) {
+            assert!(run.steps() > 0);
+            let share = run.data_share();
+            assert!(share.is_finite() && (0.0..=1.0 + 1e-9).contains(&share), "data share {share}");
+            if let Some(idle) = run.gpu_idle_share() {
+                assert!(idle.is_finite() && idle <= 1.0 + 1e-9, "idle {idle}");
+            }
+            let _ = (run.mean_phases(), run.rank_step_ms());
+        }
     }
 }
 

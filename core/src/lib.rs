@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod rng;
+pub mod runs;
 pub mod stats;
 pub mod trainer;
 mod validate;

@@ -1,0 +1,455 @@
+//! Runs from outside, opened read-only: metrics logs (JSON Lines from
+//! `stepscope train --metrics` or the exported PyTorch script, one file per
+//! rank), Stepscope traces (`--trace`, `download-trace`) and PyTorch
+//! profiler traces (Kineto's Trace Event JSON, `.json` or `.json.gz`). Each
+//! becomes steps with their phases in milliseconds, so the step anatomy can
+//! be drawn for a run that happened elsewhere: the share of time spent
+//! waiting for data, the GPU's idle share, and each rank's step time.
+//!
+//! Everything here is hostile until checked: sizes are bounded before
+//! anything is decompressed or parsed, a gzip stream stops at its limit (a
+//! gzip bomb is refused, not inflated), JSON nesting is bounded by the
+//! parser, and a log whose steps go backwards or a trace whose steps
+//! overlap is refused with a message naming the line or event.
+
+use std::io::Read;
+
+use crate::error::{Error, Result};
+
+/// Largest file read (compressed or not).
+pub const MAX_RUN_FILE_BYTES: usize = 256 << 20;
+/// Largest trace once decompressed.
+pub const MAX_TRACE_JSON_BYTES: usize = 512 << 20;
+/// Most steps a file may hold.
+pub const MAX_RUN_STEPS: usize = 1_000_000;
+/// Most ranks opened at once.
+pub const MAX_RANKS: usize = 1024;
+/// Longest duration believed, in ms (a day): longer is a broken clock.
+const MAX_MS: f64 = 86_400_000.0;
+
+/// What a file held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunKind {
+    Metrics,
+    StepscopeTrace,
+    TorchTrace,
+}
+
+impl RunKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RunKind::Metrics => "metrics",
+            RunKind::StepscopeTrace => "stepscope-trace",
+            RunKind::TorchTrace => "torch-trace",
+        }
+    }
+}
+
+/// One step: its wall time and the phases measured in it, in the order
+/// they ran (`data`, `forward`, `backward`, `optimizer`, `communication`,
+/// `checkpoint`, `logging`, and `other` for the rest of a traced step).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenedStep {
+    pub step: u64,
+    pub wall_ms: f64,
+    pub phases: Vec<(&'static str, f64)>,
+    pub loss: Option<f64>,
+}
+
+impl OpenedStep {
+    pub fn phase_ms(&self, name: &str) -> f64 {
+        self.phases.iter().filter(|(n, _)| *n == name).map(|(_, ms)| ms).sum()
+    }
+}
+
+/// One rank's steps, and its GPU's busy and spanned time where the file
+/// has GPU events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankRun {
+    pub rank: u32,
+    pub steps: Vec<OpenedStep>,
+    pub gpu: Option<GpuTime>,
+}
+
+/// The union of the GPU's events, and the span from the first to the last.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GpuTime {
+    pub busy_ms: f64,
+    pub span_ms: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenedRun {
+    pub kind: RunKind,
+    pub ranks: Vec<RankRun>,
+}
+
+fn bad<T>(what: &str, why: String) -> Result<T> {
+    Err(Error::Experiment(format!("{what}: {why}")))
+}
+
+/// The names a step's phases go by in the files, and what they are.
+fn phase_of(name: &str) -> Option<&'static str> {
+    Some(match name {
+        _ if name.starts_with("enumerate(DataLoader)") => "data",
+        "forward" => "forward",
+        "backward" => "backward",
+        "optimizer" => "optimizer",
+        "communication" => "communication",
+        "checkpoint" => "checkpoint",
+        "logging" => "logging",
+        "submit and wait for the GPU" => "gpu wait",
+        "page" => "page",
+        _ => return None,
+    })
+}
+
+/// Opens `files` (name, bytes) as one run: one metrics log per rank, or
+/// traces (each its rank from `distributedInfo`). Mixed kinds are refused.
+pub fn open_run(files: &[(&str, &[u8])]) -> Result<OpenedRun> {
+    if files.is_empty() {
+        return bad("open", "no file given".into());
+    }
+    if files.len() > MAX_RANKS {
+        return bad("open", format!("{} files; at most {MAX_RANKS} ranks are opened at once", files.len()));
+    }
+    let mut kind: Option<RunKind> = None;
+    let mut ranks = Vec::new();
+    for (i, (name, bytes)) in files.iter().enumerate() {
+        if bytes.len() > MAX_RUN_FILE_BYTES {
+            return bad(name, format!("{} bytes; at most {MAX_RUN_FILE_BYTES} are read", bytes.len()));
+        }
+        let (this, rank) = open_file(name, bytes, i as u32)?;
+        if let Some(k) = kind.filter(|&k| k != this) {
+            return bad(
+                name,
+                format!("a {} file among {} files: open one run's files together", this.name(), k.name()),
+            );
+        }
+        kind = Some(this);
+        if ranks.iter().any(|r: &RankRun| r.rank == rank.rank) {
+            return bad(name, format!("rank {} appears in two files", rank.rank));
+        }
+        ranks.push(rank);
+    }
+    ranks.sort_by_key(|r| r.rank);
+    Ok(OpenedRun { kind: kind.expect("at least one file"), ranks })
+}
+
+fn open_file(name: &str, bytes: &[u8], index: u32) -> Result<(RunKind, RankRun)> {
+    let json = if bytes.starts_with(&[0x1f, 0x8b]) { gunzip(name, bytes)? } else { bytes.to_vec() };
+    let first = json.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return bad(name, "neither a metrics log (JSON Lines) nor a trace (a JSON object)".into());
+    }
+    // A trace is one object holding `traceEvents`; a metrics log is one
+    // object per line.
+    let text = std::str::from_utf8(&json).map_err(|e| Error::Experiment(format!("{name}: not UTF-8 text: {e}")))?;
+    if text.contains("\"traceEvents\"") {
+        let (kind, rank) = read_trace(name, text)?;
+        Ok((kind, rank))
+    } else {
+        Ok((RunKind::Metrics, read_metrics_log(name, text, index)?))
+    }
+}
+
+/// Inflates at most `MAX_TRACE_JSON_BYTES`: a larger stream is refused.
+fn gunzip(name: &str, bytes: &[u8]) -> Result<Vec<u8>> {
+    gunzip_limited(name, bytes, MAX_TRACE_JSON_BYTES)
+}
+
+fn gunzip_limited(name: &str, bytes: &[u8], limit: usize) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut limited = flate2::read::GzDecoder::new(bytes).take(limit as u64 + 1);
+    limited
+        .read_to_end(&mut out)
+        .map_err(|e| Error::Experiment(format!("{name}: not a readable gzip stream ({e})")))?;
+    if out.len() > limit {
+        return bad(name, format!("inflates past {limit} bytes: refused"));
+    }
+    Ok(out)
+}
+
+fn ms_field(line: &serde_json::Map<String, serde_json::Value>, key: &str, at: &str) -> Result<f64> {
+    match line.get(key) {
+        None => Ok(0.0),
+        Some(v) => match v.as_f64() {
+            Some(ms) if ms.is_finite() && (0.0..=MAX_MS).contains(&ms) => Ok(ms),
+            _ => bad(at, format!("{key} is {v}, not a duration in milliseconds")),
+        },
+    }
+}
+
+/// A metrics log: one JSON object per line with `step` and the phases'
+/// milliseconds (`data_ms`, `forward_ms`, …, `communication_ms` from the
+/// exported script); `rank` where the writer gave one, else the file's
+/// position. Steps must go up.
+pub fn read_metrics_log(name: &str, text: &str, default_rank: u32) -> Result<RankRun> {
+    const PHASES: [(&str, &str); 7] = [
+        ("data_ms", "data"),
+        ("forward_ms", "forward"),
+        ("backward_ms", "backward"),
+        ("optimizer_ms", "optimizer"),
+        ("communication_ms", "communication"),
+        ("checkpoint_ms", "checkpoint"),
+        ("logging_ms", "logging"),
+    ];
+    let mut steps: Vec<OpenedStep> = Vec::new();
+    let mut rank = None;
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let at = format!("{name} line {}", i + 1);
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| Error::Experiment(format!("{at}: not JSON ({e})")))?;
+        let Some(fields) = value.as_object() else { return bad(&at, "not a JSON object".into()) };
+        let Some(step) = fields.get("step").and_then(|s| s.as_u64()) else {
+            return bad(&at, "no whole-number `step`".into());
+        };
+        if let Some(last) = steps.last() {
+            if step <= last.step {
+                return bad(
+                    &at,
+                    format!("step {step} after step {}: steps go backwards (two runs in one file?)", last.step),
+                );
+            }
+        }
+        if steps.len() >= MAX_RUN_STEPS {
+            return bad(&at, format!("more than {MAX_RUN_STEPS} steps"));
+        }
+        let line_rank = match fields.get("rank") {
+            None => None,
+            Some(r) => match r.as_u64().filter(|&r| r < MAX_RANKS as u64) {
+                Some(r) => Some(r as u32),
+                None => return bad(&at, format!("rank {r} is not a rank")),
+            },
+        };
+        if rank.is_some() && line_rank != rank {
+            return bad(&at, "the rank changes within the file".into());
+        }
+        rank = rank.or(line_rank);
+        let mut phases = Vec::new();
+        for (key, phase) in PHASES {
+            let ms = ms_field(fields, key, &at)?;
+            if ms > 0.0 {
+                phases.push((phase, ms));
+            }
+        }
+        if phases.is_empty() {
+            return bad(&at, "no phase times (data_ms, forward_ms, …)".into());
+        }
+        let loss = fields.get("loss").and_then(|l| l.as_f64());
+        steps.push(OpenedStep { step, wall_ms: phases.iter().map(|(_, ms)| ms).sum(), phases, loss });
+    }
+    if steps.is_empty() {
+        return bad(name, "no steps".into());
+    }
+    Ok(RankRun { rank: rank.unwrap_or(default_rank), steps, gpu: None })
+}
+
+#[derive(serde::Deserialize)]
+struct Event {
+    #[serde(default)]
+    ph: String,
+    #[serde(default)]
+    cat: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    ts: Option<f64>,
+    #[serde(default)]
+    dur: Option<f64>,
+    #[serde(default)]
+    args: Option<serde_json::Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct TraceFile {
+    #[serde(rename = "traceEvents")]
+    trace_events: Vec<serde_json::Value>,
+    #[serde(rename = "distributedInfo", default)]
+    distributed_info: Option<serde_json::Value>,
+    #[serde(rename = "traceName", default)]
+    trace_name: Option<String>,
+}
+
+/// A trace: its `ProfilerStep#N` spans (which must not overlap), the
+/// phases inside each (named as Stepscope and the exported script name
+/// them, or PyTorch's DataLoader and `Optimizer.step#…`), `other` for the
+/// rest; GPU events (`kernel`, `gpu_memcpy`, `gpu_memset`) give the GPU's
+/// busy time and span.
+fn read_trace(name: &str, text: &str) -> Result<(RunKind, RankRun)> {
+    let file: TraceFile =
+        serde_json::from_str(text).map_err(|e| Error::Experiment(format!("{name}: not a trace ({e})")))?;
+    let kind =
+        if file.trace_name.as_deref() == Some("stepscope") { RunKind::StepscopeTrace } else { RunKind::TorchTrace };
+    let rank = match file.distributed_info.as_ref().and_then(|d| d.get("rank")) {
+        None => 0,
+        Some(r) => match r.as_u64().filter(|&r| r < MAX_RANKS as u64) {
+            Some(r) => r as u32,
+            None => return bad(name, format!("distributedInfo.rank {r} is not a rank")),
+        },
+    };
+    let mut spans: Vec<(String, Option<String>, f64, f64)> = Vec::new();
+    for (i, raw) in file.trace_events.into_iter().enumerate() {
+        let Ok(e) = serde_json::from_value::<Event>(raw) else {
+            return bad(name, format!("event {i} is not an event object"));
+        };
+        if e.ph != "X" {
+            continue;
+        }
+        let (Some(ts), Some(dur)) = (e.ts, e.dur) else {
+            return bad(name, format!("event {i} ({}) has no ts or dur", e.name));
+        };
+        if !ts.is_finite() || !dur.is_finite() || dur < 0.0 || dur / 1e3 > MAX_MS {
+            return bad(name, format!("event {i} ({}) has ts {ts} and dur {dur}: not a time span", e.name));
+        }
+        let _ = e.args;
+        spans.push((e.name, e.cat, ts, ts + dur));
+    }
+    let mut steps: Vec<(u64, f64, f64)> = spans
+        .iter()
+        // Kineto draws each step on the GPU's track too (gpu_user_annotation).
+        .filter(|(_, cat, _, _)| cat.as_deref() != Some("gpu_user_annotation"))
+        .filter_map(|(n, _, s, e)| {
+            n.strip_prefix("ProfilerStep#").and_then(|k| k.trim().parse().ok()).map(|k| (k, *s, *e))
+        })
+        .collect();
+    if steps.is_empty() {
+        return bad(name, "no ProfilerStep#N events: not a trace of training steps".into());
+    }
+    if steps.len() > MAX_RUN_STEPS {
+        return bad(name, format!("more than {MAX_RUN_STEPS} steps"));
+    }
+    steps.sort_by(|a, b| a.1.total_cmp(&b.1));
+    for pair in steps.windows(2) {
+        if pair[1].1 < pair[0].2 - 1e-3 {
+            return bad(name, format!("ProfilerStep#{} overlaps ProfilerStep#{}", pair[1].0, pair[0].0));
+        }
+    }
+    let mut opened = Vec::with_capacity(steps.len());
+    for &(step, start, end) in &steps {
+        let inside = |s: f64, e: f64| s >= start - 1e-3 && e <= end + 1e-3;
+        let mut phases: Vec<(&'static str, f64, f64)> = spans
+            .iter()
+            .filter(|(_, cat, s, e)| {
+                !matches!(cat.as_deref(), Some("kernel" | "gpu_memcpy" | "gpu_memset" | "gpu_user_annotation"))
+                    && inside(*s, *e)
+            })
+            .filter_map(|(n, _, s, e)| phase_of(n).map(|p| (p, *s, *e)))
+            .collect();
+        if !phases.iter().any(|(p, _, _)| *p == "optimizer") {
+            // PyTorch's own name for the optimizer's step, where nobody
+            // annotated one.
+            phases.extend(
+                spans
+                    .iter()
+                    .filter(|(n, _, s, e)| n.starts_with("Optimizer.step#") && inside(*s, *e))
+                    .map(|(_, _, s, e)| ("optimizer", *s, *e)),
+            );
+        }
+        phases.sort_by(|a, b| a.1.total_cmp(&b.1));
+        // Phases nest in their step, not in each other: keep the outermost.
+        let mut kept: Vec<(&'static str, f64, f64)> = Vec::new();
+        for p in phases {
+            if kept.last().is_some_and(|k| p.1 < k.2 - 1e-3) {
+                continue;
+            }
+            kept.push(p);
+        }
+        let wall_ms = (end - start) / 1e3;
+        let mut out: Vec<(&'static str, f64)> = kept.iter().map(|(p, s, e)| (*p, (e - s) / 1e3)).collect();
+        let measured: f64 = out.iter().map(|(_, ms)| ms).sum();
+        if wall_ms - measured > 1e-6 {
+            out.push(("other", wall_ms - measured));
+        }
+        opened.push(OpenedStep { step, wall_ms, phases: out, loss: None });
+    }
+    // The GPU: the union of its events against their span.
+    let mut gpu: Vec<(f64, f64)> = spans
+        .iter()
+        .filter(|(_, cat, _, _)| matches!(cat.as_deref(), Some("kernel" | "gpu_memcpy" | "gpu_memset")))
+        .map(|(_, _, s, e)| (*s, *e))
+        .collect();
+    let gpu = (!gpu.is_empty()).then(|| {
+        gpu.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (first, mut busy, mut cur) = (gpu[0].0, 0.0, gpu[0]);
+        let mut last_end = cur.1;
+        for &(s, e) in &gpu[1..] {
+            if s > cur.1 {
+                busy += cur.1 - cur.0;
+                cur = (s, e);
+            } else {
+                cur.1 = cur.1.max(e);
+            }
+            last_end = last_end.max(e);
+        }
+        busy += cur.1 - cur.0;
+        GpuTime { busy_ms: busy / 1e3, span_ms: (last_end - first) / 1e3 }
+    });
+    Ok((kind, RankRun { rank, steps: opened, gpu }))
+}
+
+impl OpenedRun {
+    /// Steps over all ranks.
+    pub fn steps(&self) -> usize {
+        self.ranks.iter().map(|r| r.steps.len()).sum()
+    }
+
+    /// The share of step time spent in the data phase, over all ranks.
+    pub fn data_share(&self) -> f64 {
+        let (mut data, mut wall) = (0.0, 0.0);
+        for s in self.ranks.iter().flat_map(|r| &r.steps) {
+            data += s.phase_ms("data");
+            wall += s.wall_ms;
+        }
+        if wall > 0.0 {
+            data / wall
+        } else {
+            0.0
+        }
+    }
+
+    /// The GPU's idle share of its span, over the ranks that have GPU
+    /// events; None where none has.
+    pub fn gpu_idle_share(&self) -> Option<f64> {
+        let (busy, span) =
+            self.ranks.iter().filter_map(|r| r.gpu).fold((0.0, 0.0), |(b, s), g| (b + g.busy_ms, s + g.span_ms));
+        (span > 0.0).then(|| 1.0 - busy / span)
+    }
+
+    /// Each rank's median step time, ms.
+    pub fn rank_step_ms(&self) -> Vec<(u32, f64)> {
+        self.ranks.iter().map(|r| (r.rank, median(r.steps.iter().map(|s| s.wall_ms).collect()))).collect()
+    }
+
+    /// Mean milliseconds of each phase per step, over all ranks, in the
+    /// order they first appear.
+    pub fn mean_phases(&self) -> Vec<(&'static str, f64)> {
+        let mut sums: Vec<(&'static str, f64)> = Vec::new();
+        for s in self.ranks.iter().flat_map(|r| &r.steps) {
+            for &(p, ms) in &s.phases {
+                match sums.iter_mut().find(|(n, _)| *n == p) {
+                    Some(entry) => entry.1 += ms,
+                    None => sums.push((p, ms)),
+                }
+            }
+        }
+        let n = self.steps().max(1) as f64;
+        sums.into_iter().map(|(p, ms)| (p, ms / n)).collect()
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests;

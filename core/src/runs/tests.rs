@@ -1,0 +1,120 @@
+use super::*;
+use crate::export::trace::{tile, trace_json, Span, TraceInfo, TraceStep, DATA_EVENT};
+
+fn gz(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+fn err(files: &[(&str, &[u8])]) -> String {
+    open_run(files).unwrap_err().to_string()
+}
+
+/// Two ranks of the exported script's metrics (with its communication),
+/// one of them slower: the per-rank step times and the data share.
+#[test]
+fn metrics_logs_open_one_per_rank() {
+    let line = |step: u64, data: f64, comm: f64| {
+        format!(
+            r#"{{"step": {step}, "loss": 0.5, "grad_norm": 1.0, "lr": 0.01, "data_ms": {data}, "forward_ms": 2.0, "backward_ms": 4.0, "optimizer_ms": 1.0, "communication_ms": {comm}, "checkpoint_ms": 0.0, "logging_ms": 0.5, "timing": "cpu"}}"#
+        )
+    };
+    let fast: String = (10..14).map(|s| line(s, 0.5, 1.0) + "\n").collect();
+    let slow: String = (10..14).map(|s| line(s, 4.5, 1.0) + "\n").collect();
+    let run = open_run(&[("rank0.jsonl", fast.as_bytes()), ("rank1.jsonl", slow.as_bytes())]).unwrap();
+    assert_eq!((run.kind, run.ranks.len(), run.steps()), (RunKind::Metrics, 2, 8));
+    assert_eq!(run.rank_step_ms(), [(0, 9.0), (1, 13.0)]);
+    assert!((run.data_share() - 20.0 / 88.0).abs() < 1e-12);
+    assert_eq!(run.ranks[0].steps[0].phases[4], ("communication", 1.0));
+    assert_eq!(run.gpu_idle_share(), None);
+}
+
+/// A Stepscope trace reads back as it was written: its phases per step,
+/// the rest as `other`, its GPU's busy time and span.
+#[test]
+fn a_stepscope_trace_reads_back() {
+    let steps: Vec<TraceStep> = (0..3)
+        .map(|k| {
+            let t0 = 1000.0 * k as f64;
+            TraceStep {
+                step: k,
+                start_us: t0,
+                end_us: t0 + 1000.0,
+                phases: tile(&[(t0, t0 + 900.0, vec![(DATA_EVENT, 0.1), ("forward", 0.3), ("backward", 0.5)])]),
+                gpu: vec![Span { name: "forward".into(), start_us: t0 + 200.0, end_us: t0 + 600.0 }],
+                submit_us: Some(t0 + 100.0),
+                loss: 1.0,
+                grad_norm: 1.0,
+                lr: 0.1,
+            }
+        })
+        .collect();
+    let text = trace_json(&TraceInfo { pid: 1, rank: 3, world_size: 4, device: Some("gpu".into()) }, &steps);
+    let run = open_run(&[("t.json.gz", &gz(text.as_bytes()))]).unwrap();
+    assert_eq!((run.kind, run.ranks[0].rank, run.steps()), (RunKind::StepscopeTrace, 3, 3));
+    let s = &run.ranks[0].steps[1];
+    let names: Vec<&str> = s.phases.iter().map(|p| p.0).collect();
+    assert_eq!(names, ["data", "forward", "backward", "other"]);
+    assert!((s.wall_ms - 1.0).abs() < 1e-9 && (s.phase_ms("other") - 0.1).abs() < 1e-9);
+    assert!((run.data_share() - 0.1).abs() < 1e-9);
+    // Busy 0.4 ms of each 1 ms; the span runs from the first pass to the last.
+    let gpu = run.ranks[0].gpu.unwrap();
+    assert!((gpu.busy_ms - 1.2).abs() < 1e-9 && (gpu.span_ms - 2.4).abs() < 1e-9, "{gpu:?}");
+}
+
+/// A real torch.profiler trace of the exported script on an H200
+/// (core/tests/fixtures): its annotated phases, the GPU's idle share.
+#[test]
+fn a_pytorch_profiler_trace_opens() {
+    let bytes =
+        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/h200-digits.pt.trace.json.gz")).unwrap();
+    let run = open_run(&[("h200.pt.trace.json.gz", &bytes)]).unwrap();
+    assert_eq!(run.kind, RunKind::TorchTrace);
+    assert_eq!(run.ranks[0].steps.iter().map(|s| s.step).collect::<Vec<_>>(), [2, 3, 4]);
+    for s in &run.ranks[0].steps {
+        for phase in ["data", "forward", "backward", "optimizer"] {
+            assert!(s.phase_ms(phase) > 0.0, "step {}: no {phase} in {:?}", s.step, s.phases);
+        }
+        let total: f64 = s.phases.iter().map(|p| p.1).sum();
+        assert!((total - s.wall_ms).abs() < 1e-6, "{:?}", s.phases);
+    }
+    let idle = run.gpu_idle_share().unwrap();
+    assert!(idle > 0.0 && idle < 1.0, "{idle}");
+}
+
+#[test]
+fn hostile_files_are_refused_by_name() {
+    let line = |step: u64| format!(r#"{{"step": {step}, "forward_ms": 1.0}}"#);
+    let backwards = format!("{}\n{}\n", line(5), line(4));
+    assert!(
+        err(&[("m.jsonl", backwards.as_bytes())]).contains("m.jsonl line 2: step 4 after step 5: steps go backwards")
+    );
+    assert!(err(&[("m.jsonl", b"{\"step\": 1, \"forward_ms\": -3}\n")]).contains("forward_ms is -3"));
+    assert!(err(&[("m.jsonl", b"{\"step\": 1}\n")]).contains("no phase times"));
+    assert!(err(&[("m.jsonl", b"{\"step\": 1, \"forward_ms\": 1.0\n")]).contains("line 1: not JSON"));
+    assert!(err(&[("x.bin", b"\x00\x01garbage")]).contains("neither a metrics log"));
+    assert!(err(&[("t.json", b"{\"traceEvents\": [")]).contains("t.json: not a trace"));
+    let overlap = r#"{"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "ts": 0, "dur": 10},
+        {"ph": "X", "name": "ProfilerStep#2", "ts": 5, "dur": 10}]}"#;
+    assert!(err(&[("t.json", overlap.as_bytes())]).contains("ProfilerStep#2 overlaps ProfilerStep#1"));
+    let negative = r#"{"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "ts": 0, "dur": -10}]}"#;
+    assert!(err(&[("t.json", negative.as_bytes())]).contains("event 0 (ProfilerStep#1) has ts 0 and dur -10"));
+    let no_steps = r#"{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 1}]}"#;
+    assert!(err(&[("t.json", no_steps.as_bytes())]).contains("no ProfilerStep#N"));
+    let deep = format!("{{\"traceEvents\": [{}{}]}}", "[".repeat(10_000), "]".repeat(10_000));
+    assert!(err(&[("t.json", deep.as_bytes())]).contains("not a trace"));
+    // A gzip bomb stops at the limit.
+    let bomb = gz(&vec![b' '; 3 << 20]);
+    assert!(gunzip_limited("b.gz", &bomb, 1 << 20).unwrap_err().to_string().contains("inflates past 1048576 bytes"));
+    assert!(err(&[("t.gz", &bomb[..20])]).contains("not a readable gzip stream"));
+    // Mixed kinds, the same rank twice.
+    let metrics = format!("{}\n", line(1));
+    let trace = r#"{"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "ts": 0, "dur": 10}]}"#;
+    assert!(
+        err(&[("m.jsonl", metrics.as_bytes()), ("t.json", trace.as_bytes())]).contains("open one run's files together")
+    );
+    assert!(err(&[("a.json", trace.as_bytes()), ("b.json", trace.as_bytes())]).contains("rank 0 appears in two files"));
+    assert!(err(&[]).contains("no file given"));
+}
