@@ -216,7 +216,7 @@ impl Gpt {
         let w = |off: usize, len: usize| &p[off..off + len];
         zeroed(&mut s.dlogits, rows * v);
         cross_entropy_backward(&mut s.dlogits, &acts.logits, &acts.lse, targets, rows, v, z_loss, scale / rows as f32);
-        zeroed(&mut s.dlnf, rows * c);
+        sized(&mut s.dlnf, rows * c); // matmul_backward overwrites ∂x
         let (dlnf, dlogits) = (&mut s.dlnf, &s.dlogits);
         let dhead = &mut g[self.head..self.head + v * c];
         matmul_backward(Some(dlnf), dhead, None, dlogits, &acts.lnf.out, w(self.head, v * c), rows, c, v);
@@ -267,13 +267,11 @@ impl Gpt {
         let w = |off: usize, len: usize| &p[off..off + len];
         // res3 = res2 + mlp(ln_2(res2)): dx is ∂/∂res3.
         s.dres2.copy_from_slice(&s.dx);
-        s.dhidden_gelu.fill(0.0);
         let (dw, db) = pair(g, at.fc_proj, c * hidden);
         let wp = w(at.fc_proj.0, c * hidden);
         matmul_backward(Some(&mut s.dhidden_gelu), dw, Some(db), &s.dx, &a.fch_gelu, wp, rows, hidden, c);
         s.dhidden.fill(0.0);
         gelu_backward(&mut s.dhidden, &a.fch, &s.dhidden_gelu);
-        s.dln.fill(0.0);
         let (dw, db) = pair(g, at.fc, hidden * c);
         matmul_backward(
             Some(&mut s.dln),
@@ -291,7 +289,6 @@ impl Gpt {
         layernorm_backward(&mut s.dres2, dw, db, &s.dln, &a.res2, w(at.ln2.0, c), mean, rstd, rows, c);
         // res2 = x + attn(ln_1(x)): dres2 flows to x and into attn.
         s.dx.copy_from_slice(&s.dres2);
-        s.datty.fill(0.0);
         let (dw, db) = pair(g, at.attn_proj, c * c);
         matmul_backward(Some(&mut s.datty), dw, Some(db), &s.dres2, &a.atty, w(at.attn_proj.0, c * c), rows, c, c);
         s.dqkv.fill(0.0);
@@ -311,7 +308,6 @@ impl Gpt {
         } else {
             &s.dqkv
         };
-        s.dln.fill(0.0);
         let (dw, db) = pair(g, at.attn, 3 * c * c);
         matmul_backward(Some(&mut s.dln), dw, Some(db), dqkv_in, &a.ln1.out, w(at.attn.0, 3 * c * c), rows, c, 3 * c);
         let (dw, db) = pair(g, at.ln1, c);
