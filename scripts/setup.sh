@@ -80,6 +80,9 @@ apt_install chromium chromium-driver mesa-vulkan-drivers libvulkan1
 if ! .venv/bin/python -c 'import numpy, safetensors, tensorboard' >/dev/null 2>&1; then
   .venv/bin/python -m pip install --quiet numpy safetensors tensorboard==2.21.0
 fi
+# HTA with only what it imports (its declared requirements pull in
+# JupyterLab and pytest; it imports psutil without declaring it).
 if ! .venv/bin/python -c 'import hta.trace_analysis' >/dev/null 2>&1; then
-  .venv/bin/python -m pip install --quiet HolisticTraceAnalysis==0.5.0 psutil
+  .venv/bin/python -m pip install --quiet --no-deps HolisticTraceAnalysis==0.5.0
+  .venv/bin/python -m pip install --quiet pandas plotly networkx psutil pyyaml
 fi

@@ -198,7 +198,11 @@ test('download-metrics gives every recorded step as CSV, from the engine', async
   assert.ok(profiled.length >= 1 && profiled.length <= stepped.length, `${profiled.length} of ${stepped.length}`);
   for (const s of profiled) {
     const inside = spans.filter((e) => e.cat === 'cpu_op' && e.ts >= s.ts - 1e-3 && e.ts + e.dur <= s.ts + s.dur + 1e-3);
-    assert.equal(inside[0].name, 'enumerate(DataLoader)#Stepscope.__next__');
+    // In the order a step runs them; a phase the clock measured as 0 ms
+    // (data, often, at its resolution) has no event.
+    const order = ['enumerate(DataLoader)#Stepscope.__next__', 'forward', 'backward', 'optimizer', 'checkpoint', 'logging', 'page'];
+    const at = inside.map((e) => order.indexOf(e.name));
+    assert.ok(at.every((i, k) => i >= 0 && (k === 0 || i > at[k - 1])), `${s.name}: ${inside.map((e) => e.name)}`);
     const total = inside.reduce((sum, e) => sum + e.dur, 0);
     assert.ok(Math.abs(total - s.dur) < 0.01, `${s.name}: phases ${total} of ${s.dur} us`);
   }
