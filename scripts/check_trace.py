@@ -46,10 +46,10 @@ def check_nesting(trace, metrics, phases):
     cpu = [e for e in events if e["cat"] == "cpu_op"]
     for s, m in zip(steps, metrics):
         assert s["name"] == f"ProfilerStep#{m['step']}", (s["name"], m["step"])
-        inside = [e for e in cpu if s["ts"] - 1e-3 <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 1e-3]
+        inside = [e for e in cpu if s["ts"] - 5e-3 <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 5e-3]
         inside.sort(key=lambda e: e["ts"])
         assert inside and inside[0]["name"] == DATA, [e["name"] for e in inside]
-        assert abs(inside[0]["ts"] - s["ts"]) < 1e-3, "the first phase starts the step"
+        assert abs(inside[0]["ts"] - s["ts"]) < 5e-3, "the first phase starts the step"
         for a, b in zip(inside, inside[1:]):
             assert abs(a["ts"] + a["dur"] - b["ts"]) < 2e-3, f"{s['name']}: {a['name']} and {b['name']} overlap or leave a gap"
         total = sum(e["dur"] for e in inside)

@@ -298,7 +298,7 @@ fn trace_steps_hold_their_phases_end_to_end() {
         let (start, end) = (f(s, "ts"), f(s, "ts") + f(s, "dur"));
         let inside: Vec<_> = events
             .iter()
-            .filter(|e| e["cat"] == "cpu_op" && f(e, "ts") >= start - 1e-3 && f(e, "ts") + f(e, "dur") <= end + 1e-3)
+            .filter(|e| e["cat"] == "cpu_op" && f(e, "ts") >= start - 5e-3 && f(e, "ts") + f(e, "dur") <= end + 5e-3)
             .collect();
         let names: Vec<&str> = inside.iter().map(|e| e["name"].as_str().unwrap()).collect();
         // Two micro-batches: data and forward, backward, data and forward, backward.

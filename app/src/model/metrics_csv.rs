@@ -208,8 +208,9 @@ impl MetricsLog {
     /// The log as a trace (`download-trace`), in the Trace Event JSON that
     /// `stepscope train --trace` writes (`export::trace`): a
     /// `ProfilerStep#N` per recorded step, ending `end_s` less the wall
-    /// time of the steps after it (as `to_tensorboard` places them), whose
-    /// length is the step's share of its frame; inside it the phases with
+    /// time of the steps after it (as `to_tensorboard` places them, and
+    /// never before the step before it ends), whose length is the step's
+    /// share of its frame or its measured phases where those are longer; inside it the phases with
     /// their measured lengths, in the order a step runs them (data,
     /// forward, backward, optimizer, then the frame's checkpoint and
     /// logging shares; a step's micro-batches are not kept apart), and
@@ -227,6 +228,10 @@ impl MetricsLog {
         }
         let origin = t;
         let mut steps = Vec::new();
+        // A step whose measured phases outlast its share of the frame (one
+        // that wrote a checkpoint, say) starts where the step before it
+        // ended, so steps never overlap on the track.
+        let mut prev_end = f64::NEG_INFINITY;
         for (row, &end) in self.rows.iter().zip(&ends) {
             let (Some(m), Some(frame)) = (&row.metrics, row.frame) else { continue };
             let p = &m.phases;
@@ -240,7 +245,8 @@ impl MetricsLog {
             ];
             let measured: f64 = phases.iter().map(|(_, ms)| ms).sum();
             let wall = frame.wall_ms.max(measured);
-            let start = end - wall * 1e3 - origin;
+            let start = (end - wall * 1e3 - origin).max(prev_end);
+            prev_end = start + wall * 1e3;
             let mut phases = phases;
             phases.push(("page", wall - measured));
             steps.push(TraceStep {
@@ -523,5 +529,23 @@ mod tests {
         assert!((spans[8].1 + spans[8].2 - spans[0].1 - 8000.0).abs() < 1e-3);
         assert!((spans[1..8].iter().find(|s| s.0 == "backward").unwrap().2 - 250.0).abs() < 1e-6);
         assert_eq!(events.iter().filter(|e| e["ph"] == "C" && e["name"] == "loss").count(), 2);
+        // A step longer than its share of the frame (a checkpoint written
+        // in it) pushes the next one later: steps never overlap.
+        let mut log = MetricsLog::default();
+        log.record_steps(
+            &[step(0, Timing::Cpu)],
+            Some(FrameShare { wall_ms: 1.0, checkpoint_ms: 5.0, logging_ms: 0.0 }),
+        );
+        log.record_steps(&[step(1, Timing::Cpu)], Some(share));
+        let json: serde_json::Value = serde_json::from_str(&log.to_trace(100.0, None)).unwrap();
+        let steps: Vec<(f64, f64)> = json["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("ProfilerStep#")))
+            .map(|e| (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
+            .collect();
+        assert_eq!(steps.len(), 2);
+        assert!(steps[0].0 + steps[0].1 <= steps[1].0 + 1e-6, "{steps:?}");
     }
 }

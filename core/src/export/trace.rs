@@ -140,11 +140,16 @@ pub fn trace_json(info: &TraceInfo, steps: &[TraceStep]) -> String {
     out
 }
 
+/// A complete event. Times are written to the nanosecond (3 decimals of a
+/// µs), the duration as the difference of the rounded start and end, so
+/// that events which touch in the trace still touch once read back.
 fn complete(cat: &str, name: &str, pid: u32, tid: u32, start: f64, end: f64, args: &str) -> String {
+    let round = |t: f64| (t * 1e3).round() / 1e3;
+    let (start, end) = (round(start), round(end.max(start)));
     format!(
         r#"{{"ph": "X", "cat": "{cat}", "name": {}, "pid": {pid}, "tid": {tid}, "ts": {start:.3}, "dur": {:.3}{args}}}"#,
         quoted(name),
-        (end - start).max(0.0)
+        end - start
     )
 }
 
