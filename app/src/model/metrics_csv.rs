@@ -157,6 +157,21 @@ impl MetricsLog {
         }
     }
 
+    /// When each row's step ended, in seconds, going back from `end_s`: a
+    /// row's steps since the row before it (more than one where the log
+    /// was thinned) each took its frame's wall time. Also the time the
+    /// first row's steps began.
+    fn row_ends(&self, end_s: f64) -> (Vec<f64>, f64) {
+        let mut ends = vec![end_s; self.rows.len()];
+        let mut t = end_s;
+        for (i, row) in self.rows.iter().enumerate().rev() {
+            ends[i] = t;
+            let before = if i > 0 { self.rows[i - 1].step } else { 0 };
+            t -= row.frame.map_or(0.0, |f| f.wall_ms) * row.step.saturating_sub(before) as f64 / 1e3;
+        }
+        (ends, t)
+    }
+
     /// The log as a TensorBoard event file (`download-tensorboard`), with
     /// the tags `stepscope train --tensorboard` writes and its step numbers
     /// (0-based: a step's own figures at its index, an evaluation after
@@ -168,13 +183,7 @@ impl MetricsLog {
         use stepscope_core::export::tensorboard::{file_version_record, scalars_record, step_scalars};
         // Going back from the end: a row's steps since the row before it
         // (more than one where the log was thinned) each took its wall time.
-        let mut walls = vec![end_s; self.rows.len()];
-        let mut t = end_s;
-        for (i, row) in self.rows.iter().enumerate().rev() {
-            walls[i] = t;
-            let before = if i > 0 { self.rows[i - 1].step } else { 0 };
-            t -= row.frame.map_or(0.0, |f| f.wall_ms) * row.step.saturating_sub(before) as f64 / 1e3;
-        }
+        let (walls, _) = self.row_ends(end_s);
         let mut out = file_version_record(walls.first().copied().unwrap_or(end_s));
         for (row, &wall) in self.rows.iter().zip(&walls) {
             if let Some(m) = &row.metrics {
@@ -219,14 +228,9 @@ impl MetricsLog {
     /// (the log keeps its length, not when it ran): `gpu_ms` is a counter.
     pub fn to_trace(&self, end_s: f64, device: Option<String>) -> String {
         use stepscope_core::export::trace::{tile, trace_json, TraceInfo, TraceStep, DATA_EVENT};
-        let mut ends = vec![end_s * 1e6; self.rows.len()];
-        let mut t = end_s * 1e6;
-        for (i, row) in self.rows.iter().enumerate().rev() {
-            ends[i] = t;
-            let before = if i > 0 { self.rows[i - 1].step } else { 0 };
-            t -= row.frame.map_or(0.0, |f| f.wall_ms) * row.step.saturating_sub(before) as f64 * 1e3;
-        }
-        let origin = t;
+        let (ends_s, origin_s) = self.row_ends(end_s);
+        let ends: Vec<f64> = ends_s.iter().map(|e| e * 1e6).collect();
+        let origin = origin_s * 1e6;
         let mut steps = Vec::new();
         // A step whose measured phases outlast its share of the frame (one
         // that wrote a checkpoint, say) starts where the step before it

@@ -69,22 +69,11 @@ pub fn record_pass(
         passes.push((step, kind));
     }
     let mut pass =
-        encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(pass_label(kind)), timestamp_writes });
+        encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(kind.name()), timestamp_writes });
     for d in dispatches {
         pass.set_pipeline(ctx.pipelines.get(d.kernel));
         pass.set_bind_group(0, &d.bind_group, &[]);
         pass.dispatch_workgroups(d.grid[0], d.grid[1], d.grid[2]);
-    }
-}
-
-fn pass_label(kind: PassKind) -> &'static str {
-    match kind {
-        PassKind::Data => "data",
-        PassKind::Forward => "forward",
-        PassKind::Backward => "backward",
-        PassKind::Optimizer => "optimizer",
-        PassKind::Step => "step",
-        PassKind::Fused => "fused steps",
     }
 }
 

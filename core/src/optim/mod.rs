@@ -166,13 +166,13 @@ pub fn optimizer_step(
 ) {
     state.step += 1;
     let decaying = StepScalars::new(spec, lr, state.step);
-    let plain_spec = spec.without_weight_decay();
-    let plain = StepScalars::new(&plain_spec, lr, state.step);
     let per_tensor = matches!(spec, OptimizerSpec::Lamb { .. }) || tensors.iter().any(|t| !t.decays);
     if !per_tensor {
         update_range(params, state, grads, spec, &decaying, 0..params.len());
         return;
     }
+    let plain_spec = spec.without_weight_decay();
+    let plain = StepScalars::new(&plain_spec, lr, state.step);
     for t in tensors {
         let (spec, scalars) = if t.decays { (spec, &decaying) } else { (&plain_spec, &plain) };
         update_range(params, state, grads, spec, scalars, t.offset..t.offset + t.len);
