@@ -154,9 +154,15 @@ def check(name, experiment, tmp):
         assert f"checkpoint of step {saved} written to two.safetensors" in out, out
     assert out.count("written to two.safetensors") == 3, out
 
-    # The gradients' all-reduce is timed on both ranks' steps (rank 0 logs).
+    # Each rank logs its own steps (two.jsonl, two.rank1.jsonl), the
+    # gradients' all-reduce timed on both; they open as one run.
     two = records(os.path.join(tmp, "two.jsonl"))
-    assert all(m["communication_ms"] > 0 and m["forward_ms"] > 0 and m["backward_ms"] > 0 for m in two), two[0]
+    for r in range(PROCESSES):
+        mine = records(os.path.join(tmp, "two.jsonl" if r == 0 else f"two.rank{r}.jsonl"))
+        assert [m["step"] for m in mine] == [m["step"] for m in two] and all(m["rank"] == r for m in mine), mine[0]
+        assert all(m["communication_ms"] > 0 and m["forward_ms"] > 0 and m["backward_ms"] > 0 for m in mine), mine[0]
+    opened = stepscope("open", "two.jsonl", *[f"two.rank{r}.jsonl" for r in range(1, PROCESSES)], cwd=tmp)
+    assert opened.startswith(f"metrics: {PROCESSES} ranks") and "communication:" in opened, opened
     assert all(m["communication_ms"] == 0 for m in records(os.path.join(tmp, "one.jsonl")))
     # One torch.profiler trace per rank, with its phases and communication.
     from check_pytorch_export import check_profile

@@ -65,7 +65,7 @@ fi
 # checks that run exported scripts.
 if [ "$what" = torch ]; then
   if ! .venv/bin/python -c 'import numpy, safetensors, torch' >/dev/null 2>&1; then
-    .venv/bin/python -m pip install --quiet numpy safetensors torch==2.15.0
+    .venv/bin/python -m pip install --no-cache-dir --quiet numpy safetensors torch==2.15.0
   fi
   exit 0
 fi
@@ -78,11 +78,11 @@ apt_install chromium chromium-driver mesa-vulkan-drivers libvulkan1
 # TensorBoard's own event reader checks the event files the CLI writes;
 # Holistic Trace Analysis the traces.
 if ! .venv/bin/python -c 'import numpy, safetensors, tensorboard' >/dev/null 2>&1; then
-  .venv/bin/python -m pip install --quiet numpy safetensors tensorboard==2.21.0
+  .venv/bin/python -m pip install --no-cache-dir --quiet numpy safetensors tensorboard==2.21.0
 fi
 # HTA with only what it imports (its declared requirements pull in
 # JupyterLab and pytest; it imports psutil without declaring it).
 if ! .venv/bin/python -c 'import hta.trace_analysis' >/dev/null 2>&1; then
-  .venv/bin/python -m pip install --quiet --no-deps HolisticTraceAnalysis==0.5.0
-  .venv/bin/python -m pip install --quiet pandas plotly networkx psutil pyyaml
+  .venv/bin/python -m pip install --no-cache-dir --quiet --no-deps HolisticTraceAnalysis==0.5.0
+  .venv/bin/python -m pip install --no-cache-dir --quiet pandas plotly networkx psutil pyyaml
 fi

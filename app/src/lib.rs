@@ -18,6 +18,7 @@ use panels::{
     data::DataPanel,
     header::Header,
     network::NetworkPanel,
+    opened::OpenRunPanel,
     output::OutputPanel,
     runs::RunsPanel,
 };
@@ -47,6 +48,7 @@ pub fn App() -> impl IntoView {
             </div>
             <RunsPanel/>
             <AnatomyPanel/>
+            <OpenRunPanel/>
         </main>
     }
 }

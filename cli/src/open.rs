@@ -6,15 +6,9 @@
 //! waiting for data with a verdict, the GPU's idle share where the file has
 //! GPU events, and each rank's median step time against the median.
 
-use stepscope_core::runs::open_run;
+use stepscope_core::runs::{data_verdict, open_run};
 
 use crate::{files, say, Failure};
-
-/// Where waiting for data starts to matter, and where it dominates.
-const DATA_NOTICEABLE: f64 = 0.05;
-const DATA_BOTTLENECK: f64 = 0.2;
-/// A rank this much slower than the median rank is a straggler.
-const STRAGGLER: f64 = 1.1;
 
 pub fn run(paths: &[String]) -> Result<(), Failure> {
     let contents: Vec<Vec<u8>> = paths.iter().map(|p| files::read(p, "run file")).collect::<Result<_, _>>()?;
@@ -34,27 +28,15 @@ pub fn run(paths: &[String]) -> Result<(), Failure> {
         say!("  {name:<14} {ms:>10.3} ms  {:>5.1} %", 100.0 * ms / step_ms.max(f64::MIN_POSITIVE));
     }
     let share = run.data_share();
-    let verdict = if share >= DATA_BOTTLENECK {
-        "the data loader is the bottleneck: the step waits for its rows; load ahead (prefetch, more workers)"
-    } else if share >= DATA_NOTICEABLE {
-        "noticeable: loading ahead would win some of it back"
-    } else {
-        "the data loader keeps up"
-    };
+    let verdict = data_verdict(share);
     say!("waiting for data: {:.1} % of step time ({verdict})", 100.0 * share);
     if let Some(idle) = run.gpu_idle_share() {
         say!("GPU idle: {:.1} % of the span of its work", 100.0 * idle);
     }
     if run.ranks.len() > 1 {
-        let per_rank = run.rank_step_ms();
-        let mut medians: Vec<f64> = per_rank.iter().map(|r| r.1).collect();
-        medians.sort_by(f64::total_cmp);
-        let m = medians.len() / 2;
-        let median = if medians.len() % 2 == 1 { medians[m] } else { (medians[m - 1] + medians[m]) / 2.0 };
-        for (rank, ms) in per_rank {
-            let ratio = ms / median.max(f64::MIN_POSITIVE);
-            let flag = if ratio >= STRAGGLER { "  straggler" } else { "" };
-            say!("  rank {rank:<4} median step {ms:.3} ms, {ratio:.2}× the median{flag}");
+        for r in run.rank_rows() {
+            let flag = if r.straggler { "  straggler" } else { "" };
+            say!("  rank {:<4} median step {:.3} ms, {:.2}× the median{flag}", r.rank, r.step_ms, r.ratio);
         }
         let communication: f64 = phases.iter().filter(|(n, _)| *n == "communication").map(|(_, ms)| ms).sum();
         if communication > 0.0 {

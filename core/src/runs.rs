@@ -20,12 +20,58 @@ use crate::error::{Error, Result};
 pub const MAX_RUN_FILE_BYTES: usize = 256 << 20;
 /// Largest trace once decompressed.
 pub const MAX_TRACE_JSON_BYTES: usize = 512 << 20;
+
+/// How much one opening may read: the command line's limits, or the
+/// page's smaller ones (its worker's WebAssembly memory holds the files,
+/// their text and the parsed events at once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunLimits {
+    /// All files together, as given (compressed or not).
+    pub total_bytes: usize,
+    /// Each file once decompressed.
+    pub json_bytes: usize,
+}
+
+impl RunLimits {
+    pub const CLI: RunLimits = RunLimits { total_bytes: MAX_RUN_FILE_BYTES * 4, json_bytes: MAX_TRACE_JSON_BYTES };
+    pub const PAGE: RunLimits = RunLimits { total_bytes: 64 << 20, json_bytes: 128 << 20 };
+}
 /// Most steps a file may hold.
 pub const MAX_RUN_STEPS: usize = 1_000_000;
 /// Most ranks opened at once.
 pub const MAX_RANKS: usize = 1024;
 /// Longest duration believed, in ms (a day): longer is a broken clock.
 const MAX_MS: f64 = 86_400_000.0;
+
+/// Where waiting for data starts to matter, and where it dominates (the
+/// shares of step time the slow-loader lesson teaches).
+pub const DATA_NOTICEABLE: f64 = 0.05;
+pub const DATA_BOTTLENECK: f64 = 0.2;
+/// A rank this much slower than the median rank is a straggler.
+pub const STRAGGLER: f64 = 1.1;
+
+/// What a share of step time spent waiting for data means.
+pub fn data_verdict(share: f64) -> &'static str {
+    if share >= DATA_BOTTLENECK {
+        "the data loader is the bottleneck: the step waits for its rows; load ahead (prefetch, more workers)"
+    } else if share >= DATA_NOTICEABLE {
+        "noticeable: loading ahead would win some of it back"
+    } else {
+        "the data loader keeps up"
+    }
+}
+
+/// One rank against the others.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RankRow {
+    pub rank: u32,
+    /// Its median step, ms, and that against the median over ranks.
+    pub step_ms: f64,
+    pub ratio: f64,
+    pub straggler: bool,
+    /// Its share of step time in communication.
+    pub communication_share: f64,
+}
 
 /// What a file held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,12 +99,17 @@ pub struct OpenedStep {
     pub step: u64,
     pub wall_ms: f64,
     pub phases: Vec<(&'static str, f64)>,
+    /// The step's loss, gradient norm and learning rate, where the file
+    /// has them (a metrics log's fields, a Stepscope trace's counters).
     pub loss: Option<f64>,
+    pub grad_norm: Option<f64>,
+    pub lr: Option<f64>,
 }
 
 impl OpenedStep {
     pub fn phase_ms(&self, name: &str) -> f64 {
-        self.phases.iter().filter(|(n, _)| *n == name).map(|(_, ms)| ms).sum()
+        // From +0.0: an empty sum of f64 is −0.0, which prints as "-0.0".
+        self.phases.iter().filter(|(n, _)| *n == name).fold(0.0, |sum, (_, ms)| sum + ms)
     }
 }
 
@@ -85,7 +136,7 @@ pub struct OpenedRun {
 }
 
 fn bad<T>(what: &str, why: String) -> Result<T> {
-    Err(Error::Experiment(format!("{what}: {why}")))
+    Err(Error::Other(format!("{what}: {why}")))
 }
 
 /// The names a step's phases go by in the files, and what they are.
@@ -107,6 +158,15 @@ fn phase_of(name: &str) -> Option<&'static str> {
 /// Opens `files` (name, bytes) as one run: one metrics log per rank, or
 /// traces (each its rank from `distributedInfo`). Mixed kinds are refused.
 pub fn open_run(files: &[(&str, &[u8])]) -> Result<OpenedRun> {
+    open_run_within(files, RunLimits::CLI)
+}
+
+/// `open_run` within `limits`: past them, refused with the limit named.
+pub fn open_run_within(files: &[(&str, &[u8])], limits: RunLimits) -> Result<OpenedRun> {
+    let total: usize = files.iter().map(|(_, b)| b.len()).sum();
+    if total > limits.total_bytes {
+        return bad("open", format!("{total} bytes in all; at most {} are opened at once here", limits.total_bytes));
+    }
     if files.is_empty() {
         return bad("open", "no file given".into());
     }
@@ -119,7 +179,7 @@ pub fn open_run(files: &[(&str, &[u8])]) -> Result<OpenedRun> {
         if bytes.len() > MAX_RUN_FILE_BYTES {
             return bad(name, format!("{} bytes; at most {MAX_RUN_FILE_BYTES} are read", bytes.len()));
         }
-        let (this, rank) = open_file(name, bytes, i as u32)?;
+        let (this, rank) = open_file(name, bytes, i as u32, limits.json_bytes)?;
         if let Some(k) = kind.filter(|&k| k != this) {
             return bad(
                 name,
@@ -136,15 +196,15 @@ pub fn open_run(files: &[(&str, &[u8])]) -> Result<OpenedRun> {
     Ok(OpenedRun { kind: kind.expect("at least one file"), ranks })
 }
 
-fn open_file(name: &str, bytes: &[u8], index: u32) -> Result<(RunKind, RankRun)> {
-    let json = if bytes.starts_with(&[0x1f, 0x8b]) { gunzip(name, bytes)? } else { bytes.to_vec() };
+fn open_file(name: &str, bytes: &[u8], index: u32, json_limit: usize) -> Result<(RunKind, RankRun)> {
+    let json = if bytes.starts_with(&[0x1f, 0x8b]) { gunzip_limited(name, bytes, json_limit)? } else { bytes.to_vec() };
     let first = json.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
         return bad(name, "neither a metrics log (JSON Lines) nor a trace (a JSON object)".into());
     }
     // A trace is one object holding `traceEvents`; a metrics log is one
     // object per line.
-    let text = std::str::from_utf8(&json).map_err(|e| Error::Experiment(format!("{name}: not UTF-8 text: {e}")))?;
+    let text = std::str::from_utf8(&json).map_err(|e| Error::Other(format!("{name}: not UTF-8 text: {e}")))?;
     if text.contains("\"traceEvents\"") {
         let (kind, rank) = read_trace(name, text)?;
         Ok((kind, rank))
@@ -153,17 +213,11 @@ fn open_file(name: &str, bytes: &[u8], index: u32) -> Result<(RunKind, RankRun)>
     }
 }
 
-/// Inflates at most `MAX_TRACE_JSON_BYTES`: a larger stream is refused.
-fn gunzip(name: &str, bytes: &[u8]) -> Result<Vec<u8>> {
-    gunzip_limited(name, bytes, MAX_TRACE_JSON_BYTES)
-}
-
+/// Inflates at most `limit` bytes: a larger stream is refused.
 fn gunzip_limited(name: &str, bytes: &[u8], limit: usize) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     let mut limited = flate2::read::GzDecoder::new(bytes).take(limit as u64 + 1);
-    limited
-        .read_to_end(&mut out)
-        .map_err(|e| Error::Experiment(format!("{name}: not a readable gzip stream ({e})")))?;
+    limited.read_to_end(&mut out).map_err(|e| Error::Other(format!("{name}: not a readable gzip stream ({e})")))?;
     if out.len() > limit {
         return bad(name, format!("inflates past {limit} bytes: refused"));
     }
@@ -199,7 +253,7 @@ pub fn read_metrics_log(name: &str, text: &str, default_rank: u32) -> Result<Ran
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let at = format!("{name} line {}", i + 1);
         let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| Error::Experiment(format!("{at}: not JSON ({e})")))?;
+            serde_json::from_str(line).map_err(|e| Error::Other(format!("{at}: not JSON ({e})")))?;
         let Some(fields) = value.as_object() else { return bad(&at, "not a JSON object".into()) };
         let Some(step) = fields.get("step").and_then(|s| s.as_u64()) else {
             return bad(&at, "no whole-number `step`".into());
@@ -236,8 +290,15 @@ pub fn read_metrics_log(name: &str, text: &str, default_rank: u32) -> Result<Ran
         if phases.is_empty() {
             return bad(&at, "no phase times (data_ms, forward_ms, …)".into());
         }
-        let loss = fields.get("loss").and_then(|l| l.as_f64());
-        steps.push(OpenedStep { step, wall_ms: phases.iter().map(|(_, ms)| ms).sum(), phases, loss });
+        let figure = |key: &str| fields.get(key).and_then(|v| v.as_f64()).filter(|v| v.is_finite());
+        steps.push(OpenedStep {
+            step,
+            wall_ms: phases.iter().map(|(_, ms)| ms).sum(),
+            phases,
+            loss: figure("loss"),
+            grad_norm: figure("grad_norm"),
+            lr: figure("lr"),
+        });
     }
     if steps.is_empty() {
         return bad(name, "no steps".into());
@@ -264,7 +325,7 @@ struct Event {
 #[derive(serde::Deserialize)]
 struct TraceFile {
     #[serde(rename = "traceEvents")]
-    trace_events: Vec<serde_json::Value>,
+    trace_events: Vec<Event>,
     #[serde(rename = "distributedInfo", default)]
     distributed_info: Option<serde_json::Value>,
     #[serde(rename = "traceName", default)]
@@ -277,8 +338,7 @@ struct TraceFile {
 /// rest; GPU events (`kernel`, `gpu_memcpy`, `gpu_memset`) give the GPU's
 /// busy time and span.
 fn read_trace(name: &str, text: &str) -> Result<(RunKind, RankRun)> {
-    let file: TraceFile =
-        serde_json::from_str(text).map_err(|e| Error::Experiment(format!("{name}: not a trace ({e})")))?;
+    let file: TraceFile = serde_json::from_str(text).map_err(|e| Error::Other(format!("{name}: not a trace ({e})")))?;
     let kind =
         if file.trace_name.as_deref() == Some("stepscope") { RunKind::StepscopeTrace } else { RunKind::TorchTrace };
     let rank = match file.distributed_info.as_ref().and_then(|d| d.get("rank")) {
@@ -289,10 +349,20 @@ fn read_trace(name: &str, text: &str) -> Result<(RunKind, RankRun)> {
         },
     };
     let mut spans: Vec<(String, Option<String>, f64, f64)> = Vec::new();
-    for (i, raw) in file.trace_events.into_iter().enumerate() {
-        let Ok(e) = serde_json::from_value::<Event>(raw) else {
-            return bad(name, format!("event {i} is not an event object"));
-        };
+    // Counters (`ph: "C"`) of the loss, gradient norm and learning rate:
+    // (name, ts, value).
+    let mut counters: Vec<(&'static str, f64, f64)> = Vec::new();
+    for (i, e) in file.trace_events.into_iter().enumerate() {
+        if e.ph == "C" {
+            let counter = ["loss", "grad_norm", "lr"].into_iter().find(|c| *c == e.name);
+            let value = e.args.as_ref().and_then(|a| a.get(&e.name)).and_then(|v| v.as_f64());
+            if let (Some(c), Some(ts), Some(v)) = (counter, e.ts, value) {
+                if ts.is_finite() && v.is_finite() {
+                    counters.push((c, ts, v));
+                }
+            }
+            continue;
+        }
         if e.ph != "X" {
             continue;
         }
@@ -302,7 +372,6 @@ fn read_trace(name: &str, text: &str) -> Result<(RunKind, RankRun)> {
         if !ts.is_finite() || !dur.is_finite() || dur < 0.0 || dur / 1e3 > MAX_MS {
             return bad(name, format!("event {i} ({}) has ts {ts} and dur {dur}: not a time span", e.name));
         }
-        let _ = e.args;
         spans.push((e.name, e.cat, ts, ts + dur));
     }
     let mut steps: Vec<(u64, f64, f64)> = spans
@@ -362,7 +431,19 @@ fn read_trace(name: &str, text: &str) -> Result<(RunKind, RankRun)> {
         if wall_ms - measured > 1e-6 {
             out.push(("other", wall_ms - measured));
         }
-        opened.push(OpenedStep { step, wall_ms, phases: out, loss: None });
+        opened.push(OpenedStep { step, wall_ms, phases: out, loss: None, grad_norm: None, lr: None });
+    }
+    // Each counter belongs to the step it falls in (Stepscope writes them
+    // at the step's start).
+    for (counter, ts, value) in counters {
+        let after = steps.partition_point(|s| s.1 <= ts + 5e-3);
+        let Some(k) = after.checked_sub(1).filter(|&k| ts <= steps[k].2 + 5e-3) else { continue };
+        let s = &mut opened[k];
+        *match counter {
+            "loss" => &mut s.loss,
+            "grad_norm" => &mut s.grad_norm,
+            _ => &mut s.lr,
+        } = Some(value);
     }
     // The GPU: the union of its events against their span.
     let mut gpu: Vec<(f64, f64)> = spans
@@ -420,6 +501,29 @@ impl OpenedRun {
     /// Each rank's median step time, ms.
     pub fn rank_step_ms(&self) -> Vec<(u32, f64)> {
         self.ranks.iter().map(|r| (r.rank, median(r.steps.iter().map(|s| s.wall_ms).collect()))).collect()
+    }
+
+    /// Each rank's median step against the median over ranks, and its
+    /// share of time in communication.
+    pub fn rank_rows(&self) -> Vec<RankRow> {
+        let per_rank = self.rank_step_ms();
+        let median_ms = median(per_rank.iter().map(|r| r.1).collect());
+        per_rank
+            .into_iter()
+            .zip(&self.ranks)
+            .map(|((rank, step_ms), r)| {
+                let ratio = step_ms / median_ms.max(f64::MIN_POSITIVE);
+                let wall: f64 = r.steps.iter().map(|s| s.wall_ms).sum();
+                let communication: f64 = r.steps.iter().map(|s| s.phase_ms("communication")).sum();
+                RankRow {
+                    rank,
+                    step_ms,
+                    ratio,
+                    straggler: ratio >= STRAGGLER,
+                    communication_share: if wall > 0.0 { communication / wall } else { 0.0 },
+                }
+            })
+            .collect()
     }
 
     /// Mean milliseconds of each phase per step, over all ranks, in the

@@ -11,6 +11,7 @@ pub mod edit;
 pub mod host;
 pub mod loader;
 pub mod metrics_csv;
+pub mod opened;
 pub mod race;
 pub mod runner;
 pub mod runs;

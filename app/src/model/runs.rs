@@ -58,7 +58,9 @@ pub struct RunRecord {
     pub id: u64,
     /// "Run 3", or a race's lane ("race: lr 0.1").
     pub label: String,
-    pub experiment: Experiment,
+    /// What it trained; None for a run opened from files
+    /// (`model::opened`), which has only what its files logged.
+    pub experiment: Option<Experiment>,
     pub curves: RunCurves,
     pub steps: u64,
     /// The last step's mini-batch loss, exactly as the engine computed it.
@@ -217,7 +219,7 @@ mod tests {
         RunRecord {
             id,
             label: format!("Run {id}"),
-            experiment: default_experiment(),
+            experiment: Some(default_experiment()),
             curves: RunCurves {
                 train_loss: curve.clone(),
                 test_loss: curve.clone(),

@@ -21,7 +21,7 @@ use crate::state::AppState;
 
 /// Steps drawn in the timeline.
 const SHOWN: usize = 60;
-const COLORS: [&str; 12] = [
+pub const COLORS: [&str; 12] = [
     "#9e9e9e", "#0877bd", "#f59322", "#2ea043", "#5b8fb9", "#8e44ad", "#c0392b", "#e6b800", "#6d4c41", "#00897b",
     "#ad1457", "#d0d0d0",
 ];

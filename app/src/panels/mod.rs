@@ -12,6 +12,7 @@ mod inside;
 mod layers;
 mod lessons;
 pub mod network;
+pub mod opened;
 pub mod output;
 mod profile;
 mod race;

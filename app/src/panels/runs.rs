@@ -24,9 +24,21 @@ struct Row {
 }
 
 fn row(r: &RunRecord, live: bool) -> Row {
-    let e = &r.experiment;
-    let hidden: Vec<String> = e.model.layers[..e.model.layers.len() - 1].iter().map(|l| l.units.to_string()).collect();
     let loss = |v: Option<f32>| v.map_or("–".into(), |v| format!("{v:.4}"));
+    let Some(e) = &r.experiment else {
+        // A run opened from files: what they logged, read-only.
+        return Row {
+            id: r.id,
+            label: r.label.clone(),
+            live,
+            setup: "opened from files, read-only: it cannot be trained here".into(),
+            steps: r.steps,
+            figures: format!("last logged loss {}", loss(r.curves.train_loss.last().map(|p| p.1))),
+            last_loss: r.last_step_loss,
+            engine: r.engine.clone(),
+        };
+    };
+    let hidden: Vec<String> = e.model.layers[..e.model.layers.len() - 1].iter().map(|l| l.units.to_string()).collect();
     let accuracy = r.accuracy.map(|a| format!(" · accuracy {:.1} %", a * 100.0)).unwrap_or_default();
     Row {
         id: r.id,
@@ -133,8 +145,17 @@ fn Compare(runs: RunsState) -> impl IntoView {
         let lines: Vec<(String, String)> = chosen[1..]
             .iter()
             .map(|r| {
-                let diff = experiment_diff(&first.experiment, &r.experiment);
-                let text = if diff.is_empty() { "the same experiment".to_string() } else { diff.join("; ") };
+                let text = match (&first.experiment, &r.experiment) {
+                    (Some(a), Some(b)) => {
+                        let diff = experiment_diff(a, b);
+                        if diff.is_empty() {
+                            "the same experiment".to_string()
+                        } else {
+                            diff.join("; ")
+                        }
+                    }
+                    _ => "an opened run: its files hold no experiment to compare, only its curves".to_string(),
+                };
                 (format!("{} → {}", first.label, r.label), text)
             })
             .collect();

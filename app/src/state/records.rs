@@ -167,6 +167,10 @@ impl AppState {
             }
             Outcome::Verified(summary, passed) => self.checkpoints.verify_result.set(Some((summary, passed))),
             Outcome::Accumulation(report) => self.lessons.accumulation.set(Some(report)),
+            Outcome::Opened(view) => {
+                self.run.alert.set(None);
+                self.runs.keep_opened(*view, self.run.notice);
+            }
             Outcome::File(name, bytes) => {
                 if let Err(message) = download(&bytes, &name) {
                     self.run.alert.set(Some(message));

@@ -12,6 +12,7 @@ use web_time::Instant;
 
 use super::AppState;
 use crate::model::host::protocol::Status;
+use crate::model::opened::OpenedView;
 use crate::model::race::{RaceReport, RaceSpec};
 use crate::model::runs::{downsample, Curve, RunCurves, RunRecord, RunsList, MAX_POINTS};
 use crate::model::runs_store;
@@ -57,6 +58,8 @@ pub struct RunsState {
     /// Ids of the runs chosen for comparison (the live one's included).
     pub selected: RwSignal<Vec<u64>>,
     pub race: RwSignal<Option<RaceView>>,
+    /// The run opened from files last (`open-run`), shown read-only.
+    pub opened: RwSignal<Option<OpenedView>>,
     /// The runner's run the live record is of.
     live_run_id: StoredValue<Option<u64>>,
     /// The live run's accuracy over steps (the loss curves keep none).
@@ -88,12 +91,35 @@ impl RunsState {
             live: RwSignal::new(None),
             selected: RwSignal::new(Vec::new()),
             race: RwSignal::new(None),
+            opened: RwSignal::new(None),
             live_run_id: StoredValue::new(None),
             live_accuracy: StoredValue::new(Vec::new()),
             refreshed_at: StoredValue::new(None),
             store: StoredValue::new(StoreState::default()),
             stored: RwSignal::new(false),
         }
+    }
+
+    /// Shows a run opened from files and keeps it in the runs list (it can
+    /// be compared with the others, not trained).
+    pub fn keep_opened(&self, view: OpenedView, notice: RwSignal<Option<String>>) {
+        self.list.update(|l| {
+            let id = l.next_id();
+            l.push(RunRecord {
+                id,
+                label: format!("Opened: {}", view.describe()),
+                experiment: None,
+                curves: view.curves(),
+                steps: view.steps as u64,
+                last_step_loss: view.loss.last().map(|p| p.1),
+                train_loss: None,
+                test_loss: None,
+                accuracy: None,
+                engine: "opened from files".into(),
+            });
+        });
+        self.opened.set(Some(view));
+        self.save(notice);
     }
 
     /// Forgets every kept run, here and in the browser's storage.
@@ -274,7 +300,7 @@ impl AppState {
         RunRecord {
             id,
             label: format!("Run {id}"),
-            experiment: status.experiment.clone().unwrap_or_else(|| self.run.experiment.get_untracked()),
+            experiment: Some(status.experiment.clone().unwrap_or_else(|| self.run.experiment.get_untracked())),
             curves,
             steps: step,
             last_step_loss: last.map(|m| m.loss),
@@ -352,7 +378,7 @@ impl AppState {
                     l.push(RunRecord {
                         id,
                         label: format!("Race: {}", lane.label),
-                        experiment: lane.experiment.clone(),
+                        experiment: Some(lane.experiment.clone()),
                         curves: lane.curves.clone(),
                         steps: lane.step,
                         last_step_loss: lane.last_loss,

@@ -145,6 +145,16 @@ def newest_download():
     return max(paths, key=lambda p: int(re.sub(r"\D", "", p) or 0))
 
 
+
+def rank_path(path, rank):
+    """Rank 0's file is `path`; rank r's is `path` with .rank<r> before its
+    extension (two.jsonl, two.rank1.jsonl): open them together in the page."""
+    if rank == 0:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{{stem}}.rank{{rank}}{{ext}}"
+
+
 def arguments():
     parser = argparse.ArgumentParser(description="Continue a Stepscope run in PyTorch.")
     parser.add_argument("checkpoint", nargs="?", help="default: the newest stepscope-step*.safetensors here")
@@ -152,7 +162,9 @@ def arguments():
     parser.add_argument("--steps", type=int, help="optimizer steps to run (default: {default_steps_doc})")
     parser.add_argument("--out", help="write a Stepscope checkpoint here at the end (and with --save-every)")
     parser.add_argument("--save-every", type=int, metavar="N", help="also write --out every N steps")
-    parser.add_argument("--metrics", help="write step, loss, grad_norm and lr per step here (JSON lines)")
+    metrics_help = ("write step, loss, grad_norm, lr and each phase's ms per step here (JSON lines); under "
+        "torchrun rank 0 writes FILE and rank r FILE with .rank<r> before its extension, each line with its rank")
+    parser.add_argument("--metrics", metavar="FILE", help=metrics_help)
     board_help = ("also write TensorBoard events here (torch.utils.tensorboard), with the tags of "
         "`stepscope train --tensorboard`, so the run goes on on the same charts")
     parser.add_argument("--tensorboard", metavar="DIR", help=board_help)
@@ -201,7 +213,7 @@ def main():
     log_every = args.log_every or max(1, steps // 10)
     processes = f"{{world}} processes ({{dist.get_backend()}})" if dist.is_initialized() else "1 process"
     say(f"training {{steps}} steps from step {{step}} on {{processes}}, device {{device}}")
-    metrics = open(args.metrics, "w") if args.metrics and rank == 0 else None
+    metrics = open(rank_path(args.metrics, rank), "w") if args.metrics else None
     board = None
     if args.tensorboard and rank == 0:
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
@@ -234,6 +246,8 @@ def main():
             if saved:
                 save_checkpoint(args.out, model, optimizer, step, order)
             record = {{"step": step - 1, **stats, "data_ms": data_ms}}
+            if world > 1:
+                record["rank"] = rank
             record["checkpoint_ms"] = 1e3 * (time.perf_counter() - t) if saved else 0.0
             # Logging: progress, the TensorBoard record, up to the metrics
             # line's buffered write.

@@ -45,8 +45,8 @@ fn a_stepscope_trace_reads_back() {
                 phases: tile(&[(t0, t0 + 900.0, vec![(DATA_EVENT, 0.1), ("forward", 0.3), ("backward", 0.5)])]),
                 gpu: vec![Span { name: "forward".into(), start_us: t0 + 200.0, end_us: t0 + 600.0 }],
                 submit_us: Some(t0 + 100.0),
-                loss: 1.0,
-                grad_norm: 1.0,
+                loss: 1.0 + k as f32,
+                grad_norm: 2.0 + k as f32,
                 lr: 0.1,
             }
         })
@@ -59,6 +59,10 @@ fn a_stepscope_trace_reads_back() {
     assert_eq!(names, ["data", "forward", "backward", "other"]);
     assert!((s.wall_ms - 1.0).abs() < 1e-9 && (s.phase_ms("other") - 0.1).abs() < 1e-9);
     assert!((run.data_share() - 0.1).abs() < 1e-9);
+    // The counters, each in the step it was written in.
+    let figures: Vec<_> = run.ranks[0].steps.iter().map(|s| (s.step, s.loss, s.grad_norm, s.lr)).collect();
+    let lr = Some(0.1);
+    assert_eq!(figures, [(0, Some(1.0), Some(2.0), lr), (1, Some(2.0), Some(3.0), lr), (2, Some(3.0), Some(4.0), lr)]);
     // Busy 0.4 ms of each 1 ms; the span runs from the first pass to the last.
     let gpu = run.ranks[0].gpu.unwrap();
     assert!((gpu.busy_ms - 1.2).abs() < 1e-9 && (gpu.span_ms - 2.4).abs() < 1e-9, "{gpu:?}");
@@ -117,4 +121,8 @@ fn hostile_files_are_refused_by_name() {
     );
     assert!(err(&[("a.json", trace.as_bytes()), ("b.json", trace.as_bytes())]).contains("rank 0 appears in two files"));
     assert!(err(&[]).contains("no file given"));
+    // The page's smaller budget, named.
+    let big = vec![b' '; RunLimits::PAGE.total_bytes + 1];
+    let refused = open_run_within(&[("big.json", &big)], RunLimits::PAGE).unwrap_err().to_string();
+    assert!(refused.contains(&format!("at most {} are opened at once here", RunLimits::PAGE.total_bytes)), "{refused}");
 }

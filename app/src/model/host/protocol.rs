@@ -254,6 +254,15 @@ mod tests {
             b"x1,y\n1,0\n".to_vec(),
             training_matrix().remove(0).1,
         )]));
+        // A run opened from files: its bytes cross as `bin`, its view back.
+        let log = b"{\"step\": 1, \"loss\": 0.5, \"forward_ms\": 2.0}\n".to_vec();
+        let files = vec![crate::model::opened::RunFile { name: "m.jsonl".into(), bytes: log }];
+        round_trip(&frame(vec![Command::OpenRun(files.clone())]));
+        let view = crate::model::opened::OpenedView::open(&files).unwrap();
+        round_trip(&answer(FrameReport {
+            outcomes: vec![Ok(Some(Outcome::Opened(Box::new(view))))],
+            ..FrameReport::default()
+        }));
         round_trip(&answer(FrameReport {
             trained: Some(Err(Error::NonFinite("layer 1, backward".into()))),
             ..FrameReport::default()

@@ -67,6 +67,9 @@ pub enum Command {
     StartRace(RaceSpec),
     /// End the race: its runs are reported, the run goes on.
     EndRace,
+    /// Open a run from outside (metrics logs, traces), read-only: the
+    /// training run is not touched.
+    OpenRun(Vec<crate::model::opened::RunFile>),
     /// Test hook: destroy the GPU device in use (a device loss).
     LoseDevice,
     /// Test hook: ask the GPU device in use for a buffer past its limit,
@@ -90,6 +93,8 @@ pub enum Outcome {
     /// An uploaded CSV was read whole and the run restarted on it: its
     /// name and the experiment it implied.
     CsvLoaded(String, Box<Experiment>),
+    /// A run opened from files (`Command::OpenRun`).
+    Opened(Box<crate::model::opened::OpenedView>),
 }
 
 /// One step as one batch of k·b rows against k micro-batches of b rows.

@@ -246,6 +246,10 @@ impl Runner {
             self.link_mode = mode;
             return Ok(None);
         }
+        if let Command::OpenRun(files) = command {
+            let view = crate::model::opened::OpenedView::open(&files)?;
+            return Ok(Some(Outcome::Opened(Box::new(view))));
+        }
         self.finish_partial_step().await?;
         match command {
             Command::SaveCheckpoint => {
@@ -343,7 +347,7 @@ impl Runner {
                 }
                 None => return Err(Error::Gpu("no GPU device is in use (pin the WebGPU engine)".into())),
             },
-            Command::StepOnce | Command::StepPhase | Command::LinkMode(_) => {}
+            Command::StepOnce | Command::StepPhase | Command::LinkMode(_) | Command::OpenRun(_) => {}
         }
         Ok(None)
     }
