@@ -73,9 +73,11 @@ def main():
 
 
 def page(folder, metrics_csv):
-    acc = event_accumulator.EventAccumulator(folder, size_guidance={event_accumulator.SCALARS: 0})
+    acc = event_accumulator.EventAccumulator(folder, size_guidance={event_accumulator.SCALARS: 0,
+                                                                     event_accumulator.HISTOGRAMS: 0})
     acc.Reload()
     rows = list(csv.DictReader(line for line in open(metrics_csv) if not line.startswith("#")))
+    about = open(metrics_csv).readline()
     # The CSV numbers a row by the steps taken once it is done; the event
     # file by the step's 0-based index, as the CLI does.
     steps = {int(r["step"]) - 1: r for r in rows if r["batch_loss"]}
@@ -92,8 +94,29 @@ def page(folder, metrics_csv):
     evaluated = sorted((max(int(r["step"]) - 1, 0), np.float32(float(r["test_loss"]))) for r in rows if r["test_loss"])
     test = sorted((e.step, np.float32(e.value)) for e in acc.Scalars("loss/test"))
     assert test == evaluated and len(test) > 0, (test, evaluated)
+    # Histograms from the per-layer statistics the page kept: per layer its
+    # weights and bias together, their gradients and updates (each counts
+    # the layer's parameters), and its activations (batch rows × units).
+    experiment = json.loads(about.split("of the experiment ", 1)[1])
+    widths = [experiment["model"]["inputs"]] + [layer["units"] for layer in experiment["model"]["layers"]]
+    tags = acc.Tags()["histograms"]
+    kinds = ("activations", "gradients", "weights", "updates")
+    assert set(tags) == {f"{k}/layer{l}" for k in kinds for l in range(len(widths) - 1)}, (tags, widths)
+    histograms = 0
+    for l, (fan_in, units) in enumerate(zip(widths, widths[1:])):
+        for kind in kinds:
+            events = acc.Histograms(f"{kind}/layer{l}")
+            assert events and [e.step for e in events] == sorted(e.step for e in events), kind
+            for e in events:
+                h = e.histogram_value
+                assert sum(h.bucket) == h.num and h.min <= h.max, (kind, l, e.step)
+                if kind == "activations":
+                    assert h.num > 0 and h.num % units == 0, (kind, l, h.num)
+                else:
+                    assert h.num == units * (fan_in + 1), (kind, l, h.num, units * (fan_in + 1))
+                histograms += 1
     print(f"TensorBoard's reader: the page's file holds {len(steps)} steps and {len(test)} evaluations, "
-          f"{checked} scalars equal to its metrics CSV")
+          f"{checked} scalars equal to its metrics CSV, {histograms} histograms each counting its layer")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ profiler traces.
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,20 @@ def check_nesting(trace, metrics, phases):
     assert '"rank": 0' in json.dumps(trace["distributedInfo"], separators=(", ", ": "))
 
 
+def same_breakdown(what, temporal, opened):
+    """HTA's temporal breakdown of one rank against `stepscope open`'s
+    line, in percent of the span (HTA rounds events to whole microseconds:
+    half a point allowed)."""
+    line = next(l for l in opened.splitlines() if l.startswith("GPU over the span"))
+    ours = {k: float(v) for k, v in re.findall(r"(compute|communication|memory|idle) ([\d.]+) %", line)}
+    row = temporal.iloc[0]
+    for name, theirs, mine in [("idle", row["idle_time_pctg"], ours["idle"]),
+                               ("compute", row["compute_time_pctg"], ours["compute"]),
+                               ("non-compute", row["non_compute_time_pctg"], ours["communication"] + ours["memory"])]:
+        assert abs(theirs - mine) <= 0.5, f"{what}: {name} {mine} % against HTA's {theirs} %\n{line}"
+    print(f"{what}: HTA idle {row['idle_time_pctg']} %, compute {row['compute_time_pctg']} %; {line}")
+
+
 def main():
     subprocess.run(["cargo", "build", "--quiet", "-p", "stepscope-cli"], cwd=ROOT, check=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,6 +114,8 @@ def main():
         kept = [e for e in kernels if e["ts"] < last]
         total = sum(e["dur"] for e in kept)
         assert abs(row["compute_time(us)"] - total) <= 2 * len(kept) + 1, (row["compute_time(us)"], total)
+        same_breakdown("the GPU-engine trace", temporal, stepscope("open", os.path.join(gpu_dir, "rank0.pt.trace.json.gz"),
+                                                                    cwd=tmp))
         kernel_types, _ = analysis.get_gpu_kernel_breakdown(visualize=False)
         print("HTA temporal breakdown of the GPU-engine trace:")
         print(temporal[["rank", "idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg",

@@ -30,8 +30,17 @@ pub fn run(paths: &[String]) -> Result<(), Failure> {
     let share = run.data_share();
     let verdict = data_verdict(share);
     say!("waiting for data: {:.1} % of step time ({verdict})", 100.0 * share);
-    if let Some(idle) = run.gpu_idle_share() {
-        say!("GPU idle: {:.1} % of the span of its work", 100.0 * idle);
+    if let Some([compute, communication, memory, idle]) = run.gpu_breakdown() {
+        say!(
+            "GPU over the span of its events (HTA's temporal breakdown): compute {:.2} %, communication {:.2} %, memory {:.2} %, idle {:.2} %",
+            100.0 * compute,
+            100.0 * communication,
+            100.0 * memory,
+            100.0 * idle
+        );
+        if let Some(gap) = run.gpu_longest_gap_ms() {
+            say!("longest GPU gap: {gap:.3} ms");
+        }
     }
     if run.ranks.len() > 1 {
         for r in run.rank_rows() {

@@ -122,11 +122,49 @@ pub struct RankRun {
     pub gpu: Option<GpuTime>,
 }
 
-/// The union of the GPU's events, and the span from the first to the last.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The GPU's time as Holistic Trace Analysis's temporal breakdown splits
+/// it (over the steps before the last, where there are several): the span from its first event to its last; busy, the union of its
+/// events; of that, compute (the union of computation kernels), then
+/// communication (NCCL kernels) and memory (copies, sets, syncs) where no
+/// computation ran. Idle is the span less busy.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct GpuTime {
     pub busy_ms: f64,
     pub span_ms: f64,
+    pub compute_ms: f64,
+    pub communication_ms: f64,
+    pub memory_ms: f64,
+    /// The longest stretch with nothing on the GPU.
+    pub longest_gap_ms: f64,
+}
+
+/// HTA's kernel types, by name: `nccl…Kernel` communicates; a copy, a set
+/// or a sync moves memory; the rest computes.
+fn is_communication(name: &str) -> bool {
+    name.strip_prefix("nccl").is_some_and(|rest| rest.contains("Kernel"))
+}
+
+fn is_computation(name: &str) -> bool {
+    !(is_communication(name) || name.contains("Memcpy") || name.starts_with("Memset") || name.contains("Sync"))
+}
+
+/// Total length of the union of `spans`, and its longest gap (µs).
+fn union_us(mut spans: Vec<(f64, f64)>) -> (f64, f64) {
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut total, mut gap) = (0.0, 0.0f64);
+    let mut current: Option<(f64, f64)> = None;
+    for (s, e) in spans {
+        match current {
+            Some((cs, ce)) if s <= ce => current = Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                gap = gap.max(s - ce);
+                current = Some((s, e));
+            }
+            None => current = Some((s, e)),
+        }
+    }
+    (total + current.map_or(0.0, |(s, e)| e - s), gap)
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -445,27 +483,32 @@ fn read_trace(name: &str, text: &str) -> Result<(RunKind, RankRun)> {
             _ => &mut s.lr,
         } = Some(value);
     }
-    // The GPU: the union of its events against their span.
-    let mut gpu: Vec<(f64, f64)> = spans
+    // The GPU: its events' union against their span, split by kind. As
+    // HTA does, the events from the last step's start on are left out
+    // where there are several steps (the last may be cut short).
+    let cut = if steps.len() > 1 { steps[steps.len() - 1].1 } else { f64::INFINITY };
+    let gpu: Vec<(&str, f64, f64)> = spans
         .iter()
-        .filter(|(_, cat, _, _)| matches!(cat.as_deref(), Some("kernel" | "gpu_memcpy" | "gpu_memset")))
-        .map(|(_, _, s, e)| (*s, *e))
+        .filter(|(_, cat, s, _)| matches!(cat.as_deref(), Some("kernel" | "gpu_memcpy" | "gpu_memset")) && *s < cut)
+        .map(|(n, _, s, e)| (n.as_str(), *s, *e))
         .collect();
     let gpu = (!gpu.is_empty()).then(|| {
-        gpu.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (first, mut busy, mut cur) = (gpu[0].0, 0.0, gpu[0]);
-        let mut last_end = cur.1;
-        for &(s, e) in &gpu[1..] {
-            if s > cur.1 {
-                busy += cur.1 - cur.0;
-                cur = (s, e);
-            } else {
-                cur.1 = cur.1.max(e);
-            }
-            last_end = last_end.max(e);
+        let union = |keep: &dyn Fn(&str) -> bool| {
+            union_us(gpu.iter().filter(|(n, _, _)| keep(n)).map(|(_, s, e)| (*s, *e)).collect())
+        };
+        let first = gpu.iter().map(|g| g.1).fold(f64::INFINITY, f64::min);
+        let last = gpu.iter().map(|g| g.2).fold(f64::NEG_INFINITY, f64::max);
+        let (busy, longest_gap) = union(&|_| true);
+        let (compute, _) = union(&is_computation);
+        let (compute_or_communication, _) = union(&|n| is_computation(n) || is_communication(n));
+        GpuTime {
+            busy_ms: busy / 1e3,
+            span_ms: (last - first) / 1e3,
+            compute_ms: compute / 1e3,
+            communication_ms: (compute_or_communication - compute) / 1e3,
+            memory_ms: (busy - compute_or_communication) / 1e3,
+            longest_gap_ms: longest_gap / 1e3,
         }
-        busy += cur.1 - cur.0;
-        GpuTime { busy_ms: busy / 1e3, span_ms: (last_end - first) / 1e3 }
     });
     Ok((kind, RankRun { rank, steps: opened, gpu }))
 }
@@ -493,9 +536,29 @@ impl OpenedRun {
     /// The GPU's idle share of its span, over the ranks that have GPU
     /// events; None where none has.
     pub fn gpu_idle_share(&self) -> Option<f64> {
-        let (busy, span) =
-            self.ranks.iter().filter_map(|r| r.gpu).fold((0.0, 0.0), |(b, s), g| (b + g.busy_ms, s + g.span_ms));
-        (span > 0.0).then(|| 1.0 - busy / span)
+        self.gpu_breakdown().map(|[.., idle]| idle)
+    }
+
+    /// The GPU's time over the ranks that have GPU events, as shares of
+    /// their spans: (compute, communication, memory, idle), adding up to 1.
+    pub fn gpu_breakdown(&self) -> Option<[f64; 4]> {
+        let sum = self.ranks.iter().filter_map(|r| r.gpu).fold(GpuTime::default(), |a, g| GpuTime {
+            busy_ms: a.busy_ms + g.busy_ms,
+            span_ms: a.span_ms + g.span_ms,
+            compute_ms: a.compute_ms + g.compute_ms,
+            communication_ms: a.communication_ms + g.communication_ms,
+            memory_ms: a.memory_ms + g.memory_ms,
+            longest_gap_ms: a.longest_gap_ms.max(g.longest_gap_ms),
+        });
+        (sum.span_ms > 0.0).then(|| {
+            let share = |ms: f64| ms / sum.span_ms;
+            [share(sum.compute_ms), share(sum.communication_ms), share(sum.memory_ms), share(sum.span_ms - sum.busy_ms)]
+        })
+    }
+
+    /// The longest stretch with nothing on any rank's GPU, ms.
+    pub fn gpu_longest_gap_ms(&self) -> Option<f64> {
+        self.ranks.iter().filter_map(|r| r.gpu).map(|g| g.longest_gap_ms).reduce(f64::max)
     }
 
     /// Each rank's median step time, ms.

@@ -16,6 +16,7 @@
 //! file's header), and every evaluated step.
 
 use stepscope_core::engine::{Evaluation, Timing};
+use stepscope_core::stats::TensorStats;
 use stepscope_core::StepMetrics;
 
 /// The most rows kept (about 140 bytes each).
@@ -84,6 +85,24 @@ impl Default for MetricsLog {
     fn default() -> Self {
         MetricsLog { rows: Vec::new(), stride: 1, evaluations_thinned: false }
     }
+}
+
+/// One kept sample of per-layer statistics (after `taken` steps: those of
+/// step `taken − 1`) as TensorBoard histograms.
+fn layer_histograms(wall: f64, taken: u64, layers: &[[TensorStats; 4]]) -> Vec<u8> {
+    use stepscope_core::export::tensorboard::{histogram_proto_record, Histogram};
+    let mut out = Vec::new();
+    for (l, stats) in layers.iter().enumerate() {
+        for (kind, s) in ["activations", "gradients", "weights", "updates"].iter().zip(stats) {
+            out.extend(histogram_proto_record(
+                wall,
+                taken.saturating_sub(1),
+                &format!("{kind}/layer{l}"),
+                &Histogram::of_stats(s),
+            ));
+        }
+    }
+    out
 }
 
 impl MetricsLog {
@@ -177,14 +196,20 @@ impl MetricsLog {
     /// (0-based: a step's own figures at its index, an evaluation after
     /// `n` steps at `n - 1`, the evaluation before any step at 0). Each
     /// record's wall time is `end_s` less the wall time of the steps after
-    /// it, as the frames measured them. No histograms: the page keeps no
-    /// tensors of past steps.
-    pub fn to_tensorboard(&self, end_s: f64) -> Vec<u8> {
+    /// it, as the frames measured them. `layers`: the per-layer
+    /// statistics the page kept (steps taken, then per layer [activations,
+    /// gradients, weights, updates]) as histograms `activations/layer<l>`,
+    /// `gradients/layer<l>`, `weights/layer<l>` (weights and bias
+    /// together), `updates/layer<l>` at the step they describe; steps never
+    /// go backwards in the file (TensorBoard's reader drops what comes after
+    /// a step that does).
+    pub fn to_tensorboard(&self, end_s: f64, layers: &[(u64, &[[TensorStats; 4]])]) -> Vec<u8> {
         use stepscope_core::export::tensorboard::{file_version_record, scalars_record, step_scalars};
         // Going back from the end: a row's steps since the row before it
         // (more than one where the log was thinned) each took its wall time.
         let (walls, _) = self.row_ends(end_s);
         let mut out = file_version_record(walls.first().copied().unwrap_or(end_s));
+        let mut samples = layers.iter().peekable();
         for (row, &wall) in self.rows.iter().zip(&walls) {
             if let Some(m) = &row.metrics {
                 let mut values = step_scalars(m);
@@ -210,6 +235,12 @@ impl MetricsLog {
                 }
                 out.extend(scalars_record(wall, step, &values));
             }
+            while let Some((taken, stats)) = samples.next_if(|(taken, _)| *taken <= row.step) {
+                out.extend(layer_histograms(wall, *taken, stats));
+            }
+        }
+        for (taken, stats) in samples {
+            out.extend(layer_histograms(end_s, *taken, stats));
         }
         out
     }
@@ -470,7 +501,9 @@ mod tests {
         log.record_evaluation(0, None, Some(Evaluation { loss: 0.7, accuracy: Some(0.5) }));
         log.record_steps(&[step(0, Timing::Cpu), step(1, Timing::Cpu)], Some(share));
         log.record_evaluation(2, Some(Evaluation { loss: 0.4, accuracy: None }), None);
-        let file = log.to_tensorboard(100.0);
+        // The layers' statistics after step 2 (of step index 1), one layer.
+        let stats = [stepscope_core::stats::tensor_stats(&[1.0, 2.0, 3.0]); 4];
+        let file = log.to_tensorboard(100.0, &[(2, &[stats][..])]);
         let mut records = Vec::new();
         let mut rest = &file[..];
         while !rest.is_empty() {
@@ -481,9 +514,14 @@ mod tests {
             rest = &rest[16 + len..];
         }
         // The version, the evaluation before training, two steps, the
-        // evaluation after them.
-        assert_eq!(records.len(), 5);
+        // evaluation after them, then the four histograms of the layer.
+        assert_eq!(records.len(), 9);
         let has = |r: &[u8], tag: &str| r.windows(tag.len()).any(|w| w == tag.as_bytes());
+        for (r, tag) in
+            records[5..].iter().zip(["activations/layer0", "gradients/layer0", "weights/layer0", "updates/layer0"])
+        {
+            assert!(has(r, tag), "{tag}");
+        }
         assert!(has(&records[1], "loss/test") && has(&records[1], "accuracy/test"));
         assert!(
             has(&records[2], "loss/train") && has(&records[2], "phase/wall_ms") && !has(&records[2], "phase/gpu_ms")

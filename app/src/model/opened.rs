@@ -55,6 +55,9 @@ pub struct OpenedView {
     pub data_share: f64,
     pub verdict: String,
     pub gpu_idle: Option<f64>,
+    /// The GPU's span as (compute, communication, memory, idle) shares.
+    pub gpu: Option<[f64; 4]>,
+    pub gpu_longest_gap_ms: Option<f64>,
     pub ranks: Vec<RankLine>,
     /// The first rank's logged loss, gradient norm and learning rate.
     pub loss: Curve,
@@ -95,6 +98,8 @@ impl OpenedView {
             data_share,
             verdict: data_verdict(data_share).to_string(),
             gpu_idle: run.gpu_idle_share(),
+            gpu: run.gpu_breakdown(),
+            gpu_longest_gap_ms: run.gpu_longest_gap_ms(),
             ranks: run
                 .rank_rows()
                 .into_iter()

@@ -120,10 +120,16 @@ fn OpenedRun(view: OpenedView) -> impl IntoView {
         .collect_view();
     let longest = view.timeline.iter().fold(1e-9f64, |m, s| m.max(s.wall_ms));
     let bars = view.timeline.iter().map(|s| step_bar(s, longest)).collect_view();
-    let gpu = view.gpu_idle.map(|idle| {
+    let gap = view
+        .gpu_longest_gap_ms
+        .map_or(String::new(), |ms| format!(" The longest gap with nothing on the GPU: {ms:.3} ms."));
+    let gpu = view.gpu.map(|[compute, communication, memory, idle]| {
         view! {
             <p data-testid="opened-run-gpu-idle" data-value=idle.to_string()>
-                "GPU idle: " <b>{percent(idle)}</b> " of the span from its first event to its last (kernels, copies and sets count as busy)."
+                "GPU idle: " <b>{percent(idle)}</b> " of the span from its first event to its last; compute "
+                {percent(compute)} ", communication " {percent(communication)} ", memory " {percent(memory)}
+                " (Holistic Trace Analysis's temporal breakdown: compute first, then NCCL kernels, then copies, sets and syncs)."
+                {gap.clone()}
             </p>
         }
     });

@@ -3,6 +3,7 @@
 //! CSV, and what the link's classroom parameters could not apply.
 
 use leptos::prelude::*;
+use stepscope_core::stats::TensorStats;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
@@ -67,7 +68,10 @@ pub fn Share() -> impl IntoView {
     };
     let on_tensorboard = move |_| {
         let end_s = js_sys::Date::now() / 1e3;
-        let (events, rows) = state.charts.metrics_log.with_value(|log| (log.to_tensorboard(end_s), log.rows().len()));
+        let (events, rows) = state.charts.layer_history.with_untracked(|kept| {
+            let layers: Vec<(u64, &[[TensorStats; 4]])> = kept.iter().map(|s| (s.step, &s.layers[..])).collect();
+            state.charts.metrics_log.with_value(|log| (log.to_tensorboard(end_s, &layers), log.rows().len()))
+        });
         if rows == 0 {
             status.set("No steps recorded yet: train first.".into());
             return;

@@ -68,7 +68,11 @@ pub fn scalars_record(wall_time: f64, step: u64, values: &[(&str, f32)]) -> Vec<
 /// Non-finite values are left out of the buckets (and of min, max and the
 /// sums), as a histogram of a tensor holding them has no finite range.
 pub fn histogram_record(wall_time: f64, step: u64, tag: &str, values: &[f32]) -> Vec<u8> {
-    let h = Histogram::of(values);
+    histogram_proto_record(wall_time, step, tag, &Histogram::of(values))
+}
+
+/// One record holding `h` under `tag` at `step`.
+pub fn histogram_proto_record(wall_time: f64, step: u64, tag: &str, h: &Histogram) -> Vec<u8> {
     let mut histo = Vec::new();
     field_double(&mut histo, 1, h.min);
     field_double(&mut histo, 2, h.max);
@@ -99,6 +103,42 @@ pub struct Histogram {
 }
 
 impl Histogram {
+    /// From the engine's statistics of a tensor (`TensorStats`: its
+    /// finite values in `HISTOGRAM_BINS` equal bins over [min, max], which
+    /// become the buckets); `sum` and `sum_squares` from its mean and
+    /// (population) standard deviation, as exact as those.
+    pub fn of_stats(s: &crate::stats::TensorStats) -> Histogram {
+        let num = f64::from(s.count());
+        if num == 0.0 {
+            return Histogram {
+                min: 0.0,
+                max: 0.0,
+                num,
+                sum: 0.0,
+                sum_squares: 0.0,
+                bucket_limit: vec![0.0],
+                bucket: vec![0.0],
+            };
+        }
+        let (min, max, mean, std) = (f64::from(s.min), f64::from(s.max), f64::from(s.mean), f64::from(s.std));
+        let (sum, sum_squares) = (mean * num, (std * std + mean * mean) * num);
+        if max <= min {
+            return Histogram { min, max, num, sum, sum_squares, bucket_limit: vec![max], bucket: vec![num] };
+        }
+        let n = s.histogram.len();
+        let width = (max - min) / n as f64;
+        let bucket_limit = (1..=n).map(|i| if i == n { max } else { min + width * i as f64 }).collect();
+        Histogram {
+            min,
+            max,
+            num,
+            sum,
+            sum_squares,
+            bucket_limit,
+            bucket: s.histogram.iter().map(|&c| f64::from(c)).collect(),
+        }
+    }
+
     pub fn of(values: &[f32]) -> Histogram {
         let finite = || values.iter().filter(|v| v.is_finite()).map(|&v| f64::from(v));
         let (mut min, mut max, mut num, mut sum, mut sum_squares) = (f64::INFINITY, f64::NEG_INFINITY, 0.0, 0.0, 0.0);
@@ -252,5 +292,25 @@ mod tests {
         // Encoded: one record whose data ends with the packed buckets.
         let data = records(&histogram_record(1.0, 7, "weights/layers.0.weight", &values));
         assert_eq!(data.len(), 1);
+    }
+
+    /// The engine's statistics of a tensor make the same histogram as its
+    /// values, up to the bins (the engine's 32 against 30 here) and the
+    /// sums' rounding.
+    #[test]
+    fn a_histogram_of_the_engines_statistics_counts_the_tensor() {
+        let values: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin()).chain([f32::NAN]).collect();
+        let (stats, direct) = (crate::stats::tensor_stats(&values), Histogram::of(&values));
+        let h = Histogram::of_stats(&stats);
+        assert_eq!((h.num, h.min, h.max), (direct.num, direct.min, direct.max));
+        assert_eq!(h.bucket.iter().sum::<f64>(), 1000.0);
+        assert_eq!(h.bucket.len(), crate::stats::HISTOGRAM_BINS);
+        assert_eq!(*h.bucket_limit.last().unwrap(), h.max);
+        assert!(
+            (h.sum - direct.sum).abs() < 1e-3 && (h.sum_squares - direct.sum_squares).abs() < 1e-2 * direct.sum_squares
+        );
+        let constant = Histogram::of_stats(&crate::stats::tensor_stats(&[2.0; 5]));
+        assert_eq!((constant.bucket_limit, constant.bucket, constant.sum), (vec![2.0], vec![5.0], 10.0));
+        assert_eq!(Histogram::of_stats(&crate::stats::tensor_stats(&[])).num, 0.0);
     }
 }

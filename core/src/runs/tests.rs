@@ -63,9 +63,10 @@ fn a_stepscope_trace_reads_back() {
     let figures: Vec<_> = run.ranks[0].steps.iter().map(|s| (s.step, s.loss, s.grad_norm, s.lr)).collect();
     let lr = Some(0.1);
     assert_eq!(figures, [(0, Some(1.0), Some(2.0), lr), (1, Some(2.0), Some(3.0), lr), (2, Some(3.0), Some(4.0), lr)]);
-    // Busy 0.4 ms of each 1 ms; the span runs from the first pass to the last.
+    // Busy 0.4 ms of each 1 ms; the span runs from the first pass to the
+    // last before the last step (which HTA leaves out too).
     let gpu = run.ranks[0].gpu.unwrap();
-    assert!((gpu.busy_ms - 1.2).abs() < 1e-9 && (gpu.span_ms - 2.4).abs() < 1e-9, "{gpu:?}");
+    assert!((gpu.busy_ms - 0.8).abs() < 1e-9 && (gpu.span_ms - 1.4).abs() < 1e-9, "{gpu:?}");
 }
 
 /// A real torch.profiler trace of the exported script on an H200
@@ -86,6 +87,37 @@ fn a_pytorch_profiler_trace_opens() {
     }
     let idle = run.gpu_idle_share().unwrap();
     assert!(idle > 0.0 && idle < 1.0, "{idle}");
+    let [compute, communication, memory, idle_too] = run.gpu_breakdown().unwrap();
+    assert!(compute > 0.0 && communication == 0.0 && memory >= 0.0 && idle_too == idle);
+    assert!((compute + communication + memory + idle - 1.0).abs() < 1e-12);
+}
+
+/// The GPU's time split as HTA's temporal breakdown splits it: compute
+/// first, then communication where no computation ran, then memory.
+#[test]
+fn the_gpu_breakdown_follows_hta() {
+    let kernel = |name: &str, ts: f64, dur: f64| {
+        let cat = if name.starts_with("Memcpy") { "gpu_memcpy" } else { "kernel" };
+        format!(r#"{{"ph": "X", "cat": "{cat}", "name": "{name}", "ts": {ts}, "dur": {dur}, "args": {{"stream": 7}}}}"#)
+    };
+    let events = [
+        r#"{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100}"#.to_string(),
+        kernel("gemm", 0.0, 20.0),
+        kernel("ncclDevKernel_AllReduce_Sum_f32", 10.0, 30.0),
+        kernel("Memcpy HtoD (Pageable -> Device)", 50.0, 10.0),
+        kernel("cudaStreamSync", 55.0, 10.0),
+        kernel("elementwise", 80.0, 20.0),
+    ];
+    let text = format!(r#"{{"traceEvents": [{}]}}"#, events.join(","));
+    let run = open_run(&[("t.json", text.as_bytes())]).unwrap();
+    // Span 0..100; compute [0, 20) ∪ [80, 100) = 40; communication
+    // [20, 40) = 20; memory [50, 65) = 15; idle 25.
+    let gpu = run.ranks[0].gpu.unwrap();
+    assert_eq!((gpu.span_ms, gpu.busy_ms), (0.1, 0.075));
+    let shares = run.gpu_breakdown().unwrap().map(|s| (s * 100.0).round());
+    assert_eq!(shares, [40.0, 20.0, 15.0, 25.0]);
+    // Nothing ran from 40 to 50 and from 65 to 80.
+    assert_eq!(run.gpu_longest_gap_ms(), Some(0.015));
 }
 
 #[test]
