@@ -9,7 +9,7 @@ use common::{assert_close_params, assert_close_runs, assert_same_run, gpu_engine
 use serde_json::json;
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
 use stepscope_core::engine::Timing;
-use stepscope_core::gpu::{caps_loop_iterations, FusedWidth, GpuEngine, SubmitCost};
+use stepscope_core::gpu::{caps_loop_iterations, FusedWidth, GpuEngine, PassKind, SubmitCost};
 use stepscope_core::{Error, StepMetrics};
 
 fn fused_engine(e: &stepscope_core::Experiment) -> GpuEngine {
@@ -281,6 +281,16 @@ fn a_profiled_step_in_a_fused_run_times_its_phases_and_keeps_the_run() {
                 "{name}: {m:?}"
             );
             assert!(gpu.timestamp_resolution_ms().is_some_and(|r| r > 0.0), "{name}");
+            // The passes kept for a trace: the fused submits' and the
+            // profiled step's, each under its step, adding up to its phases.
+            let kept = gpu.take_passes();
+            let of = |kind: PassKind| -> f64 {
+                kept.iter().filter(|p| p.step == m.step && p.kind == kind).map(|p| p.end_ms - p.start_ms).sum()
+            };
+            assert!((of(PassKind::Forward) - m.phases.forward_ms).abs() < 1e-9, "{name}: {kept:?}");
+            assert!((of(PassKind::Backward) - m.phases.backward_ms).abs() < 1e-9, "{name}");
+            assert!(kept.iter().any(|p| p.kind == PassKind::Fused && p.step < m.step), "{name}: {kept:?}");
+            assert!(gpu.take_passes().is_empty(), "{name}: taken once");
         }
         gpu_metrics.extend(profiled);
         assert!(gpu.runs_fused(), "{name}: back on the fused step");

@@ -665,6 +665,11 @@ test('the exported PyTorch script continues the page\'s run, also under torchrun
   await traced.saveAs(own);
   const mine = await opened([own], 'stepscope-trace');
   assert.ok(mine.steps >= 1 && mine.timeline.every((s) => s.ms > 0));
+  // The page's GPU steps carry their timed passes on the GPU's track, and
+  // the opened trace splits the GPU's time.
+  const kernels = JSON.parse(fs.readFileSync(own, 'utf8')).traceEvents.filter((e) => e.cat === 'kernel');
+  assert.ok(kernels.length >= 3 && kernels.every((k) => k.args.stream === 7 && k.dur >= 0), JSON.stringify(kernels.slice(0, 3)));
+  assert.ok(mine.gpuIdle !== undefined && Number(mine.gpuIdle) >= 0 && Number(mine.gpuIdle) < 1, `GPU idle ${mine.gpuIdle}`);
   // Opened runs join the runs list, read-only, and compare by their curves.
   const openedEntries = page.locator('[data-testid=run-entry]', { hasText: 'Opened: two.jsonl + 1 more (metrics, 2 ranks)' });
   assert.equal(await openedEntries.count(), 1);

@@ -16,11 +16,14 @@
 //! file's header), and every evaluated step.
 
 use stepscope_core::engine::{Evaluation, Timing};
+use stepscope_core::gpu::{PassKind, StepPass};
 use stepscope_core::stats::TensorStats;
 use stepscope_core::StepMetrics;
 
 /// The most rows kept (about 140 bytes each).
 pub const MAX_ROWS: usize = 10_000;
+/// Timed GPU passes kept per step (a phased step has a handful).
+const MAX_PASSES_PER_STEP: usize = 16;
 
 /// The columns, in order.
 pub const COLUMNS: [&str; 18] = [
@@ -63,6 +66,8 @@ pub struct Row {
     pub frame: Option<FrameShare>,
     pub train: Option<Evaluation>,
     pub test: Option<Evaluation>,
+    /// The GPU's timed passes of the step, in ms on its submit's clock.
+    pub gpu: Vec<(PassKind, f64, f64)>,
 }
 
 impl Row {
@@ -122,14 +127,32 @@ impl MetricsLog {
                 self.forget_from(step);
             }
             match self.rows.binary_search_by_key(&step, |r| r.step) {
-                Ok(at) => (self.rows[at].metrics, self.rows[at].frame) = (Some(m.clone()), frame),
-                Err(at) if step % self.stride == 0 => {
-                    self.rows.insert(at, Row { step, metrics: Some(m.clone()), frame, train: None, test: None })
+                Ok(at) => {
+                    let row = &mut self.rows[at];
+                    (row.metrics, row.frame) = (Some(m.clone()), frame);
+                    row.gpu.clear();
                 }
+                Err(at) if step % self.stride == 0 => self.rows.insert(
+                    at,
+                    Row { step, metrics: Some(m.clone()), frame, train: None, test: None, gpu: Vec::new() },
+                ),
                 Err(_) => {}
             }
         }
         self.thin();
+    }
+
+    /// Records the GPU's timed passes under the steps they ran (a step
+    /// the log let go keeps none).
+    pub fn record_gpu_passes(&mut self, passes: &[StepPass]) {
+        for p in passes {
+            if let Ok(at) = self.rows.binary_search_by_key(&(p.step + 1), |r| r.step) {
+                let row = &mut self.rows[at];
+                if row.metrics.is_some() && row.gpu.len() < MAX_PASSES_PER_STEP {
+                    row.gpu.push((p.kind, p.start_ms, p.end_ms));
+                }
+            }
+        }
     }
 
     /// Records the whole-set evaluation after `step` steps.
@@ -142,7 +165,7 @@ impl MetricsLog {
                 self.rows[at].train = train;
                 self.rows[at].test = test;
             }
-            Err(at) => self.rows.insert(at, Row { step, metrics: None, frame: None, train, test }),
+            Err(at) => self.rows.insert(at, Row { step, metrics: None, frame: None, train, test, gpu: Vec::new() }),
         }
         self.thin();
     }
@@ -255,10 +278,13 @@ impl MetricsLog {
     /// forward, backward, optimizer, then the frame's checkpoint and
     /// logging shares; a step's micro-batches are not kept apart), and
     /// `page` for the rest of the frame's share (drawing, messaging, the
-    /// engine's bookkeeping). The GPU's time is not placed on a GPU track
-    /// (the log keeps its length, not when it ran): `gpu_ms` is a counter.
+    /// engine's bookkeeping). Where the GPU's passes were timed, they are
+    /// kernels on the GPU's track, as far apart as the GPU's clock put
+    /// them, the last ending with its step (a step's place is the page's
+    /// reckoning back from the download, not a clock), never overlapping
+    /// the passes before them.
     pub fn to_trace(&self, end_s: f64, device: Option<String>) -> String {
-        use stepscope_core::export::trace::{tile, trace_json, TraceInfo, TraceStep, DATA_EVENT};
+        use stepscope_core::export::trace::{tile, trace_json, Span, TraceInfo, TraceStep, DATA_EVENT};
         let (ends_s, origin_s) = self.row_ends(end_s);
         let ends: Vec<f64> = ends_s.iter().map(|e| e * 1e6).collect();
         let origin = origin_s * 1e6;
@@ -267,6 +293,7 @@ impl MetricsLog {
         // that wrote a checkpoint, say) starts where the step before it
         // ended, so steps never overlap on the track.
         let mut prev_end = f64::NEG_INFINITY;
+        let mut gpu_free = f64::NEG_INFINITY;
         for (row, &end) in self.rows.iter().zip(&ends) {
             let (Some(m), Some(frame)) = (&row.metrics, row.frame) else { continue };
             let p = &m.phases;
@@ -284,13 +311,26 @@ impl MetricsLog {
             prev_end = start + wall * 1e3;
             let mut phases = phases;
             phases.push(("page", wall - measured));
+            let first = row.gpu.iter().map(|g| g.1).fold(f64::INFINITY, f64::min);
+            let last = row.gpu.iter().map(|g| g.2).fold(f64::NEG_INFINITY, f64::max);
+            let offset = (start + wall * 1e3 - (last - first) * 1e3).max(start).max(gpu_free);
+            let gpu: Vec<Span> = row
+                .gpu
+                .iter()
+                .map(|&(kind, s, e)| Span {
+                    name: kind.name().to_string(),
+                    start_us: offset + (s - first) * 1e3,
+                    end_us: offset + (e - first) * 1e3,
+                })
+                .collect();
+            gpu_free = gpu.iter().map(|g| g.end_us).fold(gpu_free, f64::max);
             steps.push(TraceStep {
                 step: m.step,
                 start_us: start,
                 end_us: start + wall * 1e3,
                 phases: tile(&[(start, start + wall * 1e3, phases)]),
-                gpu: Vec::new(),
-                submit_us: None,
+                submit_us: (!gpu.is_empty()).then_some(start + p.data_ms * 1e3),
+                gpu,
                 loss: m.loss,
                 grad_norm: m.grad_norm,
                 lr: m.lr,

@@ -106,7 +106,7 @@ impl AppState {
             };
             let clears = self.run.clears.get_value();
             let call = Instant::now();
-            let (report, free_ms) = host.frame(plan).await;
+            let (mut report, free_ms) = host.frame(plan).await;
             let call_ms = ms(call);
             awaited_ms += free_ms;
             let parts = FrameParts {
@@ -122,11 +122,16 @@ impl AppState {
             // steps belong to the run that was cleared, and the next
             // frame, which carries the reset, reports the fresh run.
             let stale = self.run.clears.get_value() != clears;
+            let passes = std::mem::take(&mut report.gpu_passes);
             let (frame_metrics, recovery_ms) = self.draw_frame(report, stale, &mut host, &mut recoveries).await;
             awaited_ms += recovery_ms;
             if !frame_metrics.is_empty() {
                 let wall_ms = ms(frame_start);
                 self.record_timeline(&frame_metrics, &FrameParts { wall_ms, page_ms: wall_ms - call_ms, ..parts });
+            }
+            if !stale && !passes.is_empty() {
+                // After the steps' rows: the GPU's passes of each, for the trace.
+                self.charts.metrics_log.update_value(|log| log.record_gpu_passes(&passes));
             }
             if !running {
                 // Paused: the last steps' timeline at once.

@@ -95,12 +95,13 @@ impl GpuEngine {
             for (i, &(s, kind)) in done.passes.iter().enumerate() {
                 let ms = ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period_ms;
                 let at = |tick: u64| tick.saturating_sub(ticks[0]) as f64 * period_ms;
-                self.last_passes.push(super::passes::GpuPass {
-                    step: s,
-                    kind,
-                    start_ms: at(ticks[2 * i]),
-                    end_ms: at(ticks[2 * i + 1]),
-                });
+                let (start_ms, end_ms) = (at(ticks[2 * i]), at(ticks[2 * i + 1]));
+                self.last_passes.push(super::passes::GpuPass { step: s, kind, start_ms, end_ms });
+                if self.kept_passes.len() == super::passes::MAX_KEPT_PASSES {
+                    self.kept_passes.pop_front();
+                }
+                let step = done.first_step + s as u64;
+                self.kept_passes.push_back(super::passes::StepPass { step, kind, start_ms, end_ms });
                 if kind == PassKind::Fused {
                     gpu_ms.iter_mut().for_each(|g| *g = Some(ms / steps as f64));
                     continue;

@@ -86,6 +86,9 @@ pub struct GpuEngine {
     /// The timed passes of the last submit collected (empty without
     /// timestamp queries): what a trace draws on the GPU's track.
     pub(super) last_passes: Vec<super::passes::GpuPass>,
+    /// Every collected step's timed passes since they were last taken
+    /// (at most `MAX_KEPT_PASSES`, the newest).
+    pub(super) kept_passes: std::collections::VecDeque<super::passes::StepPass>,
 }
 
 /// Timestamp queries available per submit (wgpu's query set limit).
@@ -167,6 +170,7 @@ impl GpuEngine {
             submit_cost: None,
             timestamp_quantum_ms: None,
             last_passes: Vec::new(),
+            kept_passes: Default::default(),
         })
     }
 
@@ -176,6 +180,11 @@ impl GpuEngine {
     /// The timed passes of the last submit collected (`GpuPass`).
     pub fn last_passes(&self) -> &[super::passes::GpuPass] {
         &self.last_passes
+    }
+
+    /// The timed passes of the steps collected since the last call.
+    pub fn take_passes(&mut self) -> Vec<super::passes::StepPass> {
+        self.kept_passes.drain(..).collect()
     }
 
     pub fn layout(&self) -> &Layout {

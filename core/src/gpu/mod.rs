@@ -34,7 +34,7 @@ pub use fused::{
     caps_loop_iterations, fused_unsupported, loop_iterations_per_step, max_fused_steps, FusedLayer, FusedParams,
     FusedRun, FusedWidth, MAX_FUSED_LAYERS,
 };
-pub use passes::{GpuPass, PassKind};
+pub use passes::{GpuPass, PassKind, StepPass, MAX_KEPT_PASSES};
 pub use readout::PendingState;
 
 pub use context::GpuContext;

@@ -9,7 +9,7 @@ use super::GpuContext;
 use crate::error::Error;
 
 /// The phases a timestamp pair can cover.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PassKind {
     Data,
     Forward,
@@ -34,6 +34,20 @@ impl PassKind {
         }
     }
 }
+
+/// A timed pass of a collected step, kept for a trace drawn later (the
+/// page's `download-trace`): the step's number, and the pass in
+/// milliseconds from its submit's first pass on the GPU's clock.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepPass {
+    pub step: u64,
+    pub kind: PassKind,
+    pub start_ms: f64,
+    pub end_ms: f64,
+}
+
+/// Step passes kept until taken (`GpuEngine::take_passes`); older ones go.
+pub const MAX_KEPT_PASSES: usize = 4096;
 
 /// One timed pass of the last submit collected, in milliseconds from the
 /// submit's first pass on the GPU's clock.

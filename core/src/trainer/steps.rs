@@ -82,6 +82,15 @@ impl Trainer {
         }
     }
 
+    /// The GPU's timed passes of every step collected since the last call
+    /// (empty on the CPU, and without timestamp queries).
+    pub fn take_gpu_passes(&mut self) -> Vec<crate::gpu::StepPass> {
+        match &mut self.inner {
+            Inner::Cpu(_) => Vec::new(),
+            Inner::Gpu(e) => e.take_passes(),
+        }
+    }
+
     pub fn step_part(&mut self) -> Result<Option<StepMetrics>> {
         if self.queued > 0 {
             return Err(Error::Experiment("collect the submitted steps before stepping in parts".into()));

@@ -241,6 +241,12 @@ mod tests {
             phase_clock: Some((stepscope_core::trainer::PhaseClock::Clock, 0.005)),
             frame_ms: 12.0,
             train_ms: 9.0,
+            gpu_passes: vec![stepscope_core::gpu::StepPass {
+                step: 3,
+                kind: stepscope_core::gpu::PassKind::Backward,
+                start_ms: 0.25,
+                end_ms: 0.5,
+            }],
             // Set on the page, never sent.
             messaging_ms: 0.0,
         }));

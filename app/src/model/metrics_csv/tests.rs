@@ -203,3 +203,42 @@ fn the_log_as_a_trace() {
     assert_eq!(steps.len(), 2);
     assert!(steps[0].0 + steps[0].1 <= steps[1].0 + 1e-6, "{steps:?}");
 }
+
+/// The GPU's timed passes go on the GPU's track as kernels, as far apart
+/// as its clock put them, the last ending with its step, never before the
+/// passes of the step before; a step without passes has none.
+#[test]
+fn gpu_passes_are_kernels_on_the_gpu_track() {
+    use stepscope_core::gpu::{PassKind, StepPass};
+    let mut log = MetricsLog::default();
+    let share = FrameShare { wall_ms: 4.0, checkpoint_ms: 0.0, logging_ms: 0.0 };
+    log.record_steps(&[step(0, Timing::GpuTimestamps), step(1, Timing::GpuTimestamps)], Some(share));
+    let pass = |step, kind, start_ms, end_ms| StepPass { step, kind, start_ms, end_ms };
+    log.record_gpu_passes(&[
+        pass(0, PassKind::Forward, 10.0, 11.0),
+        pass(0, PassKind::Backward, 11.5, 13.5),
+        // A 6 ms pass outlasts its 4 ms step: it starts with the step and
+        // after the passes before it.
+        pass(1, PassKind::Forward, 20.0, 26.0),
+        pass(7, PassKind::Forward, 0.0, 1.0),
+    ]);
+    let json: serde_json::Value = serde_json::from_str(&log.to_trace(100.0, None)).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let kernels: Vec<(&str, f64, f64)> = events
+        .iter()
+        .filter(|e| e["cat"] == "kernel")
+        .map(|e| (e["name"].as_str().unwrap(), e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
+        .collect();
+    let step_spans: Vec<(f64, f64)> = events
+        .iter()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("ProfilerStep#")))
+        .map(|e| (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(kernels.iter().map(|k| k.0).collect::<Vec<_>>(), ["forward", "backward", "forward"]);
+    let end0 = step_spans[0].0 + step_spans[0].1;
+    assert!((kernels[1].1 + kernels[1].2 - end0).abs() < 1e-3, "the last pass ends with its step");
+    assert!((kernels[1].1 - kernels[0].1 - 1500.0).abs() < 1e-3, "as far apart as the GPU's clock");
+    assert!((kernels[2].1 - step_spans[1].0).abs() < 1e-3 && (kernels[2].2 - 6000.0).abs() < 1e-3);
+    assert!(kernels[2].1 >= kernels[1].1 + kernels[1].2 - 1e-3);
+    assert_eq!(events.iter().filter(|e| e["cat"] == "cuda_runtime").count(), 3, "each linked to a launch");
+}

@@ -86,6 +86,9 @@ pub struct FrameReport {
     /// the engine's clock).
     pub frame_ms: f64,
     pub train_ms: f64,
+    /// The GPU's timed passes of the steps collected in this frame (for
+    /// the trace's GPU track; empty on the CPU and without timestamps).
+    pub gpu_passes: Vec<stepscope_core::gpu::StepPass>,
     /// The page's wait for the report beyond `frame_ms`: the messages to
     /// and from the worker, their encoding and the worker's scheduling
     /// (set by `Host::frame`; 0 when the engine runs on the page).
@@ -194,6 +197,7 @@ impl Runner {
         report.profiles = std::mem::take(&mut self.profiler.found);
         report.profiling_ms = std::mem::take(&mut self.profiler.extra_ms);
         report.phase_clock = Some(self.trainer.phase_clock());
+        report.gpu_passes = self.trainer.take_gpu_passes();
         report.frame_ms = ms_since(frame_started);
         report
     }
