@@ -23,6 +23,44 @@ pub struct RunFile {
     pub bytes: Vec<u8>,
 }
 
+/// Files to open, as their parts arrive (`Command::RunPart`), within the
+/// page's budget (`RunLimits::PAGE`): past it, the parts are dropped and
+/// the opening refused with the limit named.
+#[derive(Debug, Default)]
+pub struct RunParts {
+    files: Vec<RunFile>,
+    bytes: usize,
+}
+
+impl RunParts {
+    pub fn receive(&mut self, index: usize, name: String, part: Vec<u8>) -> Result<(), Error> {
+        self.bytes += part.len();
+        if self.bytes > RunLimits::PAGE.total_bytes {
+            *self = RunParts::default();
+            let limit = RunLimits::PAGE.total_bytes;
+            return Err(Error::Other(format!(
+                "more than {limit} bytes in all: at most {limit} are opened at once on the page"
+            ))
+            .context("The run was not opened"));
+        }
+        let known = self.files.len();
+        match self.files.get_mut(index) {
+            Some(file) => file.bytes.extend_from_slice(&part),
+            None if index == known => self.files.push(RunFile { name, bytes: part }),
+            None => {
+                *self = RunParts::default();
+                return Err(Error::Other(format!("a part of file {index} came before file {known}"))
+                    .context("The run was not opened"));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn into_files(self) -> Vec<RunFile> {
+        self.files
+    }
+}
+
 /// One step as the timeline draws it: its wall time and phases, in ms.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepBar {
@@ -175,6 +213,30 @@ mod tests {
         assert_eq!(view.lr[0], (1, 0.01));
         assert_eq!(view.describe(), "rank0.jsonl + 1 more (metrics, 2 ranks)");
         assert_eq!(view.gpu_idle, None);
+    }
+
+    /// Files arrive in parts, in order; past the page's budget they are
+    /// dropped with the limit named.
+    #[test]
+    fn files_arrive_in_parts_within_the_budget() {
+        let whole = log(0, 1.0).bytes;
+        let mut parts = RunParts::default();
+        for (i, chunk) in whole.chunks(1000).enumerate() {
+            parts.receive(0, "rank0.jsonl".into(), chunk.to_vec()).unwrap();
+            if i == 0 {
+                parts.receive(1, "rank1.jsonl".into(), log(1, 3.0).bytes).unwrap();
+            }
+        }
+        let files = parts.into_files();
+        assert_eq!((files[0].bytes.len(), files[1].name.as_str()), (whole.len(), "rank1.jsonl"));
+        assert_eq!(OpenedView::open(&files).unwrap().ranks.len(), 2);
+        let mut parts = RunParts::default();
+        assert!(parts.receive(1, "x".into(), vec![1]).unwrap_err().to_string().contains("came before file 0"));
+        let big = vec![b' '; RunLimits::PAGE.total_bytes / 2 + 1];
+        parts.receive(0, "a".into(), big.clone()).unwrap();
+        let refused = parts.receive(0, "a".into(), big).unwrap_err().to_string();
+        assert!(refused.contains("are opened at once on the page"), "{refused}");
+        assert!(parts.into_files().is_empty());
     }
 
     #[test]

@@ -11,9 +11,16 @@ use crate::model::runner::CsvProgress;
 use crate::state::AppState;
 use stepscope_core::data::ReadProgress;
 
+/// Bytes `start..end` of `file`, or None where the browser cannot read it.
+pub(super) async fn file_part(file: &web_sys::File, start: f64, end: f64) -> Option<Vec<u8>> {
+    let blob = file.slice_with_f64_and_f64(start, end).ok()?;
+    let buffer = JsFuture::from(blob.array_buffer()).await.ok()?;
+    Some(js_sys::Uint8Array::new(&buffer).to_vec())
+}
+
 /// An upload goes to the training loop in parts of this many bytes, one a
 /// frame.
-const UPLOAD_PART_BYTES: f64 = 4.0 * 1024.0 * 1024.0;
+pub(super) const UPLOAD_PART_BYTES: f64 = 4.0 * 1024.0 * 1024.0;
 
 /// Every built-in dataset, as the dataset control lists them.
 fn source_label(s: DataSource) -> &'static str {
@@ -133,17 +140,12 @@ pub fn DataPanel() -> impl IntoView {
             let mut start = 0.0;
             loop {
                 let end = (start + UPLOAD_PART_BYTES).min(total);
-                let part = match file.slice_with_f64_and_f64(start, end) {
-                    Ok(blob) => JsFuture::from(blob.array_buffer()).await,
-                    Err(e) => Err(e),
-                };
-                let Ok(buffer) = part else {
+                let Some(bytes) = file_part(&file, start, end).await else {
                     state.command(Command::DropCsvBytes);
                     state.run.csv_reading.set(None);
                     state.run.alert.set(Some(format!("Could not read `{name}`.")));
                     return;
                 };
-                let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
                 if end >= total {
                     // Nothing changes unless the whole file is good.
                     state.command(Command::ReadCsv(name, bytes, state.run.experiment.get_untracked()));

@@ -8,11 +8,11 @@
 
 use leptos::prelude::*;
 use stepscope_core::runs::RunLimits;
-use wasm_bindgen_futures::JsFuture;
 
 use super::anatomy::COLORS;
 use super::chart::{LineChart, Series};
-use crate::model::opened::{OpenedView, RunFile, StepBar};
+use super::data::{file_part, UPLOAD_PART_BYTES};
+use crate::model::opened::{OpenedView, StepBar};
 use crate::model::runner::Command;
 use crate::model::timeline::PHASES;
 use crate::model::words::{bytes, count};
@@ -58,19 +58,31 @@ pub fn OpenRunPanel() -> impl IntoView {
         }
         reading.set(true);
         leptos::task::spawn_local(async move {
-            let mut read = Vec::with_capacity(files.len());
-            for file in files {
-                let name = file.name();
-                match JsFuture::from(file.array_buffer()).await {
-                    Ok(buffer) => read.push(RunFile { name, bytes: js_sys::Uint8Array::new(&buffer).to_vec() }),
-                    Err(_) => {
+            // Each file a part a frame, as an upload is sent: no one
+            // message copies a large trace whole on this thread. The
+            // engine's side gathers the parts and reads them.
+            for (index, file) in files.iter().enumerate() {
+                let (name, size) = (file.name(), file.size());
+                let mut start = 0.0;
+                loop {
+                    let end = (start + UPLOAD_PART_BYTES).min(size);
+                    let Some(part) = file_part(file, start, end).await else {
+                        state.command(Command::DropRunParts);
                         reading.set(false);
                         state.run.alert.set(Some(format!("The run was not opened: could not read `{name}`.")));
                         return;
+                    };
+                    state.command(Command::RunPart(index, name.clone(), part));
+                    while state.commands_pending() {
+                        crate::model::runner::next_frame().await;
                     }
+                    if end >= size {
+                        break;
+                    }
+                    start = end;
                 }
             }
-            state.command(Command::OpenRun(read));
+            state.command(Command::OpenRun);
             reading.set(false);
         });
     };

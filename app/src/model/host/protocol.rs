@@ -263,7 +263,7 @@ mod tests {
         // A run opened from files: its bytes cross as `bin`, its view back.
         let log = b"{\"step\": 1, \"loss\": 0.5, \"forward_ms\": 2.0}\n".to_vec();
         let files = vec![crate::model::opened::RunFile { name: "m.jsonl".into(), bytes: log }];
-        round_trip(&frame(vec![Command::OpenRun(files.clone())]));
+        round_trip(&frame(vec![Command::RunPart(0, "m.jsonl".into(), files[0].bytes.clone()), Command::OpenRun]));
         let view = crate::model::opened::OpenedView::open(&files).unwrap();
         round_trip(&answer(FrameReport {
             outcomes: vec![Ok(Some(Outcome::Opened(Box::new(view))))],

@@ -67,9 +67,15 @@ pub enum Command {
     StartRace(RaceSpec),
     /// End the race: its runs are reported, the run goes on.
     EndRace,
-    /// Open a run from outside (metrics logs, traces), read-only: the
-    /// training run is not touched.
-    OpenRun(Vec<crate::model::opened::RunFile>),
+    /// A part of a file to open as a run (its index among the files, its
+    /// name, the part): kept unread until `OpenRun`. The page sends a part
+    /// a frame, so no one message copies a large trace whole on the page.
+    RunPart(usize, String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>),
+    /// Open the parts sent as a run from outside (metrics logs, traces),
+    /// read-only: the training run is not touched.
+    OpenRun,
+    /// The page could not read a file to open: the parts are dropped.
+    DropRunParts,
     /// Test hook: destroy the GPU device in use (a device loss).
     LoseDevice,
     /// Test hook: ask the GPU device in use for a buffer past its limit,

@@ -52,6 +52,8 @@ pub struct Runner {
     csv_job: Option<csv_job::CsvJob>,
     /// An upload's bytes received so far, before its `ReadCsv`.
     csv_upload: Option<csv_job::Upload>,
+    /// Files to open as a run, received so far (`Command::RunPart`).
+    run_parts: crate::model::opened::RunParts,
     /// The CSV the autosave holds (`checkpoints::StoredCsv`); unknown
     /// after each fresh run (a reset forgets the autosave).
     stored_csv: checkpoints::StoredCsv,
@@ -145,6 +147,7 @@ impl Runner {
             csv,
             csv_job: None,
             csv_upload: None,
+            run_parts: Default::default(),
             stored_csv: Rc::default(),
             autosave_generation: Rc::default(),
             steps_per_submit: 1,
@@ -246,9 +249,18 @@ impl Runner {
             self.link_mode = mode;
             return Ok(None);
         }
-        if let Command::OpenRun(files) = command {
-            let view = crate::model::opened::OpenedView::open(&files)?;
-            return Ok(Some(Outcome::Opened(Box::new(view))));
+        match command {
+            Command::RunPart(index, name, part) => return self.run_parts.receive(index, name, part).map(|()| None),
+            Command::DropRunParts => {
+                self.run_parts = Default::default();
+                return Ok(None);
+            }
+            Command::OpenRun => {
+                let files = std::mem::take(&mut self.run_parts).into_files();
+                let view = crate::model::opened::OpenedView::open(&files)?;
+                return Ok(Some(Outcome::Opened(Box::new(view))));
+            }
+            _ => {}
         }
         self.finish_partial_step().await?;
         match command {
@@ -347,7 +359,12 @@ impl Runner {
                 }
                 None => return Err(Error::Gpu("no GPU device is in use (pin the WebGPU engine)".into())),
             },
-            Command::StepOnce | Command::StepPhase | Command::LinkMode(_) | Command::OpenRun(_) => {}
+            Command::StepOnce
+            | Command::StepPhase
+            | Command::LinkMode(_)
+            | Command::RunPart(..)
+            | Command::OpenRun
+            | Command::DropRunParts => {}
         }
         Ok(None)
     }
@@ -372,6 +389,7 @@ impl Runner {
         // An upload being read goes on being read.
         fresh.csv_job = self.csv_job.take();
         fresh.csv_upload = self.csv_upload.take();
+        fresh.run_parts = std::mem::take(&mut self.run_parts);
         // A background checkpoint of the old run still reports when done.
         fresh.finished = self.finished.clone();
         fresh.in_flight = self.in_flight.clone();
