@@ -171,10 +171,16 @@ fn run_file(input: &[u8]) {
             assert!(run.steps() > 0);
             let share = run.data_share();
             assert!(share.is_finite() && (0.0..=1.0 + 1e-9).contains(&share), "data share {share}");
-            if let Some(idle) = run.gpu_idle_share() {
-                assert!(idle.is_finite() && idle <= 1.0 + 1e-9, "idle {idle}");
+            if let Some(shares) = run.gpu_breakdown() {
+                let sum: f64 = shares.iter().sum();
+                assert!(shares.iter().all(|s| s.is_finite() && *s >= -1e-9), "GPU breakdown {shares:?}");
+                assert!((sum - 1.0).abs() < 1e-6, "GPU breakdown {shares:?} adds up to {sum}");
+                assert!(run.gpu_longest_gap_ms().is_some_and(|g| g.is_finite() && g >= 0.0));
             }
-            let _ = (run.mean_phases(), run.rank_step_ms());
+            for row in run.rank_rows() {
+                assert!(row.step_ms.is_finite() && row.communication_share.is_finite(), "{row:?}");
+            }
+            let _ = run.mean_phases();
         }
     }
 }
