@@ -158,3 +158,31 @@ fn hostile_files_are_refused_by_name() {
     let refused = open_run_within(&[("big.json", &big)], RunLimits::PAGE).unwrap_err().to_string();
     assert!(refused.contains(&format!("at most {} are opened at once here", RunLimits::PAGE.total_bytes)), "{refused}");
 }
+
+/// A torch.profiler trace of a plain training loop, annotated by nobody:
+/// the DataLoader and the optimizer by PyTorch's names, the backward from
+/// autograd's ops, the forward from the data to the backward.
+#[test]
+fn an_unannotated_pytorch_loop_is_split_by_its_op_names() {
+    let x = |name: &str, ts: f64, dur: f64| {
+        format!(r#"{{"ph": "X", "cat": "cpu_op", "name": "{name}", "ts": {ts}, "dur": {dur}, "tid": 1}}"#)
+    };
+    let events = [
+        r#"{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "ts": 0, "dur": 100}"#.to_string(),
+        x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 1.0, 9.0),
+        x("aten::linear", 12.0, 18.0),
+        x("autograd::engine::evaluate_function: AddmmBackward0", 40.0, 20.0),
+        x("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 62.0, 8.0),
+        x("Optimizer.step#AdamW.step", 75.0, 15.0),
+    ];
+    let text = format!(r#"{{"traceEvents": [{}]}}"#, events.join(","));
+    let run = open_run(&[("loop.json", text.as_bytes())]).unwrap();
+    let s = &run.ranks[0].steps[0];
+    let phases: Vec<(&str, f64)> = s.phases.iter().map(|&(p, ms)| (p, (ms * 1e3).round())).collect();
+    assert_eq!(
+        phases,
+        [("data", 9.0), ("forward", 30.0), ("backward", 30.0), ("optimizer", 15.0), ("other", 16.0)],
+        "{:?}",
+        s.phases
+    );
+}

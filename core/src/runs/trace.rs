@@ -93,27 +93,53 @@ pub(super) fn read_trace(name: &str, text: &str) -> Result<(RunKind, RankRun)> {
             return bad(name, format!("ProfilerStep#{} overlaps ProfilerStep#{}", pair[1].0, pair[0].0));
         }
     }
+    // The events by start: each step reads only those that start in it.
+    let mut by_start: Vec<&(String, Option<String>, f64, f64)> = spans.iter().collect();
+    by_start.sort_by(|a, b| a.2.total_cmp(&b.2));
     let mut opened = Vec::with_capacity(steps.len());
     for &(step, start, end) in &steps {
         // Writers round times to the nanosecond: a few of those either way.
         let inside = |s: f64, e: f64| s >= start - 5e-3 && e <= end + 5e-3;
-        let mut phases: Vec<(&'static str, f64, f64)> = spans
+        let first = by_start.partition_point(|e| e.2 < start - 5e-3);
+        let in_step: Vec<&(String, Option<String>, f64, f64)> = by_start[first..]
             .iter()
+            .take_while(|e| e.2 <= end + 5e-3)
             .filter(|(_, cat, s, e)| {
                 !matches!(cat.as_deref(), Some("kernel" | "gpu_memcpy" | "gpu_memset" | "gpu_user_annotation"))
                     && inside(*s, *e)
             })
-            .filter_map(|(n, _, s, e)| phase_of(n).map(|p| (p, *s, *e)))
+            .copied()
             .collect();
-        if !phases.iter().any(|(p, _, _)| *p == "optimizer") {
+        let mut phases: Vec<(&'static str, f64, f64)> =
+            in_step.iter().filter_map(|(n, _, s, e)| phase_of(n).map(|p| (p, *s, *e))).collect();
+        let has = |phases: &[(&'static str, f64, f64)], name: &str| phases.iter().any(|(p, _, _)| *p == name);
+        if !has(&phases, "optimizer") {
             // PyTorch's own name for the optimizer's step, where nobody
             // annotated one.
             phases.extend(
-                spans
+                in_step
                     .iter()
-                    .filter(|(n, _, s, e)| n.starts_with("Optimizer.step#") && inside(*s, *e))
+                    .filter(|(n, ..)| n.starts_with("Optimizer.step#"))
                     .map(|(_, _, s, e)| ("optimizer", *s, *e)),
             );
+        }
+        if !has(&phases, "backward") {
+            // Unannotated: autograd's own ops (on its thread) from the first
+            // to the last are the backward, and the time from the data (or
+            // the step's start) to the backward is the forward and the loss.
+            let autograd = in_step.iter().filter(|(n, ..)| n.starts_with("autograd::engine::evaluate_function"));
+            let (from, to) =
+                autograd.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), (_, _, s, e)| (a.min(*s), b.max(*e)));
+            if from < to {
+                let data_end =
+                    phases.iter().filter(|(p, _, e)| *p == "data" && *e <= from).map(|p| p.2).fold(start, f64::max);
+                let optimizer_start =
+                    phases.iter().filter(|(p, s, _)| *p == "optimizer" && *s >= from).map(|p| p.1).fold(end, f64::min);
+                phases.push(("backward", from, to.min(optimizer_start)));
+                if !has(&phases, "forward") && from > data_end {
+                    phases.push(("forward", data_end, from));
+                }
+            }
         }
         phases.sort_by(|a, b| a.1.total_cmp(&b.1));
         // Phases nest in their step, not in each other: keep the outermost.
