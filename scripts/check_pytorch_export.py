@@ -28,6 +28,7 @@ therefore off by a few float32 ulps of the values summed, not of the result.
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -406,8 +407,39 @@ def run_as_program(tmp):
     stepscope("train", "--config", "config.json", *data, "--init", "continued.safetensors", "--steps", "1", cwd=tmp)
 
 
+def check_plain_loop_profile(tmp):
+    """A torch.profiler trace of a plain training loop that nobody
+    annotated (a DataLoader, a model, loss.backward(), AdamW), as a user's
+    own script writes one: `stepscope open` finds its steps and splits each
+    into data, forward, backward and optimizer from PyTorch's op names."""
+    data = torch.utils.data.TensorDataset(torch.randn(512, 16), torch.randint(0, 4, (512,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=32, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    folder = os.path.join(tmp, "plain")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                schedule=torch.profiler.schedule(wait=1, warmup=1, active=4, repeat=1),
+                                on_trace_ready=torch.profiler.tensorboard_trace_handler(folder)) as prof:
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            prof.step()
+    traces = [os.path.join(folder, f) for f in os.listdir(folder)]
+    assert len(traces) == 1, traces
+    out = stepscope("open", traces[0], cwd=tmp)
+    assert out.startswith("torch-trace: 1 rank, 4 steps"), out
+    for phase in ("data", "forward", "backward", "optimizer"):
+        assert re.search(rf"^  {phase} +[\d.]+ ms", out, re.M), f"no {phase} in\n{out}"
+    print("a plain loop's torch.profiler trace opens with its phases:")
+    print("\n".join("  " + line for line in out.splitlines()[1:7]))
+
+
 def main():
     subprocess.run(["cargo", "build", "--quiet", "-p", "stepscope-cli"], cwd=ROOT, check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        check_plain_loop_profile(tmp)
     torch.set_num_threads(1)
     report = []
     for name, experiment in CASES.items():
