@@ -37,6 +37,8 @@ pub fn OpenRunPanel() -> impl IntoView {
     let state = expect_context::<AppState>();
     let opened = state.runs.opened;
     let reading = RwSignal::new(false);
+    // Which choice of files is being sent: a newer one stops an older one.
+    let choice = StoredValue::new(0u64);
     let on_open = move |ev: web_sys::Event| {
         let input: web_sys::HtmlInputElement = event_target(&ev);
         let Some(list) = input.files() else { return };
@@ -57,16 +59,24 @@ pub fn OpenRunPanel() -> impl IntoView {
             return;
         }
         reading.set(true);
+        choice.update_value(|c| *c += 1);
+        let mine = choice.get_value();
         leptos::task::spawn_local(async move {
             // Each file a part a frame, as an upload is sent: no one
             // message copies a large trace whole on this thread. The
-            // engine's side gathers the parts and reads them.
+            // engine's side gathers the parts and reads them; parts of an
+            // earlier choice still there are dropped first.
+            state.command(Command::DropRunParts);
             for (index, file) in files.iter().enumerate() {
                 let (name, size) = (file.name(), file.size());
                 let mut start = 0.0;
                 loop {
                     let end = (start + UPLOAD_PART_BYTES).min(size);
-                    let Some(part) = file_part(file, start, end).await else {
+                    let part = file_part(file, start, end).await;
+                    if choice.get_value() != mine {
+                        return; // files chosen since: they are sent instead
+                    }
+                    let Some(part) = part else {
                         state.command(Command::DropRunParts);
                         reading.set(false);
                         state.run.alert.set(Some(format!("The run was not opened: could not read `{name}`.")));
@@ -82,8 +92,10 @@ pub fn OpenRunPanel() -> impl IntoView {
                     start = end;
                 }
             }
-            state.command(Command::OpenRun);
-            reading.set(false);
+            if choice.get_value() == mine {
+                state.command(Command::OpenRun);
+                reading.set(false);
+            }
         });
     };
     view! {
