@@ -16,6 +16,7 @@ use panels::{
     anatomy::AnatomyPanel,
     controls::{Controls, Settings},
     data::DataPanel,
+    gpt::GptPanel,
     header::Header,
     network::NetworkPanel,
     opened::OpenRunPanel,
@@ -46,6 +47,7 @@ pub fn App() -> impl IntoView {
                 <NetworkPanel/>
                 <OutputPanel/>
             </div>
+            <GptPanel/>
             <RunsPanel/>
             <AnatomyPanel/>
             <OpenRunPanel/>

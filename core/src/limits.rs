@@ -9,7 +9,7 @@
 use crate::data::DIGITS_ROWS;
 use crate::engine::MemoryBytes;
 use crate::error::{Error, Result};
-use crate::experiment::{DataSource, Experiment, MAX_BATCH, MAX_LAYERS, MAX_UNITS};
+use crate::experiment::{DataSource, Experiment, MAX_BATCH, MAX_BLOCKS, MAX_CONTEXT, MAX_EMBED, MAX_LAYERS, MAX_UNITS};
 use crate::model::Layout;
 
 /// Rows evaluated at once: evaluation and prediction work in chunks of
@@ -26,30 +26,55 @@ pub struct Limits {
     pub hidden_units: usize,
     /// Bytes a run may hold at its peak (`RunBytes::total`).
     pub memory_bytes: u64,
+    /// The transformer's blocks, width and context, at most.
+    pub gpt_blocks: usize,
+    pub gpt_embed: usize,
+    pub gpt_context: usize,
 }
 
 impl Limits {
     /// The page's: what its controls offer (16 hidden layers of 1,024
     /// units), and 1 GiB. The engine runs in a worker and steps in parts,
     /// so a large network trains slowly but never freezes the page.
-    pub const PAGE: Limits = Limits { hidden_layers: 16, hidden_units: 1024, memory_bytes: 1 << 30 };
+    /// A transformer of at most 12 blocks of width 512 over 512 tokens
+    /// (nanoGPT's 10.65 M "shakespeare-char" model, 6 blocks of 384 over
+    /// 256, fits): it trains slowly on the CPU engine, but in the worker
+    /// and in parts, never freezing the page.
+    pub const PAGE: Limits = Limits {
+        hidden_layers: 16,
+        hidden_units: 1024,
+        memory_bytes: 1 << 30,
+        gpt_blocks: 12,
+        gpt_embed: 512,
+        gpt_context: 512,
+    };
 
     /// The engines' own field limits, with a memory budget in MiB.
     pub fn native(budget_mib: u64) -> Limits {
-        Limits { hidden_layers: MAX_LAYERS - 1, hidden_units: MAX_UNITS, memory_bytes: budget_mib.saturating_mul(MIB) }
+        Limits {
+            hidden_layers: MAX_LAYERS - 1,
+            hidden_units: MAX_UNITS,
+            memory_bytes: budget_mib.saturating_mul(MIB),
+            gpt_blocks: MAX_BLOCKS,
+            gpt_embed: MAX_EMBED,
+            gpt_context: MAX_CONTEXT,
+        }
     }
 
     /// Checks `e` (already valid field by field) against these limits:
     /// `rows` is (train rows, test rows) where the data is known; built-in
     /// data is sized from the experiment. Returns the run's bytes.
     pub fn check(&self, e: &Experiment, rows: Option<(usize, usize)>) -> Result<RunBytes> {
-        if e.gpt().is_some() {
-            if *self == Limits::PAGE {
-                return refuse(
-                    "a gpt model trains from the command line for now (stepscope train --config …); \
-                     the page trains the MLP"
-                        .into(),
-                );
+        if let Some(gpt) = e.gpt() {
+            let here = if *self == Limits::PAGE { "on this page" } else { "here" };
+            for (field, value, most) in [
+                ("model.blocks", gpt.blocks, self.gpt_blocks),
+                ("model.embed", gpt.embed, self.gpt_embed),
+                ("model.context", gpt.context, self.gpt_context),
+            ] {
+                if value > most {
+                    return refuse(format!("{field} is {value}, more than the {most} allowed {here}"));
+                }
             }
             return self.check_memory(e, rows);
         }

@@ -104,9 +104,15 @@ fn a_checkpoint_resumes_exactly_and_carries_the_vocabulary() {
     let bytes = stepscope_core::checkpoint::serialize_unchecked(&hostile).unwrap();
     let msg = load_checkpoint(&bytes).unwrap_err().to_string();
     assert!(msg.contains(&format!("the vocabulary holds 3 characters but model.vocab_size is {}", vocabulary_size())));
-    // The page trains the MLP only, for now, and says so for any link.
-    let msg = stepscope_core::limits::Limits::PAGE.check(&e, None).unwrap_err().to_string();
-    assert!(msg.contains("a gpt model trains from the command line for now"), "{msg}");
+    // The page trains transformers within its own limits, named in the
+    // refusal of a link past them.
+    stepscope_core::limits::Limits::PAGE.check(&e, None).unwrap();
+    let wide = experiment(json!({"model": {"embed": 1024, "heads": 8}}));
+    let msg = stepscope_core::limits::Limits::PAGE.check(&wide, None).unwrap_err().to_string();
+    assert!(msg.contains("model.embed is 1024, more than the 512 allowed on this page"), "{msg}");
+    let long = experiment(json!({"model": {"context": 2048}}));
+    let msg = stepscope_core::limits::Limits::PAGE.check(&long, None).unwrap_err().to_string();
+    assert!(msg.contains("model.context is 2048"), "{msg}");
 }
 
 #[test]

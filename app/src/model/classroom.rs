@@ -103,7 +103,7 @@ pub fn hide_css(ids: &[String]) -> String {
 /// layers, their units or activations) while the link locks it. The
 /// inputs and the output layer follow the data, which stays editable.
 pub fn check_lock(locked: bool, old: &Experiment, new: &Experiment) -> Result<(), String> {
-    if locked && hidden_layers(old) != hidden_layers(new) {
+    if locked && (hidden_layers(old) != hidden_layers(new) || old.model.gpt != new.model.gpt) {
         return Err("This link locks the network (lock=1): its layers, units and activations stay as they are. \
             Training, the data and the hyperparameters can still change."
             .into());

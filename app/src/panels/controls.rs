@@ -39,6 +39,17 @@ pub fn Controls() -> impl IntoView {
                     <span class="rate" title="Optimizer steps per second over the last half second of training">
                         <b data-testid="steps-per-second">{move || crate::model::words::thousands(state.run.steps_per_second.get())}</b>" steps/s"
                     </span>
+                    {move || {
+                        let x = state.run.experiment.get();
+                        x.gpt().map(|g| {
+                            let per_step = (x.batch_size * x.grad_accumulation * g.context) as f64;
+                            view! {
+                                <span class="rate" title="Tokens trained per second: steps/s × batch × accumulation × context">
+                                    <b data-testid="tokens-per-second">{move || crate::model::words::thousands(state.run.steps_per_second.get() * per_step)}</b>" tokens/s"
+                                </span>
+                            }
+                        })
+                    }}
                     <span class="speed">{speed}</span>
                     <span class="busy" title="Main-thread time the training loop takes per frame (not the GPU's)">
                         {move || { let (last, _) = state.run.frame_busy_ms.get(); format!("page {last:.1} ms/frame · worst ") }}

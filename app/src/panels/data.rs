@@ -187,9 +187,31 @@ pub fn DataPanel() -> impl IntoView {
             }
         })
         .collect_view();
+    let is_gpt = move || e.get().gpt().is_some();
+    let preview = move || {
+        let p = state.charts.snapshot.get()?.gpt.as_ref()?.preview.clone()?;
+        let vocabulary: String = p.vocabulary.chars().map(|c| if c == '\n' { '⏎' } else { c }).collect();
+        Some(view! {
+            <div class="text-preview" data-testid="text-preview">
+                <pre class="first">{p.first}"…"</pre>
+                <p class="note" data-testid="text-vocabulary">{format!("{} characters in its vocabulary: {vocabulary}", p.vocabulary.chars().count())}</p>
+                <p class="note" data-testid="text-windows">{format!("{} training and {} validation windows of {} characters", p.train_windows, p.val_windows, p.context)}</p>
+            </div>
+        })
+    };
     view! {
         <section class="panel data" aria-label="Data">
             <h2>"Data"</h2>
+            <Show when=is_gpt>
+                <label class="field">
+                    <span>"Text"</span>
+                    <select data-testid="dataset" aria-label="Dataset" prop:value=move || e.get().data.source.name()>
+                        <option value="shakespeare">{source_label(DataSource::Shakespeare)}</option>
+                    </select>
+                </label>
+                {preview}
+            </Show>
+            <Show when=move || !is_gpt()>
             <label class="field">
                 <span>"Dataset"</span>
                 <select data-testid="dataset" aria-label="Dataset"
@@ -200,6 +222,7 @@ pub fn DataPanel() -> impl IntoView {
                     </option>
                 </select>
             </label>
+            </Show>
             <Show when=is_plane>
                 <label class="field">
                     <span class="slider-head"><span>"Noise"</span>
@@ -217,10 +240,10 @@ pub fn DataPanel() -> impl IntoView {
                     aria-label="Training share percent"
                     prop:value=move || (e.get().data.train_fraction() * 100.0).round().to_string() on:change=on_split/>
                 </label>
-            <Show when=move || !is_csv()>
+            <Show when=move || !is_csv() && !is_gpt()>
                 <button data-testid="regenerate" aria-label="Regenerate the data" on:click=regenerate>"Regenerate"</button>
             </Show>
-            <label class="field upload">
+            <label class="field upload" hidden=is_gpt>
                 <span>"Your data (CSV: x1,x2,…,y)"</span>
                 <input type="file" accept=".csv,text/csv" data-testid="csv-upload" aria-label="Upload a CSV file" on:change=on_upload/>
             </label>

@@ -5,6 +5,7 @@ pub mod chart;
 pub mod controls;
 pub mod data;
 mod draw;
+pub mod gpt;
 pub mod header;
 mod hyper;
 mod images;

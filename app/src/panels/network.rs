@@ -120,9 +120,25 @@ pub fn NetworkPanel() -> impl IntoView {
         };
         format!("Output layer: {} unit(s), {what}", x.outputs())
     };
+    let is_gpt = move || e.get().gpt().is_some();
+    let on_kind = move |ev| {
+        let kind = event_target_value(&ev);
+        state.run.csv_name.set(None);
+        state.edit(|x| crate::model::edit::set_model_kind(x, &kind));
+    };
     view! {
         <section class="panel network" aria-label="Network">
             <h2>"Network"</h2>
+            <label class="field">
+                <span>"Model"</span>
+                <select data-testid="model-kind" aria-label="Model kind" on:change=on_kind
+                    prop:value=move || if is_gpt() { "gpt" } else { "mlp" }
+                    disabled=move || locked.get() title=lock_title>
+                    <option value="mlp">"Multilayer perceptron"</option>
+                    <option value="gpt">"Transformer (character-level GPT)"</option>
+                </select>
+            </label>
+            <Show when=move || !is_gpt() fallback=|| view! { <super::gpt::GptBuilder/> }>
             <div class="layer-buttons">
                 <button data-testid="add-layer" aria-label="Add a hidden layer" on:click=move |_| state.edit(add_layer)
                     disabled=move || locked.get() title=lock_title>"+ layer"</button>
@@ -144,6 +160,7 @@ pub fn NetworkPanel() -> impl IntoView {
             </label>
             <canvas node_ref=canvas data-testid="network-diagram" role="img"
                 aria-label="Network diagram: each neuron's output over the input plane, links by weight"></canvas>
+            </Show>
         </section>
     }
 }

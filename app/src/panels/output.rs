@@ -49,7 +49,8 @@ pub fn OutputPanel() -> impl IntoView {
     };
     let experiment = expect_context::<crate::state::Run>().experiment;
     let image_data = move || crate::model::views::is_image_data(&experiment.get());
-    let plane_2d = move || !image_data() && snapshot.get().is_none_or(|s| s.boundary.is_some());
+    let is_gpt = move || experiment.get().gpt().is_some();
+    let plane_2d = move || !image_data() && !is_gpt() && snapshot.get().is_none_or(|s| s.boundary.is_some());
     view! {
         <section class="panel output" aria-label="Output">
             <h2>"Output"</h2>
@@ -57,11 +58,20 @@ pub fn OutputPanel() -> impl IntoView {
                 // data-value: the full number, for tests and tools (the
                 // text is rounded for people).
                 <div class="metric">"Train loss" <b data-testid="train-loss" data-value=move || raw(snapshot.get().and_then(|s| s.train.map(|t| t.loss)))>{train_loss}</b></div>
+                <Show when=move || !is_gpt() fallback=move || view! {
+                    <div class="metric" title=format!("Mean cross-entropy over {} held-out windows spread over the validation text", crate::model::views::gpt::VAL_WINDOWS)>"Validation loss"
+                        <b data-testid="val-loss" data-value=move || raw(snapshot.get().and_then(|s| s.test.map(|t| t.loss)))>{test_loss}</b></div>
+                }>
                 <div class="metric">"Test loss" <b data-testid="test-loss" data-value=move || raw(snapshot.get().and_then(|s| s.test.map(|t| t.loss)))>{test_loss}</b></div>
+                </Show>
                 <div class="accuracy" data-testid="accuracy">{accuracy}</div>
             </div>
             <Show when=plane_2d fallback=move || view! {
-                <Show when=move || image_data() fallback=|| view! { <p class="note">"The output over the plane needs two inputs."</p> }>
+                <Show when=move || image_data() fallback=move || if is_gpt() {
+                    view! { <p class="note">"The transformer's sample and attention are in the Transformer panel below."</p> }.into_any()
+                } else {
+                    view! { <p class="note">"The output over the plane needs two inputs."</p> }.into_any()
+                }>
                     <ImagePanel/>
                 </Show>
             }>

@@ -38,7 +38,6 @@ fn row(r: &RunRecord, live: bool) -> Row {
             engine: r.engine.clone(),
         };
     };
-    let hidden: Vec<String> = e.model.layers[..e.model.layers.len() - 1].iter().map(|l| l.units.to_string()).collect();
     let accuracy = r.accuracy.map(|a| format!(" · accuracy {:.1} %", a * 100.0)).unwrap_or_default();
     Row {
         id: r.id,
@@ -49,7 +48,7 @@ fn row(r: &RunRecord, live: bool) -> Row {
             e.optimizer.name(),
             e.optimizer.lr(),
             e.batch_size,
-            if hidden.is_empty() { "no hidden layer".into() } else { hidden.join("-") },
+            crate::model::edit::model_summary(e),
             format!("{:?}", e.data.source).to_lowercase()
         ),
         steps: r.steps,

@@ -99,6 +99,11 @@ impl AppState {
                 info.fallback_reason = Some("the CPU engine was pinned (?engine=cpu)".into());
                 false
             }
+            _ if experiment.gpt().is_some() => {
+                info.fallback_reason =
+                    Some("the transformer trains on the CPU engine: its WebGPU kernels are not built yet".into());
+                false
+            }
             _ if waiting => {
                 info.name = if pin == Pin::Gpu { "starting WebGPU…".into() } else { CPU.into() };
                 self.run.backend.set(info);

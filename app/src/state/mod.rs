@@ -96,6 +96,20 @@ pub struct Run {
     pub clears: StoredValue<u64>,
     /// The link's `lock=1`: the network is read-only (`model::classroom`).
     pub locked: RwSignal<bool>,
+    /// A transformer's sample prompt, temperature and attention window.
+    pub gpt_spec: RwSignal<crate::model::views::gpt::GptViewSpec>,
+}
+
+/// A transformer's window statistics at one step (`WindowInspection`):
+/// per block and head the attention entropy and largest logit, per block
+/// the residual stream's norm, and the logits' logsumexp.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GptPoint {
+    pub step: u64,
+    pub entropy: Vec<Vec<f32>>,
+    pub max_logit: Vec<Vec<f32>>,
+    pub residual_norm: Vec<f32>,
+    pub lse: f32,
 }
 
 /// What the charts and views draw.
@@ -124,6 +138,9 @@ pub struct Charts {
     /// the engine's phases with its resolution (ms).
     pub profiles: RwSignal<Vec<PhaseProfile>>,
     pub phase_clock: RwSignal<Option<(PhaseClock, f64)>>,
+    /// A transformer's window statistics over steps (thinned like the
+    /// curves).
+    pub gpt_history: RwSignal<Vec<GptPoint>>,
 }
 
 /// Least time between two redraws of the timeline while training.
@@ -216,6 +233,7 @@ impl AppState {
                 commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
                 clears: StoredValue::new(0),
                 locked: RwSignal::new(url::classroom().lock.locked),
+                gpt_spec: RwSignal::new(Default::default()),
             },
             charts: Charts {
                 history: RwSignal::new(Vec::new()),
@@ -229,6 +247,7 @@ impl AppState {
                 metrics_log: StoredValue::new(MetricsLog::default()),
                 profiles: RwSignal::new(Vec::new()),
                 phase_clock: RwSignal::new(None),
+                gpt_history: RwSignal::new(Vec::new()),
             },
             checkpoints: Checkpoints {
                 verify_result: RwSignal::new(None),
@@ -299,6 +318,7 @@ impl AppState {
         self.charts.timeline_recorded.set_value((Vec::new(), None, false));
         self.charts.profiles.set(Vec::new());
         self.charts.layer_history.set(Vec::new());
+        self.charts.gpt_history.set(Vec::new());
         self.charts.metrics_log.update_value(MetricsLog::clear);
         self.charts.backward_by_mode.set(Default::default());
         self.lessons.phase_report.set(None);

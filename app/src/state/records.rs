@@ -221,6 +221,28 @@ impl AppState {
     }
 
     pub(super) fn record_history(&self, snap: &Snapshot) {
+        if let Some(seen) = snap.gpt.as_ref().and_then(|g| g.attention.as_ref()).map(|a| &a.seen) {
+            let point = super::GptPoint {
+                step: snap.step,
+                entropy: seen.entropy.clone(),
+                max_logit: seen.max_logit.clone(),
+                residual_norm: seen.residual_norm.clone(),
+                lse: seen.lse,
+            };
+            self.charts.gpt_history.update(|h| {
+                cut_from(h, point.step, |p| p.step);
+                h.push(point);
+                if h.len() > HISTORY_LIMIT {
+                    // Every other point (the newest stays).
+                    let n = h.len();
+                    let mut i = 0;
+                    h.retain(|_| {
+                        i += 1;
+                        (n - i) % 2 == 0
+                    });
+                }
+            });
+        }
         let Some(train) = snap.train else { return };
         self.charts.metrics_log.update_value(|log| log.record_evaluation(snap.step, snap.train, snap.test));
         let point = HistoryPoint { step: snap.step, train: train.loss, test: snap.test.map(|t| t.loss) };

@@ -6,7 +6,7 @@ mod profile;
 mod step;
 
 use gpt::GptNet;
-pub use gpt::{sample, Sampling};
+pub use gpt::{sample, SampledToken, Sampler, Sampling};
 
 use super::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use super::{evaluate, forward_pass, Activations, Evaluation, MemoryBytes, PhaseTimes, StepMetrics, TrainState};

@@ -20,6 +20,10 @@ pub enum Command {
     StepOnce,
     /// What the diagram's links show; the next views are drawn so.
     LinkMode(crate::model::views::LinkMode),
+    /// A transformer's sample prompt and temperature, and the window its
+    /// attention views read (refused with its reason if the run's text
+    /// cannot serve it).
+    GptViews(crate::model::views::gpt::GptViewSpec),
     /// A part of an uploaded file's bytes (its name, its whole size, the
     /// part), kept unread until its `ReadCsv`: the page sends a large file
     /// a part a frame, so no one message copies it whole on the page.

@@ -70,9 +70,10 @@ const CPU_SLICE_MS: f64 = 6.0;
 pub fn shape_key(e: &Experiment) -> String {
     let units: Vec<String> = e.model.layers.iter().map(|l| l.units.to_string()).collect();
     format!(
-        "{}-{}|B{}x{}|{:?}|{}|clip={}",
+        "{}-{}{}|B{}x{}|{:?}|{}|clip={}",
         e.model.inputs,
         units.join("-"),
+        e.gpt().map_or(String::new(), |g| format!("{g:?}")),
         e.batch_size,
         e.grad_accumulation,
         e.loss,

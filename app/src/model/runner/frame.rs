@@ -182,7 +182,13 @@ impl Runner {
                 Ok(read) => read,
                 Err(err) => return (Err(err), awaited_ms),
             };
-            self.view_job = Some(ViewJob::new(&e, self.data(), step, params, links));
+            let prompt = self.sample_due().then(|| self.sample_prompt()).flatten();
+            if prompt.is_some() {
+                self.gpt_views.sampled_at = Some(Instant::now());
+                self.gpt_views.dirty = false;
+            }
+            let spec = self.gpt_views.spec.clone();
+            self.view_job = Some(ViewJob::with_gpt(&e, self.data(), step, params, links, spec, prompt));
         }
         let Some(job) = self.view_job.as_mut() else { unreachable!("a job was just begun") };
         let data = self.trainer.data();
@@ -192,10 +198,57 @@ impl Runner {
             // page's thread (`views::diagram`).
             let drawing = Instant::now();
             snap.diagram = draw_diagram(&e, snap, self.link_mode);
+            // A sample is written every few seconds; the views between
+            // carry the newest one.
+            if let Some(views) = snap.gpt.as_mut() {
+                match &views.sample {
+                    Some(sample) => self.gpt_views.last = Some(sample.clone()),
+                    None => views.sample = self.gpt_views.last.clone(),
+                }
+            }
             self.snapshot_cost_ms = job.spent_ms() + ms_since(drawing);
             self.view_job = None;
         }
         (Ok(done.map(Arc::new)), awaited_ms)
+    }
+
+    /// Whether a new sample is due: the spec changed, or the last was
+    /// written `SAMPLE_EVERY_MS` ago (a transformer only).
+    fn sample_due(&self) -> bool {
+        self.experiment().gpt().is_some()
+            && (self.gpt_views.dirty
+                || self.gpt_views.last.is_none()
+                || self.gpt_views.sampled_at.is_none_or(|t| ms_since(t) >= SAMPLE_EVERY_MS))
+    }
+
+    /// The prompt's tokens (checked when the spec was taken; an empty
+    /// prompt starts from the text's first character).
+    fn sample_prompt(&self) -> Option<Vec<u32>> {
+        let vocabulary = self.data().vocabulary.as_ref()?;
+        let tokens = vocabulary.encode(&self.gpt_views.spec.prompt).ok()?;
+        if tokens.is_empty() {
+            let first = self.data().train.inputs.first().map_or(0, |&x| x as u32);
+            return Some(vec![first]);
+        }
+        Some(tokens)
+    }
+
+    /// Takes the person's sample prompt, temperature and attention window,
+    /// checked against the run's text (a bad one changes nothing).
+    pub fn set_gpt_views(&mut self, spec: crate::model::views::gpt::GptViewSpec) -> Result<(), Error> {
+        if let Some(vocabulary) = self.data().vocabulary.as_ref() {
+            let windows = if self.data().test.rows() > 0 { self.data().test.rows() } else { self.data().train.rows() };
+            crate::model::views::gpt::check_spec(&spec, vocabulary, windows)?;
+        }
+        if spec != self.gpt_views.spec {
+            self.gpt_views.dirty = spec.prompt != self.gpt_views.spec.prompt
+                || spec.temperature != self.gpt_views.spec.temperature
+                || self.gpt_views.dirty;
+            self.gpt_views.spec = spec;
+            // The views begun for the old window are begun again.
+            self.view_job = None;
+        }
+        Ok(())
     }
 
     /// Per layer: statistics of [activations, gradients, weights,
@@ -204,6 +257,19 @@ impl Runner {
     pub async fn layer_stats(&mut self) -> Result<Vec<[TensorStats; 4]>, Error> {
         self.trainer.layer_stats().await
     }
+}
+
+/// A transformer's sample is written again this often while it trains.
+pub const SAMPLE_EVERY_MS: f64 = 4000.0;
+
+/// The runner's side of a transformer's views: what the person asked for,
+/// and the newest sample and when it was begun.
+#[derive(Default)]
+pub struct GptViewState {
+    pub spec: crate::model::views::gpt::GptViewSpec,
+    pub dirty: bool,
+    pub last: Option<Arc<crate::model::views::gpt::Sample>>,
+    pub sampled_at: Option<Instant>,
 }
 
 pub(super) fn ms_since(t: Instant) -> f64 {

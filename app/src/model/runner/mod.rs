@@ -105,6 +105,8 @@ pub struct Runner {
     profiler: profiler::Profiler,
     /// What the diagram's links show (the views draw it).
     link_mode: super::views::LinkMode,
+    /// A transformer's sample and attention window (`frame::GptViewState`).
+    gpt_views: frame::GptViewState,
 }
 
 /// A CPU step taking longer than this is taken in parts over several
@@ -172,6 +174,7 @@ impl Runner {
             race_final: None,
             profiler: profiler::Profiler::default(),
             link_mode: Default::default(),
+            gpt_views: Default::default(),
         })
     }
 
@@ -248,6 +251,9 @@ impl Runner {
         if let Command::LinkMode(mode) = command {
             self.link_mode = mode;
             return Ok(None);
+        }
+        if let Command::GptViews(spec) = command {
+            return self.set_gpt_views(spec).map(|()| None);
         }
         match command {
             Command::RunPart(index, name, part) => return self.run_parts.receive(index, name, part).map(|()| None),
@@ -362,6 +368,7 @@ impl Runner {
             Command::StepOnce
             | Command::StepPhase
             | Command::LinkMode(_)
+            | Command::GptViews(_)
             | Command::RunPart(..)
             | Command::OpenRun
             | Command::DropRunParts => {}
@@ -384,6 +391,7 @@ impl Runner {
         fresh.set_fused_allowed(self.fused_allowed);
         fresh.yield_after_ms = self.yield_after_ms;
         fresh.link_mode = self.link_mode;
+        fresh.gpt_views.spec = std::mem::take(&mut self.gpt_views.spec);
         fresh.run_id = self.run_id + 1;
         fresh.race_final = self.race_final.take();
         // An upload being read goes on being read.

@@ -49,6 +49,10 @@ const MAX_WIDTH: f64 = 720.0;
 /// Draws the diagram of `snap` for `e` with links showing `mode`; None when
 /// the snapshot is from before a model change.
 pub fn draw_diagram(e: &stepscope_core::Experiment, snap: &Snapshot, mode: LinkMode) -> Option<Diagram> {
+    if e.gpt().is_some() {
+        // A transformer is drawn by the page from its shape (`panels::gpt`).
+        return None;
+    }
     let layout = Layout::new(e);
     let widths = e.widths();
     let drawn = |n: usize| n.min(SHOWN_UNITS);

@@ -15,13 +15,14 @@
 
 use web_time::Instant;
 
-use stepscope_core::data::Dataset;
+use stepscope_core::data::{Dataset, Table};
 use stepscope_core::engine::{forward_pass, Activations, Evaluator};
 use stepscope_core::experiment::Loss;
 use stepscope_core::metrics::ClassEvaluator;
 use stepscope_core::model::Layout;
 use stepscope_core::Experiment;
 
+use super::gpt::{attention_view, spread_rows, GptViewSpec, GptViews, SampleJob, TRAIN_WINDOWS, VAL_WINDOWS};
 use super::{
     filters, grid_inputs, is_image_data, output_value, plane_extent, plot_points, ImageViews, LinkBlock, Misclassified,
     Snapshot, GRID, SHOWN_MISCLASSIFIED, SHOWN_UNITS,
@@ -89,12 +90,40 @@ pub struct ViewJob {
     /// For image data: the test set's confusion matrix and misclassified
     /// rows (another pass over the test rows, after the evaluation's).
     classes: Option<ClassEvaluator>,
+    /// A transformer's views (`gpt`), and the windows its losses are
+    /// evaluated over (test, train).
+    gpt: Option<GptJob>,
     spent_ms: f64,
+}
+
+/// A transformer's part of the views: the attention of one window, then a
+/// sample a token per chunk (when one is due).
+struct GptJob {
+    model: stepscope_core::model::gpt::Gpt,
+    windows: (Table, Table),
+    spec: GptViewSpec,
+    views: GptViews,
+    attention_done: bool,
+    sample: Option<SampleJob>,
 }
 
 impl ViewJob {
     /// The views of `params` (a copy: training may go on) at `step`.
+    /// A transformer's views also take the person's spec and, when a
+    /// sample is due, its prompt's tokens.
     pub fn new(e: &Experiment, data: &Dataset, step: u64, params: Vec<f32>, links: Vec<LinkBlock>) -> ViewJob {
+        ViewJob::with_gpt(e, data, step, params, links, GptViewSpec::default(), None)
+    }
+
+    pub fn with_gpt(
+        e: &Experiment,
+        data: &Dataset,
+        step: u64,
+        params: Vec<f32>,
+        links: Vec<LinkBlock>,
+        spec: GptViewSpec,
+        sample_prompt: Option<Vec<u32>>,
+    ) -> ViewJob {
         let layout = Layout::new(e);
         let per_row = layout.parameter_count.max(1) as u64;
         let chunk_rows = (CHUNK_MACS / per_row).clamp(1, 4096) as usize;
@@ -113,11 +142,27 @@ impl ViewJob {
         });
         let rows = (data.train.rows(), data.test.rows());
         let classes = is_image_data(e).then(|| ClassEvaluator::new(&layout, e, rows.1, chunk_rows)).flatten();
+        let gpt = e.gpt().map(|g| {
+            let windows = (
+                data.test.select(&spread_rows(rows.1, VAL_WINDOWS)),
+                data.train.select(&spread_rows(rows.0, TRAIN_WINDOWS)),
+            );
+            GptJob {
+                model: stepscope_core::model::gpt::Gpt::new(g.shape()),
+                sample: sample_prompt.map(|prompt| SampleJob::new(e, step, &spec, &prompt)),
+                windows,
+                spec,
+                views: GptViews::default(),
+                attention_done: false,
+            }
+        });
+        let eval_rows = gpt.as_ref().map_or(rows, |g| (g.windows.1.rows(), g.windows.0.rows()));
         ViewJob {
+            gpt,
             classes,
             experiment: e.clone(),
-            test: Evaluator::new(&layout, rows.1, chunk_rows),
-            train: Evaluator::new(&layout, rows.0, chunk_rows),
+            test: Evaluator::new(&layout, eval_rows.1, chunk_rows),
+            train: Evaluator::new(&layout, eval_rows.0, chunk_rows),
             layout,
             step,
             rows,
@@ -179,14 +224,41 @@ impl ViewJob {
             grid.done += rows;
             return false;
         }
-        if !self.test.advance(params, layout, e, &data.test, n) {
+        let (test, train) = match &self.gpt {
+            Some(g) => (&g.windows.0, &g.windows.1),
+            None => (&data.test, &data.train),
+        };
+        if !self.test.advance(params, layout, e, test, n) {
             return false;
         }
         if let Some(classes) = self.classes.as_mut().filter(|c| c.result().is_none()) {
             classes.advance(params, layout, e, &data.test, n);
             return false;
         }
-        self.train.advance(params, layout, e, &data.train, n)
+        if !self.train.advance(params, layout, e, train, n) {
+            return false;
+        }
+        let Some(g) = self.gpt.as_mut() else { return true };
+        let Some(vocabulary) = data.vocabulary.as_ref() else { return true };
+        if !g.attention_done {
+            // The held-out windows, or the training ones when nothing is
+            // held out.
+            let table = if data.test.rows() > 0 { &data.test } else { &data.train };
+            g.views.attention = attention_view(&g.model, params, table, vocabulary, g.spec.window);
+            g.attention_done = true;
+            return false;
+        }
+        match g.sample.as_mut() {
+            Some(job) => match job.advance(&g.model, params, vocabulary) {
+                Some(sample) => {
+                    g.views.sample = Some(std::sync::Arc::new(sample));
+                    g.sample = None;
+                    true
+                }
+                None => false,
+            },
+            None => true,
+        }
     }
 
     fn finish(&mut self, data: &Dataset) -> Snapshot {
@@ -200,6 +272,10 @@ impl ViewJob {
             ..Snapshot::default()
         };
         snap.images = self.image_views(data);
+        snap.gpt = self.gpt.take().map(|mut g| {
+            g.views.preview = super::gpt::TextPreview::of(data, g.model.shape.context);
+            g.views
+        });
         if let Some(grid) = self.grid.take() {
             snap.extent = grid.extent;
             snap.grid = grid.side;

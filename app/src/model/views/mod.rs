@@ -18,6 +18,7 @@ use stepscope_core::model::Layout;
 use stepscope_core::Experiment;
 
 mod diagram;
+pub mod gpt;
 mod images;
 mod job;
 pub mod raster;
@@ -88,6 +89,8 @@ pub struct Snapshot {
     pub images: Option<ImageViews>,
     /// The network diagram, drawn (`diagram`), in the runner's link mode.
     pub diagram: Option<Diagram>,
+    /// A transformer's views (`gpt`).
+    pub gpt: Option<gpt::GptViews>,
 }
 
 /// Whether the data are images (digits): the output is drawn as per-class
@@ -97,7 +100,7 @@ pub fn is_image_data(e: &Experiment) -> bool {
 }
 
 pub fn plane_extent(e: &Experiment, data: &Dataset) -> Option<[f32; 4]> {
-    if is_image_data(e) {
+    if is_image_data(e) || e.gpt().is_some() {
         return None;
     }
     if e.data.source != DataSource::Csv {

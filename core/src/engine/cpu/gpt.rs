@@ -72,33 +72,74 @@ pub struct Sampling {
     pub seed: u64,
 }
 
-/// nanoGPT's `generate`: the model reads the last ≤ T tokens of `prompt`
-/// plus what it has written, and draws the next token from
+/// One token a `Sampler` wrote: its id, the probability it was drawn
+/// with (softmax(logits/temperature) over the top k), and the most likely
+/// tokens of that distribution with theirs, most likely first.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SampledToken {
+    pub token: u32,
+    pub probability: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// nanoGPT's `generate`, a token at a time (the page writes a sample in
+/// parts between training frames): the model reads the last ≤ T tokens of
+/// the prompt plus what it has written, and draws the next token from
 /// softmax(logits/temperature) over the top k, with the seed's sampling
-/// stream. Returns the new tokens; the same seed gives the same tokens.
-pub fn sample(model: &Gpt, params: &[f32], prompt: &[u32], how: &Sampling) -> Vec<u32> {
-    let (t_max, v) = (model.shape.context, model.shape.vocab_size);
-    let mut rng = Rng::new(how.seed, stream::SAMPLE);
-    let mut tokens = prompt.to_vec();
-    let mut acts = GptActivations::default();
-    let mut probs = vec![0.0f64; v];
-    for _ in 0..how.tokens {
-        let window = &tokens[tokens.len().saturating_sub(t_max)..];
+/// stream. The same seed gives the same tokens.
+pub struct Sampler {
+    tokens: Vec<u32>,
+    prompt: usize,
+    how: Sampling,
+    rng: Rng,
+    acts: GptActivations,
+    probs: Vec<f64>,
+}
+
+impl Sampler {
+    pub fn new(prompt: &[u32], how: &Sampling) -> Sampler {
+        Sampler {
+            tokens: prompt.to_vec(),
+            prompt: prompt.len(),
+            how: *how,
+            rng: Rng::new(how.seed, stream::SAMPLE),
+            acts: GptActivations::default(),
+            probs: Vec::new(),
+        }
+    }
+
+    /// Whether `how.tokens` tokens are written.
+    pub fn done(&self) -> bool {
+        self.tokens.len() - self.prompt >= self.how.tokens
+    }
+
+    /// The tokens written so far.
+    pub fn written(&self) -> &[u32] {
+        &self.tokens[self.prompt..]
+    }
+
+    /// Writes the next token, with `shown` alternatives in its `top`.
+    pub fn next_token(&mut self, model: &Gpt, params: &[f32], shown: usize) -> SampledToken {
+        let (t_max, v) = (model.shape.context, model.shape.vocab_size);
+        let how = &self.how;
+        let window = &self.tokens[self.tokens.len().saturating_sub(t_max)..];
         let t = window.len();
         let targets = vec![0u32; t];
-        model.forward_windows(&mut acts, params, window, &targets, t);
-        let logits = &acts.logits[(t - 1) * v..t * v];
+        model.forward_windows(&mut self.acts, params, window, &targets, t);
+        let logits = &self.acts.logits[(t - 1) * v..t * v];
         // The k-th largest logit: below it, probability 0 (as nanoGPT's -inf).
         let mut sorted: Vec<f32> = logits.to_vec();
         sorted.sort_unstable_by(|a, b| b.total_cmp(a));
         let floor = how.top_k.map_or(f32::NEG_INFINITY, |k| sorted[k.clamp(1, v) - 1]);
         let max = sorted[0] as f64 / how.temperature as f64;
+        let probs = &mut self.probs;
+        probs.resize(v, 0.0);
         let mut sum = 0.0;
         for (p, &x) in probs.iter_mut().zip(logits) {
             *p = if x < floor { 0.0 } else { libm::exp(x as f64 / how.temperature as f64 - max) };
             sum += *p;
         }
-        let mut u = rng.next_f64() * sum;
+        let mut u = self.rng.next_f64() * sum;
         let mut next = v - 1;
         for (i, &p) in probs.iter().enumerate() {
             if p > 0.0 && u < p {
@@ -112,7 +153,23 @@ pub fn sample(model: &Gpt, params: &[f32], prompt: &[u32], how: &Sampling) -> Ve
         if probs[next] == 0.0 {
             next = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
         }
-        tokens.push(next as u32);
+        let mut top = Vec::new();
+        if shown > 0 {
+            let mut order: Vec<usize> = (0..v).collect();
+            order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+            top = order.iter().take(shown).map(|&i| (i as u32, (probs[i] / sum) as f32)).collect();
+        }
+        self.tokens.push(next as u32);
+        SampledToken { token: next as u32, probability: (probs[next] / sum) as f32, top }
     }
-    tokens.split_off(prompt.len())
+}
+
+/// Writes `how.tokens` tokens after `prompt` (`Sampler`, whole); the
+/// same seed gives the same tokens.
+pub fn sample(model: &Gpt, params: &[f32], prompt: &[u32], how: &Sampling) -> Vec<u32> {
+    let mut sampler = Sampler::new(prompt, how);
+    while !sampler.done() {
+        sampler.next_token(model, params, 0);
+    }
+    sampler.written().to_vec()
 }

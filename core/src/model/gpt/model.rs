@@ -10,9 +10,11 @@ use super::layout::{GptShape, GptTensor};
 use super::ops::*;
 
 mod buffers;
+mod inspect;
 
 use buffers::BlockActs;
 pub use buffers::{memory_floats, GptActivations, GptScratch};
+pub use inspect::{inspect_window, WindowInspection};
 
 /// Offsets of one block's tensors.
 struct BlockAt {

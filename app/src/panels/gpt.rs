@@ -1,0 +1,443 @@
+//! The transformer on the page (issue 28): its builder (blocks, heads,
+//! width, context, q/k LayerNorm, tied head, z-loss) and its structure with
+//! each part's parameters; the sample written from the current weights,
+//! each character shaded by the probability the model gave it; and inside
+//! attention: every head's probabilities over one validation window, and
+//! per head and block over steps the attention entropy, the largest
+//! attention logit, the residual stream's norm and the logits' logsumexp.
+
+use leptos::html::Canvas;
+use leptos::prelude::*;
+use stepscope_core::model::gpt::GptShape;
+use wasm_bindgen::{Clamped, JsCast};
+use web_sys::ImageData;
+
+use super::chart::{LineChart, Series};
+use super::draw::{context, resize};
+use crate::model::classroom::LOCKED_TITLE;
+use crate::model::edit::{parse_number, parse_units, set_gpt_field, set_gpt_switch, set_z_loss};
+use crate::model::runner::Command;
+use crate::model::views::gpt::{AttentionView, GptViewSpec};
+use crate::state::{AppState, Charts};
+
+/// A part of the model and its parameters.
+struct Part {
+    name: String,
+    what: String,
+    params: usize,
+}
+
+/// The model's parts in the order the forward runs them, each with the
+/// parameters of its named tensors (`GptShape::tensors`).
+fn parts(shape: &GptShape) -> Vec<Part> {
+    let tensors = shape.tensors();
+    let sum = |prefix: &str| tensors.iter().filter(|t| t.name.starts_with(prefix)).map(|t| t.len).sum::<usize>();
+    let mut parts = vec![Part {
+        name: "Embeddings".into(),
+        what: format!(
+            "token ({} × {}) + position ({} × {})",
+            shape.vocab_size, shape.embed, shape.context, shape.embed
+        ),
+        params: sum("transformer.wte") + sum("transformer.wpe"),
+    }];
+    for l in 0..shape.blocks {
+        let b = format!("transformer.h.{l}.");
+        let qk = if shape.qk_layernorm { " with q/k LayerNorm" } else { "" };
+        parts.push(Part {
+            name: format!("Block {}", l + 1),
+            what: format!(
+                "ln → attention ({} heads of {}{qk}, {} params) → add → ln → MLP ({} → {} → {}, GELU, {} params) → add",
+                shape.heads,
+                shape.embed / shape.heads.max(1),
+                sum(&format!("{b}attn")),
+                shape.embed,
+                shape.mlp_ratio * shape.embed,
+                shape.embed,
+                sum(&format!("{b}mlp"))
+            ),
+            params: sum(&b),
+        });
+    }
+    parts.push(Part {
+        name: "Head".into(),
+        what: if shape.tie_embeddings {
+            "ln_f → logits through the token embedding (tied: no parameters of its own)".into()
+        } else {
+            format!("ln_f → logits ({} × {})", shape.vocab_size, shape.embed)
+        },
+        params: sum("transformer.ln_f") + sum("lm_head"),
+    });
+    parts
+}
+
+/// The transformer's builder and its structure (inside the network panel).
+#[component]
+pub fn GptBuilder() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let e = state.run.experiment;
+    let locked = state.run.locked;
+    let lock_title = move || locked.get().then_some(LOCKED_TITLE);
+    let field = move |name: &'static str, label: &'static str, testid: &'static str| {
+        let value = move || {
+            let x = e.get();
+            let g = x.gpt().copied();
+            g.map_or(0, |g| match name {
+                "blocks" => g.blocks,
+                "heads" => g.heads,
+                "embed" => g.embed,
+                _ => g.context,
+            })
+        };
+        let on_change = move |ev: leptos::ev::Event| {
+            let text = event_target_value(&ev);
+            match parse_units(label, &text) {
+                Ok(n) => state.edit(|x| set_gpt_field(x, name, n)),
+                Err(message) => state.run.alert.set(Some(message)),
+            }
+            // A refused value shows the model's again.
+            if let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) {
+                input.set_value(&value().to_string());
+            }
+        };
+        view! {
+            <label class="field gpt-field">
+                <span>{label}</span>
+                <input type="text" inputmode="numeric" size="5" data-testid=testid aria-label=label
+                    prop:value=move || value().to_string() on:change=on_change
+                    disabled=move || locked.get() title=lock_title/>
+            </label>
+        }
+    };
+    let switch = move |name: &'static str, label: &'static str, testid: &'static str| {
+        let on = move || {
+            e.get().gpt().is_some_and(|g| if name == "qk_layernorm" { g.qk_layernorm } else { g.tie_embeddings })
+        };
+        let toggle = move |ev: leptos::ev::Event| {
+            let checked = event_target_checked(&ev);
+            state.edit(|x| set_gpt_switch(x, name, checked));
+        };
+        view! {
+            <label class="check">
+                <input type="checkbox" data-testid=testid prop:checked=on on:change=toggle
+                    disabled=move || locked.get() title=lock_title/>
+                {label}
+            </label>
+        }
+    };
+    let on_z = move |ev: leptos::ev::Event| {
+        let text = event_target_value(&ev);
+        match parse_number("z-loss", &text) {
+            Ok(v) => state.edit(|x| set_z_loss(x, v)),
+            Err(m) => state.run.alert.set(Some(m)),
+        }
+    };
+    let structure = move || {
+        let x = e.get();
+        let shape = x.gpt()?.shape();
+        let total = shape.parameter_count();
+        let rows = parts(&shape)
+            .into_iter()
+            .map(|p| {
+                let share = 100.0 * p.params as f64 / total.max(1) as f64;
+                view! {
+                    <li>
+                        <b>{p.name}</b>" "<span class="note">{p.what}</span>
+                        <span class="params">{format!(" {} params ({share:.1} %)", crate::model::words::count(p.params as u64))}</span>
+                    </li>
+                }
+            })
+            .collect_view();
+        Some(view! {
+            <ol class="gpt-diagram" data-testid="gpt-diagram" aria-label="The transformer's parts in forward order">{rows}</ol>
+            <p class="note" data-testid="gpt-parameters">{format!("{} parameters in all", crate::model::words::count(total as u64))}</p>
+        })
+    };
+    view! {
+        <div class="gpt-builder">
+            <div class="gpt-fields">
+                {field("blocks", "Blocks", "gpt-blocks")}
+                {field("heads", "Heads", "gpt-heads")}
+                {field("embed", "Width", "gpt-embed")}
+                {field("context", "Context", "gpt-context")}
+            </div>
+            <div class="gpt-switches">
+                {switch("qk_layernorm", "q/k LayerNorm", "gpt-qk-layernorm")}
+                {switch("tie_embeddings", "Tied head", "gpt-tie-embeddings")}
+                <label class="field gpt-field">
+                    <span>"z-loss"</span>
+                    <input type="text" inputmode="decimal" size="7" data-testid="z-loss" aria-label="z-loss coefficient"
+                        prop:value=move || e.get().z_loss.to_string() on:change=on_z/>
+                </label>
+            </div>
+            {structure}
+        </div>
+    }
+}
+
+/// Sends the person's spec to the engine's side and keeps it.
+fn send_spec(state: AppState, spec: GptViewSpec) {
+    state.run.gpt_spec.set(spec.clone());
+    state.command(Command::GptViews(spec));
+}
+
+/// The sample, written from the current weights every few seconds.
+#[component]
+fn SamplePanel() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let charts = expect_context::<Charts>();
+    let spec = state.run.gpt_spec;
+    let on_prompt = move |ev: leptos::ev::Event| {
+        let prompt = event_target_value(&ev).replace("\\n", "\n");
+        send_spec(state, GptViewSpec { prompt, ..spec.get_untracked() });
+    };
+    let on_temperature = move |ev: leptos::ev::Event| {
+        let text = event_target_value(&ev);
+        match parse_number("Temperature", &text) {
+            Ok(t) if t > 0.0 && t <= 10.0 => {
+                send_spec(state, GptViewSpec { temperature: t as f32, ..spec.get_untracked() })
+            }
+            Ok(t) => state.run.alert.set(Some(format!("Temperature: {t} is not above 0 and at most 10."))),
+            Err(m) => state.run.alert.set(Some(m)),
+        }
+    };
+    let sample = move || charts.snapshot.get().and_then(|s| s.gpt.as_ref()?.sample.clone());
+    let text = move || {
+        let Some(s) = sample() else {
+            return view! { <span class="note">"Press Train: a sample from the current weights appears here."</span> }
+                .into_any();
+        };
+        let prompt = s.prompt.clone();
+        let chars = s
+            .chars
+            .iter()
+            .map(|c| {
+                // Darker: the model was surer of this character.
+                let alpha = 0.08 + 0.6 * c.probability.clamp(0.0, 1.0);
+                let alternatives: Vec<String> =
+                    c.top.iter().map(|(ch, p)| format!("{ch:?} {:.1} %", 100.0 * p)).collect();
+                let title =
+                    format!("{:?}: {:.1} %\nalternatives: {}", c.ch, 100.0 * c.probability, alternatives.join(" · "));
+                view! {
+                    <span class="sampled" style=format!("background: rgba(37, 99, 235, {alpha:.2})") title=title
+                        data-p=format!("{}", c.probability)>{c.ch.to_string()}</span>
+                }
+            })
+            .collect_view();
+        view! {
+            <span class="prompt">{prompt}</span>{chars}
+        }
+        .into_any()
+    };
+    let caption = move || {
+        sample().map_or(String::new(), |s| {
+            let mean_p = s.chars.iter().map(|c| c.probability as f64).sum::<f64>() / s.chars.len().max(1) as f64;
+            format!(
+                "Written from the weights of step {} at temperature {}: {} characters, mean probability {:.1} % (hover a character for the alternatives).",
+                s.step,
+                s.temperature,
+                s.chars.len(),
+                100.0 * mean_p
+            )
+        })
+    };
+    view! {
+        <div class="sample">
+            <h3>"Sample"</h3>
+            <div class="sample-controls">
+                <label class="field">
+                    <span>"Prompt (\\n for a new line)"</span>
+                    <input type="text" data-testid="sample-prompt" aria-label="Sample prompt"
+                        prop:value=move || spec.get().prompt.replace('\n', "\\n") on:change=on_prompt/>
+                </label>
+                <label class="field">
+                    <span>"Temperature"</span>
+                    <input type="text" inputmode="decimal" size="5" data-testid="sample-temperature" aria-label="Sample temperature"
+                        prop:value=move || spec.get().temperature.to_string() on:change=on_temperature/>
+                </label>
+            </div>
+            <pre class="sample-text" data-testid="sample-text" aria-live="off">{text}</pre>
+            <p class="note" data-testid="sample-caption">{caption}</p>
+        </div>
+    }
+}
+
+/// One head's attention map, drawn from the view's probabilities.
+#[component]
+fn AttentionMap(block: usize, head: usize) -> impl IntoView {
+    let charts = expect_context::<Charts>();
+    let canvas: NodeRef<Canvas> = NodeRef::new();
+    let hover = RwSignal::new(String::new());
+    let view_of = move || charts.snapshot.get().and_then(|s| s.gpt.as_ref()?.attention.clone());
+    Effect::new(move |_| {
+        let (Some(a), Some(c)) = (view_of(), canvas.get()) else { return };
+        paint_map(&c, &a, block, head);
+    });
+    let on_move = move |ev: leptos::ev::MouseEvent| {
+        let (Some(a), Some(c)) = (view_of(), canvas.get()) else { return };
+        let t = a.shown_t;
+        let (w, h) = (c.client_width().max(1) as f64, c.client_height().max(1) as f64);
+        let j = ((ev.offset_x() as f64 / w) * t as f64) as usize;
+        let i = ((ev.offset_y() as f64 / h) * t as f64) as usize;
+        if i >= t || j >= t {
+            return;
+        }
+        let p = a.maps.get(block).and_then(|m| m.get((head * t + i) * t + j)).copied().unwrap_or(0.0);
+        let ch = |k: usize| a.text.get(k).map_or("?".into(), |c| format!("{c:?}"));
+        hover.set(if j > i {
+            format!("query {} at {i} cannot see key {} at {j} (the causal mask)", ch(i), ch(j))
+        } else {
+            format!("query {} at {i} → key {} at {j}: weight {p:.3}", ch(i), ch(j))
+        });
+    };
+    view! {
+        <figure class="attention-head">
+            <canvas node_ref=canvas data-testid="attention-map" data-block=block.to_string() data-head=head.to_string()
+                role="img" aria-label=format!("Attention of block {} head {}: queries down, keys across", block + 1, head + 1)
+                on:mousemove=on_move></canvas>
+            <figcaption>{format!("block {} · head {}", block + 1, head + 1)}</figcaption>
+            <p class="note hover" data-testid="attention-hover">{move || hover.get()}</p>
+        </figure>
+    }
+}
+
+/// Paints block `block`, head `head` of `a`: queries down, keys across,
+/// darker for more weight (√p, so that weak links still show).
+fn paint_map(canvas: &web_sys::HtmlCanvasElement, a: &AttentionView, block: usize, head: usize) {
+    let Some(ctx) = context(canvas) else { return };
+    let t = a.shown_t;
+    let Some(map) = a.maps.get(block).and_then(|m| m.get(head * t * t..(head + 1) * t * t)) else { return };
+    resize(canvas, t as u32, t as u32);
+    let mut rgba = Vec::with_capacity(t * t * 4);
+    for (k, &p) in map.iter().enumerate() {
+        let (i, j) = (k / t, k % t);
+        if j > i {
+            rgba.extend([240, 240, 240, 255]);
+            continue;
+        }
+        let v = p.clamp(0.0, 1.0).sqrt();
+        let shade = |base: f32| (255.0 - v * (255.0 - base)) as u8;
+        rgba.extend([shade(30.0), shade(64.0), shade(175.0), 255]);
+    }
+    if let Ok(image) = ImageData::new_with_u8_clamped_array_and_sh(Clamped(&rgba), t as u32, t as u32) {
+        let _ = ctx.put_image_data(&image, 0.0, 0.0);
+    }
+}
+
+/// Inside attention: the maps of one validation window, and the window
+/// statistics over steps.
+#[component]
+fn AttentionPanel() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let charts = expect_context::<Charts>();
+    let spec = state.run.gpt_spec;
+    let shape = move || state.run.experiment.get().gpt().map(|g| (g.blocks, g.heads));
+    let attention = move || charts.snapshot.get().and_then(|s| s.gpt.as_ref()?.attention.clone());
+    let on_window = move |ev: leptos::ev::Event| {
+        let text = event_target_value(&ev);
+        match text.trim().parse::<usize>() {
+            Ok(w) => send_spec(state, GptViewSpec { window: w, ..spec.get_untracked() }),
+            Err(_) => {
+                state.run.alert.set(Some(format!("Attention window: `{}` is not a whole number ≥ 0.", text.trim())))
+            }
+        }
+    };
+    let window_text = move || {
+        attention().map_or(String::new(), |a| {
+            let shown: String = a.text.iter().take(a.shown_t).collect();
+            let cropped = if a.shown_t < a.text.len() {
+                format!(" (its first {} of {} positions shown)", a.shown_t, a.text.len())
+            } else {
+                String::new()
+            };
+            format!("Window {} of {}{cropped}: {shown:?}", a.window, a.windows)
+        })
+    };
+    let maps = move || {
+        let (blocks, heads) = shape()?;
+        let shown = heads.min(crate::model::views::gpt::SHOWN_HEADS);
+        Some(
+            (0..blocks)
+                .map(|b| {
+                    view! {
+                        <div class="attention-block">
+                            {(0..shown).map(|h| view! { <AttentionMap block=b head=h/> }).collect_view()}
+                            {(heads > shown).then(|| view! { <span class="note">{format!("+{} more heads", heads - shown)}</span> })}
+                        </div>
+                    }
+                })
+                .collect_view(),
+        )
+    };
+    let per_head = move |pick: fn(&crate::state::GptPoint) -> &Vec<Vec<f32>>| {
+        Signal::derive(move || {
+            charts.gpt_history.with(|h| {
+                let Some(last) = h.last() else { return Vec::new() };
+                let mut series = Vec::new();
+                for (b, heads) in pick(last).iter().enumerate() {
+                    for hd in 0..heads.len() {
+                        let points =
+                            h.iter().filter_map(|p| Some((p.step, *pick(p).get(b)?.get(hd)? as f64))).collect();
+                        series.push(Series::new(format!("b{}.h{}", b + 1, hd + 1), format!("s{}", b % 5), points));
+                    }
+                }
+                series
+            })
+        })
+    };
+    let residual = Signal::derive(move || {
+        charts.gpt_history.with(|h| {
+            let blocks = h.last().map_or(0, |p| p.residual_norm.len());
+            (0..blocks)
+                .map(|b| {
+                    let points = h.iter().filter_map(|p| Some((p.step, *p.residual_norm.get(b)? as f64))).collect();
+                    Series::new(format!("block {}", b + 1), format!("s{}", b % 5), points)
+                })
+                .collect::<Vec<_>>()
+        })
+    });
+    let lse = Signal::derive(move || {
+        charts
+            .gpt_history
+            .with(|h| vec![Series::new("logsumexp", "s0", h.iter().map(|p| (p.step, p.lse as f64)).collect())])
+    });
+    view! {
+        <div class="attention">
+            <h3>"Inside attention"</h3>
+            <label class="field">
+                <span>"Validation window"</span>
+                <input type="text" inputmode="numeric" size="6" data-testid="attention-window" aria-label="Attention window"
+                    prop:value=move || spec.get().window.to_string() on:change=on_window/>
+            </label>
+            <p class="note" data-testid="attention-window-text">{window_text}</p>
+            <div class="attention-maps">{maps}</div>
+            <p class="note">"Each map: queries down, keys across, darker for more weight (√p); above the diagonal the causal mask. Hover for the characters and the weight."</p>
+            <div class="gpt-charts">
+                <LineChart testid="attention-entropy-chart" title="Attention entropy per head (nats, mean over queries)" unit="nats"
+                    empty="Press Train" series=per_head(|p| &p.entropy)/>
+                <LineChart testid="attention-max-logit-chart" title="Largest attention logit per head" unit="logit"
+                    empty="Press Train" series=per_head(|p| &p.max_logit)/>
+                <LineChart testid="residual-norm-chart" title="Residual stream norm after each block (mean ‖x‖)" unit="‖x‖"
+                    empty="Press Train" series=residual/>
+                <LineChart testid="logits-lse-chart" title="Output logits' logsumexp (what the z-loss penalises)" unit="lse"
+                    empty="Press Train" series=lse/>
+            </div>
+            <p class="note">"Entropy falling towards 0 and the largest logit growing come before loss spikes in large transformers (Zhai et al. 2023; Wortsman et al. 2023; Dehghani et al. 2023); q/k LayerNorm and the z-loss are the fixes they use. All from the window above."</p>
+        </div>
+    }
+}
+
+/// The transformer's views, below the builder, data and output columns.
+#[component]
+pub fn GptPanel() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let is_gpt = move || state.run.experiment.get().gpt().is_some();
+    view! {
+        <Show when=is_gpt>
+            <section class="panel gpt" aria-label="Transformer" data-testid="gpt-panel">
+                <h2>"Transformer"</h2>
+                <SamplePanel/>
+                <AttentionPanel/>
+            </section>
+        </Show>
+    }
+}
