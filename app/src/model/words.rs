@@ -221,6 +221,8 @@ pub fn fallback_summary(reason: &str) -> String {
     let lower = reason.to_lowercase();
     if lower.contains("pinned") {
         "The CPU engine was pinned (?engine=cpu); training on the CPU.".into()
+    } else if lower.contains("transformer") {
+        "The transformer trains on the CPU engine (its WebGPU kernels are not built yet).".into()
     } else if lower.contains("measuring") {
         "Measuring the GPU engine failed; training on the CPU.".into()
     } else if lower.contains("adapter") || lower.contains("navigator.gpu") || lower.contains("not compiled in") {

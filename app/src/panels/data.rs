@@ -123,43 +123,14 @@ pub fn DataPanel() -> impl IntoView {
     let on_upload = move |ev: web_sys::Event| {
         let input: web_sys::HtmlInputElement = event_target(&ev);
         let Some(file) = input.files().and_then(|f| f.get(0)) else { return };
-        let name = file.name();
-        leptos::task::spawn_local(async move {
-            // The bytes as they are, a part a frame: the engine's side
-            // gathers them, checks them as text and reads them in parts
-            // (`runner::csv_job`), so that a large file never holds up
-            // this thread (copied and sent whole, a 100 MB file took this
-            // thread 200 ms).
-            let total = file.size();
-            state.run.alert.set(None);
-            state.run.csv_reading.set(Some(CsvProgress {
-                name: name.clone(),
-                receiving: true,
-                progress: ReadProgress { total_bytes: total as u64, ..ReadProgress::default() },
-            }));
-            let mut start = 0.0;
-            loop {
-                let end = (start + UPLOAD_PART_BYTES).min(total);
-                let Some(bytes) = file_part(&file, start, end).await else {
-                    state.command(Command::DropCsvBytes);
-                    state.run.csv_reading.set(None);
-                    state.run.alert.set(Some(format!("Could not read `{name}`.")));
-                    return;
-                };
-                if end >= total {
-                    // Nothing changes unless the whole file is good.
-                    state.command(Command::ReadCsv(name, bytes, state.run.experiment.get_untracked()));
-                    return;
-                }
-                state.command(Command::CsvBytes(name.clone(), total as u64, bytes));
-                // One part a frame: the next waits until the loop took it.
-                while state.commands_pending() {
-                    crate::model::runner::next_frame().await;
-                }
-                start = end;
-            }
-        });
+        send_upload(state, file, false);
     };
+    let on_text = move |ev: web_sys::Event| {
+        let input: web_sys::HtmlInputElement = event_target(&ev);
+        let Some(file) = input.files().and_then(|f| f.get(0)) else { return };
+        send_upload(state, file, true);
+    };
+
     let feature_tiles = FEATURES
         .iter()
         .map(|&(feature, label)| {
@@ -188,6 +159,18 @@ pub fn DataPanel() -> impl IntoView {
         })
         .collect_view();
     let is_gpt = move || e.get().gpt().is_some();
+    let on_text_source = move |ev| {
+        if event_target_value(&ev) == "shakespeare" {
+            state.run.csv_name.set(None);
+            state.edit(|x| {
+                x.data.source = DataSource::Shakespeare;
+                if let Some(g) = x.model.gpt.as_mut() {
+                    g.vocab_size = 65;
+                }
+                Ok(())
+            });
+        }
+    };
     let preview = move || {
         let p = state.charts.snapshot.get()?.gpt.as_ref()?.preview.clone()?;
         let vocabulary: String = p.vocabulary.chars().map(|c| if c == '\n' { '⏎' } else { c }).collect();
@@ -205,9 +188,18 @@ pub fn DataPanel() -> impl IntoView {
             <Show when=is_gpt>
                 <label class="field">
                     <span>"Text"</span>
-                    <select data-testid="dataset" aria-label="Dataset" prop:value=move || e.get().data.source.name()>
+                    <select data-testid="dataset" aria-label="Dataset" prop:value=move || e.get().data.source.name() on:change=on_text_source>
                         <option value="shakespeare">{source_label(DataSource::Shakespeare)}</option>
+                        <option value="text" disabled=move || e.get().data.source != DataSource::Text>
+                            {move || state.run.csv_name.get().filter(|_| e.get().data.source == DataSource::Text)
+                                .map_or("Your text (upload below)".to_string(), |n| format!("Text: {n}"))}
+                        </option>
                     </select>
+                </label>
+                // A file input also takes a file dropped on it.
+                <label class="field upload">
+                    <span>"Your text (UTF-8, a file chosen or dropped here)"</span>
+                    <input type="file" accept=".txt,text/plain" data-testid="text-upload" aria-label="Upload a text file" on:change=on_text/>
                 </label>
                 {preview}
             </Show>
@@ -266,4 +258,50 @@ pub fn DataPanel() -> impl IntoView {
             <div class="tiles" role="group" aria-label="Input features" hidden=move || !is_plane()>{feature_tiles}</div>
         </section>
     }
+}
+
+/// Sends an uploaded file to the training loop, a part a frame, then asks
+/// for it to be read as a CSV or (`as_text`) a transformer's text.
+fn send_upload(state: AppState, file: web_sys::File, as_text: bool) {
+    let name = file.name();
+    leptos::task::spawn_local(async move {
+        // The bytes as they are, a part a frame: the engine's side
+        // gathers them, checks them as text and reads them in parts
+        // (`runner::csv_job`), so that a large file never holds up
+        // this thread (copied and sent whole, a 100 MB file took this
+        // thread 200 ms).
+        let total = file.size();
+        state.run.alert.set(None);
+        state.run.csv_reading.set(Some(CsvProgress {
+            name: name.clone(),
+            receiving: true,
+            progress: ReadProgress { total_bytes: total as u64, ..ReadProgress::default() },
+        }));
+        let mut start = 0.0;
+        loop {
+            let end = (start + UPLOAD_PART_BYTES).min(total);
+            let Some(bytes) = file_part(&file, start, end).await else {
+                state.command(Command::DropCsvBytes);
+                state.run.csv_reading.set(None);
+                state.run.alert.set(Some(format!("Could not read `{name}`.")));
+                return;
+            };
+            if end >= total {
+                // Nothing changes unless the whole file is good.
+                let e = state.run.experiment.get_untracked();
+                state.command(if as_text {
+                    Command::ReadText(name, bytes, e)
+                } else {
+                    Command::ReadCsv(name, bytes, e)
+                });
+                return;
+            }
+            state.command(Command::CsvBytes(name.clone(), total as u64, bytes));
+            // One part a frame: the next waits until the loop took it.
+            while state.commands_pending() {
+                crate::model::runner::next_frame().await;
+            }
+            start = end;
+        }
+    });
 }

@@ -72,7 +72,7 @@ impl Server {
 
     fn start(&mut self, start: Start) -> Result<(), Error> {
         // An autosaved run's CSV is read whole here, once.
-        let csv = start.csv.clone().map(CsvData::read).transpose()?;
+        let csv = start.csv.clone().map(|text| CsvData::read(text, &start.experiment)).transpose()?;
         let mut runner = match &start.checkpoint {
             Some(bytes) => {
                 let state = load_checkpoint(bytes)?;

@@ -38,6 +38,10 @@ pub enum Command {
     /// sent for it, unread): the loop reads it in parts (`csv_job`) and
     /// restarts on the experiment it implies, built on this one.
     ReadCsv(String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>, Experiment),
+    /// An uploaded text for the transformer (its name and its last bytes,
+    /// after the `CsvBytes` parts sent for it): the run restarts on it,
+    /// built on this experiment, or the text is refused with its reason.
+    ReadText(String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>, Experiment),
     /// The current run as checkpoint bytes, for a download.
     SaveCheckpoint,
     /// Continue from an uploaded checkpoint (refused whole if bad).

@@ -8,7 +8,10 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use stepscope_core::data::{read_csv, CsvReader, CsvTable, ReadProgress, SharedText};
+use stepscope_core::data::{
+    read_csv, CsvReader, CsvTable, Dataset, ReadProgress, SharedText, TokenText, MAX_VOCABULARY,
+};
+use stepscope_core::experiment::DataSource;
 use stepscope_core::{Error, Experiment};
 use web_time::Instant;
 
@@ -16,19 +19,48 @@ use super::frame::ms_since;
 use super::{Outcome, Runner};
 use crate::model::edit::experiment_for_csv;
 
-/// A CSV the run trains on: its text (kept for the autosave) and the table
-/// read from it once (every reset, restore and rollback reuses it).
+/// An uploaded file the run trains on: its text (kept for the autosave)
+/// and what was read from it once (every reset, restore and rollback
+/// reuses it): a CSV's table, or a text's tokens for a transformer.
 #[derive(Clone, Debug)]
 pub struct CsvData {
     pub text: Arc<String>,
-    pub table: Arc<CsvTable>,
+    pub read: Read,
+}
+
+#[derive(Clone, Debug)]
+pub enum Read {
+    Csv(Arc<CsvTable>),
+    Text(Arc<TokenText>),
 }
 
 impl CsvData {
-    /// Reads `text` whole (an autosaved run's CSV, when the loop starts).
-    pub fn read(text: Arc<String>) -> Result<CsvData, Error> {
-        let table = Arc::new(read_csv(&text)?);
-        Ok(CsvData { text, table })
+    /// Reads `text` whole as `e` uses it (an autosaved run's file, when
+    /// the loop starts): a text for `"source": "text"`, else a CSV.
+    pub fn read(text: Arc<String>, e: &Experiment) -> Result<CsvData, Error> {
+        let read = match e.data.source {
+            DataSource::Text => {
+                let context = e.gpt().map_or(1, |g| g.context);
+                Read::Text(Arc::new(TokenText::read(text.as_bytes(), context, MAX_VOCABULARY)?))
+            }
+            _ => Read::Csv(Arc::new(read_csv(&text)?)),
+        };
+        Ok(CsvData { text, read })
+    }
+
+    pub fn table(&self) -> Option<&CsvTable> {
+        match &self.read {
+            Read::Csv(table) => Some(table),
+            Read::Text(_) => None,
+        }
+    }
+}
+
+/// The data of `e`: built in, or from the uploaded file.
+pub fn load_data(e: &Experiment, upload: Option<&CsvData>) -> Result<Dataset, Error> {
+    match (e.data.source, upload.map(|u| &u.read)) {
+        (DataSource::Text, Some(Read::Text(text))) => Dataset::load_text(e, text),
+        _ => Dataset::load(e, upload.and_then(CsvData::table)),
     }
 }
 
@@ -85,6 +117,47 @@ impl Runner {
         Ok(())
     }
 
+    /// An uploaded text for the transformer (its name and its last bytes,
+    /// after the parts sent for it): read whole at once (in linear time:
+    /// the characters, the vocabulary, the windows), then the run restarts
+    /// on `base` with the text's vocabulary. A bad text is refused with
+    /// its reason and the run goes on as it was.
+    pub(super) async fn read_text(
+        &mut self,
+        name: String,
+        last: Vec<u8>,
+        base: Experiment,
+    ) -> Result<Option<Outcome>, Error> {
+        let bytes = match self.csv_upload.take() {
+            Some(mut upload) if upload.name == name => {
+                upload.bytes.extend_from_slice(&last);
+                upload.bytes
+            }
+            _ => last,
+        };
+        let not_loaded = |err: Error| err.context(format!("`{name}` was not loaded"));
+        let context = base.gpt().map(|g| g.context).ok_or_else(|| {
+            not_loaded(Error::Experiment("a text trains a transformer: switch the model to gpt first".into()))
+        })?;
+        let tokens = TokenText::read(&bytes, context, MAX_VOCABULARY).map_err(not_loaded)?;
+        let text =
+            Arc::new(String::from_utf8(bytes).map_err(|_| not_loaded(Error::Text("the text is not UTF-8".into())))?);
+        let mut e = base;
+        e.data.source = DataSource::Text;
+        if let Some(g) = e.model.gpt.as_mut() {
+            g.vocab_size = tokens.vocabulary.len();
+        }
+        e.validate().map_err(not_loaded)?;
+        let upload = CsvData { text, read: Read::Text(Arc::new(tokens)) };
+        let data = load_data(&e, Some(&upload)).map_err(not_loaded)?;
+        stepscope_core::limits::Limits::PAGE
+            .check(&e, Some((data.train.rows(), data.test.rows())))
+            .map_err(not_loaded)?;
+        self.detector.clear();
+        self.restart_with_race(&e, Some(upload)).await.map_err(not_loaded)?;
+        Ok(Some(Outcome::CsvLoaded(name, Box::new(e))))
+    }
+
     /// A part of an upload's bytes; a part of another file starts over
     /// (the page sends one upload at a time; a newer one replaces it).
     pub(super) fn receive_csv(&mut self, name: String, total: u64, part: Vec<u8>) {
@@ -136,7 +209,7 @@ impl Runner {
             let table = Arc::new(job.reader.finish()?);
             let e = experiment_for_csv(&job.base, &table).map_err(Error::Other)?;
             self.detector.clear();
-            self.restart_with_race(&e, Some(CsvData { text: job.text, table })).await?;
+            self.restart_with_race(&e, Some(CsvData { text: job.text, read: Read::Csv(table) })).await?;
             Ok(Some(Outcome::CsvLoaded(name.clone(), Box::new(e))))
         }
         .await;

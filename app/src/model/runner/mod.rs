@@ -34,7 +34,7 @@ mod race;
 mod report;
 
 pub use commands::{push, AccumulationReport, BackendInfo, Command, Commands, Outcome};
-pub use csv_job::{CsvData, CsvProgress};
+pub use csv_job::{load_data, CsvData, CsvProgress, Read};
 pub use engine_choice::{shape_key, Pin, Race};
 pub use frame::{next_frame, now_ms, yield_now};
 pub use report::{FramePlan, FrameReport};
@@ -137,7 +137,7 @@ impl Runner {
 
     /// Continues `state` (an autosaved run).
     pub fn from_state(state: TrainState, gpu: Option<Arc<GpuContext>>, csv: Option<CsvData>) -> Result<Runner, Error> {
-        let data = Dataset::load(&state.experiment, csv.as_ref().map(|c| &*c.table))?;
+        let data = load_data(&state.experiment, csv.as_ref())?;
         let ring = Ring::default();
         remember(&ring, state.clone());
         let last_checkpoint = state.step();
@@ -210,9 +210,9 @@ impl Runner {
         self.trainer.experiment()
     }
 
-    /// The table of the CSV the run trains on, if any.
-    fn csv_table(&self) -> Option<&stepscope_core::data::CsvTable> {
-        self.csv.as_ref().map(|c| &*c.table)
+    /// The data of `e`, built in or from the run's uploaded file.
+    fn load_data(&self, e: &Experiment) -> Result<Dataset, Error> {
+        load_data(e, self.csv.as_ref())
     }
 
     fn data(&self) -> &Dataset {
@@ -280,7 +280,7 @@ impl Runner {
                 let not_loaded = |err: Error| err.context("The checkpoint was not loaded");
                 let state = load_checkpoint(&bytes).map_err(not_loaded)?;
                 let e = state.experiment.clone();
-                let data = Dataset::load(&e, self.csv_table()).map_err(not_loaded)?;
+                let data = self.load_data(&e).map_err(not_loaded)?;
                 Limits::PAGE.check(&e, Some((data.train.rows(), data.test.rows()))).map_err(not_loaded)?;
                 let step = state.step();
                 let kept = state.clone();
@@ -312,6 +312,7 @@ impl Runner {
                     .map_err(|m| Error::Other(format!("The autosaved run could not be forgotten: {m}")))?;
             }
             Command::ReadCsv(name, bytes, base) => self.begin_csv(name, bytes, base)?,
+            Command::ReadText(name, bytes, base) => return self.read_text(name, bytes, base).await,
             Command::StartRace(spec) => self.start_race(spec).await?,
             Command::EndRace => self.end_race().await,
             Command::Apply(e) => {
@@ -325,7 +326,7 @@ impl Runner {
                 let saved = latest_before(&self.ring, before)
                     .ok_or_else(|| Error::Checkpoint(format!("no checkpoint from before step {before} is kept")))?;
                 let e = saved.state.experiment.clone();
-                let data = Dataset::load(&e, self.csv_table())?;
+                let data = self.load_data(&e)?;
                 self.trainer.replace(saved.state, data)?;
                 self.last_checkpoint = saved.step;
                 return Ok(Some(Outcome::RolledBack(Box::new(e), saved.step)));

@@ -110,7 +110,8 @@ impl Runner {
                 self.detector.clear();
             }
             let outcome = self.handle(command).await;
-            replaced |= matches!(outcome, Ok(Some(Outcome::Restored(..) | Outcome::RolledBack(..))));
+            replaced |=
+                matches!(outcome, Ok(Some(Outcome::Restored(..) | Outcome::RolledBack(..) | Outcome::CsvLoaded(..))));
             report.outcomes.push(outcome);
             self.views_dirty = true;
         }

@@ -357,4 +357,60 @@ mod runner_tests {
         assert!(error.contains("the prompt has 'Ω'"), "{error}");
         assert!(runner.step_count() > steps);
     }
+
+    /// A text uploaded for the transformer: refused by name when it is not
+    /// UTF-8 (the offset named) or shorter than a window, the run going on;
+    /// a good one restarts the run on it with its vocabulary, and resets
+    /// and restored checkpoints keep training on it.
+    #[test]
+    fn an_uploaded_text_trains_or_is_refused_by_name() {
+        let mut e = default_gpt_experiment();
+        let g = e.model.gpt.as_mut().unwrap();
+        (g.blocks, g.embed, g.context) = (1, 16, 8);
+        e.batch_size = 2;
+        let mut runner = Runner::new(&e, None, None).unwrap();
+        frame(&mut runner, vec![]);
+        let steps = runner.step_count();
+        assert!(steps > 0);
+        let refused = |runner: &mut Runner, name: &str, bytes: &[u8]| {
+            let report = frame(runner, vec![Command::ReadText(name.into(), bytes.to_vec(), e.clone())]);
+            report.outcomes[0].as_ref().unwrap_err().to_string()
+        };
+        let error = refused(&mut runner, "bad.txt", b"abc\xffdef");
+        assert!(error.contains("`bad.txt` was not loaded") && error.contains("offset 3"), "{error}");
+        let error = refused(&mut runner, "short.txt", b"tiny");
+        assert!(error.contains("`short.txt` was not loaded"), "{error}");
+        assert_eq!(runner.experiment(), &e, "the run is as it was");
+        assert!(runner.step_count() >= steps);
+        // Sent in parts, as the page sends it.
+        let text = "the cat sat on the mat and the dog sat on the log. ".repeat(40);
+        let (a, b) = text.as_bytes().split_at(300);
+        frame(&mut runner, vec![Command::CsvBytes("mine.txt".into(), text.len() as u64, a.to_vec())]);
+        let report = frame(&mut runner, vec![Command::ReadText("mine.txt".into(), b.to_vec(), e.clone())]);
+        let Some(Ok(Some(crate::model::runner::Outcome::CsvLoaded(name, loaded)))) = report.outcomes.into_iter().next()
+        else {
+            panic!("not loaded")
+        };
+        assert_eq!(name, "mine.txt");
+        assert_eq!(loaded.data.source, stepscope_core::experiment::DataSource::Text);
+        let vocabulary: std::collections::BTreeSet<char> = text.chars().collect();
+        assert_eq!(loaded.gpt().unwrap().vocab_size, vocabulary.len());
+        assert_eq!(runner.step_count(), 0);
+        frame(&mut runner, vec![]);
+        assert!(runner.step_count() > 0, "it trains on the text");
+        frame(&mut runner, vec![Command::Reset((*loaded).clone())]);
+        frame(&mut runner, vec![]);
+        assert!(runner.step_count() > 0, "a reset trains on the text again");
+        let saved = frame(&mut runner, vec![Command::SaveCheckpoint]);
+        let Some(Ok(Some(crate::model::runner::Outcome::Checkpoint(bytes, _)))) = saved.outcomes.into_iter().next()
+        else {
+            panic!("no checkpoint")
+        };
+        let restored = frame(&mut runner, vec![Command::RestoreCheckpoint(std::sync::Arc::new(bytes))]);
+        assert!(
+            matches!(restored.outcomes[0], Ok(Some(crate::model::runner::Outcome::Restored(..)))),
+            "{:?}",
+            restored.outcomes
+        );
+    }
 }

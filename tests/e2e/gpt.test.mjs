@@ -1,0 +1,143 @@
+// The transformer on the page (issue 28): the model switch and the
+// builder, Tiny Shakespeare's preview, training on the CPU engine (and the
+// page saying why not WebGPU), the validation loss and tokens/s, the sample
+// from a prompt and a temperature with each character's probability, the
+// attention maps of a chosen window and the charts over steps, the link
+// that brings the transformer back, and refusals by name.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { setup, artifacts, text, number, stepCount } from './harness.mjs';
+import { wordShare } from './bench/gpt_words.mjs';
+
+const ctx = setup();
+const experiment = (page) => page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
+
+test('a newcomer switches to the transformer, trains it and reads its sample and its attention', async () => {
+  const { page, errors } = await ctx.open(ctx.root);
+  await page.getByTestId('model-kind').selectOption('gpt');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
+  const e = await experiment(page);
+  const g = e.model;
+  assert.equal(e.data.source, 'shakespeare');
+  assert.equal(await number(page, 'gpt-blocks'), g.blocks);
+  assert.equal(await number(page, 'gpt-embed'), g.embed);
+  // The structure: embeddings, each block, the head, with parameters.
+  const parts = await page.locator('[data-testid=gpt-diagram] li').allTextContents();
+  assert.equal(parts.length, g.blocks + 2, parts.join('\n'));
+  assert.match(parts[1], /attention \(4 heads/);
+  assert.match(await text(page, 'gpt-parameters'), /parameters in all/);
+  // Not on WebGPU yet, and said so.
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]').dataset.settled === 'true');
+  assert.match(await text(page, 'backend-name'), /CPU/);
+  assert.match(await text(page, 'backend-reason'), /transformer trains on the CPU engine/);
+
+  await page.getByTestId('train-toggle').click();
+  await page.waitForSelector('[data-testid=text-preview]', { timeout: 60_000 });
+  assert.match(await text(page, 'text-preview'), /First Citizen:/);
+  assert.match(await text(page, 'text-vocabulary'), /^65 characters/);
+  assert.match(await text(page, 'text-windows'), /training and \d+ validation windows of 64 characters/);
+  // Learning: from ln 65 = 4.17 (knowing nothing) to below what knowing
+  // the letters' frequencies alone gives (about 3.3).
+  const started = Date.now();
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=val-loss]')?.dataset.value) < 3.0,
+    null, { timeout: 150_000 });
+  const seconds = (Date.now() - started) / 1000;
+  const tokens = await number(page, 'tokens-per-second');
+  assert.ok(tokens > 0, `tokens/s ${tokens}`);
+
+  // The sample: from the prompt asked for, each character with its
+  // probability and alternatives.
+  await page.getByTestId('sample-prompt').fill('ROMEO:');
+  await page.getByTestId('sample-prompt').dispatchEvent('change');
+  await page.getByTestId('sample-temperature').fill('0.8');
+  await page.getByTestId('sample-temperature').dispatchEvent('change');
+  await page.waitForFunction(() => document.querySelector('[data-testid=sample-caption]').textContent.includes('temperature 0.8')
+    && document.querySelector('[data-testid=sample-text] .prompt')?.textContent === 'ROMEO:', null, { timeout: 60_000 });
+  const sampled = await page.locator('[data-testid=sample-text] .sampled').evaluateAll((spans) => spans.map((s) => ({
+    ch: s.textContent, p: Number(s.dataset.p), title: s.title,
+  })));
+  assert.equal(sampled.length, 160);
+  assert.ok(sampled.every((c) => c.p > 0 && c.p <= 1 && /alternatives: /.test(c.title)), JSON.stringify(sampled[0]));
+  const sample = sampled.map((c) => c.ch).join('');
+  const share = wordShare(sample);
+  console.log(`val-loss < 3.0 after ${seconds.toFixed(0)} s of training (${tokens} tokens/s, step ${await stepCount(page)}); `
+    + `words of the sample found in the text: ${(100 * share.found).toFixed(0)} % of ${share.words}\n${sample}`);
+
+  // Inside attention: a map per head of every block, of the window asked
+  // for; hovering one names the query, the key and the weight.
+  assert.equal(await page.locator('[data-testid=attention-map]').count(), g.blocks * g.heads);
+  await page.getByTestId('attention-window').fill('5');
+  await page.getByTestId('attention-window').dispatchEvent('change');
+  await page.waitForFunction(() => document.querySelector('[data-testid=attention-window-text]').textContent.startsWith('Window 5 of'),
+    null, { timeout: 60_000 });
+  const map = page.locator(`[data-testid=attention-map][data-block="${g.blocks - 1}"][data-head="1"]`);
+  const box = await map.boundingBox();
+  await page.mouse.move(box.x + box.width * 0.3, box.y + box.height * 0.8);
+  const hover = await map.locator('xpath=..').getByTestId('attention-hover').textContent();
+  assert.match(hover, /^query .* at \d+ → key .* at \d+: weight 0\.\d{3}$/);
+  // The charts over steps have a line per head (entropy, largest logit)
+  // and per block (residual norm).
+  const lines = { 'attention-entropy-chart': g.blocks * g.heads, 'attention-max-logit-chart': g.blocks * g.heads,
+    'residual-norm-chart': g.blocks, 'logits-lse-chart': 1 };
+  for (const [id, n] of Object.entries(lines)) {
+    await page.waitForFunction(([t, k]) => document.querySelectorAll(`[data-testid=${t}] path.series`).length === k, [id, n]);
+  }
+  await page.screenshot({ path: path.join(artifacts, 'gpt.png'), fullPage: true });
+
+  // Refused by name, the run going on: a prompt the text cannot write, a
+  // width past the page's limit.
+  const before = await stepCount(page);
+  await page.getByTestId('sample-prompt').fill('Ωmega');
+  await page.getByTestId('sample-prompt').dispatchEvent('change');
+  await page.waitForFunction(() => document.querySelector('[data-testid=alert]')?.textContent.includes("the prompt has 'Ω'"));
+  await page.getByTestId('dismiss-alert').click();
+  await page.getByTestId('gpt-embed').fill('1024');
+  await page.getByTestId('gpt-embed').dispatchEvent('change');
+  await page.waitForFunction(() => document.querySelector('[data-testid=alert]')?.textContent.includes('model.embed is 1024, more than the 512 allowed on this page'));
+  assert.equal((await experiment(page)).model.embed, g.embed, 'nothing changed');
+  assert.ok(await stepCount(page) > before, 'the run went on');
+  assert.deepEqual(errors, []);
+
+  // The link brings the transformer back.
+  const link = page.url();
+  await page.close();
+  const again = await ctx.open(link);
+  assert.equal(await again.page.getByTestId('model-kind').inputValue(), 'gpt');
+  assert.equal(await number(again.page, 'gpt-embed'), g.embed);
+  await again.page.getByTestId('model-kind').selectOption('mlp');
+  await again.page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === undefined);
+  assert.equal(await again.page.locator('[data-testid=gpt-panel]').count(), 0);
+  assert.deepEqual(again.errors, []);
+  await again.page.close();
+});
+
+test('your own text trains the transformer; a bad one is refused by name and the run goes on', async () => {
+  const { page, errors } = await ctx.open(ctx.root);
+  await page.getByTestId('model-kind').selectOption('gpt');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) > 3,
+    null, { timeout: 60_000 });
+  const upload = (name, buffer) => page.getByTestId('text-upload').setInputFiles({ name, mimeType: 'text/plain', buffer });
+  await upload('latin1.txt', Buffer.from([0x61, 0x62, 0x20, 0xe9, 0x74, 0xe9]));
+  await page.waitForFunction(() => document.querySelector('[data-testid=alert]')?.textContent.includes('`latin1.txt` was not loaded'));
+  assert.match(await text(page, 'alert'), /not UTF-8.*offset 3/);
+  const before = await stepCount(page);
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) > n, before);
+  assert.equal((await experiment(page)).data.source, 'shakespeare', 'the run goes on as it was');
+  await page.getByTestId('dismiss-alert').click();
+
+  const poem = 'Tyger Tyger, burning bright,\nIn the forests of the night;\nWhat immortal hand or eye,\nCould frame thy fearful symmetry?\n';
+  await upload('tyger.txt', Buffer.from(poem.repeat(30)));
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.source === 'text');
+  const e = await experiment(page);
+  assert.equal(e.model.vocab_size, new Set(poem).size);
+  assert.match(await page.locator('[data-testid=dataset] option:checked').textContent(), /Text: tyger\.txt/);
+  await page.waitForFunction(() => document.querySelector('[data-testid=text-preview]')?.textContent.includes('Tyger Tyger'),
+    null, { timeout: 60_000 });
+  assert.match(await text(page, 'text-vocabulary'), new RegExp(`^${e.model.vocab_size} characters`));
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=sample-text] .sampled').length === 160, null, { timeout: 60_000 });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
