@@ -223,3 +223,30 @@ fn bad_configs_and_texts_are_refused_by_name() {
     assert_eq!(Experiment::from_json(&e.to_json()).unwrap(), e);
     assert!(e.to_json().contains(r#""model":{"kind":"gpt","vocab_size""#), "{}", e.to_json());
 }
+
+/// A step's forward and backward split by op kind and block: every part
+/// measured (≥ 0), the parts within their phase (the phase's own
+/// bookkeeping is the rest), recomputation only with activation
+/// checkpointing, one line per block.
+#[test]
+fn op_times_split_the_phases_they_sit_in() {
+    for checkpointing in [false, true] {
+        let e = experiment(json!({"model": {"blocks": 2}}));
+        let mut engine = engine(&e);
+        engine.set_activation_checkpointing(checkpointing).unwrap();
+        assert!(engine.op_times().is_none(), "no step yet");
+        let m = engine.step().unwrap();
+        let (step, forward, backward) = engine.op_times().cloned().unwrap();
+        assert_eq!(step, m.step);
+        assert_eq!((forward.blocks.len(), backward.blocks.len()), (2, 2));
+        for t in [&forward, &backward] {
+            assert!(t.embedding >= 0.0 && t.head >= 0.0 && t.blocks.iter().flatten().all(|&x| x >= 0.0), "{t:?}");
+        }
+        let slack = 1e-3;
+        assert!(forward.total() <= m.phases.forward_ms + slack, "{} > {}", forward.total(), m.phases.forward_ms);
+        assert!(backward.total() <= m.phases.backward_ms + slack, "{} > {}", backward.total(), m.phases.backward_ms);
+        use stepscope_core::model::gpt::OpKind;
+        assert_eq!(forward.of_kind(OpKind::Recompute), 0.0);
+        assert_eq!(backward.of_kind(OpKind::Recompute) > 0.0, checkpointing);
+    }
+}

@@ -64,6 +64,14 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   console.log(`val-loss < 3.0 after ${seconds.toFixed(0)} s of training (${tokens} tokens/s, step ${await stepCount(page)}); `
     + `words of the sample found in the text: ${(100 * share.found).toFixed(0)} % of ${share.words}\n${sample}`);
 
+  // Memory: the attention probabilities on their own line, B·H·T² floats
+  // per block, from the buffers; at twice the context four times as many.
+  const attentionBytes = await number(page, 'memory-attention-bytes');
+  assert.equal(attentionBytes, 4 * e.batch_size * g.heads * g.context ** 2 * g.blocks);
+  const doubledAttention = await page.locator('[data-testid=memory-attention-bytes]').locator('xpath=..')
+    .getByTestId('memory-doubled').textContent();
+  console.log(`attention probabilities ${attentionBytes} bytes; at twice the context ${doubledAttention}`);
+
   // Inside attention: a map per head of every block, of the window asked
   // for; hovering one names the query, the key and the weight.
   assert.equal(await page.locator('[data-testid=attention-map]').count(), g.blocks * g.heads);

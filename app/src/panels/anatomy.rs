@@ -228,6 +228,20 @@ pub fn AnatomyPanel() -> impl IntoView {
             }
         });
     };
+    let is_gpt = move || state.run.experiment.get().gpt().is_some();
+    // What each buffer would take at twice the context, from the shape
+    // (`MemoryBytes::estimate`): the attention probabilities grow four
+    // times, the other activations twice, parameters by the position
+    // embedding alone.
+    let doubled = move |pick: fn(&stepscope_core::engine::MemoryBytes) -> u64| {
+        move || {
+            let mut e = state.run.experiment.get();
+            let g = e.model.gpt.as_mut()?;
+            g.context *= 2;
+            let m = stepscope_core::engine::MemoryBytes::estimate(&e, state.lessons.activation_checkpointing.get());
+            Some(view! { <td class="doubled" data-testid="memory-doubled">{bytes(pick(&m))}</td> })
+        }
+    };
     view! {
         <section class="panel anatomy" aria-label="Anatomy of a training step">
             <h2>"Anatomy of a step"</h2>
@@ -243,6 +257,9 @@ pub fn AnatomyPanel() -> impl IntoView {
             <p class="note">{timing_note}" Every part is measured (hover a name for what it holds); overlapping time is assigned by a fixed priority (forward, backward, optimizer, unsplit, data, then the rest), so the parts add up to the step."</p>
             <p class="note" data-testid="clock-resolution">{clock}</p>
             {move || profiled().map(|p| view! { <ProfileTable p/> })}
+            <Show when=is_gpt>
+                <super::gpt::OpBreakdown/>
+            </Show>
             <p class="note" data-testid="flops">{flops}</p>
             <p class="note" data-testid="overhead-note">{overhead}</p>
                 </div>
@@ -251,11 +268,18 @@ pub fn AnatomyPanel() -> impl IntoView {
                 <summary>"Memory" <span class="hint">"the engine's buffers"</span></summary>
                 <div class="body">
             <table class="memory">
-                <tr><td>"Parameters"</td><td data-testid="memory-params-bytes">{move || memory.get().params}</td><td>{move || bytes(memory.get().params)}</td></tr>
-                <tr><td>"Gradients"</td><td data-testid="memory-grads-bytes">{move || memory.get().grads}</td><td>{move || bytes(memory.get().grads)}</td></tr>
-                <tr><td>"Optimizer state"</td><td data-testid="memory-optimizer-bytes">{move || memory.get().optimizer}</td><td>{move || bytes(memory.get().optimizer)}</td></tr>
-                <tr><td>"Stored activations"</td><td data-testid="memory-activations-bytes">{move || memory.get().activations}</td><td>{move || bytes(memory.get().activations)}</td></tr>
-                <tr><td>"Peak during backward"</td><td data-testid="memory-peak-bytes">{move || memory.get().peak_backward()}</td><td>{move || bytes(memory.get().peak_backward())}</td></tr>
+                <Show when=is_gpt>
+                    <tr class="head"><td></td><td></td><td>"now"</td><td title="Computed from the shape (MemoryBytes::estimate); double the context to see the buffers confirm it">"context ×2"</td></tr>
+                </Show>
+                <tr><td>"Parameters"</td><td data-testid="memory-params-bytes">{move || memory.get().params}</td><td>{move || bytes(memory.get().params)}</td>{doubled(|m| m.params)}</tr>
+                <tr><td>"Gradients"</td><td data-testid="memory-grads-bytes">{move || memory.get().grads}</td><td>{move || bytes(memory.get().grads)}</td>{doubled(|m| m.grads)}</tr>
+                <tr><td>"Optimizer state"</td><td data-testid="memory-optimizer-bytes">{move || memory.get().optimizer}</td><td>{move || bytes(memory.get().optimizer)}</td>{doubled(|m| m.optimizer)}</tr>
+                <tr><td>"Stored activations"</td><td data-testid="memory-activations-bytes">{move || memory.get().activations}</td><td>{move || bytes(memory.get().activations)}</td>{doubled(|m| m.activations)}</tr>
+                <Show when=is_gpt>
+                    <tr title="B·H·T² per block kept: the part that grows with the square of the context"><td>"Attention probabilities"</td>
+                        <td data-testid="memory-attention-bytes">{move || memory.get().attention}</td><td>{move || bytes(memory.get().attention)}</td>{doubled(|m| m.attention)}</tr>
+                </Show>
+                <tr><td>"Peak during backward"</td><td data-testid="memory-peak-bytes">{move || memory.get().peak_backward()}</td><td>{move || bytes(memory.get().peak_backward())}</td>{doubled(|m| m.peak_backward())}</tr>
             </table>
             <label class="field check">
                 <input type="checkbox" data-testid="activation-checkpointing" prop:checked=move || state.lessons.activation_checkpointing.get() on:change=on_checkpointing/>

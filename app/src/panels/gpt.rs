@@ -441,3 +441,66 @@ pub fn GptPanel() -> impl IntoView {
         </Show>
     }
 }
+
+/// A transformer's step split by block and op kind (the timeline section):
+/// the last step's forward and backward from the clock around each op,
+/// with the rest of each phase (its own bookkeeping) on a line of its own
+/// so that the parts add up to the phases the timeline shows, and the
+/// step's wall time beside them.
+#[component]
+pub fn OpBreakdown() -> impl IntoView {
+    use stepscope_core::model::gpt::OpKind;
+    let charts = expect_context::<Charts>();
+    let table = move || {
+        let (step, forward, backward) = charts.op_times.get()?;
+        let timing = charts.timeline.with(|t| t.iter().find(|s| s.step == step).cloned());
+        let (fwd_phase, bwd_phase, wall) =
+            timing.map_or((forward.total(), backward.total(), None), |t| (t.parts[1], t.parts[2], Some(t.wall_ms)));
+        let ms = |v: f64| format!("{v:.2}");
+        let share = |v: f64| wall.map_or(String::new(), |w| format!("{:.1} %", 100.0 * v / w.max(1e-9)));
+        let row = |name: String, kind: &'static str, f: f64, b: f64| {
+            view! {
+                <tr data-kind=kind><td>{name}</td><td>{ms(f)}</td><td>{ms(b)}</td><td>{share(f + b)}</td></tr>
+            }
+        };
+        let mut rows = vec![row("embedding".into(), "embedding", forward.embedding, backward.embedding)];
+        for (l, (f, b)) in forward.blocks.iter().zip(&backward.blocks).enumerate() {
+            for kind in OpKind::ALL {
+                let (fv, bv) = (f[kind as usize], b[kind as usize]);
+                if kind == OpKind::Recompute && bv == 0.0 {
+                    continue;
+                }
+                rows.push(row(format!("block {} · {}", l + 1, kind.name()), kind.name(), fv, bv));
+            }
+        }
+        rows.push(row("head (ln_f, logits, cross-entropy)".into(), "head", forward.head, backward.head));
+        let (rest_f, rest_b) = ((fwd_phase - forward.total()).max(0.0), (bwd_phase - backward.total()).max(0.0));
+        rows.push(row("rest of the phase".into(), "rest", rest_f, rest_b));
+        let attention = forward.of_kind(OpKind::Attention) + backward.of_kind(OpKind::Attention);
+        let mlp = forward.of_kind(OpKind::Mlp) + backward.of_kind(OpKind::Mlp);
+        let summary = format!(
+            "Step {step}: forward {:.2} ms, backward {:.2} ms ({:.2}× the forward){}; attention {} and the MLPs {} of the step.",
+            fwd_phase,
+            bwd_phase,
+            bwd_phase / fwd_phase.max(1e-9),
+            wall.map_or(String::new(), |w| format!(", the step {w:.2} ms of wall time")),
+            share(attention),
+            share(mlp)
+        );
+        Some(view! {
+            <p class="note" data-testid="op-summary">{summary}</p>
+            <table class="ops" data-testid="op-timeline">
+                <tr class="head"><td>"part"</td><td>"forward ms"</td><td>"backward ms"</td><td>"of the step"</td></tr>
+                {rows}
+            </table>
+        })
+    };
+    view! {
+        <div class="op-breakdown">
+            <h3>"By block and op"</h3>
+            {move || table().map(|t| t.into_any()).unwrap_or_else(|| view! {
+                <p class="note">"Train the transformer on the CPU engine to split its step by block and op."</p>
+            }.into_any())}
+        </div>
+    }
+}

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use leptos::prelude::*;
 use stepscope_core::engine::profile::PhaseProfile;
 use stepscope_core::engine::{MemoryBytes, PhaseReport};
+use stepscope_core::model::gpt::OpTimes;
 use stepscope_core::stats::TensorStats;
 use stepscope_core::trainer::PhaseClock;
 use stepscope_core::{Experiment, StepMetrics};
@@ -141,6 +142,9 @@ pub struct Charts {
     /// A transformer's window statistics over steps (thinned like the
     /// curves).
     pub gpt_history: RwSignal<Vec<GptPoint>>,
+    /// A transformer's last step by op kind and block (the CPU engine's
+    /// clock around each op): (step, forward, backward).
+    pub op_times: RwSignal<Option<(u64, OpTimes, OpTimes)>>,
 }
 
 /// Least time between two redraws of the timeline while training.
@@ -248,6 +252,7 @@ impl AppState {
                 profiles: RwSignal::new(Vec::new()),
                 phase_clock: RwSignal::new(None),
                 gpt_history: RwSignal::new(Vec::new()),
+                op_times: RwSignal::new(None),
             },
             checkpoints: Checkpoints {
                 verify_result: RwSignal::new(None),
@@ -319,6 +324,7 @@ impl AppState {
         self.charts.profiles.set(Vec::new());
         self.charts.layer_history.set(Vec::new());
         self.charts.gpt_history.set(Vec::new());
+        self.charts.op_times.set(None);
         self.charts.metrics_log.update_value(MetricsLog::clear);
         self.charts.backward_by_mode.set(Default::default());
         self.lessons.phase_report.set(None);

@@ -82,6 +82,8 @@ impl AppState {
         // When the GPU device was last re-created: a device lost again soon
         // after is not re-created in a loop.
         let mut recoveries: Vec<Instant> = Vec::new();
+        // The op breakdown is redrawn as often as the timeline.
+        let mut ops_drawn: Option<Instant> = None;
         loop {
             next_frame().await;
             let frame_start = Instant::now();
@@ -123,6 +125,12 @@ impl AppState {
             // frame, which carries the reset, reports the fresh run.
             let stale = self.run.clears.get_value() != clears;
             let passes = std::mem::take(&mut report.gpu_passes);
+            if let Some(ops) = report.op_times.take().filter(|_| !stale) {
+                if !running || ops_drawn.is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= super::TIMELINE_REDRAW_MS) {
+                    ops_drawn = Some(Instant::now());
+                    self.charts.op_times.set(Some(ops));
+                }
+            }
             let (frame_metrics, recovery_ms) = self.draw_frame(report, stale, &mut host, &mut recoveries).await;
             awaited_ms += recovery_ms;
             if !frame_metrics.is_empty() {

@@ -163,6 +163,12 @@ impl CpuEngine {
         Ok(())
     }
 
+    /// A transformer's last whole step: (step, forward, backward) by op
+    /// kind and block (`OpTimes`); None for the MLP or before a step.
+    pub fn op_times(&self) -> Option<&(u64, crate::model::gpt::OpTimes, crate::model::gpt::OpTimes)> {
+        self.gpt.as_ref()?.last_times.as_ref()
+    }
+
     pub fn activation_checkpointing(&self) -> bool {
         self.acts.checkpointing
     }

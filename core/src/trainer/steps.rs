@@ -84,6 +84,16 @@ impl Trainer {
 
     /// The GPU's timed passes of every step collected since the last call
     /// (empty on the CPU, and without timestamp queries).
+    /// A transformer's last whole step on the CPU engine, by op kind and
+    /// block: (step, forward, backward) milliseconds (`OpTimes`); None on
+    /// the GPU engine and for the MLP.
+    pub fn op_times(&self) -> Option<(u64, crate::model::gpt::OpTimes, crate::model::gpt::OpTimes)> {
+        match &self.inner {
+            Inner::Cpu(e) => e.op_times().cloned(),
+            Inner::Gpu(_) => None,
+        }
+    }
+
     pub fn take_gpu_passes(&mut self) -> Vec<crate::gpu::StepPass> {
         match &mut self.inner {
             Inner::Cpu(_) => Vec::new(),

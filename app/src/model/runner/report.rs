@@ -89,6 +89,9 @@ pub struct FrameReport {
     /// The GPU's timed passes of the steps collected in this frame (for
     /// the trace's GPU track; empty on the CPU and without timestamps).
     pub gpu_passes: Vec<stepscope_core::gpu::StepPass>,
+    /// A transformer's last whole step on the CPU engine: (step, forward,
+    /// backward) by op kind and block.
+    pub op_times: Option<(u64, stepscope_core::model::gpt::OpTimes, stepscope_core::model::gpt::OpTimes)>,
     /// The page's wait for the report beyond `frame_ms`: the messages to
     /// and from the worker, their encoding and the worker's scheduling
     /// (set by `Host::frame`; 0 when the engine runs on the page).
@@ -199,6 +202,9 @@ impl Runner {
         report.profiling_ms = std::mem::take(&mut self.profiler.extra_ms);
         report.phase_clock = Some(self.trainer.phase_clock());
         report.gpu_passes = self.trainer.take_gpu_passes();
+        if report.trained.as_ref().is_some_and(|t| t.as_ref().is_ok_and(|m| !m.is_empty())) {
+            report.op_times = self.trainer.op_times();
+        }
         report.frame_ms = ms_since(frame_started);
         report
     }

@@ -5,7 +5,7 @@
 //! the engine's own, shared with the MLP (ARCHITECTURE.md, "Two kinds of
 //! model, one house").
 
-use crate::model::gpt::{Gpt, GptActivations, GptScratch, GptShape};
+use crate::model::gpt::{Gpt, GptActivations, GptScratch, GptShape, OpTimes};
 use crate::rng::{stream, Rng};
 
 pub(super) struct GptNet {
@@ -17,6 +17,11 @@ pub(super) struct GptNet {
     next: Vec<u32>,
     /// The z-loss of this step's micro-batches, summed.
     pub z_sum: f32,
+    /// Where this step's forwards and backwards spent their time so far
+    /// (summed over its micro-batches), and the last whole step's: (step,
+    /// forward, backward).
+    pub times: (OpTimes, OpTimes),
+    pub last_times: Option<(u64, OpTimes, OpTimes)>,
 }
 
 /// Token ids from a table's f32 cells (exact for any vocabulary allowed).
@@ -34,6 +39,8 @@ impl GptNet {
             ids: Vec::new(),
             next: Vec::new(),
             z_sum: 0.0,
+            times: Default::default(),
+            last_times: None,
         }
     }
 
@@ -44,6 +51,7 @@ impl GptNet {
         ids(targets, &mut self.next);
         let (ce, z) = self.model.forward(&mut self.acts, params, &self.ids, &self.next);
         self.z_sum += z;
+        self.times.0.add(&self.acts.times);
         ce
     }
 
@@ -51,6 +59,19 @@ impl GptNet {
     pub fn backward(&mut self, grads: &mut [f32], params: &[f32], z_loss: f32, scale: f32) {
         let (acts, scratch) = (&mut self.acts, &mut self.scratch);
         self.model.backward(grads, acts, scratch, params, &self.ids, &self.next, z_loss, scale);
+        self.times.1.add(&self.scratch.times);
+    }
+
+    /// A step begins: its op times start from zero.
+    pub fn begin_step(&mut self) {
+        self.z_sum = 0.0;
+        self.times = Default::default();
+    }
+
+    /// A step ended: its op times are the last step's.
+    pub fn end_step(&mut self, step: u64) {
+        let (f, b) = std::mem::take(&mut self.times);
+        self.last_times = Some((step, f, b));
     }
 
     /// (activations, attention probabilities, backward scratch) in bytes,

@@ -40,7 +40,7 @@ impl CpuEngine {
                 let t1 = Instant::now();
                 if let Some(gpt) = &mut self.gpt {
                     if micro == 0 {
-                        gpt.z_sum = 0.0;
+                        gpt.begin_step();
                     }
                     let loss = gpt.forward(&self.params, &self.inputs, &self.targets);
                     phases.data_ms += ms(t0, t1);
@@ -123,7 +123,8 @@ impl CpuEngine {
                 if let Some(layer) = self.first_non_finite_layer(&self.params) {
                     return Err(non_finite(Phase::Optimizer, layer, step + 1));
                 }
-                if self.gpt.is_some() {
+                if let Some(gpt) = self.gpt.as_mut() {
+                    gpt.end_step(step);
                     if let Some(t) = first_non_finite_tensor(&self.params, &self.tensors) {
                         return Err(non_finite_tensor(Phase::Optimizer, t, step + 1));
                     }

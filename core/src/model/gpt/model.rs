@@ -11,10 +11,13 @@ use super::ops::*;
 
 mod buffers;
 mod inspect;
+mod times;
 
 use buffers::BlockActs;
 pub use buffers::{memory_floats, GptActivations, GptScratch};
 pub use inspect::{inspect_window, WindowInspection};
+pub use times::{OpKind, OpTimes};
+use times::Lap;
 
 /// Offsets of one block's tensors.
 struct BlockAt {
@@ -115,24 +118,29 @@ impl Gpt {
         let Dims { rows, b, c, v, .. } = d;
         let w = |off: usize, len: usize| &p[off..off + len];
         acts.batch = b;
+        acts.times.reset(self.shape.blocks);
+        let mut lap = Lap::start();
         sized(&mut acts.encoded, rows * c);
         encoder_forward(&mut acts.encoded, inp, w(self.wte, v * c), w(self.wpe, t * c), t, c);
+        acts.times.embedding += lap.split();
         let kept = if acts.checkpointing { 1 } else { self.shape.blocks };
         acts.blocks.resize_with(kept, BlockActs::default);
         acts.outs.resize_with(if acts.checkpointing { self.shape.blocks } else { 0 }, Vec::new);
         for (l, at) in self.blocks.iter().enumerate() {
+            let times = &mut acts.times.blocks[l];
             if acts.checkpointing {
                 let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.outs[l - 1] };
-                self.block_forward(&mut acts.blocks[0], x, p, &d, at);
+                self.block_forward(&mut acts.blocks[0], x, p, &d, at, times);
                 let out = &mut acts.outs[l];
                 sized(out, rows * c);
                 out.copy_from_slice(&acts.blocks[0].res3);
             } else {
                 let (before, rest) = acts.blocks.split_at_mut(l);
                 let x: &[f32] = if l == 0 { &acts.encoded } else { &before[l - 1].res3 };
-                self.block_forward(&mut rest[0], x, p, &d, at);
+                self.block_forward(&mut rest[0], x, p, &d, at, times);
             }
         }
+        let mut lap = Lap::start();
         let mut lnf = std::mem::take(&mut acts.lnf);
         let x = self.block_output(acts, self.shape.blocks);
         lnf.forward(x, w(self.ln_f.0, c), w(self.ln_f.1, c), rows, c);
@@ -140,7 +148,9 @@ impl Gpt {
         sized(&mut acts.logits, rows * v);
         matmul_forward(&mut acts.logits, &acts.lnf.out, w(self.head, v * c), None, rows, c, v);
         sized(&mut acts.lse, rows);
-        cross_entropy_forward(&mut acts.lse, &acts.logits, targets, rows, v)
+        let losses = cross_entropy_forward(&mut acts.lse, &acts.logits, targets, rows, v);
+        acts.times.head += lap.split();
+        losses
     }
 
     /// The input of block `l` (the output of block l − 1, or the
@@ -154,10 +164,12 @@ impl Gpt {
     }
 
     /// One block: res2 = x + attn(ln_1(x)); res3 = res2 + mlp(ln_2(res2)).
-    fn block_forward(&self, a: &mut BlockActs, x: &[f32], p: &[f32], d: &Dims, at: &BlockAt) {
+    fn block_forward(&self, a: &mut BlockActs, x: &[f32], p: &[f32], d: &Dims, at: &BlockAt, times: &mut [f64; 5]) {
         let &Dims { rows, b, t, c, h, hidden, hs, .. } = d;
         let w = |off: usize, len: usize| &p[off..off + len];
+        let mut lap = Lap::start();
         a.ln1.forward(x, w(at.ln1.0, c), w(at.ln1.1, c), rows, c);
+        times[OpKind::LayerNorm as usize] += lap.split();
         sized(&mut a.qkv, rows * 3 * c);
         let (aw, ab) = (w(at.attn.0, 3 * c * c), w(at.attn.1, 3 * c));
         if let (Some(q_ln), Some(k_ln)) = (at.q_ln, at.k_ln) {
@@ -180,10 +192,13 @@ impl Gpt {
         attention_forward(&mut a.atty, &mut a.att, &a.qkv, b, t, c, h);
         sized(&mut a.res2, rows * c);
         matmul_forward(&mut a.res2, &a.atty, w(at.attn_proj.0, c * c), Some(w(at.attn_proj.1, c)), rows, c, c);
+        times[OpKind::Attention as usize] += lap.split();
         for (r, &xi) in a.res2.iter_mut().zip(x) {
             *r += xi; // the residual: x + attn(ln_1(x))
         }
+        times[OpKind::Residual as usize] += lap.split();
         a.ln2.forward(&a.res2, w(at.ln2.0, c), w(at.ln2.1, c), rows, c);
+        times[OpKind::LayerNorm as usize] += lap.split();
         sized(&mut a.fch, rows * hidden);
         sized(&mut a.fch_gelu, rows * hidden);
         matmul_forward(&mut a.fch, &a.ln2.out, w(at.fc.0, hidden * c), Some(w(at.fc.1, hidden)), rows, c, hidden);
@@ -191,9 +206,11 @@ impl Gpt {
         sized(&mut a.res3, rows * c);
         let (pw, pb) = (w(at.fc_proj.0, c * hidden), w(at.fc_proj.1, c));
         matmul_forward(&mut a.res3, &a.fch_gelu, pw, Some(pb), rows, hidden, c);
+        times[OpKind::Mlp as usize] += lap.split();
         for (r, &xi) in a.res3.iter_mut().zip(&a.res2) {
             *r += xi;
         }
+        times[OpKind::Residual as usize] += lap.split();
     }
 
     /// Backward of the last `forward`: adds ∂objective/∂θ, times `scale`
@@ -216,6 +233,8 @@ impl Gpt {
         let d = self.dims(inp.len(), self.shape.context);
         let Dims { rows, t, c, v, hidden, .. } = d;
         let w = |off: usize, len: usize| &p[off..off + len];
+        s.times.reset(self.shape.blocks);
+        let mut lap = Lap::start();
         zeroed(&mut s.dlogits, rows * v);
         cross_entropy_backward(&mut s.dlogits, &acts.logits, &acts.lse, targets, rows, v, z_loss, scale / rows as f32);
         sized(&mut s.dlnf, rows * c); // matmul_backward overwrites ∂x
@@ -229,6 +248,7 @@ impl Gpt {
             let (mean, rstd) = (&acts.lnf.mean, &acts.lnf.rstd);
             layernorm_backward(&mut s.dx, dw, db, &s.dlnf, x, w(self.ln_f.0, c), mean, rstd, rows, c);
         }
+        s.times.head += lap.split();
         sized(&mut s.dres2, rows * c);
         sized(&mut s.dhidden, rows * hidden);
         sized(&mut s.dhidden_gelu, rows * hidden);
@@ -241,15 +261,21 @@ impl Gpt {
         sized(&mut s.att_row, attention_scratch(t, c / self.shape.heads));
         for (l, at) in self.blocks.iter().enumerate().rev() {
             if acts.checkpointing {
+                // The recomputed forward counts as this block's backward
+                // time, on a line of its own.
+                let mut recompute = [0.0; 5];
                 let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.outs[l - 1] };
-                self.block_forward(&mut acts.blocks[0], x, p, &d, at);
+                self.block_forward(&mut acts.blocks[0], x, p, &d, at, &mut recompute);
+                s.times.blocks[l][OpKind::Recompute as usize] += recompute.iter().sum::<f64>();
             }
             let a = &acts.blocks[if acts.checkpointing { 0 } else { l }];
             let x = self.block_output(acts, l);
-            self.block_backward(g, a, x, s, p, &d, at);
+            self.block_backward(g, a, x, s, p, &d, at, l);
         }
+        let mut lap = Lap::start();
         let (dwte, dwpe) = split_two(g, (self.wte, v * c), (self.wpe, t * c));
         encoder_backward(dwte, dwpe, &s.dx, inp, t, c);
+        s.times.embedding += lap.split();
     }
 
     /// Backward through one block: `s.dx` holds ∂/∂(its output) on entry
@@ -264,11 +290,15 @@ impl Gpt {
         p: &[f32],
         d: &Dims,
         at: &BlockAt,
+        l: usize,
     ) {
         let &Dims { rows, b, t, c, h, hidden, hs, .. } = d;
         let w = |off: usize, len: usize| &p[off..off + len];
+        let mut lap = Lap::start();
+        let mut times = [0.0; 5];
         // res3 = res2 + mlp(ln_2(res2)): dx is ∂/∂res3.
         s.dres2.copy_from_slice(&s.dx);
+        times[OpKind::Residual as usize] += lap.split();
         let (dw, db) = pair(g, at.fc_proj, c * hidden);
         let wp = w(at.fc_proj.0, c * hidden);
         matmul_backward(Some(&mut s.dhidden_gelu), dw, Some(db), &s.dx, &a.fch_gelu, wp, rows, hidden, c);
@@ -286,11 +316,14 @@ impl Gpt {
             c,
             hidden,
         );
+        times[OpKind::Mlp as usize] += lap.split();
         let (dw, db) = pair(g, at.ln2, c);
         let (mean, rstd) = (&a.ln2.mean, &a.ln2.rstd);
         layernorm_backward(&mut s.dres2, dw, db, &s.dln, &a.res2, w(at.ln2.0, c), mean, rstd, rows, c);
+        times[OpKind::LayerNorm as usize] += lap.split();
         // res2 = x + attn(ln_1(x)): dres2 flows to x and into attn.
         s.dx.copy_from_slice(&s.dres2);
+        times[OpKind::Residual as usize] += lap.split();
         let (dw, db) = pair(g, at.attn_proj, c * c);
         matmul_backward(Some(&mut s.datty), dw, Some(db), &s.dres2, &a.atty, w(at.attn_proj.0, c * c), rows, c, c);
         s.dqkv.fill(0.0);
@@ -312,9 +345,14 @@ impl Gpt {
         };
         let (dw, db) = pair(g, at.attn, 3 * c * c);
         matmul_backward(Some(&mut s.dln), dw, Some(db), dqkv_in, &a.ln1.out, w(at.attn.0, 3 * c * c), rows, c, 3 * c);
+        times[OpKind::Attention as usize] += lap.split();
         let (dw, db) = pair(g, at.ln1, c);
         let (mean, rstd) = (&a.ln1.mean, &a.ln1.rstd);
         layernorm_backward(&mut s.dx, dw, db, &s.dln, x, w(at.ln1.0, c), mean, rstd, rows, c);
+        times[OpKind::LayerNorm as usize] += lap.split();
+        for (total, t) in s.times.blocks[l].iter_mut().zip(times) {
+            *total += t;
+        }
     }
 }
 

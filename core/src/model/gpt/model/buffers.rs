@@ -23,6 +23,8 @@ pub struct GptActivations {
     pub(super) lnf: Normed,
     pub logits: Vec<f32>,
     pub(super) lse: Vec<f32>,
+    /// Where the last forward spent its time (`OpTimes`).
+    pub times: super::OpTimes,
 }
 
 #[derive(Default)]
@@ -97,6 +99,8 @@ impl GptActivations {
 /// Backward's working buffers, kept between steps.
 #[derive(Default)]
 pub struct GptScratch {
+    /// Where the last backward spent its time (`OpTimes`).
+    pub times: super::OpTimes,
     pub(super) dlogits: Vec<f32>,
     pub(super) dlnf: Vec<f32>,
     pub(super) dx: Vec<f32>,
