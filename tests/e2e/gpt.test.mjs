@@ -11,6 +11,7 @@ import { setup, artifacts, text, number, stepCount } from './harness.mjs';
 import { wordShare } from './bench/gpt_words.mjs';
 
 const ctx = setup();
+const field = async (page, id) => Number(await page.getByTestId(id).inputValue());
 const experiment = (page) => page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
 
 test('a newcomer switches to the transformer, trains it and reads its sample and its attention', async () => {
@@ -20,15 +21,16 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   const e = await experiment(page);
   const g = e.model;
   assert.equal(e.data.source, 'shakespeare');
-  assert.equal(await number(page, 'gpt-blocks'), g.blocks);
-  assert.equal(await number(page, 'gpt-embed'), g.embed);
+  assert.equal(await field(page, 'gpt-blocks'), g.blocks);
+  assert.equal(await field(page, 'gpt-embed'), g.embed);
   // The structure: embeddings, each block, the head, with parameters.
   const parts = await page.locator('[data-testid=gpt-diagram] li').allTextContents();
   assert.equal(parts.length, g.blocks + 2, parts.join('\n'));
   assert.match(parts[1], /attention \(4 heads/);
   assert.match(await text(page, 'gpt-parameters'), /parameters in all/);
   // Not on WebGPU yet, and said so.
-  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]').dataset.settled === 'true');
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]').dataset.settled === 'true'
+    && document.querySelector('[data-testid=backend-reason]').textContent.includes('transformer'), null, { timeout: 60_000 });
   assert.match(await text(page, 'backend-name'), /CPU/);
   assert.match(await text(page, 'backend-reason'), /transformer trains on the CPU engine/);
 
@@ -80,9 +82,12 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   await page.waitForFunction(() => document.querySelector('[data-testid=attention-window-text]').textContent.startsWith('Window 5 of'),
     null, { timeout: 60_000 });
   const map = page.locator(`[data-testid=attention-map][data-block="${g.blocks - 1}"][data-head="1"]`);
+  await map.scrollIntoViewIfNeeded();
   const box = await map.boundingBox();
-  await page.mouse.move(box.x + box.width * 0.3, box.y + box.height * 0.8);
-  const hover = await map.locator('xpath=..').getByTestId('attention-hover').textContent();
+  await map.hover({ position: { x: box.width * 0.3, y: box.height * 0.8 } });
+  const hovered = map.locator('xpath=..').getByTestId('attention-hover');
+  await page.waitForFunction((el) => el.textContent !== '', await hovered.elementHandle());
+  const hover = await hovered.textContent();
   assert.match(hover, /^query .* at \d+ → key .* at \d+: weight 0\.\d{3}$/);
   // The charts over steps have a line per head (entropy, largest logit)
   // and per block (residual norm).
@@ -112,7 +117,7 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   await page.close();
   const again = await ctx.open(link);
   assert.equal(await again.page.getByTestId('model-kind').inputValue(), 'gpt');
-  assert.equal(await number(again.page, 'gpt-embed'), g.embed);
+  assert.equal(await field(again.page, 'gpt-embed'), g.embed);
   await again.page.getByTestId('model-kind').selectOption('mlp');
   await again.page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === undefined);
   assert.equal(await again.page.locator('[data-testid=gpt-panel]').count(), 0);
