@@ -92,7 +92,7 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   // The charts over steps have a line per head (entropy, largest logit)
   // and per block (residual norm).
   const lines = { 'attention-entropy-chart': g.blocks * g.heads, 'attention-max-logit-chart': g.blocks * g.heads,
-    'residual-norm-chart': g.blocks, 'logits-lse-chart': 1 };
+    'residual-norm-chart': g.blocks, 'logits-lse-chart': 1, 'update-ratio-chart': 2 + 4 * g.blocks };
   for (const [id, n] of Object.entries(lines)) {
     await page.waitForFunction(([t, k]) => document.querySelectorAll(`[data-testid=${t}] path.series`).length === k, [id, n]);
   }

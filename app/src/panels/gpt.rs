@@ -395,6 +395,26 @@ fn AttentionPanel() -> impl IntoView {
                 .collect::<Vec<_>>()
         })
     });
+    let ratios = Signal::derive(move || {
+        charts.gpt_history.with(|h| {
+            let Some(last) = h.last() else { return Vec::new() };
+            last.update_ratios
+                .iter()
+                .map(|(name, _)| {
+                    let points = h
+                        .iter()
+                        .filter_map(|p| {
+                            let r = p.update_ratios.iter().find(|(n, _)| n == name)?.1;
+                            (r > 0.0).then_some((p.step, r as f64))
+                        })
+                        .collect();
+                    let short = name.trim_start_matches("transformer.").replace(".weight", "");
+                    let block = short.strip_prefix("h.").and_then(|r| r.split('.').next()?.parse::<usize>().ok());
+                    Series::new(short, format!("s{}", block.map_or(5, |b| b % 5)), points)
+                })
+                .collect::<Vec<_>>()
+        })
+    });
     let lse = Signal::derive(move || {
         charts
             .gpt_history
@@ -418,6 +438,8 @@ fn AttentionPanel() -> impl IntoView {
                     empty="Press Train" series=per_head(|p| &p.max_logit)/>
                 <LineChart testid="residual-norm-chart" title="Residual stream norm after each block (mean ‖x‖)" unit="‖x‖"
                     empty="Press Train" series=residual/>
+                <LineChart testid="update-ratio-chart" title="‖ΔW‖/‖W‖ per weight matrix (the dashed line: 1e-3)" unit="ratio"
+                    empty="Press Train" series=ratios log=true threshold=Signal::derive(|| Some(1e-3))/>
                 <LineChart testid="logits-lse-chart" title="Output logits' logsumexp (what the z-loss penalises)" unit="lse"
                     empty="Press Train" series=lse/>
             </div>

@@ -111,6 +111,8 @@ pub struct GptPoint {
     pub max_logit: Vec<Vec<f32>>,
     pub residual_norm: Vec<f32>,
     pub lse: f32,
+    /// ‖ΔW‖/‖W‖ per weight matrix (name, ratio).
+    pub update_ratios: Vec<(String, f32)>,
 }
 
 /// What the charts and views draw.

@@ -221,8 +221,9 @@ impl AppState {
     }
 
     pub(super) fn record_history(&self, snap: &Snapshot) {
-        if let Some(seen) = snap.gpt.as_ref().and_then(|g| g.attention.as_ref()).map(|a| &a.seen) {
+        if let Some((seen, views)) = snap.gpt.as_ref().and_then(|g| Some((&g.attention.as_ref()?.seen, g))) {
             let point = super::GptPoint {
+                update_ratios: views.update_ratios.clone(),
                 step: snap.step,
                 entropy: seen.entropy.clone(),
                 max_logit: seen.max_logit.clone(),

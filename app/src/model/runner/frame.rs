@@ -174,14 +174,20 @@ impl Runner {
         if self.view_job.is_none() {
             let layout = Layout::new(&e);
             let wait = Instant::now();
-            let read = self.trainer.with_tensors(|t| (t[0].to_vec(), link_blocks(&layout, t))).await;
+            let read = self
+                .trainer
+                .with_tensors(|t| {
+                    (t[0].to_vec(), link_blocks(&layout, t), crate::model::views::gpt::update_ratios(&layout, t))
+                })
+                .await;
             if self.trainer.backend() == Backend::Gpu {
                 awaited_ms = ms_since(wait);
             }
-            let (params, links) = match read {
+            let (params, links, ratios) = match read {
                 Ok(read) => read,
                 Err(err) => return (Err(err), awaited_ms),
             };
+            self.gpt_views.ratios = ratios;
             let prompt = self.sample_due().then(|| self.sample_prompt()).flatten();
             if prompt.is_some() {
                 self.gpt_views.sampled_at = Some(Instant::now());
@@ -201,6 +207,7 @@ impl Runner {
             // A sample is written every few seconds; the views between
             // carry the newest one.
             if let Some(views) = snap.gpt.as_mut() {
+                views.update_ratios = std::mem::take(&mut self.gpt_views.ratios);
                 match &views.sample {
                     Some(sample) => self.gpt_views.last = Some(sample.clone()),
                     None => views.sample = self.gpt_views.last.clone(),
@@ -270,6 +277,8 @@ pub struct GptViewState {
     pub dirty: bool,
     pub last: Option<Arc<crate::model::views::gpt::Sample>>,
     pub sampled_at: Option<Instant>,
+    /// ‖ΔW‖/‖W‖ of each weight matrix, read with the views' parameters.
+    pub ratios: Vec<(String, f32)>,
 }
 
 pub(super) fn ms_since(t: Instant) -> f64 {

@@ -148,9 +148,33 @@ impl TextPreview {
     }
 }
 
+/// ‖ΔW‖/‖W‖ of each weight matrix (tensors of two or more dimensions:
+/// the embeddings and the blocks' four linear layers) from the engine's
+/// [parameters, gradients, last updates]: how far the last step moved each
+/// (about 1e-3 is the rule of thumb for a healthy learning rate). Empty
+/// for the MLP.
+pub fn update_ratios(layout: &stepscope_core::model::Layout, t: [&[f32]; 3]) -> Vec<(String, f32)> {
+    if layout.gpt.is_none() {
+        return Vec::new();
+    }
+    let norm = |x: &[f32]| x.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>().sqrt();
+    layout
+        .tensors()
+        .into_iter()
+        .filter(|info| info.shape.len() >= 2)
+        .map(|info| {
+            let range = info.offset..info.offset + info.len;
+            let (w, dw) = (norm(&t[0][range.clone()]), norm(&t[2][range]));
+            (info.name, (dw / w.max(f64::MIN_POSITIVE)) as f32)
+        })
+        .collect()
+}
+
 /// Everything a transformer's views add to the snapshot.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GptViews {
+    /// ‖ΔW‖/‖W‖ per weight matrix at the snapshot's step (`update_ratios`).
+    pub update_ratios: Vec<(String, f32)>,
     pub preview: Option<TextPreview>,
     pub attention: Option<AttentionView>,
     /// The newest sample (written every few seconds, so it may be from an
@@ -344,6 +368,16 @@ mod runner_tests {
         let attention = views.attention.as_ref().unwrap();
         assert_eq!((attention.window, attention.shown_t, attention.maps.len()), (7, 16, 1));
         assert_eq!(attention.maps[0].len(), 4 * 16 * 16);
+        // Every weight matrix's last update against its size: the two
+        // embeddings and the block's four linear layers.
+        let names: Vec<&str> = views.update_ratios.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names.len(), 6, "{names:?}");
+        assert!(names.contains(&"transformer.h.0.attn.c_attn.weight"));
+        assert!(
+            views.update_ratios.iter().all(|(_, r)| r.is_finite() && *r > 0.0 && *r < 1.0),
+            "{:?}",
+            views.update_ratios
+        );
         let preview = views.preview.as_ref().unwrap();
         assert!(preview.first.starts_with("First Citizen:"), "{}", preview.first);
         assert_eq!(preview.vocabulary.chars().count(), 65);

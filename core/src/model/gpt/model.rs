@@ -16,8 +16,8 @@ mod times;
 use buffers::BlockActs;
 pub use buffers::{memory_floats, GptActivations, GptScratch};
 pub use inspect::{inspect_window, WindowInspection};
-pub use times::{OpKind, OpTimes};
 use times::Lap;
+pub use times::{OpKind, OpTimes};
 
 /// Offsets of one block's tensors.
 struct BlockAt {

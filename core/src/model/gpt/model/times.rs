@@ -25,7 +25,8 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 5] = [OpKind::LayerNorm, OpKind::Attention, OpKind::Mlp, OpKind::Residual, OpKind::Recompute];
+    pub const ALL: [OpKind; 5] =
+        [OpKind::LayerNorm, OpKind::Attention, OpKind::Mlp, OpKind::Residual, OpKind::Recompute];
 
     pub fn name(self) -> &'static str {
         match self {
