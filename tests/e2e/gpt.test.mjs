@@ -52,9 +52,9 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   // probability and alternatives.
   await page.getByTestId('sample-prompt').fill('ROMEO:');
   await page.getByTestId('sample-prompt').dispatchEvent('change');
-  await page.getByTestId('sample-temperature').fill('0.8');
+  await page.getByTestId('sample-temperature').fill('0.7');
   await page.getByTestId('sample-temperature').dispatchEvent('change');
-  await page.waitForFunction(() => document.querySelector('[data-testid=sample-caption]').textContent.includes('temperature 0.8')
+  await page.waitForFunction(() => document.querySelector('[data-testid=sample-caption]').textContent.includes('temperature 0.7')
     && document.querySelector('[data-testid=sample-text] .prompt')?.textContent === 'ROMEO:', null, { timeout: 60_000 });
   const sampled = await page.locator('[data-testid=sample-text] .sampled').evaluateAll((spans) => spans.map((s) => ({
     ch: s.textContent, p: Number(s.dataset.p), title: s.title,

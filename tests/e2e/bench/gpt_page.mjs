@@ -39,7 +39,7 @@ while ((Date.now() - started) / 1000 < seconds) {
   const read = await page.evaluate(() => ({
     step: Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')),
     tokens: Number(document.querySelector('[data-testid=tokens-per-second]')?.textContent.replace(/,/g, '')),
-    val: Number(document.querySelector('[data-testid=val-loss]')?.dataset.value),
+    val: Number.parseFloat(document.querySelector('[data-testid=val-loss]')?.dataset.value),
     sample: [...document.querySelectorAll('[data-testid=sample-text] .sampled')].map((s) => s.textContent).join(''),
     sampleStep: document.querySelector('[data-testid=sample-caption]')?.textContent.match(/step (\d+)/)?.[1],
   }));

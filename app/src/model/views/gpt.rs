@@ -38,7 +38,8 @@ pub struct GptViewSpec {
 
 impl Default for GptViewSpec {
     fn default() -> Self {
-        GptViewSpec { prompt: "\n".into(), temperature: 1.0, window: 0 }
+        // nanoGPT's sample.py writes at 0.8 by default.
+        GptViewSpec { prompt: "\n".into(), temperature: 0.8, window: 0 }
     }
 }
 
