@@ -83,6 +83,7 @@ pub fn RacePanel() -> impl IntoView {
                         <option value="optimizer">"optimizer"</option>
                         <option value="lr">"learning rate"</option>
                         <option value="batch">"batch size"</option>
+                        <option value="qk_layernorm" disabled=move || state.run.experiment.get().gpt().is_none()>"q/k LayerNorm (transformer)"</option>
                     </select>
                 </label>
                 <label class="field">

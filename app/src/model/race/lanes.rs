@@ -273,9 +273,15 @@ impl RaceLanes {
             }
             lane.evaluated_at = Some(Instant::now());
             lane.evaluated_step = Some(step);
-            let data = lane.trainer.data().clone();
-            let train = lane.trainer.evaluate(&data.train).await.ok().flatten();
-            let test = lane.trainer.evaluate(&data.test).await.ok().flatten();
+            let data = lane.trainer.data();
+            // A transformer's over the views' fixed windows (its whole
+            // text would take seconds a lane).
+            let (train_rows, test_rows) = match lane.trainer.experiment().gpt() {
+                Some(_) => crate::model::views::gpt::eval_windows(data),
+                None => (data.train.clone(), data.test.clone()),
+            };
+            let train = lane.trainer.evaluate(&train_rows).await.ok().flatten();
+            let test = lane.trainer.evaluate(&test_rows).await.ok().flatten();
             lane.evaluation = Some((step, train, test));
         }
     }

@@ -28,6 +28,8 @@ pub enum RaceSetting {
     Optimizer,
     LearningRate,
     BatchSize,
+    /// A transformer's q/k LayerNorm, off against on.
+    QkLayerNorm,
 }
 
 impl RaceSetting {
@@ -36,6 +38,7 @@ impl RaceSetting {
             "optimizer" => Some(RaceSetting::Optimizer),
             "lr" => Some(RaceSetting::LearningRate),
             "batch" => Some(RaceSetting::BatchSize),
+            "qk_layernorm" => Some(RaceSetting::QkLayerNorm),
             _ => None,
         }
     }
@@ -46,6 +49,7 @@ impl RaceSetting {
             RaceSetting::Optimizer => "optimizer",
             RaceSetting::LearningRate => "lr",
             RaceSetting::BatchSize => "batch",
+            RaceSetting::QkLayerNorm => "qk_layernorm",
         }
     }
 
@@ -55,6 +59,7 @@ impl RaceSetting {
             RaceSetting::Optimizer => "sgd, adamw",
             RaceSetting::LearningRate => "0.005, 0.02, 0.1",
             RaceSetting::BatchSize => "8, 32, 128",
+            RaceSetting::QkLayerNorm => "off, on",
         }
     }
 }
@@ -116,6 +121,14 @@ impl RaceSpec {
             RaceSetting::Optimizer => set_optimizer(e, value),
             RaceSetting::LearningRate => set_lr(e, number(value)?),
             RaceSetting::BatchSize => set_batch(e, number(value)?),
+            RaceSetting::QkLayerNorm => {
+                let on = match value {
+                    "on" | "true" => true,
+                    "off" | "false" => false,
+                    _ => return Err(format!("q/k LayerNorm is `on` or `off`, not `{value}`.")),
+                };
+                crate::model::edit::set_gpt_switch(e, "qk_layernorm", on)
+            }
         }
     }
 }
@@ -129,8 +142,16 @@ fn number(value: &str) -> Result<f64, String> {
 /// depend on the model and the seed, which a race never changes); taking
 /// them from the base makes "the same initial weights" hold by
 /// construction, and the tests check that it is also the lone run's state.
+///
+/// A variant of another shape (a transformer with q/k LayerNorm against
+/// one without: two more tensors a block) starts from its own initial
+/// weights, drawn from the same seed.
 pub fn lane_state(base: &TrainState, variant: &Experiment) -> TrainState {
-    TrainState { params: base.params.clone(), ..TrainState::fresh(variant) }
+    let fresh = TrainState::fresh(variant);
+    if fresh.params.len() != base.params.len() {
+        return fresh;
+    }
+    TrainState { params: base.params.clone(), ..fresh }
 }
 
 #[cfg(test)]

@@ -169,6 +169,33 @@ mod tests {
         }
     }
 
+    /// A transformer's race of q/k LayerNorm off against on: each lane is
+    /// its lone run bit for bit, the one with it from its own initial
+    /// weights (two more tensors a block).
+    #[test]
+    fn a_transformer_races_qk_layernorm_off_against_on() {
+        let mut base = crate::model::edit::default_gpt_experiment();
+        let g = base.model.gpt.as_mut().unwrap();
+        (g.blocks, g.embed, g.context) = (1, 16, 8);
+        base.batch_size = 2;
+        let spec = RaceSpec::parse("qk_layernorm", "off, on", "6").unwrap();
+        let variants = spec.variants(&base).unwrap();
+        assert_eq!(variants[0].1, base);
+        assert!(variants[1].1.gpt().unwrap().qk_layernorm);
+        let mut runner = Runner::new(&base, None, None).unwrap();
+        let (_, lanes) = race(&mut runner, spec);
+        for (lane, (label, e)) in lanes.iter().zip(&variants) {
+            let alone = lone(e, 6);
+            assert_eq!(lane.last_loss.map(f32::to_bits), Some(alone[5].loss.to_bits()), "{label}");
+        }
+        assert_ne!(lanes[0].last_loss, lanes[1].last_loss);
+        assert!(RaceSpec::parse("qk_layernorm", "off, maybe", "")
+            .unwrap()
+            .variants(&base)
+            .unwrap_err()
+            .contains("`maybe`"));
+    }
+
     /// Reset acts on the race: its lanes start over; ending it hands the
     /// frame back to the run.
     #[test]

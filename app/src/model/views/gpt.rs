@@ -191,6 +191,16 @@ pub fn spread_rows(rows: usize, count: usize) -> Vec<usize> {
     (0..count).map(|i| i * rows / count).collect()
 }
 
+/// The windows a transformer's losses are evaluated over, (train, test):
+/// `TRAIN_WINDOWS` and `VAL_WINDOWS` spread evenly over each set (the view
+/// job's and the race's, so that their curves agree).
+pub fn eval_windows(data: &stepscope_core::data::Dataset) -> (Table, Table) {
+    (
+        data.train.select(&spread_rows(data.train.rows(), TRAIN_WINDOWS)),
+        data.test.select(&spread_rows(data.test.rows(), VAL_WINDOWS)),
+    )
+}
+
 /// A sample being written, a token per chunk of the view job.
 pub struct SampleJob {
     sampler: Sampler,

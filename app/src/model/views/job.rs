@@ -22,7 +22,7 @@ use stepscope_core::metrics::ClassEvaluator;
 use stepscope_core::model::Layout;
 use stepscope_core::Experiment;
 
-use super::gpt::{attention_view, spread_rows, GptViewSpec, GptViews, SampleJob, TRAIN_WINDOWS, VAL_WINDOWS};
+use super::gpt::{attention_view, GptViewSpec, GptViews, SampleJob};
 use super::{
     filters, grid_inputs, is_image_data, output_value, plane_extent, plot_points, ImageViews, LinkBlock, Misclassified,
     Snapshot, GRID, SHOWN_MISCLASSIFIED, SHOWN_UNITS,
@@ -143,10 +143,8 @@ impl ViewJob {
         let rows = (data.train.rows(), data.test.rows());
         let classes = is_image_data(e).then(|| ClassEvaluator::new(&layout, e, rows.1, chunk_rows)).flatten();
         let gpt = e.gpt().map(|g| {
-            let windows = (
-                data.test.select(&spread_rows(rows.1, VAL_WINDOWS)),
-                data.train.select(&spread_rows(rows.0, TRAIN_WINDOWS)),
-            );
+            let (train, test) = super::gpt::eval_windows(data);
+            let windows = (test, train);
             GptJob {
                 model: stepscope_core::model::gpt::Gpt::new(g.shape()),
                 sample: sample_prompt.map(|prompt| SampleJob::new(e, step, &spec, &prompt)),
