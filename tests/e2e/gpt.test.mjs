@@ -6,6 +6,7 @@
 // that brings the transformer back, and refusals by name.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import path from 'node:path';
 import { setup, artifacts, text, number, stepCount } from './harness.mjs';
 import { wordShare } from './bench/gpt_words.mjs';
@@ -46,6 +47,15 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
     null, { timeout: 150_000 });
   const seconds = (Date.now() - started) / 1000;
   const tokens = await number(page, 'tokens-per-second');
+  // The structure now says where the step's time went, part by part, and
+  // the timeline splits the step by block and op.
+  const times = await page.locator('[data-testid=gpt-part-time]').allTextContents();
+  const shares = times.map((t) => Number(t.match(/([\d.]+) %/)?.[1]));
+  assert.equal(shares.length, g.blocks + 2);
+  assert.ok(Math.abs(shares.reduce((a, b) => a + b, 0) - 100) < 1, `the parts' shares add up: ${times}`);
+  const ops = await page.locator('[data-testid=op-timeline] tr[data-kind]').evaluateAll((rows) => rows.map((r) => r.dataset.kind));
+  assert.deepEqual(ops.filter((k) => k === 'attention').length, g.blocks, ops.join(','));
+  assert.match(await text(page, 'op-summary'), /attention [\d.]+ % and the MLPs [\d.]+ % of the step/);
   assert.ok(tokens > 0, `tokens/s ${tokens}`);
 
   // The sample: from the prompt asked for, each character with its
@@ -151,6 +161,25 @@ test('your own text trains the transformer; a bad one is refused by name and the
     null, { timeout: 60_000 });
   assert.match(await text(page, 'text-vocabulary'), new RegExp(`^${e.model.vocab_size} characters`));
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=sample-text] .sampled').length === 160, null, { timeout: 60_000 });
+
+  // Checkpoints of a run on one's own text: downloaded with the nanoGPT
+  // names and the text's vocabulary, verified, restored.
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) > 5,
+    null, { timeout: 60_000 });
+  await page.getByTestId('train-toggle').click();
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-checkpoint').click()]);
+  const bytes = fs.readFileSync(await download.path());
+  const header = JSON.parse(bytes.subarray(8, 8 + Number(bytes.readBigUInt64LE(0))).toString());
+  assert.ok(header['transformer.h.0.attn.c_attn.weight'], Object.keys(header).join(','));
+  assert.equal([...header.__metadata__.vocabulary].length, new Set(poem).size, 'the text\'s vocabulary travels with it');
+  await page.getByTestId('verify-restore').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=verify-result]').textContent !== '', null, { timeout: 60_000 });
+  assert.match(await text(page, 'verify-result'), /^Restore verified: .*parameters identical, optimizer state identical, data position identical, next 5 losses identical/);
+  const step = Number(header.__metadata__.step);
+  await page.getByTestId('restore-checkpoint').setInputFiles({ name: 'tyger.safetensors', mimeType: 'application/octet-stream', buffer: bytes });
+  await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), step, { timeout: 60_000 });
+  assert.equal((await experiment(page)).data.source, 'text', 'restored on the uploaded text');
   assert.deepEqual(errors, []);
   await page.close();
 });

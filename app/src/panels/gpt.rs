@@ -131,18 +131,31 @@ pub fn GptBuilder() -> impl IntoView {
             Err(m) => state.run.alert.set(Some(m)),
         }
     };
+    let charts = expect_context::<Charts>();
     let structure = move || {
         let x = e.get();
         let shape = x.gpt()?.shape();
         let total = shape.parameter_count();
+        // Each part's share of the last step's forward and backward time
+        // (the CPU engine's clock around each op), once there is one.
+        let times = charts.op_times.get().filter(|(_, f, _)| f.blocks.len() == shape.blocks).map(|(_, f, b)| {
+            let all = (f.total() + b.total()).max(1e-9);
+            let mut shares = vec![(f.embedding + b.embedding) / all];
+            shares.extend(f.blocks.iter().zip(&b.blocks).map(|(x, y)| (x.iter().sum::<f64>() + y.iter().sum::<f64>()) / all));
+            shares.push((f.head + b.head) / all);
+            shares
+        });
         let rows = parts(&shape)
             .into_iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(i, p)| {
                 let share = 100.0 * p.params as f64 / total.max(1) as f64;
+                let time = times.as_ref().and_then(|t| t.get(i)).map(|t| format!(" · {:.1} % of the step's forward and backward time", 100.0 * t));
                 view! {
                     <li>
                         <b>{p.name}</b>" "<span class="note">{p.what}</span>
                         <span class="params">{format!(" {} params ({share:.1} %)", crate::model::words::count(p.params as u64))}</span>
+                        <span class="params" data-testid="gpt-part-time">{time}</span>
                     </li>
                 }
             })
