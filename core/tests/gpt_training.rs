@@ -250,3 +250,31 @@ fn op_times_split_the_phases_they_sit_in() {
         assert_eq!(backward.of_kind(OpKind::Recompute) > 0.0, checkpointing);
     }
 }
+
+/// Step by phase on a transformer: the forward shows each op's output in
+/// forward order, backward each named tensor's gradient, the optimizer each
+/// tensor's update against its size; the step so taken is the whole step's.
+#[test]
+fn a_transformer_steps_by_phase_with_each_ops_tensors() {
+    let e = experiment(json!({"model": {"blocks": 2}}));
+    let (mut whole, mut phased) = (engine(&e), engine(&e));
+    let m = whole.step().unwrap();
+    let forward = phased.step_phase().unwrap();
+    let names: Vec<String> = forward.layers.iter().map(|l| l.label.clone().unwrap()).collect();
+    assert_eq!(names.len(), 1 + 2 * 9 + 2, "{names:?}");
+    assert_eq!(names[0], "embedding (token + position)");
+    assert!(names.contains(&"block 2 · attention P".to_string()) && names.last().unwrap() == "logits", "{names:?}");
+    assert!(forward
+        .layers
+        .iter()
+        .all(|l| l.tensors[0].stats.histogram.iter().sum::<u32>() > 0 && l.tensors[0].norm > 0.0));
+    let backward = phased.step_phase().unwrap();
+    let layout = stepscope_core::model::Layout::new(&e);
+    let tensors: Vec<String> = layout.tensors().into_iter().map(|t| t.name).collect();
+    let labels: Vec<String> = backward.layers.iter().map(|l| l.label.clone().unwrap()).collect();
+    assert_eq!(labels, tensors);
+    let optimizer = phased.step_phase().unwrap();
+    assert!(optimizer.layers.iter().all(|l| l.update_ratio.is_some_and(|r| r.is_finite())));
+    let done = optimizer.metrics.unwrap();
+    assert_eq!((done.loss.to_bits(), done.grad_norm.to_bits()), (m.loss.to_bits(), m.grad_norm.to_bits()));
+}

@@ -42,9 +42,9 @@ pub fn default_experiment() -> Experiment {
 
 /// What the model switch opens for a transformer: a small character-level
 /// GPT on Tiny Shakespeare, chosen so that a newcomer sees it learn on the
-/// CPU engine in the browser (bench/page-gpt.md: its samples turn into
-/// words within about half a minute, its validation loss falls under 2.0
-/// within three minutes on a 2-core machine). The learning rate warms up
+/// CPU engine in the browser (bench/page-gpt.md, a 2-core machine: a third
+/// of its sample's words are real ones at 20–30 s, half from 90 s; its
+/// validation loss is 1.998 at 130 s and 1.87 at 180 s). The learning rate warms up
 /// and then stays, so the run keeps learning for as long as it is left.
 pub fn default_gpt_experiment() -> Experiment {
     Experiment::from_json(

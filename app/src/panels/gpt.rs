@@ -141,7 +141,9 @@ pub fn GptBuilder() -> impl IntoView {
         let times = charts.op_times.get().filter(|(_, f, _)| f.blocks.len() == shape.blocks).map(|(_, f, b)| {
             let all = (f.total() + b.total()).max(1e-9);
             let mut shares = vec![(f.embedding + b.embedding) / all];
-            shares.extend(f.blocks.iter().zip(&b.blocks).map(|(x, y)| (x.iter().sum::<f64>() + y.iter().sum::<f64>()) / all));
+            shares.extend(
+                f.blocks.iter().zip(&b.blocks).map(|(x, y)| (x.iter().sum::<f64>() + y.iter().sum::<f64>()) / all),
+            );
             shares.push((f.head + b.head) / all);
             shares
         });

@@ -58,7 +58,8 @@ fn layer_row(layer: &LayerPhase) -> impl IntoView {
         };
         view! { <td data-testid=format!("update-ratio-{}", layer.layer) class=verdict>{significant(r, 3)}</td> }
     });
-    view! { <tr><th>{format!("layer {}", layer.layer)}</th>{cells}{ratio}</tr> }
+    let name = layer.label.clone().unwrap_or_else(|| format!("layer {}", layer.layer));
+    view! { <tr><th>{name}</th>{cells}{ratio}</tr> }
 }
 
 const HINTS: [(&str, &str); 3] = [

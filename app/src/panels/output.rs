@@ -50,6 +50,9 @@ pub fn OutputPanel() -> impl IntoView {
     let experiment = expect_context::<crate::state::Run>().experiment;
     let image_data = move || crate::model::views::is_image_data(&experiment.get());
     let is_gpt = move || experiment.get().gpt().is_some();
+    // The transformer's own views only (not an MLP's snapshot still shown
+    // while the first views of a switched run are computed).
+    let gpt_val = move || snapshot.get().filter(|s| s.gpt.is_some()).and_then(|s| s.test.map(|t| t.loss));
     let plane_2d = move || !image_data() && !is_gpt() && snapshot.get().is_none_or(|s| s.boundary.is_some());
     view! {
         <section class="panel output" aria-label="Output">
@@ -60,7 +63,7 @@ pub fn OutputPanel() -> impl IntoView {
                 <div class="metric">"Train loss" <b data-testid="train-loss" data-value=move || raw(snapshot.get().and_then(|s| s.train.map(|t| t.loss)))>{train_loss}</b></div>
                 <Show when=move || !is_gpt() fallback=move || view! {
                     <div class="metric" title=format!("Mean cross-entropy over {} held-out windows spread over the validation text", crate::model::views::gpt::VAL_WINDOWS)>"Validation loss"
-                        <b data-testid="val-loss" data-value=move || raw(snapshot.get().and_then(|s| s.test.map(|t| t.loss)))>{test_loss}</b></div>
+                        <b data-testid="val-loss" data-value=move || raw(gpt_val())>{move || fmt_loss(gpt_val())}</b></div>
                 }>
                 <div class="metric">"Test loss" <b data-testid="test-loss" data-value=move || raw(snapshot.get().and_then(|s| s.test.map(|t| t.loss)))>{test_loss}</b></div>
                 </Show>

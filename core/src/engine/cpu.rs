@@ -294,10 +294,11 @@ impl CpuEngine {
         let metrics = self.advance(&mut partial, false)?;
         let k = self.experiment.grad_accumulation;
         let layers = match phase {
-            StepPhase::Forward { .. } => {
+            StepPhase::Forward { .. } => match &self.gpt {
+                Some(gpt) => summarise(&self.layout, &PhaseTensors::Ops(gpt.acts.op_outputs())),
                 // With checkpointing there are no per-layer z's to show.
-                summarise(&self.layout, &PhaseTensors::Forward { z: self.acts.stored_z(), a: &self.acts.a })
-            }
+                None => summarise(&self.layout, &PhaseTensors::Forward { z: self.acts.stored_z(), a: &self.acts.a }),
+            },
             StepPhase::Backward { .. } => summarise(&self.layout, &PhaseTensors::Backward { grads: &self.grads }),
             StepPhase::Optimizer => {
                 let moments = self.optimizer.buffers().into_iter().map(|(n, b)| (n, b.as_slice())).collect();

@@ -67,6 +67,11 @@ pub struct NamedStats {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LayerPhase {
     pub layer: usize,
+    /// What the row is, where it is not a dense layer: a transformer's
+    /// named tensor or op output ("transformer.h.0.attn.c_attn.weight",
+    /// "block 1 · attention P").
+    #[serde(default)]
+    pub label: Option<String>,
     pub tensors: Vec<NamedStats>,
     /// After the optimizer: ‖Δθ‖ / ‖θ‖ over the layer's weights and bias
     /// (θ after the update). A healthy run is often near 1e-3.
@@ -104,6 +109,9 @@ pub enum PhaseTensors<'a> {
     /// Parameters after the update, the update, and the optimizer's
     /// moments by name (each (P)).
     Optimizer { params: &'a [f32], updates: &'a [f32], moments: Vec<(&'static str, &'a [f32])> },
+    /// A transformer's forward: each op's output, in forward order
+    /// (`GptActivations::op_outputs`).
+    Ops(Vec<(String, &'a [f32])>),
 }
 
 fn named(name: &'static str, values: &[f32]) -> NamedStats {
@@ -111,8 +119,51 @@ fn named(name: &'static str, values: &[f32]) -> NamedStats {
     NamedStats { name: name.into(), stats: tensor_stats(values), norm }
 }
 
-/// Per-layer summaries of `tensors`.
+/// A transformer's summaries: a row per op output (forward) or per named
+/// tensor (backward, optimizer), in forward and buffer order.
+fn summarise_named(layout: &Layout, tensors: &PhaseTensors) -> Vec<LayerPhase> {
+    let row = |i: usize, label: String, tensors: Vec<NamedStats>, update_ratio: Option<f64>| LayerPhase {
+        layer: i,
+        label: Some(label),
+        tensors,
+        update_ratio,
+    };
+    match tensors {
+        PhaseTensors::Ops(outputs) => outputs
+            .iter()
+            .enumerate()
+            .map(|(i, (name, v))| row(i, name.clone(), vec![named("output", v)], None))
+            .collect(),
+        PhaseTensors::Forward { .. } => Vec::new(),
+        PhaseTensors::Backward { grads } => layout
+            .tensors()
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| row(i, t.name, vec![named("gradient", &grads[t.offset..t.offset + t.len])], None))
+            .collect(),
+        PhaseTensors::Optimizer { params, updates, moments } => layout
+            .tensors()
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let range = t.offset..t.offset + t.len;
+                let update = named("update", &updates[range.clone()]);
+                let weight = named("parameters", &params[range.clone()]);
+                let ratio = (weight.norm > 0.0).then(|| update.norm / weight.norm);
+                let mut list = vec![update, weight];
+                list.extend(moments.iter().map(|(name, m)| named(name, &m[range.clone()])));
+                row(i, t.name, list, ratio)
+            })
+            .collect(),
+    }
+}
+
+/// Per-layer summaries of `tensors` (for a transformer, per op output or
+/// named tensor: `summarise_named`).
 pub fn summarise(layout: &Layout, tensors: &PhaseTensors) -> Vec<LayerPhase> {
+    if layout.gpt.is_some() {
+        return summarise_named(layout, tensors);
+    }
     layout
         .layers
         .iter()
@@ -127,6 +178,7 @@ pub fn summarise(layout: &Layout, tensors: &PhaseTensors) -> Vec<LayerPhase> {
                     vec![named("pre-activation", &z[l]), named("activation", &a[l])]
                 }
                 PhaseTensors::Forward { z: None, a } => vec![named("activation", &a[l])],
+                PhaseTensors::Ops(_) => Vec::new(),
                 PhaseTensors::Backward { grads } => vec![
                     named("weight grad", &grads[weights]),
                     named("bias grad", &grads[bias]),
@@ -143,7 +195,7 @@ pub fn summarise(layout: &Layout, tensors: &PhaseTensors) -> Vec<LayerPhase> {
                     list
                 }
             };
-            LayerPhase { layer: l, tensors: list, update_ratio }
+            LayerPhase { layer: l, label: None, tensors: list, update_ratio }
         })
         .collect()
 }

@@ -85,6 +85,35 @@ impl GptActivations {
         (4 * acts as u64, 4 * att as u64)
     }
 
+    /// Every op's output of the last forward, in forward order, named for
+    /// the page's step-by-phase view: the embedding, each block's ops (with
+    /// activation checkpointing, each block's output alone: the rest is
+    /// recomputed in backward), ln_f and the logits.
+    pub fn op_outputs(&self) -> Vec<(String, &[f32])> {
+        let mut out: Vec<(String, &[f32])> = vec![("embedding (token + position)".into(), &self.encoded)];
+        if self.checkpointing {
+            for (l, o) in self.outs.iter().enumerate() {
+                out.push((format!("block {} · output (kept; the rest is recomputed)", l + 1), o));
+            }
+        } else {
+            for (l, b) in self.blocks.iter().enumerate() {
+                let n = l + 1;
+                out.push((format!("block {n} · ln_1"), &b.ln1.out));
+                out.push((format!("block {n} · q, k, v"), &b.qkv));
+                out.push((format!("block {n} · attention P"), &b.att));
+                out.push((format!("block {n} · attention output"), &b.atty));
+                out.push((format!("block {n} · x + attention"), &b.res2));
+                out.push((format!("block {n} · ln_2"), &b.ln2.out));
+                out.push((format!("block {n} · c_fc"), &b.fch));
+                out.push((format!("block {n} · GELU"), &b.fch_gelu));
+                out.push((format!("block {n} · x + MLP"), &b.res3));
+            }
+        }
+        out.push(("ln_f".into(), &self.lnf.out));
+        out.push(("logits".into(), &self.logits));
+        out
+    }
+
     /// The attention probabilities of block `l` (B, H, T, T) as the last
     /// forward left them; None with checkpointing (only the last block's
     /// are then kept).
