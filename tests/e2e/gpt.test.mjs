@@ -122,6 +122,23 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   assert.ok(await stepCount(page) > before, 'the run went on');
   assert.deepEqual(errors, []);
 
+  // Step by phase: the forward as each op's output, in order. (Paused
+  // part-way through a step, the first phases finish that step.)
+  for (let i = 0; i < 4; i++) {
+    const shown = await text(page, 'current-phase');
+    await page.getByTestId('step-phase').click();
+    await page.waitForFunction((was) => document.querySelector('[data-testid=current-phase]').textContent !== was, shown,
+      { timeout: 60_000 });
+    if ((await text(page, 'current-phase')).startsWith('forward')) break;
+  }
+  assert.match(await text(page, 'current-phase'), /^forward/);
+  const rows = await page.locator('[data-testid=phase-tensors] tr th:first-child').allTextContents();
+  assert.ok(rows.includes('block 1 · attention P') && rows.at(-1) === 'logits', rows.join(' | '));
+  await page.getByTestId('step-phase').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=current-phase]').textContent.startsWith('backward'));
+  assert.ok((await page.locator('[data-testid=phase-tensors] tr th:first-child').allTextContents())
+    .includes('transformer.h.0.attn.c_attn.weight'));
+
   // The link brings the transformer back.
   const link = page.url();
   await page.close();
