@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { setup, artifacts, text, number, stepCount } from './harness.mjs';
+import { setup, artifacts, text, number, stepCount, trainUntil, setField, lastCheckpointStep } from './harness.mjs';
 import { wordShare } from './bench/gpt_words.mjs';
 
 const ctx = setup();
@@ -197,6 +197,36 @@ test('your own text trains the transformer; a bad one is refused by name and the
   await page.getByTestId('restore-checkpoint').setInputFiles({ name: 'tyger.safetensors', mimeType: 'application/octet-stream', buffer: bytes });
   await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), step, { timeout: 60_000 });
   assert.equal((await experiment(page)).data.source, 'text', 'restored on the uploaded text');
+
+  // The PyTorch export of a transformer run: nanoGPT's module.
+  const [script] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-pytorch').click()]);
+  const source = fs.readFileSync(await script.path(), 'utf8');
+  assert.match(source, /class CausalSelfAttention/);
+  assert.match(source, /scaled_dot_product_attention/);
+
+  // The autosave keeps the run and its text: a reload continues both.
+  await setField(page, 'checkpoint-every', 5);
+  await trainUntil(page, (await stepCount(page)) + 12, 60_000);
+  const saved = await lastCheckpointStep(page);
+  await page.reload();
+  await page.waitForFunction(() => /Restored the run autosaved in this browser/.test(document.querySelector('[data-testid=notice]')?.textContent ?? ''),
+    null, { timeout: 60_000 });
+  assert.equal(await stepCount(page), saved);
+  assert.equal((await experiment(page)).data.source, 'text');
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), saved + 1,
+    { timeout: 60_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=text-preview]')?.textContent.includes('Tyger Tyger'),
+    null, { timeout: 60_000 });
   assert.deepEqual(errors, []);
+  // The link alone, in a browser without the autosave: it cannot carry the
+  // text, says so, and trains the same model on Tiny Shakespeare.
+  const link = page.url();
   await page.close();
+  const other = await ctx.open(link);
+  await other.page.waitForFunction(() => document.querySelector('[data-testid=alert]')?.textContent.includes('which a link does not carry'));
+  const fallback = await experiment(other.page);
+  assert.equal(fallback.data.source, 'shakespeare');
+  assert.equal(fallback.model.embed, e.model.embed);
+  await other.page.close();
 });

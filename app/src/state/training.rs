@@ -63,6 +63,23 @@ impl AppState {
             Some(host) => host,
             None => match Host::start(start(&experiment)).await {
                 Ok(host) => host,
+                Err(_) if experiment.data.source == stepscope_core::experiment::DataSource::Text => {
+                    // A link carries the experiment, not the text it trained on.
+                    self.run.alert.set(Some(
+                        "This link's transformer trained on an uploaded text, which a link does not carry: \
+                         upload the text again (Your text). Meanwhile the same model trains on Tiny Shakespeare."
+                            .into(),
+                    ));
+                    let mut e = experiment.clone();
+                    e.data.source = stepscope_core::experiment::DataSource::Shakespeare;
+                    if let Some(g) = e.model.gpt.as_mut() {
+                        g.vocab_size = 65;
+                    }
+                    let e = if e.validate().is_ok() { e } else { default_experiment() };
+                    self.run.experiment.set(e.clone());
+                    url::write_url(&e);
+                    Host::start(start(&e)).await.expect("the transformer on Tiny Shakespeare builds")
+                }
                 Err(message) => {
                     self.run.alert.set(Some(format!("{message}. Showing the default experiment.")));
                     let e = default_experiment();

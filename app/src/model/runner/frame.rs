@@ -56,6 +56,7 @@ impl Runner {
             // Pause and edits wait at most about that long; it goes on from
             // its next part in the next frame.
             let mut out = Vec::new();
+            let (every, last) = (self.checkpoint_every, self.last_checkpoint);
             loop {
                 if !trainer.mid_step() {
                     let waited = wait_for_batches(&mut self.loader, 1).await;
@@ -85,7 +86,12 @@ impl Runner {
                 let free = self.steps_per_log.is_none();
                 let budget_spent = free && !trainer.mid_step() && elapsed >= budget_ms;
                 let long_step = free && !single && trainer.mid_step() && elapsed >= self.yield_after_ms;
-                if out.len() >= cap || budget_spent || long_step || out.len() >= 10_000 {
+                // An automatic checkpoint is taken between steps: a frame of
+                // long steps, which would otherwise end part-way through
+                // every time, ends at the boundary where one falls due.
+                let checkpoint_due =
+                    every > 0 && !out.is_empty() && !trainer.mid_step() && trainer.step_count() / every > last / every;
+                if out.len() >= cap || budget_spent || long_step || checkpoint_due || out.len() >= 10_000 {
                     return Ok(out);
                 }
             }

@@ -107,6 +107,10 @@ pub struct Runner {
     link_mode: super::views::LinkMode,
     /// A transformer's sample and attention window (`frame::GptViewState`).
     gpt_views: frame::GptViewState,
+    /// The page's automatic checkpoint cadence (steps; 0: off), as the
+    /// last frame's plan gave it: a CPU frame ends at the step boundary
+    /// where one falls due.
+    checkpoint_every: u64,
 }
 
 /// A CPU step taking longer than this is taken in parts over several
@@ -175,6 +179,7 @@ impl Runner {
             profiler: profiler::Profiler::default(),
             link_mode: Default::default(),
             gpt_views: Default::default(),
+            checkpoint_every: 0,
         })
     }
 
@@ -392,6 +397,7 @@ impl Runner {
         fresh.set_fused_allowed(self.fused_allowed);
         fresh.yield_after_ms = self.yield_after_ms;
         fresh.link_mode = self.link_mode;
+        fresh.checkpoint_every = self.checkpoint_every;
         fresh.gpt_views.spec = std::mem::take(&mut self.gpt_views.spec);
         fresh.run_id = self.run_id + 1;
         fresh.race_final = self.race_final.take();

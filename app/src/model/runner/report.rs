@@ -105,6 +105,7 @@ impl Runner {
         let frame_started = Instant::now();
         let mut report = FrameReport::default();
         let single = plan.commands.iter().any(|c| matches!(c, Command::StepOnce));
+        self.checkpoint_every = plan.checkpoint_every;
         let had_commands = !plan.commands.is_empty();
         // A restored or rolled-back run waits for the page's next word.
         let mut replaced = false;
