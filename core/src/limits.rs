@@ -146,7 +146,7 @@ impl RunBytes {
             return RunBytes {
                 training: MemoryBytes::estimate(e, false),
                 data: (train + test) as u64 * 2 * 4 * gpt.context as u64,
-                evaluation: 4 * (acts + att) as u64,
+                evaluation: 4 * (acts as u64 + att as u64),
             };
         }
         let row_bytes = 4 * (e.model.inputs + e.outputs()) as u64;

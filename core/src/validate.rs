@@ -68,6 +68,10 @@ pub fn experiment(e: &Experiment) -> Result<()> {
     data(e)
 }
 
+/// A transformer's parameters, at most (an upper bound of the count is
+/// checked, so that no offset of a valid model overflows a 32-bit `usize`).
+pub const MAX_GPT_PARAMETERS: u64 = 1 << 30;
+
 /// The transformer's fields (`"model": {"kind": "gpt", …}`).
 fn gpt(e: &Experiment, g: &GptSpec) -> Result<()> {
     let range = |name: &str, value: usize, max: usize| -> Result<()> {
@@ -84,6 +88,16 @@ fn gpt(e: &Experiment, g: &GptSpec) -> Result<()> {
     range("mlp_ratio", g.mlp_ratio, MAX_MLP_RATIO)?;
     if !g.embed.is_multiple_of(g.heads) {
         return bad(format!("model.embed ({}) must be a multiple of model.heads ({})", g.embed, g.heads));
+    }
+    // Offsets into the flat buffer are `usize`, 32 bits in WebAssembly:
+    // the parameters, counted in u64 here, must fit there with room.
+    let (v, t, c, l, m) = (g.vocab_size as u64, g.context as u64, g.embed as u64, g.blocks as u64, g.mlp_ratio as u64);
+    let params = (2 * v + t + 2) * c + l * ((4 + 2 * m) * c * c + (13 + m) * c + 4 * c);
+    if params > MAX_GPT_PARAMETERS {
+        return bad(format!(
+            "the model has about {params} parameters, more than the {MAX_GPT_PARAMETERS} an engine holds \
+             (model.embed, model.blocks and model.mlp_ratio set its size)"
+        ));
     }
     if e.loss != Loss::CrossEntropy {
         return bad(format!("a gpt model's loss must be \"cross_entropy\", not {:?}", e.loss.name()));

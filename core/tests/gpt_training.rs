@@ -278,3 +278,17 @@ fn a_transformer_steps_by_phase_with_each_ops_tensors() {
     let done = optimizer.metrics.unwrap();
     assert_eq!((done.loss.to_bits(), done.grad_norm.to_bits()), (m.loss.to_bits(), m.grad_norm.to_bits()));
 }
+
+/// A transformer too large for any engine's flat buffer is refused by its
+/// parameter count before anything is sized from it.
+#[test]
+fn a_model_past_the_parameter_bound_is_refused() {
+    let msg = Experiment::from_json(
+        r#"{"model": {"kind": "gpt", "vocab_size": 65, "context": 64, "embed": 4096, "heads": 8, "blocks": 64},
+            "loss": "cross_entropy", "optimizer": {"kind": "adamw", "lr": 0.001}, "batch_size": 1,
+            "data": {"source": "shakespeare"}}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(msg.contains("parameters, more than the 1073741824 an engine holds"), "{msg}");
+}

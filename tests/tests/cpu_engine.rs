@@ -12,3 +12,24 @@ mod run;
 fn the_browser_engine_gives_the_native_bits() {
     assert_eq!(run::digest(), run::EXPECTED);
 }
+
+/// In WebAssembly (`usize` of 32 bits) the largest transformer a link can
+/// ask for reads as too large for the page's budget, by name, instead of
+/// its size wrapping around to a small number that passes.
+#[wasm_bindgen_test::wasm_bindgen_test]
+fn a_huge_transformer_link_is_refused_by_its_size() {
+    use stepscope_core::limits::Limits;
+    let link = r#"{"seed": 1, "model": {"kind": "gpt", "vocab_size": 65, "context": 512, "embed": 512, "heads": 256,
+        "blocks": 12}, "loss": "cross_entropy", "optimizer": {"kind": "adamw", "lr": 0.001},
+        "batch_size": 65536, "data": {"source": "shakespeare"}}"#;
+    let e = stepscope_core::Experiment::from_json(link).unwrap();
+    let msg = Limits::PAGE.check(&e, None).unwrap_err().to_string();
+    assert!(msg.contains("more than the 1024.0 MiB budget of this page"), "{msg}");
+    let (_, att, _) = stepscope_core::model::gpt::memory_floats(&e.gpt().unwrap().shape(), 65536, false);
+    assert_eq!(att, usize::MAX, "saturated, not wrapped");
+    let wide = link
+        .replace("\"embed\": 512, \"heads\": 256", "\"embed\": 4096, \"heads\": 8")
+        .replace("\"blocks\": 12", "\"blocks\": 64");
+    let msg = stepscope_core::Experiment::from_json(&wide).unwrap_err().to_string();
+    assert!(msg.contains("parameters, more than the"), "{msg}");
+}

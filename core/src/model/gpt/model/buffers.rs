@@ -169,20 +169,31 @@ impl GptScratch {
 /// (activations, attention probabilities, backward scratch). The same
 /// sizes the buffers above take once a step has run (tested), so memory
 /// limits are checked before anything is allocated.
+///
+/// Computed in u64 (the largest shapes the fields allow need about 2^58
+/// floats) and saturated to `usize`: in WebAssembly, whose `usize` has 32
+/// bits, a link's huge shape must read as huge, past every budget, not wrap
+/// around to a small number that passes one.
 pub fn memory_floats(s: &GptShape, batch: usize, checkpointing: bool) -> (usize, usize, usize) {
-    let (t, c, v, h) = (s.context, s.embed, s.vocab_size, s.heads);
-    let (rows, hidden) = (batch * t, s.mlp_ratio * c);
+    let n = |x: usize| x as u64;
+    let (t, c, v, h) = (n(s.context), n(s.embed), n(s.vocab_size), n(s.heads));
+    let (rows, hidden) = (n(batch) * t, n(s.mlp_ratio) * c);
     let qk = if s.qk_layernorm { rows * 3 * c + 4 * rows * h } else { 0 };
     let normed = rows * c + 2 * rows;
     // ln1, qkv (+ raw and stats), atty, res2, ln2, fch, fch_gelu, res3.
     let block = normed + rows * 3 * c + qk + 3 * rows * c + normed + 2 * rows * hidden;
-    let att = batch * h * t * t;
-    let kept = if checkpointing { 1 } else { s.blocks };
-    let outs = if checkpointing { s.blocks * rows * c } else { 0 };
+    let att = n(batch) * h * t * t;
+    let kept = if checkpointing { 1 } else { n(s.blocks) };
+    let outs = if checkpointing { n(s.blocks) * rows * c } else { 0 };
     let acts = rows * c + kept * block + outs + normed + rows * v + rows;
-    let scratch =
-        rows * v + 5 * rows * c + 2 * rows * hidden + rows * 3 * c + qk.min(rows * 3 * c) + attention_scratch(t, c / h);
-    (acts, kept * att, scratch)
+    let scratch = rows * v
+        + 5 * rows * c
+        + 2 * rows * hidden
+        + rows * 3 * c
+        + qk.min(rows * 3 * c)
+        + n(attention_scratch(s.context, s.embed / s.heads.max(1)));
+    let size = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
+    (size(acts), size(kept * att), size(scratch))
 }
 
 /// A LayerNorm's output and the per-row mean and 1/σ backward needs.
