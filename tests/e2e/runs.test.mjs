@@ -82,7 +82,11 @@ test('kept runs survive a reload, until forgotten', async () => {
   await trainUntil(page, 300);
   await page.getByTestId('reset').click();
   await waitSteps(page, 0);
-  await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 1);
+  // The run kept by the reset, not the live entry still shown until the
+  // loop has taken the reset (waiting on the count alone, a busy machine
+  // reloaded before the kept run was in the list, let alone stored).
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 1
+    && document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry].live').length === 0);
   const kept = await entries(page).first().getByTestId('run-steps').getAttribute('data-value');
   // The list is written to IndexedDB after it changes; a reload before
   // the write is done would lose it (the page says when it is stored).
