@@ -100,13 +100,7 @@ impl Runner {
     /// Starts reading an upload; a file that is not UTF-8 text or whose
     /// header is wrong is refused now.
     pub(super) fn begin_csv(&mut self, name: String, last: Vec<u8>, base: Experiment) -> Result<(), Error> {
-        let bytes = match self.csv_upload.take() {
-            Some(mut upload) if upload.name == name => {
-                upload.bytes.extend_from_slice(&last);
-                upload.bytes
-            }
-            _ => last,
-        };
+        let bytes = self.take_upload(&name, last);
         let not_loaded = |err: Error| err.context(format!("`{name}` was not loaded"));
         let text = String::from_utf8(bytes).map_err(|e| {
             not_loaded(Error::Csv(format!("the file is not UTF-8 text (byte {} is not)", e.utf8_error().valid_up_to())))
@@ -128,13 +122,7 @@ impl Runner {
         last: Vec<u8>,
         base: Experiment,
     ) -> Result<Option<Outcome>, Error> {
-        let bytes = match self.csv_upload.take() {
-            Some(mut upload) if upload.name == name => {
-                upload.bytes.extend_from_slice(&last);
-                upload.bytes
-            }
-            _ => last,
-        };
+        let bytes = self.take_upload(&name, last);
         let not_loaded = |err: Error| err.context(format!("`{name}` was not loaded"));
         let context = base.gpt().map(|g| g.context).ok_or_else(|| {
             not_loaded(Error::Experiment("a text trains a transformer: switch the model to gpt first".into()))
@@ -156,6 +144,18 @@ impl Runner {
         self.detector.clear();
         self.restart_with_race(&e, Some(upload)).await.map_err(not_loaded)?;
         Ok(Some(Outcome::CsvLoaded(name, Box::new(e))))
+    }
+
+    /// The whole upload `name`: the parts received for it, then `last`
+    /// (the parts of another file are dropped).
+    fn take_upload(&mut self, name: &str, last: Vec<u8>) -> Vec<u8> {
+        match self.csv_upload.take() {
+            Some(mut upload) if upload.name == name => {
+                upload.bytes.extend_from_slice(&last);
+                upload.bytes
+            }
+            _ => last,
+        }
     }
 
     /// A part of an upload's bytes; a part of another file starts over
