@@ -131,6 +131,7 @@ fn wrap(text: &str, width: usize) -> String {
 const IMPORTS: &str = r#"import argparse
 import contextlib
 import ctypes
+import gc
 import glob
 import hashlib
 import json
