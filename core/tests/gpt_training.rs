@@ -251,32 +251,108 @@ fn op_times_split_the_phases_they_sit_in() {
     }
 }
 
-/// Step by phase on a transformer: the forward shows each op's output in
-/// forward order, backward each named tensor's gradient, the optimizer each
-/// tensor's update against its size; the step so taken is the whole step's.
+/// Step by phase on a transformer stops between a block's ops: the forward
+/// shows each op's output so far in forward order (the part's own last),
+/// backward the residual stream's gradient and each tensor's gradient as
+/// backward reaches it, the optimizer each tensor's update against its
+/// size; the step so taken is the whole step's, to the bit, with and
+/// without activation checkpointing, with two micro-batches.
 #[test]
-fn a_transformer_steps_by_phase_with_each_ops_tensors() {
-    let e = experiment(json!({"model": {"blocks": 2}}));
-    let (mut whole, mut phased) = (engine(&e), engine(&e));
-    let m = whole.step().unwrap();
-    let forward = phased.step_phase().unwrap();
-    let names: Vec<String> = forward.layers.iter().map(|l| l.label.clone().unwrap()).collect();
-    assert_eq!(names.len(), 1 + 2 * 9 + 2, "{names:?}");
-    assert_eq!(names[0], "embedding (token + position)");
-    assert!(names.contains(&"block 2 · attention P".to_string()) && names.last().unwrap() == "logits", "{names:?}");
-    assert!(forward
-        .layers
-        .iter()
-        .all(|l| l.tensors[0].stats.histogram.iter().sum::<u32>() > 0 && l.tensors[0].norm > 0.0));
-    let backward = phased.step_phase().unwrap();
-    let layout = stepscope_core::model::Layout::new(&e);
-    let tensors: Vec<String> = layout.tensors().into_iter().map(|t| t.name).collect();
-    let labels: Vec<String> = backward.layers.iter().map(|l| l.label.clone().unwrap()).collect();
-    assert_eq!(labels, tensors);
-    let optimizer = phased.step_phase().unwrap();
-    assert!(optimizer.layers.iter().all(|l| l.update_ratio.is_some_and(|r| r.is_finite())));
-    let done = optimizer.metrics.unwrap();
-    assert_eq!((done.loss.to_bits(), done.grad_norm.to_bits()), (m.loss.to_bits(), m.grad_norm.to_bits()));
+fn a_transformer_steps_by_phase_between_ops_with_each_ops_tensors() {
+    for (checkpointing, k) in [(false, 1), (true, 2)] {
+        let e = experiment(json!({"model": {"blocks": 2, "qk_layernorm": true}, "grad_accumulation": k}));
+        let (mut whole, mut phased) = (engine(&e), engine(&e));
+        for engine in [&mut whole, &mut phased] {
+            engine.set_activation_checkpointing(checkpointing).unwrap();
+        }
+        let m = whole.step().unwrap();
+        let stages = 2 * 4 + 2;
+        let layout = Layout::new(&e);
+        let tensors: Vec<String> = layout.tensors().into_iter().map(|t| t.name).collect();
+        for micro in 0..k {
+            let mut forward = Vec::new();
+            for _ in 0..stages {
+                forward.push(phased.step_phase().unwrap());
+            }
+            let names: Vec<String> = forward.iter().map(|r| r.part.as_ref().unwrap().name.clone()).collect();
+            assert_eq!(names[..3], ["embedding", "block 1 · ln_1", "block 1 · attention"], "{names:?}");
+            assert_eq!(names[8..], ["block 2 · MLP", "head (ln_f, logits, loss)"], "{names:?}");
+            for (i, r) in forward.iter().enumerate() {
+                let part = r.part.as_ref().unwrap();
+                assert_eq!((part.index, part.count), (i, stages));
+                assert_eq!(part.next, names.get(i + 1).cloned());
+                assert_eq!(r.loss.is_some(), i + 1 == stages, "the loss comes with the head");
+                assert_eq!(r.next(), if i + 1 < stages { r.phase } else { r.phase.next(k) });
+                // The part's own outputs are the report's last rows.
+                let labels: Vec<&str> = r.layers.iter().map(|l| l.label.as_deref().unwrap()).collect();
+                let own = &labels[labels.len() - part.added..];
+                let want: &[&str] = match (i, checkpointing) {
+                    (2, _) => &[
+                        "block 1 · q, k, v",
+                        "block 1 · attention P",
+                        "block 1 · attention output",
+                        "block 1 · x + attention",
+                    ],
+                    (4, false) => &["block 1 · c_fc", "block 1 · GELU", "block 1 · x + MLP"],
+                    (4, true) => &["block 1 · output (kept; the rest is recomputed)"],
+                    (9, _) => &["ln_f", "logits"],
+                    _ => &[],
+                };
+                assert!(want.is_empty() || own == want, "stop {i}: {own:?}");
+            }
+            let last = forward.last().unwrap();
+            let rows = if checkpointing { 1 + 2 + 2 } else { 1 + 2 * 9 + 2 };
+            assert_eq!(last.layers.len(), rows);
+            assert!(last
+                .layers
+                .iter()
+                .all(|l| l.tensors[0].norm > 0.0 && l.tensors[0].stats.histogram.iter().sum::<u32>() > 0));
+            if micro == 0 {
+                assert_eq!(last.loss.unwrap().to_bits(), forward_loss_bits(&e, checkpointing));
+            }
+            let mut reached = Vec::new();
+            for i in 0..stages {
+                let r = phased.step_phase().unwrap();
+                let part = r.part.as_ref().unwrap();
+                assert_eq!(part.index, i);
+                let labels: Vec<String> = r.layers.iter().map(|l| l.label.clone().unwrap()).collect();
+                assert!(labels[0].starts_with("∂objective/∂x at ") && r.layers[0].tensors[0].norm > 0.0, "{labels:?}");
+                let own = &labels[labels.len() - part.added..];
+                match part.name.as_str() {
+                    "block 2 · MLP" => {
+                        assert!(own.iter().all(|n| n.starts_with("transformer.h.1.mlp.")) && own.len() == 4)
+                    }
+                    "block 1 · attention" => {
+                        assert!(own.iter().all(|n| n.starts_with("transformer.h.0.attn.")) && own.len() == 8, "{own:?}")
+                    }
+                    "embedding" => assert_eq!(own, ["transformer.wpe.weight"], "the tied embedding came with the head"),
+                    _ => {}
+                }
+                reached = labels[1..].to_vec();
+            }
+            let mut sorted = reached.clone();
+            sorted.sort();
+            let mut all = tensors.clone();
+            all.sort();
+            assert_eq!(sorted, all, "backward reaches every tensor once");
+        }
+        let optimizer = phased.step_phase().unwrap();
+        assert!(optimizer.part.is_none());
+        assert!(optimizer.layers.iter().all(|l| l.update_ratio.is_some_and(|r| r.is_finite())));
+        let done = optimizer.metrics.unwrap();
+        assert_eq!((done.loss.to_bits(), done.grad_norm.to_bits()), (m.loss.to_bits(), m.grad_norm.to_bits()));
+        let bits = |e: &CpuEngine| e.state().params.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&phased), bits(&whole), "checkpointing {checkpointing}");
+    }
+}
+
+/// The first micro-batch's loss of a fresh engine's whole step.
+fn forward_loss_bits(e: &Experiment, checkpointing: bool) -> u32 {
+    let mut fresh_e = e.clone();
+    fresh_e.grad_accumulation = 1;
+    let mut one = engine(&fresh_e);
+    one.set_activation_checkpointing(checkpointing).unwrap();
+    one.step().unwrap().loss.to_bits()
 }
 
 /// A transformer too large for any engine's flat buffer is refused by its

@@ -122,22 +122,46 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   assert.ok(await stepCount(page) > before, 'the run went on');
   assert.deepEqual(errors, []);
 
-  // Step by phase: the forward as each op's output, in order. (Paused
-  // part-way through a step, the first phases finish that step.)
-  for (let i = 0; i < 4; i++) {
-    const shown = await text(page, 'current-phase');
+  // Step by phase stops between a block's ops: the forward as each op's
+  // output so far (the op's own highlighted), backward as the gradients it
+  // has reached, after the residual stream's. (Paused part-way through a
+  // step, the first phases finish that step.)
+  const phase = () => text(page, 'current-phase');
+  const advance = async () => {
+    const shown = await phase();
     await page.getByTestId('step-phase').click();
     await page.waitForFunction((was) => document.querySelector('[data-testid=current-phase]').textContent !== was, shown,
       { timeout: 60_000 });
-    if ((await text(page, 'current-phase')).startsWith('forward')) break;
+    return phase();
+  };
+  const rowNames = () => page.locator('[data-testid=phase-tensors] tr th:first-child').allTextContents();
+  const fresh = () => page.locator('[data-testid=phase-tensors] tr.fresh th:first-child').allTextContents();
+  for (let i = 0; i < 40 && !/^forward \(micro-batch 1\) · embedding of/.test(await phase()); i++) await advance();
+  assert.match(await phase(), /^forward \(micro-batch 1\) · embedding of step \d+$/);
+  assert.deepEqual(await fresh(), ['embedding (token + position)']);
+  assert.match(await advance(), /· block 1 · ln_1 of/);
+  assert.match(await advance(), /· block 1 · attention of/);
+  assert.deepEqual(await fresh(),
+    ['block 1 · q, k, v', 'block 1 · attention P', 'block 1 · attention output', 'block 1 · x + attention']);
+  assert.match(await text(page, 'phase-summary'), /^$/, 'no loss before the head');
+  for (const colorScheme of ['light', 'dark']) {
+    await page.emulateMedia({ colorScheme });
+    await page.locator('.inside-step').screenshot({ path: path.join(artifacts, `gpt-step-phase-${colorScheme}.png`) });
   }
-  assert.match(await text(page, 'current-phase'), /^forward/);
-  const rows = await page.locator('[data-testid=phase-tensors] tr th:first-child').allTextContents();
+  await page.emulateMedia({ colorScheme: 'light' });
+  let stops = 3;
+  while (!/· head/.test(await advance())) stops++;
+  stops++;
+  assert.equal(stops, 4 * g.blocks + 2, 'the embedding, four ops a block, the head');
+  const rows = await rowNames();
   assert.ok(rows.includes('block 1 · attention P') && rows.at(-1) === 'logits', rows.join(' | '));
-  await page.getByTestId('step-phase').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=current-phase]').textContent.startsWith('backward'));
-  assert.ok((await page.locator('[data-testid=phase-tensors] tr th:first-child').allTextContents())
-    .includes('transformer.h.0.attn.c_attn.weight'));
+  assert.match(await text(page, 'phase-summary'), /^micro-batch loss \d/);
+  assert.match(await advance(), /^backward \(micro-batch 1\) · head/);
+  while (!/· block 1 · attention of/.test(await advance()));
+  const grads = await rowNames(); // [0]: the header row's corner
+  assert.match(grads[1], /^∂objective\/∂x at block 1 · x \+ attention/);
+  assert.ok((await fresh()).includes('transformer.h.0.attn.c_attn.weight'), (await fresh()).join(' | '));
+  assert.ok(grads.includes('transformer.h.0.mlp.c_fc.weight') && !grads.includes('transformer.h.0.ln_1.weight'));
 
   // The link brings the transformer back.
   const link = page.url();

@@ -48,7 +48,8 @@ fn stats_cell(t: &NamedStats, layer: usize) -> impl IntoView {
     }
 }
 
-fn layer_row(layer: &LayerPhase) -> impl IntoView {
+/// A row of the table; `fresh` marks what the last part produced.
+fn layer_row(layer: &LayerPhase, fresh: bool) -> impl IntoView {
     let cells = layer.tensors.iter().map(|t| stats_cell(t, layer.layer)).collect_view();
     let ratio = layer.update_ratio.map(|r| {
         let verdict = match r {
@@ -59,7 +60,7 @@ fn layer_row(layer: &LayerPhase) -> impl IntoView {
         view! { <td data-testid=format!("update-ratio-{}", layer.layer) class=verdict>{significant(r, 3)}</td> }
     });
     let name = layer.label.clone().unwrap_or_else(|| format!("layer {}", layer.layer));
-    view! { <tr><th>{name}</th>{cells}{ratio}</tr> }
+    view! { <tr class:fresh=fresh><th>{name}</th>{cells}{ratio}</tr> }
 }
 
 const HINTS: [(&str, &str); 3] = [
@@ -77,6 +78,24 @@ const HINTS: [(&str, &str); 3] = [
     ),
 ];
 
+/// What a transformer's stop ran, for the note above its table.
+fn part_hint(phase: &str, part: &str) -> String {
+    let op = part.rsplit(" · ").next().unwrap_or(part);
+    if phase == "backward" {
+        return format!(
+            "Backward through {part}: the highlighted rows are the gradients it reached (a tied embedding gathers the head's part first, then the embedding's). The first row is the residual stream's gradient where backward stands: follow its norm from block to block."
+        );
+    }
+    let what = match op {
+        "embedding" => "the token and position embeddings, added: the residual stream starts here",
+        "ln_1" | "ln_2" => "LayerNorm: each position's vector to mean 0 and variance 1, then scaled and shifted, whatever the stream's size",
+        "attention" => "q, k and v from one matmul; P = softmax(q·kᵀ/√hs) under the causal mask, each row summing to 1; the heads' outputs merged, projected and added back into the stream",
+        "MLP" => "c_fc widens each position fourfold, GELU, c_proj narrows it back; added into the stream",
+        _ => "ln_f, then the logits over the vocabulary; the loss is their cross-entropy with the next characters",
+    };
+    format!("Forward ran {part}: {what}. Its outputs are the highlighted rows.")
+}
+
 #[component]
 pub fn InsideStep() -> impl IntoView {
     let state = expect_context::<AppState>();
@@ -85,13 +104,12 @@ pub fn InsideStep() -> impl IntoView {
         state.command(Command::StepPhase);
     };
     let current = move || match state.lessons.phase_report.get() {
-        Some(r) => format!("{} of step {}", r.phase, r.step + 1),
+        Some(r) => format!("{} of step {}", r.label(), r.step + 1),
         None => "none yet".into(),
     };
     let next = move || {
         let r = state.lessons.phase_report.get();
-        let next = r.as_ref().map_or(StepPhase::Forward { micro: 0 }, |r| r.next());
-        format!("next: {next}")
+        format!("next: {}", r.map_or(StepPhase::Forward { micro: 0 }.to_string(), |r| r.next_label()))
     };
     let body = move || {
         state.lessons.phase_report.get().map(|r| {
@@ -100,8 +118,12 @@ pub fn InsideStep() -> impl IntoView {
                 .first()
                 .map(|l| l.tensors.iter().map(|t| view! { <th>{t.name.to_string()}</th> }).collect_view());
             let ratio_header = r.layers.first().and_then(|l| l.update_ratio).map(|_| view! { <th>"‖Δθ‖/‖θ‖"</th> });
-            let rows = r.layers.iter().map(layer_row).collect_view();
-            let hint = HINTS.iter().find(|(name, _)| *name == r.phase.name()).map_or("", |(_, h)| *h);
+            let fresh_from = r.part.as_ref().map_or(usize::MAX, |p| r.layers.len().saturating_sub(p.added));
+            let rows = r.layers.iter().enumerate().map(|(i, l)| layer_row(l, i >= fresh_from)).collect_view();
+            let hint = match &r.part {
+                Some(part) => part_hint(r.phase.name(), &part.name),
+                None => HINTS.iter().find(|(name, _)| *name == r.phase.name()).map_or("", |(_, h)| *h).to_string(),
+            };
             let summary = match (&r.loss, &r.metrics) {
                 (Some(loss), _) => format!("micro-batch loss {}", value(f64::from(*loss), 5)),
                 (_, Some(m)) => format!(

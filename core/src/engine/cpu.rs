@@ -291,26 +291,36 @@ impl CpuEngine {
         let mut partial = self.partial.take().unwrap_or_default();
         let phase = partial.next;
         let step = self.optimizer.step;
-        let metrics = self.advance(&mut partial, false)?;
+        // A transformer's forward and backward stop between a block's ops.
+        let metrics = self.advance(&mut partial, self.gpt.is_some())?;
         let k = self.experiment.grad_accumulation;
-        let layers = match phase {
-            StepPhase::Forward { .. } => match &self.gpt {
-                Some(gpt) => summarise(&self.layout, &PhaseTensors::Ops(gpt.acts.op_outputs())),
-                // With checkpointing there are no per-layer z's to show.
-                None => summarise(&self.layout, &PhaseTensors::Forward { z: self.acts.stored_z(), a: &self.acts.a }),
-            },
-            StepPhase::Backward { .. } => summarise(&self.layout, &PhaseTensors::Backward { grads: &self.grads }),
-            StepPhase::Optimizer => {
+        let finished = partial.next != phase || metrics.is_some();
+        let mut part = None;
+        let layers = match (phase, &self.gpt) {
+            (StepPhase::Forward { .. } | StepPhase::Backward { .. }, Some(gpt)) => {
+                let i = if finished { gpt.stages() - 1 } else { partial.layers_done - 1 };
+                let (layers, stop) = gpt.phase_rows(&self.layout, phase, i, &self.grads);
+                part = Some(stop);
+                layers
+            }
+            // With checkpointing there are no per-layer z's to show.
+            (StepPhase::Forward { .. }, None) => {
+                summarise(&self.layout, &PhaseTensors::Forward { z: self.acts.stored_z(), a: &self.acts.a })
+            }
+            (StepPhase::Backward { .. }, None) => {
+                summarise(&self.layout, &PhaseTensors::Backward { grads: &self.grads })
+            }
+            (StepPhase::Optimizer, _) => {
                 let moments = self.optimizer.buffers().into_iter().map(|(n, b)| (n, b.as_slice())).collect();
                 let updates = &self.updates;
                 summarise(&self.layout, &PhaseTensors::Optimizer { params: &self.params, updates, moments })
             }
         };
-        let loss = matches!(phase, StepPhase::Forward { .. }).then_some(partial.last_loss);
+        let loss = (matches!(phase, StepPhase::Forward { .. }) && finished).then_some(partial.last_loss);
         if metrics.is_none() {
             self.partial = Some(partial);
         }
-        Ok(PhaseReport { phase, step, micro_batches: k, loss, metrics, layers })
+        Ok(PhaseReport { phase, step, micro_batches: k, loss, metrics, layers, part })
     }
 
     /// Mean loss (and accuracy for classification) over `table`, in one

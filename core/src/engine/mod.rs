@@ -9,7 +9,7 @@ pub mod profile;
 
 pub use cpu::{sample, CpuEngine, SampledToken, Sampler, Sampling, LAYER_PART_MACS};
 pub use forward::{evaluate, forward_layer, forward_pass, gpt_eval_windows, predict, Activations, Evaluator};
-pub use phases::{PhaseReport, StepPhase};
+pub use phases::{PhasePart, PhaseReport, StepPhase};
 
 use serde::{Deserialize, Serialize};
 

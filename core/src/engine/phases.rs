@@ -90,12 +90,50 @@ pub struct PhaseReport {
     /// Optimizer: the finished step's metrics (loss, gradient norm, lr).
     pub metrics: Option<StepMetrics>,
     pub layers: Vec<LayerPhase>,
+    /// A transformer's forward and backward stop between a block's ops:
+    /// which part of the phase this was. None: the whole phase ran.
+    #[serde(default)]
+    pub part: Option<PhasePart>,
+}
+
+/// One stop of a phase taken in parts (a transformer's embedding, a
+/// block's op, its head).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhasePart {
+    /// "block 2 · attention".
+    pub name: String,
+    /// Its place among the phase's `count` parts (0-based).
+    pub index: usize,
+    pub count: usize,
+    /// The next part's name, while the phase is not finished.
+    pub next: Option<String>,
+    /// How many of the report's rows this part produced: its last.
+    pub added: usize,
 }
 
 impl PhaseReport {
-    /// The phase that comes next.
+    /// The phase that comes next: this one again while it has parts left.
     pub fn next(&self) -> StepPhase {
-        self.phase.next(self.micro_batches)
+        match &self.part {
+            Some(part) if part.next.is_some() => self.phase,
+            _ => self.phase.next(self.micro_batches),
+        }
+    }
+
+    /// What comes next, in words: "forward (micro-batch 1) · block 2 · ln_2".
+    pub fn next_label(&self) -> String {
+        match self.part.as_ref().and_then(|p| p.next.as_ref()) {
+            Some(part) => format!("{} · {part}", self.phase),
+            None => self.next().to_string(),
+        }
+    }
+
+    /// What ran, in words: "backward (micro-batch 1) · block 3 · MLP".
+    pub fn label(&self) -> String {
+        match &self.part {
+            Some(part) => format!("{} · {}", self.phase, part.name),
+            None => self.phase.to_string(),
+        }
     }
 }
 
@@ -112,6 +150,12 @@ pub enum PhaseTensors<'a> {
     /// A transformer's forward: each op's output, in forward order
     /// (`GptActivations::op_outputs`).
     Ops(Vec<(String, &'a [f32])>),
+}
+
+/// A row of one tensor, outside a layer (a transformer's residual-stream
+/// gradient in step-by-phase).
+pub(crate) fn tensor_row(layer: usize, label: String, name: &'static str, values: &[f32]) -> LayerPhase {
+    LayerPhase { layer, label: Some(label), tensors: vec![named(name, values)], update_ratio: None }
 }
 
 fn named(name: &'static str, values: &[f32]) -> NamedStats {

@@ -154,7 +154,7 @@ impl GpuEngine {
             partial.next = phase.next(k);
             self.partial = Some(partial);
         }
-        Ok(PhaseReport { phase, step, micro_batches: k, loss, metrics, layers })
+        Ok(PhaseReport { phase, step, micro_batches: k, loss, metrics, layers, part: None })
     }
 
     /// Runs the remaining phases of a step begun phase by phase, if any.

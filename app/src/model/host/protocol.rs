@@ -102,7 +102,7 @@ pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, String> {
 mod tests {
     use super::*;
     use crate::model::spikes::Verdict;
-    use stepscope_core::engine::{PhaseReport, StepPhase};
+    use stepscope_core::engine::{PhasePart, PhaseReport, StepPhase};
     use stepscope_core::stats::TensorStats;
     use stepscope_core::trainer::conformance::training_matrix;
     use stepscope_core::StepMetrics;
@@ -204,6 +204,13 @@ mod tests {
             loss: None,
             metrics: Some(metrics.clone()),
             layers: Vec::new(),
+            part: Some(PhasePart {
+                name: "block 2 · attention".into(),
+                index: 6,
+                count: 14,
+                next: Some("block 2 · ln_2".into()),
+                added: 4,
+            }),
         };
         let metrics_phases = metrics.phases;
         round_trip(&answer(FrameReport {

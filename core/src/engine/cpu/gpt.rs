@@ -5,7 +5,9 @@
 //! the engine's own, shared with the MLP (ARCHITECTURE.md, "Two kinds of
 //! model, one house").
 
-use crate::model::gpt::{Gpt, GptActivations, GptScratch, GptShape, OpTimes};
+use crate::engine::phases::{summarise, tensor_row, LayerPhase, PhasePart, PhaseTensors, StepPhase};
+use crate::model::gpt::{Gpt, GptActivations, GptScratch, GptShape, OpTimes, Stage, BLOCK_OPS, OP_OUTPUTS};
+use crate::model::Layout;
 use crate::rng::{stream, Rng};
 
 pub(super) struct GptNet {
@@ -44,22 +46,33 @@ impl GptNet {
         }
     }
 
-    /// Forward over a micro-batch (`inputs` and `targets` as the batcher
-    /// serves them): the cross-entropy; the z-loss adds into `z_sum`.
-    pub fn forward(&mut self, params: &[f32], inputs: &[f32], targets: &[f32]) -> f32 {
-        ids(inputs, &mut self.ids);
-        ids(targets, &mut self.next);
-        let (ce, z) = self.model.forward(&mut self.acts, params, &self.ids, &self.next);
-        self.z_sum += z;
-        self.times.0.add(&self.acts.times);
-        ce
+    /// Forward's and backward's stages (`Gpt::stages`).
+    pub fn stages(&self) -> usize {
+        self.model.stages()
     }
 
-    /// Backward of the last forward into `grads`, scaled by `scale` (1/k).
-    pub fn backward(&mut self, grads: &mut [f32], params: &[f32], z_loss: f32, scale: f32) {
+    /// Forward's stage `i` over a micro-batch (`inputs` and `targets` as
+    /// the batcher serves them): after the last, the cross-entropy, the
+    /// z-loss added into `z_sum`.
+    pub fn forward_stage(&mut self, params: &[f32], inputs: &[f32], targets: &[f32], i: usize) -> Option<f32> {
+        if i == 0 {
+            ids(inputs, &mut self.ids);
+            ids(targets, &mut self.next);
+        }
+        let (ce, z) = self.model.forward_stage(&mut self.acts, params, &self.ids, &self.next, i)?;
+        self.z_sum += z;
+        self.times.0.add(&self.acts.times);
+        Some(ce)
+    }
+
+    /// Backward's stage `i` of the last forward into `grads`, scaled by
+    /// `scale` (1/k).
+    pub fn backward_stage(&mut self, grads: &mut [f32], params: &[f32], z_loss: f32, scale: f32, i: usize) {
         let (acts, scratch) = (&mut self.acts, &mut self.scratch);
-        self.model.backward(grads, acts, scratch, params, &self.ids, &self.next, z_loss, scale);
-        self.times.1.add(&self.scratch.times);
+        self.model.backward_stage(grads, acts, scratch, params, &self.ids, &self.next, z_loss, scale, i);
+        if i + 1 == self.model.stages() {
+            self.times.1.add(&self.scratch.times);
+        }
     }
 
     /// A step begins: its op times start from zero.
@@ -72,6 +85,45 @@ impl GptNet {
     pub fn end_step(&mut self, step: u64) {
         let (f, b) = std::mem::take(&mut self.times);
         self.last_times = Some((step, f, b));
+    }
+
+    /// Step-by-phase's rows after stage `i` of a forward or backward, and
+    /// what that stage was. Forward: every op output so far, in forward
+    /// order. Backward: the gradient of each tensor backward has reached,
+    /// in the order it reached them, after the residual stream's gradient
+    /// where backward stands.
+    pub fn phase_rows(
+        &self,
+        layout: &Layout,
+        phase: StepPhase,
+        i: usize,
+        grads: &[f32],
+    ) -> (Vec<LayerPhase>, PhasePart) {
+        let m = &self.model;
+        let count = m.stages();
+        let forward = matches!(phase, StepPhase::Forward { .. });
+        let at = |i: usize| if forward { m.forward_stage_at(i) } else { m.backward_stage_at(i) };
+        let (rows, added) = if forward {
+            let rows = summarise(layout, &PhaseTensors::Ops(self.acts.op_outputs_through(at(i))));
+            let added = match at(i) {
+                Stage::Embedding => 1,
+                Stage::Block { op, .. } if self.acts.checkpointing && op + 1 == BLOCK_OPS.len() => 1,
+                Stage::Block { op, .. } => OP_OUTPUTS[op].len(),
+                Stage::Head => 2,
+            };
+            (rows, added)
+        } else {
+            let all = summarise(layout, &PhaseTensors::Backward { grads });
+            let reached = m.tensors_through_backward(i);
+            let before = if i == 0 { 0 } else { m.tensors_through_backward(i - 1).len() };
+            let (dx, place) = m.stream_gradient(&self.scratch, i);
+            let mut rows =
+                vec![tensor_row(0, format!("∂objective/∂x at {place} (the residual stream)"), "gradient", dx)];
+            rows.extend(reached.iter().map(|&j| all[j].clone()));
+            (rows, reached.len() - before)
+        };
+        let next = (i + 1 < count).then(|| at(i + 1).name());
+        (rows, PhasePart { name: at(i).name(), index: i, count, next, added })
     }
 
     /// (activations, attention probabilities, backward scratch) in bytes,

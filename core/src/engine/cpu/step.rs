@@ -39,18 +39,29 @@ impl CpuEngine {
                 }
                 let t1 = Instant::now();
                 if let Some(gpt) = &mut self.gpt {
-                    if micro == 0 {
+                    if micro == 0 && partial.layers_done == 0 {
                         gpt.begin_step();
                     }
-                    let loss = gpt.forward(&self.params, &self.inputs, &self.targets);
+                    // The micro-batch's forward, or (`one_layer`: step by
+                    // phase) its next stage alone.
+                    let mut loss = None;
+                    while loss.is_none() {
+                        loss = gpt.forward_stage(&self.params, &self.inputs, &self.targets, partial.layers_done);
+                        partial.layers_done += 1;
+                        if one_layer {
+                            break;
+                        }
+                    }
                     phases.data_ms += ms(t0, t1);
                     phases.forward_ms += ms(t1, Instant::now());
+                    let Some(loss) = loss else { return Ok(None) };
                     if !loss.is_finite() {
                         return Err(non_finite_tensor(Phase::Loss, "the logits", self.optimizer.step + 1));
                     }
                     partial.loss_sum += loss;
                     partial.last_loss = loss;
                     partial.next = partial.next.next(k);
+                    partial.layers_done = 0;
                     return Ok(None);
                 }
                 loop {
@@ -80,17 +91,30 @@ impl CpuEngine {
             StepPhase::Backward { micro } => {
                 let t0 = Instant::now();
                 if let Some(gpt) = &mut self.gpt {
-                    gpt.backward(&mut self.grads, &self.params, e.z_loss as f32, 1.0 / k as f32);
-                    if micro + 1 == k {
+                    let stages = gpt.stages();
+                    loop {
+                        let (z_loss, scale) = (e.z_loss as f32, 1.0 / k as f32);
+                        gpt.backward_stage(&mut self.grads, &self.params, z_loss, scale, partial.layers_done);
+                        partial.layers_done += 1;
+                        if partial.layers_done == stages || one_layer {
+                            break;
+                        }
+                    }
+                    let done = partial.layers_done == stages;
+                    if done && micro + 1 == k {
                         if let Some(reg) = &e.regularization {
                             regularization_backward(&mut self.grads, &self.params, &self.tensors, reg);
                         }
                     }
                     phases.backward_ms += ms(t0, Instant::now());
+                    if !done {
+                        return Ok(None);
+                    }
                     if let Some(t) = first_non_finite_tensor(&self.grads, &self.tensors) {
                         return Err(non_finite_tensor(Phase::Backward, t, self.optimizer.step + 1));
                     }
                     partial.next = partial.next.next(k);
+                    partial.layers_done = 0;
                     return Ok(None);
                 }
                 if partial.layers_done == 0 {

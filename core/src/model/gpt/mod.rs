@@ -7,7 +7,10 @@ pub mod model;
 pub mod ops;
 
 pub use layout::{init_parameters, GptShape, GptTensor, Init};
-pub use model::{inspect_window, memory_floats, Gpt, GptActivations, GptScratch, OpKind, OpTimes, WindowInspection};
+pub use model::{
+    inspect_window, memory_floats, Gpt, GptActivations, GptScratch, OpKind, OpTimes, Stage, WindowInspection,
+    BLOCK_OPS, OP_OUTPUTS,
+};
 
 #[cfg(test)]
 pub(crate) mod testing {

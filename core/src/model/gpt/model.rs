@@ -9,12 +9,14 @@
 use super::layout::{GptShape, GptTensor};
 use super::ops::*;
 
+mod block;
 mod buffers;
 mod inspect;
 mod times;
 
+pub use block::{Stage, BLOCK_OPS};
 use buffers::BlockActs;
-pub use buffers::{memory_floats, GptActivations, GptScratch};
+pub use buffers::{memory_floats, GptActivations, GptScratch, OP_OUTPUTS};
 pub use inspect::{inspect_window, WindowInspection};
 use times::Lap;
 pub use times::{OpKind, OpTimes};
@@ -114,43 +116,106 @@ impl Gpt {
         targets: &[u32],
         t: usize,
     ) -> (f32, f32) {
+        let mut losses = (0.0, 0.0);
+        for i in 0..self.stages() {
+            if let Some(l) = self.forward_stage_windows(acts, p, inp, targets, t, i) {
+                losses = l;
+            }
+        }
+        losses
+    }
+
+    /// Forward's stops, and backward's (`stage`): the embedding, each
+    /// block's four ops, the head.
+    pub fn stages(&self) -> usize {
+        BLOCK_OPS.len() * self.shape.blocks + 2
+    }
+
+    /// What forward's `i`-th stage runs: the embedding first, then each
+    /// block's ops in order, then the head.
+    pub fn forward_stage_at(&self, i: usize) -> Stage {
+        let ops = BLOCK_OPS.len();
+        match i {
+            0 => Stage::Embedding,
+            _ if i + 1 >= self.stages() => Stage::Head,
+            _ => Stage::Block { block: (i - 1) / ops, op: (i - 1) % ops },
+        }
+    }
+
+    /// What backward's `i`-th stage runs: forward's stages in reverse.
+    pub fn backward_stage_at(&self, i: usize) -> Stage {
+        self.forward_stage_at(self.stages() - 1 - i.min(self.stages() - 1))
+    }
+
+    /// Runs forward's stage `i` over windows of T tokens (step-by-phase
+    /// stops between them; `forward` runs them all): the losses after
+    /// the last (the head), None before it.
+    pub fn forward_stage(
+        &self,
+        acts: &mut GptActivations,
+        p: &[f32],
+        inp: &[u32],
+        targets: &[u32],
+        i: usize,
+    ) -> Option<(f32, f32)> {
+        self.forward_stage_windows(acts, p, inp, targets, self.shape.context, i)
+    }
+
+    fn forward_stage_windows(
+        &self,
+        acts: &mut GptActivations,
+        p: &[f32],
+        inp: &[u32],
+        targets: &[u32],
+        t: usize,
+        i: usize,
+    ) -> Option<(f32, f32)> {
         let d = self.dims(inp.len(), t);
         let Dims { rows, b, c, v, .. } = d;
         let w = |off: usize, len: usize| &p[off..off + len];
-        acts.batch = b;
-        acts.times.reset(self.shape.blocks);
         let mut lap = Lap::start();
-        sized(&mut acts.encoded, rows * c);
-        encoder_forward(&mut acts.encoded, inp, w(self.wte, v * c), w(self.wpe, t * c), t, c);
-        acts.times.embedding += lap.split();
-        let kept = if acts.checkpointing { 1 } else { self.shape.blocks };
-        acts.blocks.resize_with(kept, BlockActs::default);
-        acts.outs.resize_with(if acts.checkpointing { self.shape.blocks } else { 0 }, Vec::new);
-        for (l, at) in self.blocks.iter().enumerate() {
-            let times = &mut acts.times.blocks[l];
-            if acts.checkpointing {
-                let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.outs[l - 1] };
-                self.block_forward(&mut acts.blocks[0], x, p, &d, at, times);
-                let out = &mut acts.outs[l];
-                sized(out, rows * c);
-                out.copy_from_slice(&acts.blocks[0].res3);
-            } else {
-                let (before, rest) = acts.blocks.split_at_mut(l);
-                let x: &[f32] = if l == 0 { &acts.encoded } else { &before[l - 1].res3 };
-                self.block_forward(&mut rest[0], x, p, &d, at, times);
+        match self.forward_stage_at(i) {
+            Stage::Embedding => {
+                acts.batch = b;
+                acts.times.reset(self.shape.blocks);
+                sized(&mut acts.encoded, rows * c);
+                encoder_forward(&mut acts.encoded, inp, w(self.wte, v * c), w(self.wpe, t * c), t, c);
+                let kept = if acts.checkpointing { 1 } else { self.shape.blocks };
+                acts.blocks.resize_with(kept, BlockActs::default);
+                acts.outs.resize_with(if acts.checkpointing { self.shape.blocks } else { 0 }, Vec::new);
+                acts.times.embedding += lap.split();
+                None
+            }
+            Stage::Block { block: l, op } => {
+                let (at, times) = (&self.blocks[l], &mut acts.times.blocks[l]);
+                if acts.checkpointing {
+                    let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.outs[l - 1] };
+                    self.block_op_forward(&mut acts.blocks[0], x, p, &d, at, times, op);
+                    if op + 1 == BLOCK_OPS.len() {
+                        let out = &mut acts.outs[l];
+                        sized(out, rows * c);
+                        out.copy_from_slice(&acts.blocks[0].res3);
+                    }
+                } else {
+                    let (before, rest) = acts.blocks.split_at_mut(l);
+                    let x: &[f32] = if l == 0 { &acts.encoded } else { &before[l - 1].res3 };
+                    self.block_op_forward(&mut rest[0], x, p, &d, at, times, op);
+                }
+                None
+            }
+            Stage::Head => {
+                let mut lnf = std::mem::take(&mut acts.lnf);
+                let x = self.block_output(acts, self.shape.blocks);
+                lnf.forward(x, w(self.ln_f.0, c), w(self.ln_f.1, c), rows, c);
+                acts.lnf = lnf;
+                sized(&mut acts.logits, rows * v);
+                matmul_forward(&mut acts.logits, &acts.lnf.out, w(self.head, v * c), None, rows, c, v);
+                sized(&mut acts.lse, rows);
+                let losses = cross_entropy_forward(&mut acts.lse, &acts.logits, targets, rows, v);
+                acts.times.head += lap.split();
+                Some(losses)
             }
         }
-        let mut lap = Lap::start();
-        let mut lnf = std::mem::take(&mut acts.lnf);
-        let x = self.block_output(acts, self.shape.blocks);
-        lnf.forward(x, w(self.ln_f.0, c), w(self.ln_f.1, c), rows, c);
-        acts.lnf = lnf;
-        sized(&mut acts.logits, rows * v);
-        matmul_forward(&mut acts.logits, &acts.lnf.out, w(self.head, v * c), None, rows, c, v);
-        sized(&mut acts.lse, rows);
-        let losses = cross_entropy_forward(&mut acts.lse, &acts.logits, targets, rows, v);
-        acts.times.head += lap.split();
-        losses
     }
 
     /// The input of block `l` (the output of block l − 1, or the
@@ -161,56 +226,6 @@ impl Gpt {
             _ if acts.checkpointing => &acts.outs[l - 1],
             _ => &acts.blocks[l - 1].res3,
         }
-    }
-
-    /// One block: res2 = x + attn(ln_1(x)); res3 = res2 + mlp(ln_2(res2)).
-    fn block_forward(&self, a: &mut BlockActs, x: &[f32], p: &[f32], d: &Dims, at: &BlockAt, times: &mut [f64; 5]) {
-        let &Dims { rows, b, t, c, h, hidden, hs, .. } = d;
-        let w = |off: usize, len: usize| &p[off..off + len];
-        let mut lap = Lap::start();
-        a.ln1.forward(x, w(at.ln1.0, c), w(at.ln1.1, c), rows, c);
-        times[OpKind::LayerNorm as usize] += lap.split();
-        sized(&mut a.qkv, rows * 3 * c);
-        let (aw, ab) = (w(at.attn.0, 3 * c * c), w(at.attn.1, 3 * c));
-        if let (Some(q_ln), Some(k_ln)) = (at.q_ln, at.k_ln) {
-            sized(&mut a.qkv_raw, rows * 3 * c);
-            matmul_forward(&mut a.qkv_raw, &a.ln1.out, aw, Some(ab), rows, c, 3 * c);
-            a.qkv.copy_from_slice(&a.qkv_raw);
-            sized(&mut a.qk_stats.0, 2 * rows * h);
-            sized(&mut a.qk_stats.1, 2 * rows * h);
-            for (seg, (norm, part)) in qk_segments(rows, c, h, q_ln, k_ln).enumerate() {
-                let range = part..part + hs;
-                let (mean, rstd) = (&mut a.qk_stats.0[seg..seg + 1], &mut a.qk_stats.1[seg..seg + 1]);
-                let (wn, bn) = (w(norm.0, hs), w(norm.1, hs));
-                layernorm_forward(&mut a.qkv[range.clone()], mean, rstd, &a.qkv_raw[range], wn, bn, 1, hs);
-            }
-        } else {
-            matmul_forward(&mut a.qkv, &a.ln1.out, aw, Some(ab), rows, c, 3 * c);
-        }
-        sized(&mut a.att, b * h * t * t);
-        sized(&mut a.atty, rows * c);
-        attention_forward(&mut a.atty, &mut a.att, &a.qkv, b, t, c, h);
-        sized(&mut a.res2, rows * c);
-        matmul_forward(&mut a.res2, &a.atty, w(at.attn_proj.0, c * c), Some(w(at.attn_proj.1, c)), rows, c, c);
-        times[OpKind::Attention as usize] += lap.split();
-        for (r, &xi) in a.res2.iter_mut().zip(x) {
-            *r += xi; // the residual: x + attn(ln_1(x))
-        }
-        times[OpKind::Residual as usize] += lap.split();
-        a.ln2.forward(&a.res2, w(at.ln2.0, c), w(at.ln2.1, c), rows, c);
-        times[OpKind::LayerNorm as usize] += lap.split();
-        sized(&mut a.fch, rows * hidden);
-        sized(&mut a.fch_gelu, rows * hidden);
-        matmul_forward(&mut a.fch, &a.ln2.out, w(at.fc.0, hidden * c), Some(w(at.fc.1, hidden)), rows, c, hidden);
-        gelu_forward(&mut a.fch_gelu, &a.fch);
-        sized(&mut a.res3, rows * c);
-        let (pw, pb) = (w(at.fc_proj.0, c * hidden), w(at.fc_proj.1, c));
-        matmul_forward(&mut a.res3, &a.fch_gelu, pw, Some(pb), rows, hidden, c);
-        times[OpKind::Mlp as usize] += lap.split();
-        for (r, &xi) in a.res3.iter_mut().zip(&a.res2) {
-            *r += xi;
-        }
-        times[OpKind::Residual as usize] += lap.split();
     }
 
     /// Backward of the last `forward`: adds ∂objective/∂θ, times `scale`
@@ -230,128 +245,93 @@ impl Gpt {
         z_loss: f32,
         scale: f32,
     ) {
+        for i in 0..self.stages() {
+            self.backward_stage(g, acts, s, p, inp, targets, z_loss, scale, i);
+        }
+    }
+
+    /// Runs backward's stage `i` (`backward_stage_at`): `backward` is
+    /// them all in order, step-by-phase stops between them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_stage(
+        &self,
+        g: &mut [f32],
+        acts: &mut GptActivations,
+        s: &mut GptScratch,
+        p: &[f32],
+        inp: &[u32],
+        targets: &[u32],
+        z_loss: f32,
+        scale: f32,
+        i: usize,
+    ) {
         let d = self.dims(inp.len(), self.shape.context);
         let Dims { rows, t, c, v, hidden, .. } = d;
         let w = |off: usize, len: usize| &p[off..off + len];
-        s.times.reset(self.shape.blocks);
-        let mut lap = Lap::start();
-        zeroed(&mut s.dlogits, rows * v);
-        cross_entropy_backward(&mut s.dlogits, &acts.logits, &acts.lse, targets, rows, v, z_loss, scale / rows as f32);
-        sized(&mut s.dlnf, rows * c); // matmul_backward overwrites ∂x
-        let (dlnf, dlogits) = (&mut s.dlnf, &s.dlogits);
-        let dhead = &mut g[self.head..self.head + v * c];
-        matmul_backward(Some(dlnf), dhead, None, dlogits, &acts.lnf.out, w(self.head, v * c), rows, c, v);
-        zeroed(&mut s.dx, rows * c);
-        {
-            let x = self.block_output(acts, self.shape.blocks);
-            let (dw, db) = pair(g, self.ln_f, c);
-            let (mean, rstd) = (&acts.lnf.mean, &acts.lnf.rstd);
-            layernorm_backward(&mut s.dx, dw, db, &s.dlnf, x, w(self.ln_f.0, c), mean, rstd, rows, c);
-        }
-        s.times.head += lap.split();
-        sized(&mut s.dres2, rows * c);
-        sized(&mut s.dhidden, rows * hidden);
-        sized(&mut s.dhidden_gelu, rows * hidden);
-        sized(&mut s.dln, rows * c);
-        sized(&mut s.datty, rows * c);
-        sized(&mut s.dqkv, rows * 3 * c);
-        if self.shape.qk_layernorm {
-            sized(&mut s.dqkv_raw, rows * 3 * c);
-        }
-        sized(&mut s.att_row, attention_scratch(t, c / self.shape.heads));
-        for (l, at) in self.blocks.iter().enumerate().rev() {
-            if acts.checkpointing {
-                // The recomputed forward counts as this block's backward
-                // time, on a line of its own.
-                let mut recompute = [0.0; 5];
-                let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.outs[l - 1] };
-                self.block_forward(&mut acts.blocks[0], x, p, &d, at, &mut recompute);
-                s.times.blocks[l][OpKind::Recompute as usize] += recompute.iter().sum::<f64>();
+        match self.backward_stage_at(i) {
+            Stage::Head => {
+                s.times.reset(self.shape.blocks);
+                let mut lap = Lap::start();
+                zeroed(&mut s.dlogits, rows * v);
+                let dl = &mut s.dlogits;
+                cross_entropy_backward(dl, &acts.logits, &acts.lse, targets, rows, v, z_loss, scale / rows as f32);
+                sized(&mut s.dlnf, rows * c); // matmul_backward overwrites ∂x
+                let (dlnf, dlogits) = (&mut s.dlnf, &s.dlogits);
+                let dhead = &mut g[self.head..self.head + v * c];
+                matmul_backward(Some(dlnf), dhead, None, dlogits, &acts.lnf.out, w(self.head, v * c), rows, c, v);
+                zeroed(&mut s.dx, rows * c);
+                let x = self.block_output(acts, self.shape.blocks);
+                let (dw, db) = pair(g, self.ln_f, c);
+                let (mean, rstd) = (&acts.lnf.mean, &acts.lnf.rstd);
+                layernorm_backward(&mut s.dx, dw, db, &s.dlnf, x, w(self.ln_f.0, c), mean, rstd, rows, c);
+                s.times.head += lap.split();
+                sized(&mut s.dres2, rows * c);
+                sized(&mut s.dhidden, rows * hidden);
+                sized(&mut s.dhidden_gelu, rows * hidden);
+                sized(&mut s.dln, rows * c);
+                sized(&mut s.datty, rows * c);
+                sized(&mut s.dqkv, rows * 3 * c);
+                if self.shape.qk_layernorm {
+                    sized(&mut s.dqkv_raw, rows * 3 * c);
+                }
+                sized(&mut s.att_row, attention_scratch(t, c / self.shape.heads));
             }
-            let a = &acts.blocks[if acts.checkpointing { 0 } else { l }];
-            let x = self.block_output(acts, l);
-            self.block_backward(g, a, x, s, p, &d, at, l);
+            Stage::Block { block: l, op } => {
+                let at = &self.blocks[l];
+                if acts.checkpointing && op + 1 == BLOCK_OPS.len() {
+                    // The block's first op in backward recomputes its
+                    // forward, counted as its backward time on a line of
+                    // its own.
+                    let mut recompute = [0.0; 5];
+                    let x: &[f32] = if l == 0 { &acts.encoded } else { &acts.outs[l - 1] };
+                    for op in 0..BLOCK_OPS.len() {
+                        self.block_op_forward(&mut acts.blocks[0], x, p, &d, at, &mut recompute, op);
+                    }
+                    s.times.blocks[l][OpKind::Recompute as usize] += recompute.iter().sum::<f64>();
+                }
+                let a = &acts.blocks[if acts.checkpointing { 0 } else { l }];
+                let x = self.block_output(acts, l);
+                self.block_op_backward(g, a, x, s, p, &d, at, l, op);
+            }
+            Stage::Embedding => {
+                let mut lap = Lap::start();
+                let (dwte, dwpe) = split_two(g, (self.wte, v * c), (self.wpe, t * c));
+                encoder_backward(dwte, dwpe, &s.dx, inp, t, c);
+                s.times.embedding += lap.split();
+            }
         }
-        let mut lap = Lap::start();
-        let (dwte, dwpe) = split_two(g, (self.wte, v * c), (self.wpe, t * c));
-        encoder_backward(dwte, dwpe, &s.dx, inp, t, c);
-        s.times.embedding += lap.split();
     }
 
-    /// Backward through one block: `s.dx` holds ∂/∂(its output) on entry
-    /// and ∂/∂x (its input) on return; parameter gradients add into `g`.
-    #[allow(clippy::too_many_arguments)]
-    fn block_backward(
-        &self,
-        g: &mut [f32],
-        a: &BlockActs,
-        x: &[f32],
-        s: &mut GptScratch,
-        p: &[f32],
-        d: &Dims,
-        at: &BlockAt,
-        l: usize,
-    ) {
-        let &Dims { rows, b, t, c, h, hidden, hs, .. } = d;
-        let w = |off: usize, len: usize| &p[off..off + len];
-        let mut lap = Lap::start();
-        let mut times = [0.0; 5];
-        // res3 = res2 + mlp(ln_2(res2)): dx is ∂/∂res3.
-        s.dres2.copy_from_slice(&s.dx);
-        times[OpKind::Residual as usize] += lap.split();
-        let (dw, db) = pair(g, at.fc_proj, c * hidden);
-        let wp = w(at.fc_proj.0, c * hidden);
-        matmul_backward(Some(&mut s.dhidden_gelu), dw, Some(db), &s.dx, &a.fch_gelu, wp, rows, hidden, c);
-        s.dhidden.fill(0.0);
-        gelu_backward(&mut s.dhidden, &a.fch, &s.dhidden_gelu);
-        let (dw, db) = pair(g, at.fc, hidden * c);
-        matmul_backward(
-            Some(&mut s.dln),
-            dw,
-            Some(db),
-            &s.dhidden,
-            &a.ln2.out,
-            w(at.fc.0, hidden * c),
-            rows,
-            c,
-            hidden,
-        );
-        times[OpKind::Mlp as usize] += lap.split();
-        let (dw, db) = pair(g, at.ln2, c);
-        let (mean, rstd) = (&a.ln2.mean, &a.ln2.rstd);
-        layernorm_backward(&mut s.dres2, dw, db, &s.dln, &a.res2, w(at.ln2.0, c), mean, rstd, rows, c);
-        times[OpKind::LayerNorm as usize] += lap.split();
-        // res2 = x + attn(ln_1(x)): dres2 flows to x and into attn.
-        s.dx.copy_from_slice(&s.dres2);
-        times[OpKind::Residual as usize] += lap.split();
-        let (dw, db) = pair(g, at.attn_proj, c * c);
-        matmul_backward(Some(&mut s.datty), dw, Some(db), &s.dres2, &a.atty, w(at.attn_proj.0, c * c), rows, c, c);
-        s.dqkv.fill(0.0);
-        attention_backward(&mut s.dqkv, &mut s.att_row, &s.datty, &a.qkv, &a.att, b, t, c, h);
-        let dqkv_in: &[f32] = if let (Some(q_ln), Some(k_ln)) = (at.q_ln, at.k_ln) {
-            // v passes through; q and k through their LayerNorms.
-            s.dqkv_raw.copy_from_slice(&s.dqkv);
-            for (seg, (norm, part)) in qk_segments(rows, c, h, q_ln, k_ln).enumerate() {
-                let range = part..part + hs;
-                s.dqkv_raw[range.clone()].fill(0.0);
-                let (dw, db) = pair(g, norm, hs);
-                let (mean, rstd) = (&a.qk_stats.0[seg..seg + 1], &a.qk_stats.1[seg..seg + 1]);
-                let (x_seg, dy) = (&a.qkv_raw[range.clone()], &s.dqkv[range.clone()]);
-                layernorm_backward(&mut s.dqkv_raw[range], dw, db, dy, x_seg, w(norm.0, hs), mean, rstd, 1, hs);
-            }
-            &s.dqkv_raw
-        } else {
-            &s.dqkv
-        };
-        let (dw, db) = pair(g, at.attn, 3 * c * c);
-        matmul_backward(Some(&mut s.dln), dw, Some(db), dqkv_in, &a.ln1.out, w(at.attn.0, 3 * c * c), rows, c, 3 * c);
-        times[OpKind::Attention as usize] += lap.split();
-        let (dw, db) = pair(g, at.ln1, c);
-        let (mean, rstd) = (&a.ln1.mean, &a.ln1.rstd);
-        layernorm_backward(&mut s.dx, dw, db, &s.dln, x, w(at.ln1.0, c), mean, rstd, rows, c);
-        times[OpKind::LayerNorm as usize] += lap.split();
-        for (total, t) in s.times.blocks[l].iter_mut().zip(times) {
-            *total += t;
+    /// ∂objective/∂(the residual stream) where backward's stage `i` left
+    /// it, and where in the model that is.
+    pub fn stream_gradient<'a>(&self, s: &'a GptScratch, i: usize) -> (&'a [f32], String) {
+        match self.backward_stage_at(i) {
+            Stage::Head => (&s.dx, format!("block {} output", self.shape.blocks)),
+            Stage::Block { block, op: 3 } => (&s.dx, format!("block {} output", block + 1)),
+            Stage::Block { block, op: 2 } => (&s.dres2, format!("block {} · x + attention", block + 1)),
+            Stage::Block { block, op: 1 } => (&s.dx, format!("block {} · x + attention", block + 1)),
+            Stage::Block { block, .. } => (&s.dx, format!("block {} input", block + 1)),
+            Stage::Embedding => (&s.dx, "the embedding".into()),
         }
     }
 }

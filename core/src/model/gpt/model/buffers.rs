@@ -6,7 +6,7 @@
 
 use super::super::layout::GptShape;
 use super::super::ops::{attention_scratch, layernorm_forward};
-use super::sized;
+use super::{sized, Stage, BLOCK_OPS};
 
 /// What forward keeps for backward, for a batch of B windows of T tokens.
 /// With activation checkpointing (`checkpointing`) only each block's
@@ -42,6 +42,26 @@ pub(super) struct BlockActs {
     pub(super) fch: Vec<f32>,
     pub(super) fch_gelu: Vec<f32>,
     pub(super) res3: Vec<f32>,
+}
+
+/// The names of each block op's outputs (`BLOCK_OPS` order), as the
+/// step-by-phase view lists them.
+pub const OP_OUTPUTS: [&[&str]; 4] = [
+    &["ln_1"],
+    &["q, k, v", "attention P", "attention output", "x + attention"],
+    &["ln_2"],
+    &["c_fc", "GELU", "x + MLP"],
+];
+
+/// The outputs of block `l`'s ops 0..=`through` (`OP_OUTPUTS`), named.
+fn block_outputs<'a>(out: &mut Vec<(String, &'a [f32])>, l: usize, b: &'a BlockActs, through: usize) {
+    let buffers: [&[&'a [f32]]; 4] =
+        [&[&b.ln1.out], &[&b.qkv, &b.att, &b.atty, &b.res2], &[&b.ln2.out], &[&b.fch, &b.fch_gelu, &b.res3]];
+    for op in 0..=through {
+        for (name, v) in OP_OUTPUTS[op].iter().zip(buffers[op]) {
+            out.push((format!("block {} · {name}", l + 1), v));
+        }
+    }
 }
 
 impl BlockActs {
@@ -90,27 +110,34 @@ impl GptActivations {
     /// activation checkpointing, each block's output alone: the rest is
     /// recomputed in backward), ln_f and the logits.
     pub fn op_outputs(&self) -> Vec<(String, &[f32])> {
+        self.op_outputs_through(Stage::Head)
+    }
+
+    /// The op outputs of a forward run up to `stage` (step-by-phase stops
+    /// there): those of `op_outputs` so far; with checkpointing, the
+    /// current block's own ops too while it runs.
+    pub fn op_outputs_through(&self, stage: Stage) -> Vec<(String, &[f32])> {
         let mut out: Vec<(String, &[f32])> = vec![("embedding (token + position)".into(), &self.encoded)];
-        if self.checkpointing {
-            for (l, o) in self.outs.iter().enumerate() {
-                out.push((format!("block {} · output (kept; the rest is recomputed)", l + 1), o));
-            }
-        } else {
-            for (l, b) in self.blocks.iter().enumerate() {
-                let n = l + 1;
-                out.push((format!("block {n} · ln_1"), &b.ln1.out));
-                out.push((format!("block {n} · q, k, v"), &b.qkv));
-                out.push((format!("block {n} · attention P"), &b.att));
-                out.push((format!("block {n} · attention output"), &b.atty));
-                out.push((format!("block {n} · x + attention"), &b.res2));
-                out.push((format!("block {n} · ln_2"), &b.ln2.out));
-                out.push((format!("block {n} · c_fc"), &b.fch));
-                out.push((format!("block {n} · GELU"), &b.fch_gelu));
-                out.push((format!("block {n} · x + MLP"), &b.res3));
+        let (finished, current) = match stage {
+            Stage::Embedding => return out,
+            Stage::Block { block, op } if op + 1 < BLOCK_OPS.len() => (block, Some((block, op))),
+            Stage::Block { block, .. } => (block + 1, None),
+            Stage::Head => (self.blocks.len().max(self.outs.len()), None),
+        };
+        for l in 0..finished {
+            if self.checkpointing {
+                out.push((format!("block {} · output (kept; the rest is recomputed)", l + 1), &self.outs[l]));
+            } else {
+                block_outputs(&mut out, l, &self.blocks[l], BLOCK_OPS.len() - 1);
             }
         }
-        out.push(("ln_f".into(), &self.lnf.out));
-        out.push(("logits".into(), &self.logits));
+        if let Some((l, op)) = current {
+            block_outputs(&mut out, l, &self.blocks[if self.checkpointing { 0 } else { l }], op);
+        }
+        if stage == Stage::Head {
+            out.push(("ln_f".into(), &self.lnf.out));
+            out.push(("logits".into(), &self.logits));
+        }
         out
     }
 
