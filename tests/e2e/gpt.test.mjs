@@ -254,3 +254,68 @@ test('your own text trains the transformer; a bad one is refused by name and the
   assert.equal(fallback.model.embed, e.model.embed);
   await other.page.close();
 });
+
+// The transformer's lessons change the real run and read it back: Adam's
+// two moments against SGD's one from the buffers, the tied head's
+// parameters, the context doubled (attention ×4, the rest ×2, measured),
+// the high rate's attention and loss, and a race of the fix from the
+// same seed.
+test("the transformer's lessons change the real run and say what changed", async (t) => {
+  const { page, errors } = await ctx.open(ctx.root);
+  await page.getByTestId('model-kind').selectOption('gpt');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
+  await trainUntil(page, 2);
+  const bytesOf = (id) => number(page, id);
+  assert.equal(await bytesOf('memory-optimizer-bytes'), 2 * await bytesOf('memory-params-bytes'));
+  assert.match(await text(page, 'lesson-optimizer-readout'), /^adamw keeps 2 copies of the parameters/);
+  await page.getByTestId('lesson-optimizer-memory').click();
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).optimizer.kind === 'sgd');
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => /^sgd keeps 1 copy of/.test(document.querySelector('[data-testid=lesson-optimizer-readout]').textContent),
+    null, { timeout: 60_000 });
+  assert.equal(await bytesOf('memory-optimizer-bytes'), await bytesOf('memory-params-bytes'));
+  await page.getByTestId('lesson-optimizer-memory').click();
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).optimizer.kind === 'adamw');
+
+  // Tied embeddings: the head's V·C parameters.
+  assert.match(await text(page, 'lesson-tied-readout'), /^Tied: .* V·C = 65·96 = 6,240 parameters/);
+  await page.getByTestId('lesson-tie').click();
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.tie_embeddings === false);
+  assert.match(await text(page, 'lesson-tied-readout'), /^Untied: the head has its own .* 6,240 parameters/);
+  await page.getByTestId('lesson-tie').click();
+
+  // Context length: the buffers before and after, from the engine.
+  await trainUntil(page, (await stepCount(page)) + 1);
+  const attention = await bytesOf('memory-attention-bytes');
+  await page.getByTestId('lesson-double-context').click();
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.context === 128);
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => /^Context 64 → 128/.test(document.querySelector('[data-testid=lesson-context-readout]').textContent),
+    null, { timeout: 60_000 });
+  const context = await text(page, 'lesson-context-readout');
+  assert.match(context, /\(×4\.00, B·H·T² a block\); the other activations .* \(×2\.00, B·T·C\)/);
+  assert.equal(await bytesOf('memory-attention-bytes'), 4 * attention);
+
+  // A rate too high: the run resets at it; the readout follows attention
+  // and the loss from the run's own numbers.
+  await page.getByTestId('lesson-gpt-high-lr').click();
+  await page.waitForFunction(() => {
+    const e = JSON.parse(decodeURIComponent(location.hash.slice(3)));
+    return e.optimizer.lr === 0.03 && e.clip_grad_norm == null && e.model.context === 128;
+  });
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => /largest attention logit [\d.]+ → [\d.]+; the lowest head entropy/.test(
+    document.querySelector('[data-testid=lesson-gpt-lr-readout]').textContent), null, { timeout: 90_000 });
+  await page.waitForTimeout(10_000);
+  t.diagnostic(`high rate, ${await stepCount(page)} steps: ${await text(page, 'lesson-gpt-lr-readout')}`);
+  await page.getByTestId('train-toggle').click();
+
+  // The fix, raced from the same seed.
+  await page.getByTestId('lesson-gpt-race-qk').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=race-status]').textContent.startsWith('Race of qk_layernorm'));
+  await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=race-lane-step]')].every((s) => Number(s.dataset.value) >= 2),
+    null, { timeout: 90_000 });
+  await page.getByTestId('race-end').click();
+  assert.deepEqual(errors, []);
+  await page.close();
+});

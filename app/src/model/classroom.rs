@@ -42,7 +42,10 @@ pub const PAGE_IDS: &[&str] = &[
     "lesson-no-zero-grad", "loader-delay-ms", "loader-prefetch", "gpu-busy-share", "lesson-high-lr",
     "lesson-high-lr-clip", "lesson-high-lr-warmup", "lesson-lr-readout", "accumulation-k",
     "accumulation-check", "accumulation-result", "log-every", "logging-share", "copy-link",
-    "download-metrics", "download-tensorboard", "download-trace",
+    "download-metrics", "download-tensorboard", "download-trace", "model-kind", "gpt-blocks", "gpt-heads",
+    "gpt-embed", "gpt-context", "gpt-qk-layernorm", "gpt-tie-embeddings", "z-loss", "text-upload", "text-preview",
+    "sample-text", "sample-prompt", "sample-temperature", "attention-window", "tokens-per-second", "val-loss",
+    "gpt-lessons",
 ];
 
 /// Ids that carry a hidden layer's number N (`units-0`, …).

@@ -8,6 +8,7 @@ pub mod chart_scale;
 pub mod checkpoints;
 pub mod classroom;
 pub mod edit;
+pub mod gpt_lessons;
 pub mod host;
 pub mod loader;
 pub mod metrics_csv;

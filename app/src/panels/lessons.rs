@@ -27,7 +27,7 @@ fn high_lr(state: AppState, clip: Option<f64>, warmup: bool) {
 
 /// First steps where the gradient norm passed 3× and the loss 2× their
 /// starting level (median of the first 4 steps).
-fn warnings(h: &[StepPoint]) -> Option<(Option<u64>, Option<u64>)> {
+pub(super) fn warnings(h: &[StepPoint]) -> Option<(Option<u64>, Option<u64>)> {
     if h.len() < 5 || h[0].step != 0 {
         return None;
     }
@@ -144,7 +144,11 @@ pub fn Lessons() -> impl IntoView {
         })
     };
 
+    let is_gpt = move || state.run.experiment.with(|e| e.gpt().is_some());
     view! {
+        <Show when=is_gpt>
+            <super::gpt_lessons::GptLessons/>
+        </Show>
         <div class="lessons">
             <section>
                 <h4>"A slow data loader"</h4>
@@ -166,7 +170,7 @@ pub fn Lessons() -> impl IntoView {
                 </label>
                 <p class="note">"Without zeroing, each step's gradient is added to all earlier ones: the gradient norm grows step after step and the updates keep pushing in old directions. Compare the gradient norm with the switch on and off (reset in between)."</p>
             </section>
-            <section>
+            <section style:display=move || if is_gpt() { "none" } else { "" }>
                 <h4>"A learning rate too high"</h4>
                 <div class="row">
                     <button data-testid="lesson-high-lr" on:click=move |_| high_lr(state, None, false)>"SGD, lr 3"</button>

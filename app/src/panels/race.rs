@@ -84,6 +84,8 @@ pub fn RacePanel() -> impl IntoView {
                         <option value="lr">"learning rate"</option>
                         <option value="batch">"batch size"</option>
                         <option value="qk_layernorm" disabled=move || state.run.experiment.get().gpt().is_none()>"q/k LayerNorm (transformer)"</option>
+                        <option value="tie_embeddings" disabled=move || state.run.experiment.get().gpt().is_none()>"tied head (transformer)"</option>
+                        <option value="z_loss" disabled=move || state.run.experiment.get().gpt().is_none()>"z-loss (transformer)"</option>
                     </select>
                 </label>
                 <label class="field">

@@ -30,6 +30,10 @@ pub enum RaceSetting {
     BatchSize,
     /// A transformer's q/k LayerNorm, off against on.
     QkLayerNorm,
+    /// A transformer's head tied to its token embedding, or its own.
+    TieEmbeddings,
+    /// The z-loss coefficient.
+    ZLoss,
 }
 
 impl RaceSetting {
@@ -39,6 +43,8 @@ impl RaceSetting {
             "lr" => Some(RaceSetting::LearningRate),
             "batch" => Some(RaceSetting::BatchSize),
             "qk_layernorm" => Some(RaceSetting::QkLayerNorm),
+            "tie_embeddings" => Some(RaceSetting::TieEmbeddings),
+            "z_loss" => Some(RaceSetting::ZLoss),
             _ => None,
         }
     }
@@ -50,6 +56,8 @@ impl RaceSetting {
             RaceSetting::LearningRate => "lr",
             RaceSetting::BatchSize => "batch",
             RaceSetting::QkLayerNorm => "qk_layernorm",
+            RaceSetting::TieEmbeddings => "tie_embeddings",
+            RaceSetting::ZLoss => "z_loss",
         }
     }
 
@@ -60,6 +68,8 @@ impl RaceSetting {
             RaceSetting::LearningRate => "0.005, 0.02, 0.1",
             RaceSetting::BatchSize => "8, 32, 128",
             RaceSetting::QkLayerNorm => "off, on",
+            RaceSetting::TieEmbeddings => "on, off",
+            RaceSetting::ZLoss => "0, 0.0001",
         }
     }
 }
@@ -122,14 +132,21 @@ impl RaceSpec {
             RaceSetting::LearningRate => set_lr(e, number(value)?),
             RaceSetting::BatchSize => set_batch(e, number(value)?),
             RaceSetting::QkLayerNorm => {
-                let on = match value {
-                    "on" | "true" => true,
-                    "off" | "false" => false,
-                    _ => return Err(format!("q/k LayerNorm is `on` or `off`, not `{value}`.")),
-                };
-                crate::model::edit::set_gpt_switch(e, "qk_layernorm", on)
+                crate::model::edit::set_gpt_switch(e, "qk_layernorm", on_off(value, "q/k LayerNorm")?)
             }
+            RaceSetting::TieEmbeddings => {
+                crate::model::edit::set_gpt_switch(e, "tie_embeddings", on_off(value, "A tied head")?)
+            }
+            RaceSetting::ZLoss => crate::model::edit::set_z_loss(e, number(value)?),
         }
+    }
+}
+
+fn on_off(value: &str, what: &str) -> Result<bool, String> {
+    match value {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("{what} is `on` or `off`, not `{value}`.")),
     }
 }
 

@@ -169,31 +169,33 @@ mod tests {
         }
     }
 
-    /// A transformer's race of q/k LayerNorm off against on: each lane is
-    /// its lone run bit for bit, the one with it from its own initial
-    /// weights (two more tensors a block).
+    /// A transformer's races of q/k LayerNorm off against on, a tied head
+    /// against its own and two z-losses: each lane is its lone run bit for
+    /// bit, one of another shape from its own initial weights (two more
+    /// tensors a block; the head's own).
     #[test]
-    fn a_transformer_races_qk_layernorm_off_against_on() {
+    fn a_transformer_races_its_switches_and_z_loss() {
         let mut base = crate::model::edit::default_gpt_experiment();
         let g = base.model.gpt.as_mut().unwrap();
         (g.blocks, g.embed, g.context) = (1, 16, 8);
         base.batch_size = 2;
-        let spec = RaceSpec::parse("qk_layernorm", "off, on", "6").unwrap();
-        let variants = spec.variants(&base).unwrap();
-        assert_eq!(variants[0].1, base);
-        assert!(variants[1].1.gpt().unwrap().qk_layernorm);
-        let mut runner = Runner::new(&base, None, None).unwrap();
-        let (_, lanes) = race(&mut runner, spec);
-        for (lane, (label, e)) in lanes.iter().zip(&variants) {
-            let alone = lone(e, 6);
-            assert_eq!(lane.last_loss.map(f32::to_bits), Some(alone[5].loss.to_bits()), "{label}");
+        for (setting, values) in [("qk_layernorm", "off, on"), ("tie_embeddings", "on, off"), ("z_loss", "0, 0.001")] {
+            let spec = RaceSpec::parse(setting, values, "6").unwrap();
+            let variants = spec.variants(&base).unwrap();
+            assert_eq!(variants[0].1, base);
+            let other = &variants[1].1;
+            let g = other.gpt().unwrap();
+            assert!(g.qk_layernorm || !g.tie_embeddings || other.z_loss == 0.001, "{setting}");
+            let mut runner = Runner::new(&base, None, None).unwrap();
+            let (_, lanes) = race(&mut runner, spec);
+            for (lane, (label, e)) in lanes.iter().zip(&variants) {
+                let alone = lone(e, 6);
+                assert_eq!(lane.last_loss.map(f32::to_bits), Some(alone[5].loss.to_bits()), "{label}");
+            }
+            assert_ne!(lanes[0].last_loss, lanes[1].last_loss, "{setting}");
+            let refused = RaceSpec::parse(setting, "0, maybe", "").unwrap().variants(&base).unwrap_err();
+            assert!(refused.contains("`maybe`") || refused.contains("`0`"), "{refused}");
         }
-        assert_ne!(lanes[0].last_loss, lanes[1].last_loss);
-        assert!(RaceSpec::parse("qk_layernorm", "off, maybe", "")
-            .unwrap()
-            .variants(&base)
-            .unwrap_err()
-            .contains("`maybe`"));
     }
 
     /// Reset acts on the race: its lanes start over; ending it hands the
