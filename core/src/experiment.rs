@@ -395,6 +395,17 @@ impl Experiment {
     }
 
     /// Widths of every layer boundary: inputs, then each layer's units.
+    /// FLOPs of one optimizer step's forwards and backwards, all its
+    /// micro-batches: an MLP's from its widths, a transformer's from its
+    /// shape (`GptShape::step_flops`).
+    pub fn step_flops(&self) -> (f64, f64) {
+        let rows = self.batch_size * self.grad_accumulation;
+        match self.gpt() {
+            Some(g) => g.shape().step_flops(rows),
+            None => crate::engine::profile::step_flops(&self.widths(), self.batch_size, self.grad_accumulation),
+        }
+    }
+
     pub fn widths(&self) -> Vec<usize> {
         std::iter::once(self.model.inputs).chain(self.model.layers.iter().map(|l| l.units)).collect()
     }

@@ -132,6 +132,13 @@ fn checkpointing_keeps_the_bits_and_the_memory_is_the_buffers() {
         // B·H·T² per block: 4·2·64 f32s, two blocks, one with checkpointing.
         assert_eq!((m.attention, c.attention), (2 * 4 * 4 * 2 * 64, 4 * 4 * 2 * 64));
         assert!(c.activations < m.activations);
+        // The page's trade line: what checkpointing saves is what the
+        // buffers lost.
+        let trade = stepscope_core::engine::CheckpointingTrade::new(&Layout::new(&e), e.batch_size);
+        assert_eq!(trade.bytes_saved, m.activations + m.attention - c.activations - c.attention);
+        let (forward, backward) = e.step_flops();
+        assert_eq!(trade.step_flops, (forward + backward) as u64);
+        assert!(trade.flops_added() > 0.2 && trade.flops_added() < 1.0 / 3.0, "{}", trade.flops_added());
         assert_eq!(m.params, 4 * Layout::new(&e).parameter_count as u64);
         assert_eq!(m.optimizer, 2 * m.params);
     }

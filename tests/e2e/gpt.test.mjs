@@ -284,6 +284,17 @@ test("the transformer's lessons change the real run and say what changed", async
   assert.match(await text(page, 'lesson-tied-readout'), /^Untied: the head has its own .* 6,240 parameters/);
   await page.getByTestId('lesson-tie').click();
 
+  // Activation checkpointing: what it saves, computed and from the
+  // buffers of both modes.
+  await page.getByTestId('activation-checkpointing').check();
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => /the buffers held .+ without, .+ with/.test(
+    document.querySelector('[data-testid=checkpointing-trade]').textContent), null, { timeout: 60_000 });
+  assert.match(await text(page, 'checkpointing-trade'), /^Keeping only each block's input saves \d+ B .* FLOPs per micro-batch \(\+\d+ % of the step's\)/);
+  t.diagnostic(await text(page, 'checkpointing-trade'));
+  assert.match(await text(page, 'flops'), /^FLOPs per step: forward [\d.,]+( [MG])?, backward [\d.,]+( [MG])? \(1 : 2\.00\)/);
+  await page.getByTestId('activation-checkpointing').uncheck();
+
   // Context length: the buffers before and after, from the engine.
   await trainUntil(page, (await stepCount(page)) + 1);
   const attention = await bytesOf('memory-attention-bytes');

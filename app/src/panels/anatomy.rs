@@ -5,7 +5,7 @@
 //! download, restore and verify.
 
 use leptos::prelude::*;
-use stepscope_core::engine::{CheckpointingTrade, Timing};
+use stepscope_core::engine::{CheckpointingTrade, MemoryBytes, Timing};
 use stepscope_core::model::Layout;
 use wasm_bindgen_futures::JsFuture;
 
@@ -15,7 +15,7 @@ use super::lessons::Lessons;
 use super::profile::{clock_line, profile_summary, why_off, ProfileTable};
 use super::steps::StepCharts;
 use crate::model::runner::Command;
-use crate::model::timeline::{means, part, step_flops, MEANINGS, PHASES};
+use crate::model::timeline::{means, part, MEANINGS, PHASES};
 use crate::model::words::{big, bytes, count, duration_ms, value};
 use crate::state::AppState;
 
@@ -95,7 +95,7 @@ pub fn AnatomyPanel() -> impl IntoView {
     let profiled = move || profile_summary(&state.charts.profiles.get());
     let flops = move || {
         let e = state.run.experiment.get();
-        let (f, b) = step_flops(&e.widths(), e.batch_size, e.grad_accumulation);
+        let (f, b) = e.step_flops();
         let flop_ratio = b / f.max(1.0);
         let measured = match profile_summary(&state.charts.profiles.get()) {
             Some(p) if p.forward.resolved() && p.backward.resolved() => {
@@ -144,6 +144,27 @@ pub fn AnatomyPanel() -> impl IntoView {
         state.lessons.activation_checkpointing.set(on);
         state.command(Command::ActivationCheckpointing(on));
     };
+    // The stored activations (and attention) each mode's buffers held, as
+    // last measured for this model and batch: the trade's memory side from
+    // the run itself. A report counts only once its buffers are the
+    // current experiment's in that mode (a reset's first frames may still
+    // report the last run's).
+    let stored_by_mode = RwSignal::new((String::new(), [None::<u64>; 2]));
+    Effect::new(move |_| {
+        let (e, m) = (state.run.experiment.get(), memory.get());
+        let on = state.lessons.activation_checkpointing.get();
+        let key = format!("{:?} {}", e.model, e.batch_size);
+        let expected = MemoryBytes::estimate(&e, on);
+        let current = (m.activations, m.attention) == (expected.activations, expected.attention);
+        stored_by_mode.update(|(k, s)| {
+            if *k != key {
+                (*k, *s) = (key, [None; 2]);
+            }
+            if current && m.activations > 0 {
+                s[usize::from(on)] = Some(m.activations + m.attention);
+            }
+        });
+    });
     let trade = move || {
         let e = state.run.experiment.get();
         let t = CheckpointingTrade::new(&Layout::new(&e), e.batch_size);
@@ -155,6 +176,19 @@ pub fn AnatomyPanel() -> impl IntoView {
             }
             _ => "train with it off and on to measure the time it adds to backward".into(),
         };
+        if e.gpt().is_some() {
+            let buffers = match stored_by_mode.get().1 {
+                [Some(a), Some(b)] => format!("; the buffers held {} without, {} with", bytes(a), bytes(b)),
+                _ => String::new(),
+            };
+            return format!(
+                "Keeping only each block's input saves {} B ({}) of stored activations and attention probabilities per micro-batch{buffers}, for one more forward of every block in backward: {} FLOPs per micro-batch (+{:.0} % of the step's); {measured}. The op breakdown's recompute line is that forward, block by block.",
+                t.bytes_saved,
+                bytes(t.bytes_saved),
+                big(t.extra_flops as f64),
+                100.0 * t.flops_added()
+            );
+        }
         format!(
             "Recomputing z saves {} B ({}) of stored activations per micro-batch (4·B·(ΣO − max O)) for {} extra FLOPs per micro-batch (+{:.0} % of the step's matmuls); {measured}.",
             t.bytes_saved,
@@ -283,7 +317,11 @@ pub fn AnatomyPanel() -> impl IntoView {
             </table>
             <label class="field check">
                 <input type="checkbox" data-testid="activation-checkpointing" prop:checked=move || state.lessons.activation_checkpointing.get() on:change=on_checkpointing/>
-                <span>"Activation checkpointing: recompute pre-activations in backward instead of storing them"</span>
+                <span>{move || if is_gpt() {
+                    "Activation checkpointing: keep each block's input and recompute the block in backward"
+                } else {
+                    "Activation checkpointing: recompute pre-activations in backward instead of storing them"
+                }}</span>
             </label>
             <p class="note" data-testid="checkpointing-trade">{trade}</p>
                 </div>

@@ -70,6 +70,21 @@ pub struct CheckpointingTrade {
 
 impl CheckpointingTrade {
     pub fn new(layout: &Layout, batch: usize) -> CheckpointingTrade {
+        if let Some(shape) = &layout.gpt {
+            // A transformer keeps each block's output instead of its
+            // activations and attention probabilities, and runs each
+            // block's forward again in backward.
+            let floats = |on| {
+                let (acts, att, _) = crate::model::gpt::memory_floats(shape, batch, on);
+                (acts + att) as u64
+            };
+            let (forward, backward) = shape.step_flops(batch);
+            return CheckpointingTrade {
+                bytes_saved: 4 * floats(false).saturating_sub(floats(true)),
+                extra_flops: (shape.blocks as f64 * shape.block_forward_flops(batch)) as u64,
+                step_flops: (forward + backward) as u64,
+            };
+        }
         let b = batch as u64;
         let units: u64 = layout.layers.iter().map(|l| l.units as u64).sum();
         let max_units = layout.layers.iter().map(|l| l.units as u64).max().unwrap_or(0);

@@ -96,6 +96,26 @@ impl GptShape {
     pub fn parameter_count(&self) -> usize {
         self.tensors().last().map_or(0, |t| t.offset + t.len)
     }
+
+    /// FLOPs of one block's forward over `batch` windows (2 per
+    /// multiply-add): its matmuls, 2·B·T·(3C² + C² + 2·C·rC), and
+    /// attention's q·kᵀ and P·v over the causal pairs it computes,
+    /// 2·2·B·C·T(T+1)/2. LayerNorms, GELU and the softmax are left out, as
+    /// in nanoGPT's `estimate_mfu`.
+    pub fn block_forward_flops(&self, batch: usize) -> f64 {
+        let (b, t, c) = (batch as f64, self.context as f64, self.embed as f64);
+        let hidden = self.mlp_ratio as f64 * c;
+        2.0 * b * t * (4.0 * c * c + 2.0 * c * hidden) + 2.0 * b * c * t * (t + 1.0)
+    }
+
+    /// FLOPs of one forward and one backward over `batch` windows: every
+    /// block's and the head's, 2·B·T·C·V; backward twice forward (each
+    /// product has two gradients; the embedding's backward is a gather).
+    pub fn step_flops(&self, batch: usize) -> (f64, f64) {
+        let head = 2.0 * (batch * self.context) as f64 * (self.embed * self.vocab_size) as f64;
+        let forward = self.blocks as f64 * self.block_forward_flops(batch) + head;
+        (forward, 2.0 * forward)
+    }
 }
 
 /// nanoGPT's `_init_weights`, tensor by tensor in layout order from
@@ -122,6 +142,19 @@ pub fn init_parameters(shape: &GptShape, rng: &mut crate::rng::Rng) -> Vec<f32> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// FLOPs counted by hand for T 2, C 4, H 2, V 3, one block, one
+    /// window: per token the block's matmuls are 3C² + C² + 2·C·4C = 192
+    /// multiply-adds, attention's 3 causal pairs q·k and P·v over C 24 in
+    /// all, the head C·V = 12 a token.
+    #[test]
+    fn flops_are_counted_from_the_shape() {
+        let s =
+            GptShape { vocab_size: 3, context: 2, embed: 4, heads: 2, blocks: 1, mlp_ratio: 4, ..shape(true, false) };
+        assert_eq!(s.block_forward_flops(1), 2.0 * (192.0 * 2.0 + 24.0));
+        assert_eq!(s.step_flops(1), (816.0 + 48.0, 2.0 * 864.0));
+        assert_eq!(s.step_flops(3).0, 3.0 * 864.0);
+    }
 
     fn shape(tie: bool, qk: bool) -> GptShape {
         GptShape {
