@@ -140,9 +140,10 @@ impl RunBytes {
         });
         if let Some(gpt) = e.gpt() {
             // Rows are windows: T ids in, T out. Evaluation runs forward
-            // over a batch of windows at a time.
+            // over a batch of windows at a time, keeping one block's
+            // activations and each block's output (`Evaluator`).
             let windows = crate::engine::gpt_eval_windows(gpt.context);
-            let (acts, att, _) = crate::model::gpt::memory_floats(&gpt.shape(), windows, false);
+            let (acts, att, _) = crate::model::gpt::memory_floats(&gpt.shape(), windows, true);
             return RunBytes {
                 training: MemoryBytes::estimate(e, false),
                 data: (train + test) as u64 * 2 * 4 * gpt.context as u64,

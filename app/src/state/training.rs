@@ -166,7 +166,10 @@ impl AppState {
             let window_ms = ms(rate_window.0);
             if !running {
                 rate_window = (Instant::now(), 0);
-            } else if window_ms >= 500.0 {
+            } else if window_ms >= 500.0 && (rate_window.1 > 0 || window_ms >= 30_000.0) {
+                // At least half a second, and until a step lands: a step
+                // longer than the window (a large transformer's takes
+                // seconds) would otherwise read 0 between steps.
                 self.run.steps_per_second.set(rate_window.1 as f64 * 1e3 / window_ms);
                 rate_window = (Instant::now(), 0);
             }

@@ -164,7 +164,10 @@ impl Evaluator {
         };
         let chunk = chunk.clamp(1, EVAL_CHUNK_ROWS).min(rows.max(1));
         let acts = Activations::new(layout, chunk);
-        let gpt = layout.gpt.map(|shape| Box::new((Gpt::new(shape), GptActivations::new(false))));
+        // Evaluation keeps no activations for a backward: one block's at a
+        // time and each block's output (the checkpointing layout), the same
+        // bits as keeping them all, a fraction of the memory.
+        let gpt = layout.gpt.map(|shape| Box::new((Gpt::new(shape), GptActivations::new(true))));
         Evaluator { rows, done: 0, chunk, acts, loss_sum: 0.0, correct: 0.0, classified: false, whole: None, gpt }
     }
 
