@@ -12,7 +12,7 @@ use crate::model::words::{bytes, count, significant};
 use crate::state::GptPoint;
 
 /// "Learning rate too high": AdamW's rate for the default transformer
-/// (3e-3 after warmup) times ten, from the first step.
+/// (6e-3 after warmup) times five, from the first step.
 pub const HIGH_LR: f64 = 0.03;
 
 /// The high-rate scenario: `HIGH_LR` at once (a constant schedule, no

@@ -100,7 +100,7 @@ pub fn GptLessons() -> impl IntoView {
                     <button data-testid="lesson-gpt-race-z" on:click=move |_| race(state, "z_loss", "0, 0.0001")>"Race z-loss 0 vs 1e-4"</button>
                 </div>
                 <p data-testid="lesson-gpt-lr-readout">{lr_readout}</p>
-                <p class="note">"The first button resets the run at ten times the default rate; press Train and watch the readout and Inside attention: the largest attention logit grows by orders of magnitude within tens of steps, a head's entropy collapses towards 0 (it attends to one key), and the loss stalls far above the default run's. The races start from the same seed at the page's settings: q/k LayerNorm bounds the logits q·k/√hs; the z-loss keeps the output logits' logsumexp near 0."</p>
+                <p class="note">"The first button resets the run at five times the default rate, from the first step; press Train and watch the readout and Inside attention: the largest attention logit grows by orders of magnitude within tens of steps, a head's entropy collapses towards 0 (it attends to one key), and the loss stalls far above the default run's. The races start from the same seed at the page's settings: q/k LayerNorm bounds the logits q·k/√hs; the z-loss keeps the output logits' logsumexp near 0."</p>
             </section>
             <section>
                 <h4>"Context length"</h4>
