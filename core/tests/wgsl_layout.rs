@@ -52,6 +52,11 @@ fn every_params_struct_has_its_rust_twins_size() {
         (Kernel::LambStep, size_of::<LambParams>()),
         (Kernel::TensorStats, size_of::<TensorStatsParams>()),
         (Kernel::FmaPeak, size_of::<FmaPeakParams>()),
+        (Kernel::GeluForward, size_of::<ElementwiseParams>()),
+        (Kernel::GeluBackward, size_of::<ElementwiseParams>()),
+        (Kernel::LayerNormForward, size_of::<LayerNormParams>()),
+        (Kernel::LayerNormBackwardInput, size_of::<LayerNormParams>()),
+        (Kernel::LayerNormBackwardParams, size_of::<LayerNormParams>()),
         (Kernel::TrainStepFused, size_of::<FusedParams>()),
     ];
     for &(kernel, size) in cases {

@@ -32,6 +32,13 @@ pub enum Kernel {
     /// invocations, for adapters where a barrier costs more than the
     /// arithmetic it separates (`fused::FusedWidth`).
     TrainStepFusedNarrow,
+    /// The transformer's exact GELU and its derivative.
+    GeluForward,
+    GeluBackward,
+    /// The transformer's LayerNorm: forward, ∂L/∂x, and dγ, dβ.
+    LayerNormForward,
+    LayerNormBackwardInput,
+    LayerNormBackwardParams,
 }
 
 impl Kernel {
@@ -57,6 +64,11 @@ impl Kernel {
         Kernel::FmaPeak,
         Kernel::TrainStepFused,
         Kernel::TrainStepFusedNarrow,
+        Kernel::GeluForward,
+        Kernel::GeluBackward,
+        Kernel::LayerNormForward,
+        Kernel::LayerNormBackwardInput,
+        Kernel::LayerNormBackwardParams,
     ];
 
     pub fn name(self) -> &'static str {
@@ -81,6 +93,11 @@ impl Kernel {
             Kernel::TensorStats => "tensor_stats",
             Kernel::FmaPeak => "fma_peak",
             Kernel::TrainStepFused | Kernel::TrainStepFusedNarrow => "train_step_fused",
+            Kernel::GeluForward => "gelu_forward",
+            Kernel::GeluBackward => "gelu_backward",
+            Kernel::LayerNormForward => "layernorm_forward",
+            Kernel::LayerNormBackwardInput => "layernorm_backward_input",
+            Kernel::LayerNormBackwardParams => "layernorm_backward_params",
         }
     }
 
@@ -108,6 +125,11 @@ impl Kernel {
             Kernel::TrainStepFused | Kernel::TrainStepFusedNarrow => {
                 include_str!("../../../shaders/train_step_fused.wgsl")
             }
+            Kernel::GeluForward => include_str!("../../../shaders/gelu_forward.wgsl"),
+            Kernel::GeluBackward => include_str!("../../../shaders/gelu_backward.wgsl"),
+            Kernel::LayerNormForward => include_str!("../../../shaders/layernorm_forward.wgsl"),
+            Kernel::LayerNormBackwardInput => include_str!("../../../shaders/layernorm_backward_input.wgsl"),
+            Kernel::LayerNormBackwardParams => include_str!("../../../shaders/layernorm_backward_params.wgsl"),
         }
     }
 

@@ -209,6 +209,40 @@ pub fn tensor_stats(offset: usize, len: usize, out_offset: usize) -> Launch<Tens
     Launch::new(Kernel::TensorStats, p, [1, 1, 1])
 }
 
+/// The exact GELU over `count` elements. Bindings: out, inp.
+pub fn gelu_forward(count: usize) -> Launch<ElementwiseParams, 2> {
+    let p = ElementwiseParams { count: u(count), _pad: [0; 3] };
+    Launch::new(Kernel::GeluForward, p, elementwise_grid(count))
+}
+
+/// GELU's backward over `count` elements, accumulated. Bindings: dinp,
+/// inp, dout.
+pub fn gelu_backward(count: usize) -> Launch<ElementwiseParams, 3> {
+    let p = ElementwiseParams { count: u(count), _pad: [0; 3] };
+    Launch::new(Kernel::GeluBackward, p, elementwise_grid(count))
+}
+
+/// LayerNorm over `rows` rows of `c`. Bindings: out, mean, rstd, inp,
+/// weight, bias.
+pub fn layernorm_forward(rows: usize, c: usize) -> Launch<LayerNormParams, 6> {
+    let p = LayerNormParams { rows: u(rows), c: u(c), _pad: [0; 2] };
+    Launch::new(Kernel::LayerNormForward, p, row_grid(rows))
+}
+
+/// LayerNorm's ∂L/∂x, accumulated. Bindings: dinp, dout, inp, weight,
+/// mean, rstd.
+pub fn layernorm_backward_input(rows: usize, c: usize) -> Launch<LayerNormParams, 6> {
+    let p = LayerNormParams { rows: u(rows), c: u(c), _pad: [0; 2] };
+    Launch::new(Kernel::LayerNormBackwardInput, p, row_grid(rows))
+}
+
+/// LayerNorm's dγ and dβ, accumulated. Bindings: dweight, dbias, dout,
+/// inp, mean, rstd.
+pub fn layernorm_backward_params(rows: usize, c: usize) -> Launch<LayerNormParams, 6> {
+    let p = LayerNormParams { rows: u(rows), c: u(c), _pad: [0; 2] };
+    Launch::new(Kernel::LayerNormBackwardParams, p, [u(c.max(1)), 1, 1])
+}
+
 /// The FMA probe: `workgroups` × 256 invocations of `iterations` × 8
 /// FMAs. Bindings: out.
 pub fn fma_peak(workgroups: u32, iterations: u32) -> Launch<FmaPeakParams, 1> {

@@ -232,6 +232,32 @@ pub struct FmaPeakParams {
     pub _pad: [u32; 3],
 }
 
+/// `shaders/gelu_forward.wgsl`, `shaders/gelu_backward.wgsl`: an
+/// elementwise kernel's length.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct ElementwiseParams {
+    pub count: u32,
+    pub _pad: [u32; 3],
+}
+
+/// `shaders/layernorm_forward.wgsl`, `layernorm_backward_input.wgsl`,
+/// `layernorm_backward_params.wgsl`: rows of C features.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct LayerNormParams {
+    pub rows: u32,
+    pub c: u32,
+    pub _pad: [u32; 2],
+}
+
+/// A workgroup per row: `rows` workgroups, as a 2-D grid past 65535 (the
+/// kernel's row is `wid.y · num_workgroups.x + wid.x`).
+pub fn row_grid(rows: usize) -> [u32; 3] {
+    let x = rows.clamp(1, 65_535);
+    [x as u32, rows.max(1).div_ceil(x) as u32, 1]
+}
+
 /// Workgroups for an elementwise kernel over `count` items with 256
 /// invocations each, as a 2-D grid so that counts past 65535·256 fit:
 /// the kernel's index is `(wid.y · num_workgroups.x + wid.x) · 256 + lid.x`.
