@@ -217,3 +217,61 @@ async fn layernorm_backward_matches_cpu() {
     println!("layernorm_backward: the worst errors are {worst_x:.3} (∂L/∂x) and {worst_p:.3} (dγ, dβ) of their bounds");
 }
 gpu_common::twin_test!(layernorm_backward_matches_cpu);
+
+/// The embeddings: forward is one addition per element and backward adds
+/// each element's rows in the twin's order, so both are the same bits.
+/// Vocabularies around a workgroup, windows of several lengths, a batch
+/// where tokens repeat; a token past the vocabulary writes NaN.
+async fn encoder_matches_cpu_bitwise() {
+    for &(vocab, t, c, b) in &[(1, 1, 1, 1), (65, 8, 7, 3), (257, 64, 65, 2), (3, 5, 64, 33)] {
+        let rows = b * t;
+        let seed = (vocab * 100 + t * 10 + c) as u64;
+        let mut rng = stepscope_core::rng::Rng::new(seed, 3);
+        let tokens: Vec<u32> = (0..rows).map(|_| rng.below(vocab as u64) as u32).collect();
+        let (wte, wpe) = (random(vocab * c, seed + 1, 1.0), random(t * c, seed + 2, 1.0));
+        let mut want = vec![0.0; rows * c];
+        ops::encoder_forward(&mut want, &tokens, &wte, &wpe, t, c);
+        let l = launch::encoder_forward(rows, t, c, vocab);
+        let token_bytes: Vec<u8> = bytemuck::cast_slice(&tokens).to_vec();
+        let args = [
+            Arg::Out(&f32_bytes(&vec![f32::NAN; rows * c])),
+            Arg::In(&token_bytes),
+            Arg::In(&f32_bytes(&wte)),
+            Arg::In(&f32_bytes(&wpe)),
+        ];
+        let got = to_f32(&run_launch(&l, args).await[0]);
+        assert_eq!(bits(&got), bits(&want), "forward, vocab {vocab} t {t} c {c} b {b}");
+
+        let dout = random(rows * c, seed + 3, 1.0);
+        let (dwte0, dwpe0) = (random(vocab * c, seed + 4, 0.5), random(t * c, seed + 5, 0.5));
+        let (mut dwte, mut dwpe) = (dwte0.clone(), dwpe0.clone());
+        ops::encoder_backward(&mut dwte, &mut dwpe, &dout, &tokens, t, c);
+        let l = launch::encoder_backward(rows, t, c, vocab);
+        let args = [
+            Arg::Out(&f32_bytes(&dwte0)),
+            Arg::Out(&f32_bytes(&dwpe0)),
+            Arg::In(&f32_bytes(&dout)),
+            Arg::In(&token_bytes),
+        ];
+        let out = run_launch(&l, args).await;
+        assert_eq!(bits(&to_f32(&out[0])), bits(&dwte), "dwte, vocab {vocab} t {t} c {c} b {b}");
+        assert_eq!(bits(&to_f32(&out[1])), bits(&dwpe), "dwpe, vocab {vocab} t {t} c {c} b {b}");
+    }
+    // A token id past the vocabulary: NaN where its row is, nothing read past wte.
+    let l = launch::encoder_forward(2, 2, 3, 4);
+    let tokens: Vec<u8> = bytemuck::cast_slice(&[1u32, 9]).to_vec();
+    let args = [
+        Arg::Out(&f32_bytes(&[0.0; 6])),
+        Arg::In(&tokens),
+        Arg::In(&f32_bytes(&[1.0; 12])),
+        Arg::In(&f32_bytes(&[0.5; 6])),
+    ];
+    let got = to_f32(&run_launch(&l, args).await[0]);
+    assert_eq!(&got[..3], &[1.5; 3]);
+    assert!(got[3..].iter().all(|v| v.is_nan()), "{got:?}");
+}
+gpu_common::twin_test!(encoder_matches_cpu_bitwise);
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}

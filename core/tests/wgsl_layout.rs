@@ -57,6 +57,8 @@ fn every_params_struct_has_its_rust_twins_size() {
         (Kernel::LayerNormForward, size_of::<LayerNormParams>()),
         (Kernel::LayerNormBackwardInput, size_of::<LayerNormParams>()),
         (Kernel::LayerNormBackwardParams, size_of::<LayerNormParams>()),
+        (Kernel::EncoderForward, size_of::<EncoderParams>()),
+        (Kernel::EncoderBackward, size_of::<EncoderParams>()),
         (Kernel::TrainStepFused, size_of::<FusedParams>()),
     ];
     for &(kernel, size) in cases {

@@ -39,6 +39,9 @@ pub enum Kernel {
     LayerNormForward,
     LayerNormBackwardInput,
     LayerNormBackwardParams,
+    /// The token and position embeddings, and their gradients.
+    EncoderForward,
+    EncoderBackward,
 }
 
 impl Kernel {
@@ -69,6 +72,8 @@ impl Kernel {
         Kernel::LayerNormForward,
         Kernel::LayerNormBackwardInput,
         Kernel::LayerNormBackwardParams,
+        Kernel::EncoderForward,
+        Kernel::EncoderBackward,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +103,8 @@ impl Kernel {
             Kernel::LayerNormForward => "layernorm_forward",
             Kernel::LayerNormBackwardInput => "layernorm_backward_input",
             Kernel::LayerNormBackwardParams => "layernorm_backward_params",
+            Kernel::EncoderForward => "encoder_forward",
+            Kernel::EncoderBackward => "encoder_backward",
         }
     }
 
@@ -130,6 +137,8 @@ impl Kernel {
             Kernel::LayerNormForward => include_str!("../../../shaders/layernorm_forward.wgsl"),
             Kernel::LayerNormBackwardInput => include_str!("../../../shaders/layernorm_backward_input.wgsl"),
             Kernel::LayerNormBackwardParams => include_str!("../../../shaders/layernorm_backward_params.wgsl"),
+            Kernel::EncoderForward => include_str!("../../../shaders/encoder_forward.wgsl"),
+            Kernel::EncoderBackward => include_str!("../../../shaders/encoder_backward.wgsl"),
         }
     }
 

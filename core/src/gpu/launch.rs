@@ -243,6 +243,20 @@ pub fn layernorm_backward_params(rows: usize, c: usize) -> Launch<LayerNormParam
     Launch::new(Kernel::LayerNormBackwardParams, p, [u(c.max(1)), 1, 1])
 }
 
+/// The embeddings of `rows` positions in windows of `t`. Bindings: out,
+/// tokens, wte, wpe.
+pub fn encoder_forward(rows: usize, t: usize, c: usize, vocab: usize) -> Launch<EncoderParams, 4> {
+    let p = EncoderParams { rows: u(rows), t: u(t), c: u(c), vocab: u(vocab) };
+    Launch::new(Kernel::EncoderForward, p, elementwise_grid(rows * c))
+}
+
+/// The embeddings' gradients, accumulated. Bindings: dwte, dwpe, dout,
+/// tokens.
+pub fn encoder_backward(rows: usize, t: usize, c: usize, vocab: usize) -> Launch<EncoderParams, 4> {
+    let p = EncoderParams { rows: u(rows), t: u(t), c: u(c), vocab: u(vocab) };
+    Launch::new(Kernel::EncoderBackward, p, elementwise_grid((vocab + t) * c))
+}
+
 /// The FMA probe: `workgroups` × 256 invocations of `iterations` × 8
 /// FMAs. Bindings: out.
 pub fn fma_peak(workgroups: u32, iterations: u32) -> Launch<FmaPeakParams, 1> {

@@ -251,6 +251,17 @@ pub struct LayerNormParams {
     pub _pad: [u32; 2],
 }
 
+/// `shaders/encoder_forward.wgsl`, `shaders/encoder_backward.wgsl`: B·T
+/// positions of windows of T, width C, V tokens.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct EncoderParams {
+    pub rows: u32,
+    pub t: u32,
+    pub c: u32,
+    pub vocab: u32,
+}
+
 /// A workgroup per row: `rows` workgroups, as a 2-D grid past 65535 (the
 /// kernel's row is `wid.y · num_workgroups.x + wid.x`).
 pub fn row_grid(rows: usize) -> [u32; 3] {
