@@ -275,3 +275,57 @@ gpu_common::twin_test!(encoder_matches_cpu_bitwise);
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
+
+/// Attention forward: every score and output is summed in the twin's
+/// order; only exp differs (WGSL's, within a few ulp, against libm's), so
+/// each probability is within 2e-6 of its size (plus 1e-9 where it
+/// underflows) and each output within 2e-6 of Σ P·|v|. Windows of 1, 7,
+/// 64 and 65 tokens, heads of 1 to 16 wide.
+#[allow(clippy::needless_range_loop)] // (query, key) indices into several arrays
+async fn attention_forward_matches_cpu() {
+    let (mut worst_p, mut worst_y) = (0.0f32, 0.0f32);
+    for &(b, t, c, h) in &[(1, 1, 4, 1), (2, 7, 12, 3), (3, 64, 32, 4), (2, 65, 64, 4), (1, 130, 16, 1)] {
+        let seed = (b * 1000 + t * 10 + c) as u64;
+        let inp = random(b * t * 3 * c, seed, 2.0);
+        let (mut y, mut att) = (vec![0.0; b * t * c], vec![0.0; b * h * t * t]);
+        ops::attention_forward(&mut y, &mut att, &inp, b, t, c, h);
+        let l = launch::attention_forward(b, t, c, h);
+        let args = [
+            Arg::Out(&f32_bytes(&vec![f32::NAN; b * t * c])),
+            Arg::Out(&f32_bytes(&vec![f32::NAN; b * h * t * t])),
+            Arg::In(&f32_bytes(&inp)),
+        ];
+        let out = run_launch(&l, args).await;
+        let (gy, gatt) = (to_f32(&out[0]), to_f32(&out[1]));
+        for k in 0..att.len() {
+            let tol = 2e-6 * att[k] + 1e-9;
+            let err = (gatt[k] - att[k]).abs();
+            assert!(err <= tol, "b {b} t {t} c {c} h {h}: P[{k}] {} on the GPU, {} on the CPU", gatt[k], att[k]);
+            worst_p = worst_p.max(err / tol);
+        }
+        let hs = c / h;
+        for bi in 0..b {
+            for ti in 0..t {
+                for hi in 0..h {
+                    let p_row = &att[((bi * h + hi) * t + ti) * t..][..t];
+                    for i in 0..hs {
+                        let v = |t2: usize| inp[(bi * t + t2) * 3 * c + 2 * c + hi * hs + i];
+                        let size: f32 = (0..=ti).map(|t2| p_row[t2] * v(t2).abs()).sum();
+                        let k = (bi * t + ti) * c + hi * hs + i;
+                        let tol = 2e-6 * size + 1e-9;
+                        let err = (gy[k] - y[k]).abs();
+                        assert!(
+                            err <= tol,
+                            "b {b} t {t} c {c} h {h}: y[{k}] {} on the GPU, {} on the CPU",
+                            gy[k],
+                            y[k]
+                        );
+                        worst_y = worst_y.max(err / tol);
+                    }
+                }
+            }
+        }
+    }
+    println!("attention_forward: the worst errors are {worst_p:.3} (P) and {worst_y:.3} (y) of their bounds");
+}
+gpu_common::twin_test!(attention_forward_matches_cpu);

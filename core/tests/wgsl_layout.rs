@@ -59,6 +59,7 @@ fn every_params_struct_has_its_rust_twins_size() {
         (Kernel::LayerNormBackwardParams, size_of::<LayerNormParams>()),
         (Kernel::EncoderForward, size_of::<EncoderParams>()),
         (Kernel::EncoderBackward, size_of::<EncoderParams>()),
+        (Kernel::AttentionForward, size_of::<AttentionParams>()),
         (Kernel::TrainStepFused, size_of::<FusedParams>()),
     ];
     for &(kernel, size) in cases {

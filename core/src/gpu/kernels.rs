@@ -42,6 +42,8 @@ pub enum Kernel {
     /// The token and position embeddings, and their gradients.
     EncoderForward,
     EncoderBackward,
+    /// Causal self-attention, keeping the probabilities.
+    AttentionForward,
 }
 
 impl Kernel {
@@ -74,6 +76,7 @@ impl Kernel {
         Kernel::LayerNormBackwardParams,
         Kernel::EncoderForward,
         Kernel::EncoderBackward,
+        Kernel::AttentionForward,
     ];
 
     pub fn name(self) -> &'static str {
@@ -105,6 +108,7 @@ impl Kernel {
             Kernel::LayerNormBackwardParams => "layernorm_backward_params",
             Kernel::EncoderForward => "encoder_forward",
             Kernel::EncoderBackward => "encoder_backward",
+            Kernel::AttentionForward => "attention_forward",
         }
     }
 
@@ -139,6 +143,7 @@ impl Kernel {
             Kernel::LayerNormBackwardParams => include_str!("../../../shaders/layernorm_backward_params.wgsl"),
             Kernel::EncoderForward => include_str!("../../../shaders/encoder_forward.wgsl"),
             Kernel::EncoderBackward => include_str!("../../../shaders/encoder_backward.wgsl"),
+            Kernel::AttentionForward => include_str!("../../../shaders/attention_forward.wgsl"),
         }
     }
 

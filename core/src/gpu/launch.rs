@@ -257,6 +257,14 @@ pub fn encoder_backward(rows: usize, t: usize, c: usize, vocab: usize) -> Launch
     Launch::new(Kernel::EncoderBackward, p, elementwise_grid((vocab + t) * c))
 }
 
+/// Causal self-attention over `b` windows of `t` ≤ `ATTENTION_MAX_T`
+/// tokens, `h` heads of C/h. Bindings: out, att, inp (q, k, v).
+pub fn attention_forward(b: usize, t: usize, c: usize, h: usize) -> Launch<AttentionParams, 3> {
+    assert!(t <= ATTENTION_MAX_T && h > 0 && c % h == 0, "attention of T {t}, C {c}, H {h}");
+    let p = AttentionParams { b: u(b), t: u(t), c: u(c), h: u(h) };
+    Launch::new(Kernel::AttentionForward, p, row_grid(b * h * t))
+}
+
 /// The FMA probe: `workgroups` × 256 invocations of `iterations` × 8
 /// FMAs. Bindings: out.
 pub fn fma_peak(workgroups: u32, iterations: u32) -> Launch<FmaPeakParams, 1> {

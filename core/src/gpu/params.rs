@@ -262,6 +262,20 @@ pub struct EncoderParams {
     pub vocab: u32,
 }
 
+/// `shaders/attention_forward.wgsl`: B windows of T, width C, H heads.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct AttentionParams {
+    pub b: u32,
+    pub t: u32,
+    pub c: u32,
+    pub h: u32,
+}
+
+/// The longest window the attention kernels take: a query row's scores
+/// live in workgroup memory (4 KiB of the 16 KiB WebGPU guarantees).
+pub const ATTENTION_MAX_T: usize = 1024;
+
 /// A workgroup per row: `rows` workgroups, as a 2-D grid past 65535 (the
 /// kernel's row is `wid.y · num_workgroups.x + wid.x`).
 pub fn row_grid(rows: usize) -> [u32; 3] {
