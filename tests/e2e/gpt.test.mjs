@@ -330,3 +330,58 @@ test("the transformer's lessons change the real run and say what changed", async
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+// A transformer run does what an MLP run does on the page: kept in the
+// runs list and compared with another, its metrics downloaded as CSV, and
+// shared as a classroom link that hides and locks.
+test('a transformer run is kept, compared, downloaded as metrics and shared as a classroom link', async () => {
+  const { page, errors } = await ctx.open(ctx.root);
+  await page.getByTestId('model-kind').selectOption('gpt');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
+  const liveCaughtUp = () => page.waitForFunction(() => document.querySelector('[data-testid=run-entry].live [data-testid=run-steps]')
+    ?.dataset.value === document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, ''), null, { timeout: 60_000 });
+  await trainUntil(page, 20);
+  await page.waitForTimeout(500);
+  await liveCaughtUp();
+  await page.getByTestId('reset').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
+  await setField(page, 'learning-rate', 0.001);
+  await trainUntil(page, 20);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 2);
+  await liveCaughtUp();
+  const entries = page.locator('[data-testid=runs-list] [data-testid=run-entry]');
+  await entries.nth(1).getByTestId('run-select').check();
+  await entries.nth(0).getByTestId('run-select').check();
+  await page.waitForSelector('[data-testid=compare-diff] li');
+  assert.match(await page.getByTestId('compare-diff').textContent(), /Run 1 → Run 2: lr: 0\.006 → 0\.001/);
+
+  // The metrics as CSV: every step the engine took, with its phases.
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-metrics').click()]);
+  const csv = fs.readFileSync(await download.path(), 'utf8');
+  assert.match(csv, /^# Stepscope metrics of the experiment \{.*"kind":"gpt"/);
+  const lines = csv.split('\n').filter((l) => l && !l.startsWith('#'));
+  const header = lines[0].split(',');
+  const rows = lines.slice(1).map((l) => l.split(',')).filter((r) => r[header.indexOf('batch_loss')] !== '');
+  assert.ok(rows.length >= 20, `${rows.length} steps`);
+  for (const r of rows) {
+    for (const name of ['batch_loss', 'grad_norm', 'lr', 'forward_ms', 'backward_ms', 'optimizer_ms']) {
+      assert.ok(Number.isFinite(Number(r[header.indexOf(name)])), `${name}: ${r[header.indexOf(name)]}`);
+    }
+  }
+
+  // A classroom link: the lessons and the z-loss hidden, the model locked.
+  const hash = await page.evaluate(() => location.hash);
+  const other = await ctx.open(`${ctx.root}?hide=gpt-lessons,z-loss&lock=1${hash}`);
+  await other.page.waitForSelector('[data-testid=gpt-blocks]');
+  assert.equal(await other.page.getByTestId('gpt-lessons').isVisible(), false);
+  assert.equal(await other.page.getByTestId('z-loss').isVisible(), false);
+  assert.equal(await other.page.getByTestId('gpt-blocks').isDisabled(), true);
+  assert.equal(await other.page.getByTestId('learning-rate').isDisabled(), false);
+  await other.page.getByTestId('lesson-double-context').evaluate((b) => b.click());
+  await other.page.waitForFunction(() => /locks the network/.test(document.querySelector('[data-testid=alert]')?.textContent ?? ''));
+  assert.equal(JSON.parse(decodeURIComponent(new URL(other.page.url()).hash.slice(3))).model.context, 64);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(other.errors, []);
+  await other.page.close();
+  await page.close();
+});

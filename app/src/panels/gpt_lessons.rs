@@ -35,9 +35,14 @@ pub fn GptLessons() -> impl IntoView {
     let experiment = state.run.experiment;
 
     // Learning rate too high.
+    // A refused edit (a locked link) leaves the run alone: the reset
+    // follows only an edit that was taken.
     let on_high = move |_| {
+        let before = experiment.get_untracked();
         state.edit(too_high);
-        state.reset();
+        if experiment.get_untracked() != before {
+            state.reset();
+        }
     };
     let lr_readout = move || {
         let attention = state.charts.gpt_history.with(|h| attention_readout(h));
@@ -56,8 +61,8 @@ pub fn GptLessons() -> impl IntoView {
     let on_double = move |_| {
         let Some(g) = experiment.get_untracked().gpt().cloned() else { return };
         before.set(Some(Measured { context: g.context, memory: state.run.memory.get_untracked() }));
+        // A new context is a new shape: the edit itself starts the run over.
         state.edit(double_context);
-        state.reset();
     };
     let context = move || {
         let now = experiment.get().gpt().map(|g| Measured { context: g.context, memory: state.run.memory.get() });

@@ -260,7 +260,7 @@ pub fn encoder_backward(rows: usize, t: usize, c: usize, vocab: usize) -> Launch
 /// Causal self-attention over `b` windows of `t` ≤ `ATTENTION_MAX_T`
 /// tokens, `h` heads of C/h. Bindings: out, att, inp (q, k, v).
 pub fn attention_forward(b: usize, t: usize, c: usize, h: usize) -> Launch<AttentionParams, 3> {
-    assert!(t <= ATTENTION_MAX_T && h > 0 && c % h == 0, "attention of T {t}, C {c}, H {h}");
+    assert!(t <= ATTENTION_MAX_T && h > 0 && c.is_multiple_of(h), "attention of T {t}, C {c}, H {h}");
     let p = AttentionParams { b: u(b), t: u(t), c: u(c), h: u(h) };
     Launch::new(Kernel::AttentionForward, p, row_grid(b * h * t))
 }
