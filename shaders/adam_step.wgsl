@@ -42,6 +42,10 @@ struct Params {
     decoupled: u32, // 1 AdamW, 0 Adam
     n_layers: u32,
     layer_ends: array<vec4<u32>, 4>, // layer l ends (exclusive) at [l / 4][l % 4]
+    offset: u32, // the first parameter of the count updated
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> params: array<f32>;
@@ -78,10 +82,11 @@ fn lerp(a: f32, b: f32, w: f32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid.x;
-    if (i >= p.count) {
+    let local = (wid.y * nwg.x + wid.x) * 256u + lid.x;
+    if (local >= p.count) {
         return;
     }
+    let i = p.offset + local;
     // After a NaN/Inf earlier in this submit (flags[0] set by forward,
     // backward, or an earlier step), leave parameters and optimizer state at
     // the last good step. A code this very dispatch recorded (this step's

@@ -26,7 +26,7 @@ struct Params {
     units: u32,
     weight_offset: u32,
     layer: u32,
-    bias_offset: u32, // read by dense_backward_weight_blocked only
+    bias_offset: u32, // read by dense_backward_weight_blocked only; 0xFFFFFFFF: none
     _pad1: u32,
     _pad2: u32,
 }
@@ -154,7 +154,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     store_row(unit0 + 5u, col0, a5l, a5h);
     store_row(unit0 + 6u, col0, a6l, a6h);
     store_row(unit0 + 7u, col0, a7l, a7h);
-    if (col0 == 0u) {
+    if (col0 == 0u && p.bias_offset != 0xFFFFFFFFu) { // a layer without a bias has no db
         for (var j = 0u; j < 4u; j++) {
             if (unit0 + j < p.units) {
                 accumulate(p.bias_offset + unit0 + j, bias_lo[j]);

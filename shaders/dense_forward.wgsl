@@ -18,7 +18,7 @@ struct Params {
     inputs: u32,
     units: u32,
     weight_offset: u32,
-    bias_offset: u32,
+    bias_offset: u32, // NO_BIAS: none
     activation: u32, // 0 linear, 1 relu, 2 leaky_relu, 3 tanh, 4 sigmoid, 5 gelu_tanh, 6 silu
     layer: u32,
     _pad: u32,
@@ -30,6 +30,17 @@ struct Params {
 @group(0) @binding(3) var<storage, read> params: array<f32>;
 @group(0) @binding(4) var<storage, read_write> flags: array<atomic<u32>, 4>;
 @group(0) @binding(5) var<uniform> p: Params;
+
+const NO_BIAS: u32 = 0xFFFFFFFFu;
+
+// The bias of `unit`; 0 where the layer has none (bias_offset NO_BIAS: a
+// transformer's head), as the twin adds a zero bias.
+fn bias_of(unit: u32) -> f32 {
+    if (p.bias_offset == NO_BIAS) {
+        return 0.0;
+    }
+    return params[p.bias_offset + unit];
+}
 
 const TILE: u32 = 64u;
 const KTILE: u32 = 16u;
@@ -122,7 +133,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         for (var j = 0u; j < 4u; j++) {
             let unit = unit0 + lid.x * 4u + j;
             if (row < p.batch && unit < p.units) {
-                let pre = row_acc[j] + params[p.bias_offset + unit];
+                let pre = row_acc[j] + bias_of(unit);
                 let out = activate(pre, p.activation);
                 z[row * p.units + unit] = pre;
                 a[row * p.units + unit] = out;

@@ -7,11 +7,11 @@
 // reads, fine for a character vocabulary; a large one would sort first.)
 //
 // Bindings (group 0):
-//   0 dwte   (V, C)     read_write   accumulated into
-//   1 dwpe   (T, C)     read_write   accumulated into
-//   2 dout   (rows, C)  read
-//   3 tokens (rows)     read         u32 token ids
-//   4 p      Params     uniform
+//   0 grads  (P)        read_write   flat gradients: dwte (V, C) at wte_offset, dwpe
+//                                    (T, C) at wpe_offset, accumulated into
+//   1 dout   (rows, C)  read
+//   2 tokens (rows)     read         token ids as f32 (the gathered batch)
+//   3 p      Params     uniform
 // Dispatch: elementwise_grid(V·C + T·C); workgroup 256: the first V·C
 // invocations own wte's elements, the next T·C wpe's.
 
@@ -20,13 +20,16 @@ struct Params {
     t: u32,
     c: u32,
     vocab: u32,
+    wte_offset: u32,
+    wpe_offset: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
-@group(0) @binding(0) var<storage, read_write> dwte: array<f32>;
-@group(0) @binding(1) var<storage, read_write> dwpe: array<f32>;
-@group(0) @binding(2) var<storage, read> dout: array<f32>;
-@group(0) @binding(3) var<storage, read> tokens: array<u32>;
-@group(0) @binding(4) var<uniform> p: Params;
+@group(0) @binding(0) var<storage, read_write> grads: array<f32>;
+@group(0) @binding(1) var<storage, read> dout: array<f32>;
+@group(0) @binding(2) var<storage, read> tokens: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
@@ -36,13 +39,13 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     if (i < in_wte) {
         let v = i / p.c;
         let ch = i % p.c;
-        var acc = dwte[i];
+        var acc = grads[p.wte_offset + i];
         for (var row = 0u; row < p.rows; row++) {
-            if (tokens[row] == v) {
+            if (tokens[row] == f32(v)) {
                 acc += dout[row * p.c + ch];
             }
         }
-        dwte[i] = acc;
+        grads[p.wte_offset + i] = acc;
         return;
     }
     let j = i - in_wte;
@@ -51,9 +54,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     let pos = j / p.c;
     let ch = j % p.c;
-    var acc = dwpe[j];
+    var acc = grads[p.wpe_offset + j];
     for (var row = pos; row < p.rows; row += p.t) {
         acc += dout[row * p.c + ch];
     }
-    dwpe[j] = acc;
+    grads[p.wpe_offset + j] = acc;
 }

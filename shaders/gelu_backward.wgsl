@@ -4,7 +4,8 @@
 // 3e-7·(1 + |x|)·|∂L/∂y| plus an ulp of the sum of the CPU twin (gpu_gpt.rs).
 //
 // Bindings (group 0):
-//   0 dinp (n)     read_write   accumulated into
+//   0 dinp (n)     read_write   accumulated into (accumulate = 1) or overwritten (0:
+//                               the twin adding onto zeros)
 //   1 inp  (n)     read         the forward's input
 //   2 dout (n)     read
 //   3 p    Params  uniform
@@ -12,7 +13,7 @@
 
 struct Params {
     count: u32,
-    _pad0: u32,
+    accumulate: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -39,5 +40,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let x = inp[i];
     let cdf = 0.5 * (1.0 + erf_as(x * 0.70710678118654752));
     let pdf = exp(-0.5 * x * x) * 0.3989422804014327;
-    dinp[i] = dinp[i] + (cdf + x * pdf) * dout[i];
+    var before = 0.0;
+    if (p.accumulate != 0u) {
+        before = dinp[i];
+    }
+    dinp[i] = before + (cdf + x * pdf) * dout[i];
 }

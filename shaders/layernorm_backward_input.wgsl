@@ -5,10 +5,11 @@
 // same additions (gpu_gpt.rs states the tolerance).
 //
 // Bindings (group 0):
-//   0 dinp   (rows, C)  read_write   accumulated into
+//   0 dinp   (rows, C)  read_write   accumulated into (accumulate = 1) or overwritten
+//                                    (0: the twin adding onto zeros)
 //   1 dout   (rows, C)  read
 //   2 inp    (rows, C)  read
-//   3 weight (C)        read
+//   3 params (P)        read         flat parameters: w at weight_offset
 //   4 mean   (rows)     read
 //   5 rstd   (rows)     read
 //   6 p      Params     uniform
@@ -17,14 +18,14 @@
 struct Params {
     rows: u32,
     c: u32,
-    _pad0: u32,
-    _pad1: u32,
+    weight_offset: u32,
+    accumulate: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> dinp: array<f32>;
 @group(0) @binding(1) var<storage, read> dout: array<f32>;
 @group(0) @binding(2) var<storage, read> inp: array<f32>;
-@group(0) @binding(3) var<storage, read> weight: array<f32>;
+@group(0) @binding(3) var<storage, read> params: array<f32>;
 @group(0) @binding(4) var<storage, read> mean: array<f32>;
 @group(0) @binding(5) var<storage, read> rstd: array<f32>;
 @group(0) @binding(6) var<uniform> p: Params;
@@ -48,7 +49,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     var acc = vec2<f32>(0.0, 0.0);
     if (live) {
         for (var i = lid.x; i < p.c; i += WG) {
-            let g = weight[i] * dout[base + i];
+            let g = params[p.weight_offset + i] * dout[base + i];
             acc += vec2<f32>(g, g * (inp[base + i] - m) * s);
         }
     }
@@ -66,7 +67,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     for (var i = lid.x; i < p.c; i += WG) {
         let n = (inp[base + i] - m) * s;
-        let g = weight[i] * dout[base + i];
-        dinp[base + i] = dinp[base + i] + (g - means.x - n * means.y) * s;
+        let g = params[p.weight_offset + i] * dout[base + i];
+        var before = 0.0;
+        if (p.accumulate != 0u) {
+            before = dinp[base + i];
+        }
+        dinp[base + i] = before + (g - means.x - n * means.y) * s;
     }
 }

@@ -5,29 +5,28 @@
 // tree (another order of the twin's additions; gpu_gpt.rs states the tolerance).
 //
 // Bindings (group 0):
-//   0 dweight (C)        read_write   accumulated into
-//   1 dbias   (C)        read_write   accumulated into
-//   2 dout    (rows, C)  read
-//   3 inp     (rows, C)  read
-//   4 mean    (rows)     read
-//   5 rstd    (rows)     read
-//   6 p       Params     uniform
+//   0 grads   (P)        read_write   flat gradients: dw at weight_offset, db at
+//                                     bias_offset, accumulated into
+//   1 dout    (rows, C)  read
+//   2 inp     (rows, C)  read
+//   3 mean    (rows)     read
+//   4 rstd    (rows)     read
+//   5 p       Params     uniform
 // Dispatch: (C, 1, 1); one workgroup of 64 per feature.
 
 struct Params {
     rows: u32,
     c: u32,
-    _pad0: u32,
-    _pad1: u32,
+    weight_offset: u32,
+    bias_offset: u32,
 }
 
-@group(0) @binding(0) var<storage, read_write> dweight: array<f32>;
-@group(0) @binding(1) var<storage, read_write> dbias: array<f32>;
-@group(0) @binding(2) var<storage, read> dout: array<f32>;
-@group(0) @binding(3) var<storage, read> inp: array<f32>;
-@group(0) @binding(4) var<storage, read> mean: array<f32>;
-@group(0) @binding(5) var<storage, read> rstd: array<f32>;
-@group(0) @binding(6) var<uniform> p: Params;
+@group(0) @binding(0) var<storage, read_write> grads: array<f32>;
+@group(0) @binding(1) var<storage, read> dout: array<f32>;
+@group(0) @binding(2) var<storage, read> inp: array<f32>;
+@group(0) @binding(3) var<storage, read> mean: array<f32>;
+@group(0) @binding(4) var<storage, read> rstd: array<f32>;
+@group(0) @binding(5) var<uniform> p: Params;
 
 const WG: u32 = 64u;
 var<workgroup> partial: array<vec2<f32>, 64>;
@@ -52,7 +51,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
     }
     if (lid.x == 0u && i < p.c) {
-        dweight[i] = dweight[i] + partial[0].x;
-        dbias[i] = dbias[i] + partial[0].y;
+        let w = p.weight_offset + i;
+        let b = p.bias_offset + i;
+        grads[w] = grads[w] + partial[0].x;
+        grads[b] = grads[b] + partial[0].y;
     }
 }

@@ -10,25 +10,23 @@
 //   1 mean   (rows)     read_write
 //   2 rstd   (rows)     read_write
 //   3 inp    (rows, C)  read
-//   4 weight (C)        read
-//   5 bias   (C)        read
-//   6 p      Params     uniform
+//   4 params (P)        read         flat parameters: w at weight_offset, b at bias_offset
+//   5 p      Params     uniform
 // Dispatch: (rows, 1, 1) up to 65535 rows, then rows in y; one workgroup of 64 per row.
 
 struct Params {
     rows: u32,
     c: u32,
-    _pad0: u32,
-    _pad1: u32,
+    weight_offset: u32,
+    bias_offset: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
 @group(0) @binding(1) var<storage, read_write> mean: array<f32>;
 @group(0) @binding(2) var<storage, read_write> rstd: array<f32>;
 @group(0) @binding(3) var<storage, read> inp: array<f32>;
-@group(0) @binding(4) var<storage, read> weight: array<f32>;
-@group(0) @binding(5) var<storage, read> bias: array<f32>;
-@group(0) @binding(6) var<uniform> p: Params;
+@group(0) @binding(4) var<storage, read> params: array<f32>;
+@group(0) @binding(5) var<uniform> p: Params;
 
 const WG: u32 = 64u;
 var<workgroup> partial: array<f32, 64>;
@@ -75,7 +73,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         return;
     }
     for (var i = lid.x; i < p.c; i += WG) {
-        out[base + i] = (inp[base + i] - m) * s * weight[i] + bias[i];
+        out[base + i] = (inp[base + i] - m) * s * params[p.weight_offset + i] + params[p.bias_offset + i];
     }
     if (lid.x == 0u) {
         mean[row] = m;

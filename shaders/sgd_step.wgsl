@@ -40,7 +40,7 @@ struct Params {
     weight_decay: f32,
     use_momentum: u32,
     n_layers: u32,
-    _pad: u32,
+    offset: u32, // the first parameter of the count updated
     layer_ends: array<vec4<u32>, 4>, // layer l ends (exclusive) at [l / 4][l % 4]
 }
 
@@ -70,10 +70,11 @@ fn layer_of(i: u32) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid.x;
-    if (i >= p.count) {
+    let local = (wid.y * nwg.x + wid.x) * 256u + lid.x;
+    if (local >= p.count) {
         return;
     }
+    let i = p.offset + local;
     // After a NaN/Inf earlier in this submit (flags[0] set by forward,
     // backward, or an earlier step), leave parameters and optimizer state at
     // the last good step. A code this very dispatch recorded (this step's

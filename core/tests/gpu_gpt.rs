@@ -66,7 +66,7 @@ async fn gelu_backward_matches_cpu() {
         let before = random(n, case as u64 + 30, 1.0);
         let mut want = before.clone();
         ops::gelu_backward(&mut want, &x, &dout);
-        let l = launch::gelu_backward(n);
+        let l = launch::gelu_backward(n, true);
         let args = [Arg::Out(&f32_bytes(&before)), Arg::In(&f32_bytes(&x)), Arg::In(&f32_bytes(&dout))];
         let got = to_f32(&run_launch(&l, args).await[0]);
         for i in 0..n {
@@ -96,6 +96,31 @@ fn layernorm_case(rows: usize, c: usize, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<
 
 const ROWS: [usize; 3] = [1, 33, 100];
 
+/// Tensors packed into one flat buffer as the engine holds them, each
+/// after a gap of 5 floats (so offsets are awkward and a kernel reading or
+/// writing past its tensor shows): the buffer and each tensor's offset.
+fn packed(parts: &[&[f32]]) -> (Vec<f32>, Vec<usize>) {
+    let (mut flat, mut offsets) = (Vec::new(), Vec::new());
+    for part in parts {
+        flat.extend_from_slice(&[-7.5; 5]);
+        offsets.push(flat.len());
+        flat.extend_from_slice(part);
+    }
+    flat.extend_from_slice(&[-7.5; 5]);
+    (flat, offsets)
+}
+
+/// The tensor at `offset` of `len` in `flat`, and whether every gap kept
+/// its -7.5.
+fn unpacked(flat: &[f32], offsets: &[usize], lens: &[usize]) -> Vec<Vec<f32>> {
+    let mut inside = vec![false; flat.len()];
+    for (&o, &n) in offsets.iter().zip(lens) {
+        inside[o..o + n].iter_mut().for_each(|v| *v = true);
+    }
+    assert!(flat.iter().zip(&inside).all(|(&v, &is)| is || v == -7.5), "a kernel wrote outside its tensors");
+    offsets.iter().zip(lens).map(|(&o, &n)| flat[o..o + n].to_vec()).collect()
+}
+
 /// The twin sums each row left to right, the kernel in 64 strided partial
 /// sums and a tree: each of μ and σ² is within c·ε of the other's
 /// relative to the row's scale (ε = 2⁻²⁴; c ≤ 257, rows of |x| ≤ 4), so n
@@ -110,14 +135,14 @@ async fn layernorm_forward_matches_cpu() {
             let (mut y, mut mean, mut rstd) = (vec![0.0; rows * c], vec![0.0; rows], vec![0.0; rows]);
             ops::layernorm_forward(&mut y, &mut mean, &mut rstd, &x, &w, &b, rows, c);
             let nan = |n: usize| f32_bytes(&vec![f32::NAN; n]);
-            let l = launch::layernorm_forward(rows, c);
+            let (params, at) = packed(&[&w, &b]);
+            let l = launch::layernorm_forward(rows, c, launch::NormAt { weight: at[0], bias: at[1] });
             let args = [
                 Arg::Out(&nan(rows * c)),
                 Arg::Out(&nan(rows)),
                 Arg::Out(&nan(rows)),
                 Arg::In(&f32_bytes(&x)),
-                Arg::In(&f32_bytes(&w)),
-                Arg::In(&f32_bytes(&b)),
+                Arg::In(&f32_bytes(&params)),
             ];
             let out = run_launch(&l, args).await;
             let (gy, gm, gr) = (to_f32(&out[0]), to_f32(&out[1]), to_f32(&out[2]));
@@ -160,12 +185,13 @@ async fn layernorm_backward_matches_cpu() {
             let (dx0, dw0, db0) = (random(rows * c, seed + 4, 0.5), random(c, seed + 5, 0.5), random(c, seed + 6, 0.5));
             let (mut dx, mut dw, mut db) = (dx0.clone(), dw0.clone(), db0.clone());
             ops::layernorm_backward(&mut dx, &mut dw, &mut db, &dy, &x, &w, &mean, &rstd, rows, c);
-            let l = launch::layernorm_backward_input(rows, c);
+            let (params, at) = packed(&[&b, &w]);
+            let l = launch::layernorm_backward_input(rows, c, launch::NormAt { weight: at[1], bias: at[0] }, true);
             let args = [
                 Arg::Out(&f32_bytes(&dx0)),
                 Arg::In(&f32_bytes(&dy)),
                 Arg::In(&f32_bytes(&x)),
-                Arg::In(&f32_bytes(&w)),
+                Arg::In(&f32_bytes(&params)),
                 Arg::In(&f32_bytes(&mean)),
                 Arg::In(&f32_bytes(&rstd)),
             ];
@@ -189,17 +215,17 @@ async fn layernorm_backward_matches_cpu() {
                     worst_x = worst_x.max(err / tol);
                 }
             }
-            let l = launch::layernorm_backward_params(rows, c);
+            let (grads, at) = packed(&[&dw0, &db0]);
+            let l = launch::layernorm_backward_params(rows, c, launch::NormAt { weight: at[0], bias: at[1] });
             let args = [
-                Arg::Out(&f32_bytes(&dw0)),
-                Arg::Out(&f32_bytes(&db0)),
+                Arg::Out(&f32_bytes(&grads)),
                 Arg::In(&f32_bytes(&dy)),
                 Arg::In(&f32_bytes(&x)),
                 Arg::In(&f32_bytes(&mean)),
                 Arg::In(&f32_bytes(&rstd)),
             ];
-            let out = run_launch(&l, args).await;
-            let (gdw, gdb) = (to_f32(&out[0]), to_f32(&out[1]));
+            let out = unpacked(&to_f32(&run_launch(&l, args).await[0]), &at, &[c, c]);
+            let (gdw, gdb) = (&out[0], &out[1]);
             for i in 0..c {
                 // Σ_rows of terms up to |n·dy| ≤ 4·1 and |dy| ≤ 1.
                 let sum_w: f32 = (0..rows).map(|r| (dy[r * c + i] * (x[r * c + i] - mean[r]) * rstd[r]).abs()).sum();
@@ -221,7 +247,7 @@ gpu_common::twin_test!(layernorm_backward_matches_cpu);
 /// The embeddings: forward is one addition per element and backward adds
 /// each element's rows in the twin's order, so both are the same bits.
 /// Vocabularies around a workgroup, windows of several lengths, a batch
-/// where tokens repeat; a token past the vocabulary writes NaN.
+/// where tokens repeat; a value that is not a token id writes NaN.
 async fn encoder_matches_cpu_bitwise() {
     for &(vocab, t, c, b) in &[(1, 1, 1, 1), (65, 8, 7, 3), (257, 64, 65, 2), (3, 5, 64, 33)] {
         let rows = b * t;
@@ -231,14 +257,13 @@ async fn encoder_matches_cpu_bitwise() {
         let (wte, wpe) = (random(vocab * c, seed + 1, 1.0), random(t * c, seed + 2, 1.0));
         let mut want = vec![0.0; rows * c];
         ops::encoder_forward(&mut want, &tokens, &wte, &wpe, t, c);
-        let l = launch::encoder_forward(rows, t, c, vocab);
-        let token_bytes: Vec<u8> = bytemuck::cast_slice(&tokens).to_vec();
-        let args = [
-            Arg::Out(&f32_bytes(&vec![f32::NAN; rows * c])),
-            Arg::In(&token_bytes),
-            Arg::In(&f32_bytes(&wte)),
-            Arg::In(&f32_bytes(&wpe)),
-        ];
+        let (params, at) = packed(&[&wpe, &wte]);
+        let emb = launch::EmbeddingsAt { wte: at[1], wpe: at[0] };
+        let l = launch::encoder_forward(rows, t, c, vocab, emb);
+        // The ids as the gathered batch holds them, in f32.
+        let token_bytes = f32_bytes(&tokens.iter().map(|&t| t as f32).collect::<Vec<_>>());
+        let args =
+            [Arg::Out(&f32_bytes(&vec![f32::NAN; rows * c])), Arg::In(&token_bytes), Arg::In(&f32_bytes(&params))];
         let got = to_f32(&run_launch(&l, args).await[0]);
         assert_eq!(bits(&got), bits(&want), "forward, vocab {vocab} t {t} c {c} b {b}");
 
@@ -246,26 +271,19 @@ async fn encoder_matches_cpu_bitwise() {
         let (dwte0, dwpe0) = (random(vocab * c, seed + 4, 0.5), random(t * c, seed + 5, 0.5));
         let (mut dwte, mut dwpe) = (dwte0.clone(), dwpe0.clone());
         ops::encoder_backward(&mut dwte, &mut dwpe, &dout, &tokens, t, c);
-        let l = launch::encoder_backward(rows, t, c, vocab);
-        let args = [
-            Arg::Out(&f32_bytes(&dwte0)),
-            Arg::Out(&f32_bytes(&dwpe0)),
-            Arg::In(&f32_bytes(&dout)),
-            Arg::In(&token_bytes),
-        ];
-        let out = run_launch(&l, args).await;
-        assert_eq!(bits(&to_f32(&out[0])), bits(&dwte), "dwte, vocab {vocab} t {t} c {c} b {b}");
-        assert_eq!(bits(&to_f32(&out[1])), bits(&dwpe), "dwpe, vocab {vocab} t {t} c {c} b {b}");
+        let (grads, at) = packed(&[&dwpe0, &dwte0]);
+        let l = launch::encoder_backward(rows, t, c, vocab, launch::EmbeddingsAt { wte: at[1], wpe: at[0] });
+        let args = [Arg::Out(&f32_bytes(&grads)), Arg::In(&f32_bytes(&dout)), Arg::In(&token_bytes)];
+        let out = unpacked(&to_f32(&run_launch(&l, args).await[0]), &at, &[t * c, vocab * c]);
+        assert_eq!(bits(&out[1]), bits(&dwte), "dwte, vocab {vocab} t {t} c {c} b {b}");
+        assert_eq!(bits(&out[0]), bits(&dwpe), "dwpe, vocab {vocab} t {t} c {c} b {b}");
     }
-    // A token id past the vocabulary: NaN where its row is, nothing read past wte.
-    let l = launch::encoder_forward(2, 2, 3, 4);
-    let tokens: Vec<u8> = bytemuck::cast_slice(&[1u32, 9]).to_vec();
-    let args = [
-        Arg::Out(&f32_bytes(&[0.0; 6])),
-        Arg::In(&tokens),
-        Arg::In(&f32_bytes(&[1.0; 12])),
-        Arg::In(&f32_bytes(&[0.5; 6])),
-    ];
+    // Values that are not token ids (past the vocabulary, negative,
+    // fractional): NaN where their rows are, nothing read past wte.
+    let (params, at) = packed(&[&[1.0; 12], &[0.5; 15]]);
+    let l = launch::encoder_forward(4, 5, 3, 4, launch::EmbeddingsAt { wte: at[0], wpe: at[1] });
+    let args =
+        [Arg::Out(&f32_bytes(&[0.0; 12])), Arg::In(&f32_bytes(&[1.0, 9.0, -1.0, 2.5])), Arg::In(&f32_bytes(&params))];
     let got = to_f32(&run_launch(&l, args).await[0]);
     assert_eq!(&got[..3], &[1.5; 3]);
     assert!(got[3..].iter().all(|v| v.is_nan()), "{got:?}");
@@ -329,3 +347,179 @@ async fn attention_forward_matches_cpu() {
     println!("attention_forward: the worst errors are {worst_p:.3} (P) and {worst_y:.3} (y) of their bounds");
 }
 gpu_common::twin_test!(attention_forward_matches_cpu);
+
+/// Attention backward: every sum runs in the twin's order and there is no
+/// exp, so the two differ only where a compiler contracts a multiply and
+/// an add into an FMA: within the summation bound 2(hs + T + 4)·ε of each
+/// output's terms taken in absolute value (dA, Σ a·dA, dS, then dq, dk,
+/// dv from them). The same windows and heads as forward's test, with P
+/// from the CPU's forward.
+#[allow(clippy::needless_range_loop)] // (query, key) indices into several arrays
+async fn attention_backward_matches_cpu() {
+    let mut worst = 0.0f32;
+    for &(b, t, c, h) in &[(1, 1, 4, 1), (2, 7, 12, 3), (3, 64, 32, 4), (2, 65, 64, 4), (1, 130, 16, 1)] {
+        let seed = (b * 1000 + t * 10 + c) as u64 + 77;
+        let inp = random(b * t * 3 * c, seed, 2.0);
+        let dout = random(b * t * c, seed + 1, 1.0);
+        let (mut y, mut att) = (vec![0.0; b * t * c], vec![0.0; b * h * t * t]);
+        ops::attention_forward(&mut y, &mut att, &inp, b, t, c, h);
+        let hs = c / h;
+        let mut want = vec![0.0; b * t * 3 * c];
+        let mut scratch = vec![0.0; ops::attention_scratch(t, hs)];
+        ops::attention_backward(&mut want, &mut scratch, &dout, &inp, &att, b, t, c, h);
+
+        let nan = |n: usize| f32_bytes(&vec![f32::NAN; n]);
+        let q = launch::attention_backward_query(b, t, c, h);
+        let args = [
+            Arg::Out(&nan(b * t * 3 * c)),
+            Arg::Out(&nan(b * h * t * t)),
+            Arg::In(&f32_bytes(&dout)),
+            Arg::In(&f32_bytes(&inp)),
+            Arg::In(&f32_bytes(&att)),
+        ];
+        let out = run_launch(&q, args).await;
+        let (dinp_q, ds) = (to_f32(&out[0]), to_f32(&out[1]));
+        let k = launch::attention_backward_key(b, t, c, h);
+        let args = [
+            Arg::Out(&f32_bytes(&dinp_q)),
+            Arg::In(&f32_bytes(&dout)),
+            Arg::In(&f32_bytes(&inp)),
+            Arg::In(&f32_bytes(&att)),
+            Arg::In(&f32_bytes(&ds)),
+        ];
+        let got = to_f32(&run_launch(&k, args).await[0]);
+
+        // The sizes of every output's terms.
+        let scale = 1.0 / (hs as f32).sqrt();
+        let mut size = vec![0.0f32; b * t * 3 * c];
+        for bi in 0..b {
+            for hi in 0..h {
+                let at = |ti: usize, t2: usize| att[((bi * h + hi) * t + ti) * t + t2];
+                let col = |ti: usize, part: usize, i: usize| (bi * t + ti) * 3 * c + part * c + hi * hs + i;
+                let dy = |ti: usize, i: usize| dout[(bi * t + ti) * c + hi * hs + i].abs();
+                for ti in 0..t {
+                    let da: Vec<f32> =
+                        (0..=ti).map(|t2| (0..hs).map(|i| dy(ti, i) * inp[col(t2, 2, i)].abs()).sum()).collect();
+                    let w: f32 = (0..=ti).map(|t2| at(ti, t2) * da[t2]).sum();
+                    for t2 in 0..=ti {
+                        let ds_size = at(ti, t2) * (da[t2] + w) * scale;
+                        for i in 0..hs {
+                            size[col(ti, 0, i)] += ds_size * inp[col(t2, 1, i)].abs();
+                            size[col(t2, 1, i)] += ds_size * inp[col(ti, 0, i)].abs();
+                            size[col(t2, 2, i)] += at(ti, t2) * dy(ti, i);
+                        }
+                    }
+                }
+            }
+        }
+        let eps = f32::EPSILON / 2.0;
+        for j in 0..want.len() {
+            let tol = 2.0 * (hs + t + 4) as f32 * eps * size[j] + 1e-12;
+            let err = (got[j] - want[j]).abs();
+            assert!(err <= tol, "b {b} t {t} c {c} h {h}: dinp[{j}] {} on the GPU, {} on the CPU", got[j], want[j]);
+            worst = worst.max(err / tol);
+        }
+    }
+    println!("attention_backward: the worst error is {worst:.3} of the bound");
+}
+gpu_common::twin_test!(attention_backward_matches_cpu);
+
+/// The cross-entropy with z-loss: only exp and log differ from the
+/// twin's (WGSL's within a few ulp): lse within 2e-6·(1 + |lse|), each
+/// probability within 3e-6·(2 + |lse|) of its size, and the gradient that
+/// times its factor and scale. The means are summed in the twin's order
+/// from the rows the GPU stored: the cross-entropy's bits exactly, the
+/// z-loss within an FMA's difference. A target that is not a token id
+/// makes the loss NaN and sets the non-finite flag of the loss phase.
+async fn cross_entropy_matches_cpu() {
+    let mut worst = 0.0f32;
+    for &(rows, v) in &[(1, 1), (7, 65), (100, 300), (3, 4096)] {
+        for z_loss in [0.0f32, 1e-3] {
+            let seed = (rows * 10_000 + v) as u64;
+            let logits = random(rows * v, seed, 8.0);
+            let mut rng = stepscope_core::rng::Rng::new(seed, 5);
+            let targets: Vec<u32> = (0..rows).map(|_| rng.below(v as u64) as u32).collect();
+            let scale = 1.0 / (2 * rows) as f32;
+            let mut lse = vec![0.0; rows];
+            let (ce, z) = ops::cross_entropy_forward(&mut lse, &logits, &targets, rows, v);
+            let mut dlogits = vec![0.0; rows * v];
+            ops::cross_entropy_backward(&mut dlogits, &logits, &lse, &targets, rows, v, z_loss, scale);
+
+            let target_f: Vec<f32> = targets.iter().map(|&t| t as f32).collect();
+            let l = launch::cross_entropy_forward_backward(rows, v, z_loss, scale);
+            let args = [
+                Arg::Out(&f32_bytes(&vec![f32::NAN; rows * v])),
+                Arg::Out(&f32_bytes(&vec![f32::NAN; 2 * rows])),
+                Arg::In(&f32_bytes(&logits)),
+                Arg::In(&f32_bytes(&target_f)),
+            ];
+            let out = run_launch(&l, args).await;
+            let (g, losses) = (to_f32(&out[0]), to_f32(&out[1]));
+            for r in 0..rows {
+                let (gce, glse) = (losses[2 * r], losses[2 * r + 1]);
+                let tol = 2e-6 * (1.0 + lse[r].abs());
+                assert!((glse - lse[r]).abs() <= tol, "rows {rows} v {v}: lse {glse} vs {}", lse[r]);
+                let want_ce = lse[r] - logits[r * v + targets[r] as usize];
+                assert!((gce - want_ce).abs() <= tol + 1.2e-7 * want_ce.abs(), "ce {gce} vs {want_ce}");
+                let factor = 1.0 + 2.0 * z_loss * lse[r];
+                for i in 0..v {
+                    let k = r * v + i;
+                    let p = (logits[k] - lse[r]).exp();
+                    let tol =
+                        scale * p * factor.abs() * 3e-6 * (2.0 + lse[r].abs()) + 1.2e-7 * dlogits[k].abs() + 1e-12;
+                    let err = (g[k] - dlogits[k]).abs();
+                    assert!(err <= tol, "rows {rows} v {v} z {z_loss}: dlogits[{k}] {} vs {}", g[k], dlogits[k]);
+                    worst = worst.max(err / tol);
+                }
+            }
+            // The means, from the rows the GPU stored, in order.
+            let l = launch::cross_entropy_loss(rows, 9);
+            let flags: Vec<u8> = bytemuck::cast_slice(&[u32::MAX, 0, 0, 0]).to_vec();
+            let args = [Arg::Out(&f32_bytes(&[0.5; 4])), Arg::Out(&flags), Arg::In(&f32_bytes(&losses))];
+            let out = run_launch(&l, args).await;
+            let stats = to_f32(&out[0]);
+            let (mut ce_sum, mut z_sum) = (0.0f32, 0.0f32);
+            for r in 0..rows {
+                ce_sum += losses[2 * r];
+                z_sum += losses[2 * r + 1] * losses[2 * r + 1];
+            }
+            assert_eq!(stats[0], 0.5 + ce_sum / rows as f32, "the cross-entropy's mean, added");
+            let z_tol = rows as f32 * 1.2e-7 * z_sum / rows as f32;
+            assert!((stats[3] - (0.5 + z_sum / rows as f32)).abs() <= z_tol + 1e-7, "z {} vs {}", stats[3], z_sum);
+            assert!((stats[0] - 0.5 - ce).abs() <= 4e-6 * (1.0 + ce.abs()), "ce mean {} vs {ce}", stats[0] - 0.5);
+            assert!((stats[3] - 0.5 - z).abs() <= 8e-6 * (1.0 + z.abs()), "z mean {} vs {z}", stats[3] - 0.5);
+            assert_eq!(bytemuck::cast_slice::<u8, u32>(&out[1])[0], u32::MAX, "no flag for finite losses");
+        }
+    }
+    // Targets that are not token ids: the loss is NaN and flagged.
+    let l = launch::cross_entropy_forward_backward(3, 4, 0.0, 1.0);
+    let args = [
+        Arg::Out(&f32_bytes(&[0.0; 12])),
+        Arg::Out(&f32_bytes(&[0.0; 6])),
+        Arg::In(&f32_bytes(&[0.0; 12])),
+        Arg::In(&f32_bytes(&[1.0, 4.0, 0.5])),
+    ];
+    let losses = to_f32(&run_launch(&l, args).await[1]);
+    assert!((losses[0] - 4f32.ln()).abs() < 1e-6 && losses[2].is_nan() && losses[4].is_nan(), "{losses:?}");
+    let l = launch::cross_entropy_loss(3, 9);
+    let flags: Vec<u8> = bytemuck::cast_slice(&[u32::MAX, 2, 0, 0]).to_vec();
+    let args = [Arg::Out(&f32_bytes(&[0.0; 12])), Arg::Out(&flags), Arg::In(&f32_bytes(&losses))];
+    let out = run_launch(&l, args).await;
+    assert_eq!(bytemuck::cast_slice::<u8, u32>(&out[1])[0], (2 << 16) | (2 << 8) | 9, "the loss phase's code");
+    println!("cross_entropy: the worst gradient error is {worst:.3} of the bound");
+}
+gpu_common::twin_test!(cross_entropy_matches_cpu);
+
+/// The residual add: one addition each, the twin's bits.
+async fn residual_matches_cpu_bitwise() {
+    for &n in SIZES.iter().chain(&[70_000]) {
+        let (a, x) = (random(n, n as u64, 3.0), random(n, n as u64 + 1, 3.0));
+        let mut want = vec![0.0; n];
+        ops::residual_forward(&mut want, &a, &x);
+        let got = to_f32(
+            &run_launch(&launch::residual_forward(n), [Arg::Out(&f32_bytes(&a)), Arg::In(&f32_bytes(&x))]).await[0],
+        );
+        assert_eq!(bits(&got), bits(&want), "n {n}");
+    }
+}
+gpu_common::twin_test!(residual_matches_cpu_bitwise);

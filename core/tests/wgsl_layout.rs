@@ -60,6 +60,11 @@ fn every_params_struct_has_its_rust_twins_size() {
         (Kernel::EncoderForward, size_of::<EncoderParams>()),
         (Kernel::EncoderBackward, size_of::<EncoderParams>()),
         (Kernel::AttentionForward, size_of::<AttentionParams>()),
+        (Kernel::AttentionBackwardQuery, size_of::<AttentionParams>()),
+        (Kernel::AttentionBackwardKey, size_of::<AttentionParams>()),
+        (Kernel::CrossEntropyForwardBackward, size_of::<CrossEntropyParams>()),
+        (Kernel::CrossEntropyLoss, size_of::<CrossEntropyLossParams>()),
+        (Kernel::ResidualForward, size_of::<ElementwiseParams>()),
         (Kernel::TrainStepFused, size_of::<FusedParams>()),
     ];
     for &(kernel, size) in cases {

@@ -22,6 +22,11 @@ impl GpuEngine {
         if on == self.buffers.checkpointing {
             return Ok(());
         }
+        if self.layout.gpt.is_some() {
+            return Err(Error::Gpu(
+                "a transformer's activation checkpointing runs on the CPU engine for now (--engine cpu)".into(),
+            ));
+        }
         if self.has_in_flight() || self.mid_step() {
             return Err(Error::Gpu(
                 "collect the steps in flight and finish a phased step before switching activation checkpointing".into(),

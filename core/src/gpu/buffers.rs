@@ -40,6 +40,11 @@ pub struct Buffers {
     /// Activation checkpointing: `z` is one shared scratch and backward
     /// recomputes each layer's z (see `Plan`).
     pub checkpointing: bool,
+    /// A transformer's activations and backward buffers (`gpu::gpt`); the
+    /// per-layer `z`, `a` and `grad` above are then empty.
+    pub gpt: Option<super::gpt::GptBuffers>,
+    /// I, the width of a row's inputs (a transformer's: T token ids).
+    pub input_width: usize,
     /// Bytes of each kind, for the memory view.
     pub bytes: MemoryBytes,
 }
@@ -90,14 +95,15 @@ impl Buffers {
         let table_rows: Vec<TensorRange> =
             tensors.iter().map(|t| TensorRange { offset: t.offset as u32, len: t.len as u32 }).collect();
         let scratch_bytes: u64 = layout.layers.iter().map(|l| 4 * batch * l.units as u64).sum::<u64>();
-        Buffers {
+        let gpt = layout.gpt.as_ref().map(|shape| super::gpt::GptBuffers::new(device, shape, e.batch_size));
+        let mut buffers = Buffers {
             params: storage_init(device, "params", &f32s(&state.params)),
             grads: storage(device, "grads", p_bytes),
             updates: storage(device, "updates", p_bytes),
             exp_avg: moment("exp_avg", &state.optimizer.exp_avg),
             exp_avg_sq: moment("exp_avg_sq", &state.optimizer.exp_avg_sq),
             momentum_buffer: moment("momentum_buffer", &state.optimizer.momentum_buffer),
-            batch_inputs: storage(device, "batch inputs", 4 * batch * e.model.inputs as u64),
+            batch_inputs: storage(device, "batch inputs", 4 * batch * table.input_width as u64),
             batch_targets: storage(device, "batch targets", 4 * batch * table.target_width as u64),
             z: z_buffers(device, layout, batch, false),
             a: per_layer("a"),
@@ -114,6 +120,8 @@ impl Buffers {
             layer_stats: storage(device, "layer stats", 4 * (4 * layout.layers.len() * TENSOR_STATS_STRIDE) as u64),
             recompute_flags: storage_init(device, "recompute flags", bytemuck::cast_slice(&FLAGS_INIT)),
             checkpointing: false,
+            gpt: None,
+            input_width: table.input_width,
             bytes: MemoryBytes {
                 params: p_bytes,
                 grads: p_bytes,
@@ -125,7 +133,12 @@ impl Buffers {
                 backward_scratch: scratch_bytes,
                 attention: 0,
             },
+        };
+        if let Some(g) = gpt {
+            (buffers.bytes.activations, buffers.bytes.attention, buffers.bytes.backward_scratch) = g.bytes;
+            buffers.gpt = Some(g);
         }
+        buffers
     }
 
     /// Switches activation checkpointing: replaces the z buffers (the

@@ -134,7 +134,7 @@ impl GpuEngine {
                 step: done.first_step + s as u64,
                 loss: floats[4 * s] / k,
                 grad_norm: floats[4 * s + 1],
-                z_loss: None,
+                z_loss: self.layout.gpt.as_ref().map(|_| floats[4 * s + 3] / k),
                 lr: done.lrs[s],
                 clipped: floats[4 * s + 2] > 0.5,
                 phases: per_step[s],
@@ -151,7 +151,7 @@ impl GpuEngine {
             // Later submits ran on top of a failed one: drop them too.
             self.in_flight.clear();
             self.submitted_step = self.step;
-            return Err(non_finite(code, self.layout.layers.len(), done.first_step));
+            return Err(non_finite(code, &self.layout, done.first_step));
         }
         Ok(metrics)
     }

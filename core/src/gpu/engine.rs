@@ -111,10 +111,8 @@ impl GpuEngine {
     /// bind groups are made here, once.
     pub fn from_state(ctx: Arc<GpuContext>, state: TrainState, data: Dataset) -> Result<GpuEngine> {
         state.check(&data)?;
-        if state.experiment.gpt().is_some() {
-            return Err(crate::Error::Experiment(
-                "the GPU engine trains the MLP; a gpt model trains on the CPU engine (--engine cpu)".into(),
-            ));
+        if let Some(why) = super::gpt::unsupported(&state.experiment) {
+            return Err(crate::Error::Experiment(format!("the GPU engine cannot train this transformer: {why}")));
         }
         let experiment = state.experiment.clone();
         let layout = Layout::new(&experiment);
@@ -125,7 +123,8 @@ impl GpuEngine {
         let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let buffers =
             Buffers::new(&ctx.device, &state, &layout, &tensors, &data.train, max_steps_per_submit * rows_per_step);
-        let matmuls = matmul::cached_choice(&ctx, experiment.batch_size, &layout.layers);
+        let (rows, shapes) = matmul_layers(&experiment, &layout);
+        let matmuls = matmul::cached_choice(&ctx, rows, &shapes);
         let plan = Plan::new(&ctx, &buffers, &experiment, &layout, &tensors, data.train.target_width, &matmuls);
         let fused = FusedStep::new(&ctx, &buffers, &experiment, &layout, data.train.target_width);
         let timestamps = ctx.timestamps.then(|| {
@@ -381,12 +380,9 @@ impl GpuEngine {
     /// Runs the phased path with these matmul variants (one per layer).
     /// Every variant gives the same run within the twin tolerances.
     pub fn set_matmuls(&mut self, matmuls: Vec<LayerMatmuls>) -> Result<()> {
-        if matmuls.len() != self.layout.layers.len() {
-            return Err(Error::Gpu(format!(
-                "{} matmul choices for {} layers",
-                matmuls.len(),
-                self.layout.layers.len()
-            )));
+        let layers = matmul_layers(&self.experiment, &self.layout).1.len();
+        if matmuls.len() != layers {
+            return Err(Error::Gpu(format!("{} matmul choices for {layers} layers", matmuls.len())));
         }
         if matmuls == self.matmuls {
             return Ok(());
@@ -407,7 +403,8 @@ impl GpuEngine {
     /// takes the figures measured before for these shapes) and runs the
     /// faster of each.
     pub async fn choose_matmuls(&mut self) -> Result<Vec<MatmulTiming>> {
-        let (choice, timings) = matmul::choose(&self.ctx, self.experiment.batch_size, &self.layout.layers).await?;
+        let (rows, shapes) = matmul_layers(&self.experiment, &self.layout);
+        let (choice, timings) = matmul::choose(&self.ctx, rows, &shapes).await?;
         self.set_matmuls(choice)?;
         Ok(timings)
     }
@@ -419,5 +416,18 @@ impl GpuEngine {
     /// Names the tensors of the flat buffers.
     pub fn tensors(&self) -> &[TensorInfo] {
         &self.tensors
+    }
+}
+
+/// The linear layers the dense kernels run, and their rows: the MLP's
+/// layers over the batch, or a transformer's (`gpt::matmul_shapes`) over
+/// the batch's B·T positions.
+pub(super) fn matmul_layers(e: &Experiment, layout: &Layout) -> (usize, Vec<crate::model::LayerShape>) {
+    match &layout.gpt {
+        Some(shape) => {
+            let gpt = crate::model::gpt::Gpt::new(shape.clone());
+            (e.batch_size * shape.context, super::gpt::matmul_shapes(&gpt))
+        }
+        None => (e.batch_size, layout.layers.clone()),
     }
 }

@@ -80,6 +80,9 @@ pub struct FusedRun {
 
 /// Why the fused step does not apply to an experiment, if it does not.
 pub fn fused_unsupported(e: &Experiment, layout: &Layout) -> Option<String> {
+    if e.gpt().is_some() {
+        return Some("a transformer's step runs on the phased path".into());
+    }
     if matches!(e.optimizer, OptimizerSpec::Lamb { .. }) {
         return Some("LAMB's per-tensor trust ratios run on the phased path".into());
     }

@@ -42,8 +42,18 @@ pub enum Kernel {
     /// The token and position embeddings, and their gradients.
     EncoderForward,
     EncoderBackward,
-    /// Causal self-attention, keeping the probabilities.
+    /// Causal self-attention, keeping the probabilities; its backward in
+    /// two halves, per query row (∂L/∂s, ∂L/∂q) and down the columns
+    /// (∂L/∂k, ∂L/∂v).
     AttentionForward,
+    AttentionBackwardQuery,
+    AttentionBackwardKey,
+    /// The cross-entropy over the vocabulary with z-loss, per row with its
+    /// gradient, then the means into the step's statistics.
+    CrossEntropyForwardBackward,
+    CrossEntropyLoss,
+    /// y += x: the residual adds.
+    ResidualForward,
 }
 
 impl Kernel {
@@ -77,6 +87,11 @@ impl Kernel {
         Kernel::EncoderForward,
         Kernel::EncoderBackward,
         Kernel::AttentionForward,
+        Kernel::AttentionBackwardQuery,
+        Kernel::AttentionBackwardKey,
+        Kernel::CrossEntropyForwardBackward,
+        Kernel::CrossEntropyLoss,
+        Kernel::ResidualForward,
     ];
 
     pub fn name(self) -> &'static str {
@@ -109,6 +124,11 @@ impl Kernel {
             Kernel::EncoderForward => "encoder_forward",
             Kernel::EncoderBackward => "encoder_backward",
             Kernel::AttentionForward => "attention_forward",
+            Kernel::AttentionBackwardQuery => "attention_backward_query",
+            Kernel::AttentionBackwardKey => "attention_backward_key",
+            Kernel::CrossEntropyForwardBackward => "cross_entropy_forward_backward",
+            Kernel::CrossEntropyLoss => "cross_entropy_loss",
+            Kernel::ResidualForward => "residual_forward",
         }
     }
 
@@ -144,6 +164,13 @@ impl Kernel {
             Kernel::EncoderForward => include_str!("../../../shaders/encoder_forward.wgsl"),
             Kernel::EncoderBackward => include_str!("../../../shaders/encoder_backward.wgsl"),
             Kernel::AttentionForward => include_str!("../../../shaders/attention_forward.wgsl"),
+            Kernel::AttentionBackwardQuery => include_str!("../../../shaders/attention_backward_query.wgsl"),
+            Kernel::AttentionBackwardKey => include_str!("../../../shaders/attention_backward_key.wgsl"),
+            Kernel::CrossEntropyForwardBackward => {
+                include_str!("../../../shaders/cross_entropy_forward_backward.wgsl")
+            }
+            Kernel::CrossEntropyLoss => include_str!("../../../shaders/cross_entropy_loss.wgsl"),
+            Kernel::ResidualForward => include_str!("../../../shaders/residual_forward.wgsl"),
         }
     }
 

@@ -146,7 +146,7 @@ pub fn sgd_step(
         weight_decay: weight_decay as f32,
         use_momentum: u32::from(momentum != 0.0),
         n_layers: u(n_layers),
-        _pad: 0,
+        offset: 0,
         layer_ends,
     };
     Some(Launch::new(Kernel::SgdStep, p, elementwise_grid(count)))
@@ -175,6 +175,8 @@ pub fn adam_step(
         decoupled: u32::from(matches!(spec, OptimizerSpec::Adamw { .. })),
         n_layers: u(n_layers),
         layer_ends,
+        offset: 0,
+        _pad: [0; 3],
     };
     Some(Launch::new(Kernel::AdamStep, p, elementwise_grid(count)))
 }
@@ -215,54 +217,143 @@ pub fn gelu_forward(count: usize) -> Launch<ElementwiseParams, 2> {
     Launch::new(Kernel::GeluForward, p, elementwise_grid(count))
 }
 
-/// GELU's backward over `count` elements, accumulated. Bindings: dinp,
-/// inp, dout.
-pub fn gelu_backward(count: usize) -> Launch<ElementwiseParams, 3> {
-    let p = ElementwiseParams { count: u(count), _pad: [0; 3] };
+/// GELU's backward over `count` elements, added into dinp (`accumulate`)
+/// or overwriting it. Bindings: dinp, inp, dout.
+pub fn gelu_backward(count: usize, accumulate: bool) -> Launch<ElementwiseParams, 3> {
+    let p = ElementwiseParams { count: u(count), _pad: [u32::from(accumulate), 0, 0] };
     Launch::new(Kernel::GeluBackward, p, elementwise_grid(count))
 }
 
-/// LayerNorm over `rows` rows of `c`. Bindings: out, mean, rstd, inp,
-/// weight, bias.
-pub fn layernorm_forward(rows: usize, c: usize) -> Launch<LayerNormParams, 6> {
-    let p = LayerNormParams { rows: u(rows), c: u(c), _pad: [0; 2] };
-    Launch::new(Kernel::LayerNormForward, p, row_grid(rows))
+/// Where a LayerNorm's w and b (or their gradients) sit in the flat
+/// buffer bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NormAt {
+    pub weight: usize,
+    pub bias: usize,
 }
 
-/// LayerNorm's ∂L/∂x, accumulated. Bindings: dinp, dout, inp, weight,
-/// mean, rstd.
-pub fn layernorm_backward_input(rows: usize, c: usize) -> Launch<LayerNormParams, 6> {
-    let p = LayerNormParams { rows: u(rows), c: u(c), _pad: [0; 2] };
+fn layernorm_params(rows: usize, c: usize, at: NormAt) -> LayerNormParams {
+    LayerNormParams { rows: u(rows), c: u(c), weight_offset: u(at.weight), bias_offset: u(at.bias) }
+}
+
+/// LayerNorm over `rows` rows of `c`. Bindings: out, mean, rstd, inp,
+/// params.
+pub fn layernorm_forward(rows: usize, c: usize, at: NormAt) -> Launch<LayerNormParams, 5> {
+    Launch::new(Kernel::LayerNormForward, layernorm_params(rows, c, at), row_grid(rows))
+}
+
+/// LayerNorm's ∂L/∂x, added into dinp (`accumulate`) or overwriting it
+/// (w at `at.weight`). Bindings: dinp, dout, inp, params, mean, rstd.
+pub fn layernorm_backward_input(rows: usize, c: usize, at: NormAt, accumulate: bool) -> Launch<LayerNormParams, 6> {
+    let p = LayerNormParams { bias_offset: u32::from(accumulate), ..layernorm_params(rows, c, at) };
     Launch::new(Kernel::LayerNormBackwardInput, p, row_grid(rows))
 }
 
-/// LayerNorm's dγ and dβ, accumulated. Bindings: dweight, dbias, dout,
-/// inp, mean, rstd.
-pub fn layernorm_backward_params(rows: usize, c: usize) -> Launch<LayerNormParams, 6> {
-    let p = LayerNormParams { rows: u(rows), c: u(c), _pad: [0; 2] };
-    Launch::new(Kernel::LayerNormBackwardParams, p, [u(c.max(1)), 1, 1])
+/// LayerNorm's dγ and dβ, accumulated into the flat gradients. Bindings:
+/// grads, dout, inp, mean, rstd.
+pub fn layernorm_backward_params(rows: usize, c: usize, at: NormAt) -> Launch<LayerNormParams, 5> {
+    Launch::new(Kernel::LayerNormBackwardParams, layernorm_params(rows, c, at), [u(c.max(1)), 1, 1])
+}
+
+/// Where wte and wpe (or their gradients) sit in the flat buffer bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmbeddingsAt {
+    pub wte: usize,
+    pub wpe: usize,
+}
+
+fn encoder_params(rows: usize, t: usize, c: usize, vocab: usize, at: EmbeddingsAt) -> EncoderParams {
+    EncoderParams {
+        rows: u(rows),
+        t: u(t),
+        c: u(c),
+        vocab: u(vocab),
+        wte_offset: u(at.wte),
+        wpe_offset: u(at.wpe),
+        _pad: [0; 2],
+    }
 }
 
 /// The embeddings of `rows` positions in windows of `t`. Bindings: out,
-/// tokens, wte, wpe.
-pub fn encoder_forward(rows: usize, t: usize, c: usize, vocab: usize) -> Launch<EncoderParams, 4> {
-    let p = EncoderParams { rows: u(rows), t: u(t), c: u(c), vocab: u(vocab) };
-    Launch::new(Kernel::EncoderForward, p, elementwise_grid(rows * c))
+/// tokens (ids as f32), params.
+pub fn encoder_forward(rows: usize, t: usize, c: usize, vocab: usize, at: EmbeddingsAt) -> Launch<EncoderParams, 3> {
+    Launch::new(Kernel::EncoderForward, encoder_params(rows, t, c, vocab, at), elementwise_grid(rows * c))
 }
 
-/// The embeddings' gradients, accumulated. Bindings: dwte, dwpe, dout,
-/// tokens.
-pub fn encoder_backward(rows: usize, t: usize, c: usize, vocab: usize) -> Launch<EncoderParams, 4> {
-    let p = EncoderParams { rows: u(rows), t: u(t), c: u(c), vocab: u(vocab) };
-    Launch::new(Kernel::EncoderBackward, p, elementwise_grid((vocab + t) * c))
+/// The embeddings' gradients, accumulated into the flat gradients.
+/// Bindings: grads, dout, tokens (ids as f32).
+pub fn encoder_backward(rows: usize, t: usize, c: usize, vocab: usize, at: EmbeddingsAt) -> Launch<EncoderParams, 3> {
+    let grid = elementwise_grid((vocab + t) * c);
+    Launch::new(Kernel::EncoderBackward, encoder_params(rows, t, c, vocab, at), grid)
+}
+
+fn attention_params(b: usize, t: usize, c: usize, h: usize) -> AttentionParams {
+    assert!(t <= ATTENTION_MAX_T && h > 0 && c.is_multiple_of(h), "attention of T {t}, C {c}, H {h}");
+    AttentionParams { b: u(b), t: u(t), c: u(c), h: u(h) }
 }
 
 /// Causal self-attention over `b` windows of `t` ≤ `ATTENTION_MAX_T`
 /// tokens, `h` heads of C/h. Bindings: out, att, inp (q, k, v).
 pub fn attention_forward(b: usize, t: usize, c: usize, h: usize) -> Launch<AttentionParams, 3> {
-    assert!(t <= ATTENTION_MAX_T && h > 0 && c.is_multiple_of(h), "attention of T {t}, C {c}, H {h}");
-    let p = AttentionParams { b: u(b), t: u(t), c: u(c), h: u(h) };
-    Launch::new(Kernel::AttentionForward, p, row_grid(b * h * t))
+    Launch::new(Kernel::AttentionForward, attention_params(b, t, c, h), row_grid(b * h * t))
+}
+
+/// Attention's backward, per query row: ∂L/∂s (stored) and ∂L/∂q
+/// (written). Bindings: dinp, ds, dout, inp, att.
+pub fn attention_backward_query(b: usize, t: usize, c: usize, h: usize) -> Launch<AttentionParams, 5> {
+    Launch::new(Kernel::AttentionBackwardQuery, attention_params(b, t, c, h), row_grid(b * h * t))
+}
+
+/// Attention's backward down the columns: ∂L/∂k and ∂L/∂v (written).
+/// Bindings: dinp, dout, inp, att, ds.
+pub fn attention_backward_key(b: usize, t: usize, c: usize, h: usize) -> Launch<AttentionParams, 5> {
+    Launch::new(Kernel::AttentionBackwardKey, attention_params(b, t, c, h), elementwise_grid(b * t * c))
+}
+
+/// The cross-entropy of `rows` rows of `v` logits, each row's loss and
+/// logsumexp stored and its gradient written. Bindings: dlogits, losses,
+/// logits, targets (ids as f32).
+pub fn cross_entropy_forward_backward(rows: usize, v: usize, z_loss: f32, scale: f32) -> Launch<CrossEntropyParams, 4> {
+    let p = CrossEntropyParams { rows: u(rows), v: u(v), z_loss, scale };
+    Launch::new(Kernel::CrossEntropyForwardBackward, p, row_grid(rows))
+}
+
+/// The micro-batch's mean cross-entropy and z-loss, added to the step's
+/// statistics. Bindings: stats, flags, losses.
+pub fn cross_entropy_loss(rows: usize, order: usize) -> Launch<CrossEntropyLossParams, 3> {
+    let p = CrossEntropyLossParams { rows: u(rows), order: u(order), _pad: [0; 2] };
+    Launch::new(Kernel::CrossEntropyLoss, p, [1, 1, 1])
+}
+
+/// y += x over `count` elements (the residual adds). Bindings: y, x.
+pub fn residual_forward(count: usize) -> Launch<ElementwiseParams, 2> {
+    let p = ElementwiseParams { count: u(count), _pad: [0; 3] };
+    Launch::new(Kernel::ResidualForward, p, elementwise_grid(count))
+}
+
+impl Launch<SgdStepParams, 6> {
+    /// SGD over parameters `offset..offset + count` only, without weight
+    /// decay where the range does not decay (a transformer's groups).
+    pub fn range(mut self, offset: usize, count: usize, decays: bool) -> Self {
+        (self.params.offset, self.params.count, self.grid) = (u(offset), u(count), elementwise_grid(count));
+        if !decays {
+            self.params.weight_decay = 0.0;
+        }
+        self
+    }
+}
+
+impl Launch<AdamStepParams, 7> {
+    /// Adam or AdamW over parameters `offset..offset + count` only,
+    /// without weight decay (neither Adam's nor AdamW's) where the range
+    /// does not decay.
+    pub fn range(mut self, offset: usize, count: usize, decays: bool) -> Self {
+        (self.params.offset, self.params.count, self.grid) = (u(offset), u(count), elementwise_grid(count));
+        if !decays {
+            (self.params.weight_decay, self.params.decoupled) = (0.0, 0);
+        }
+        self
+    }
 }
 
 /// The FMA probe: `workgroups` × 256 invocations of `iterations` × 8

@@ -13,6 +13,7 @@ mod collect;
 mod context;
 mod engine;
 mod fused;
+pub mod gpt;
 pub mod harness;
 mod kernels;
 pub mod launch;

@@ -177,7 +177,9 @@ pub struct SgdStepParams {
     pub weight_decay: f32,
     pub use_momentum: u32,
     pub n_layers: u32,
-    pub _pad: u32,
+    /// The first parameter of the `count` updated (a range of tensors
+    /// of one decay group; 0 for every parameter).
+    pub offset: u32,
     pub layer_ends: LayerEnds,
 }
 
@@ -195,6 +197,9 @@ pub struct AdamStepParams {
     pub decoupled: u32,
     pub n_layers: u32,
     pub layer_ends: LayerEnds,
+    /// The first parameter of the `count` updated (`SgdStepParams`).
+    pub offset: u32,
+    pub _pad: [u32; 3],
 }
 
 /// `shaders/lamb_moments.wgsl` and `shaders/lamb_step.wgsl`
@@ -248,7 +253,10 @@ pub struct ElementwiseParams {
 pub struct LayerNormParams {
     pub rows: u32,
     pub c: u32,
-    pub _pad: [u32; 2],
+    /// w (forward, ∂L/∂x) or dw (dγ, dβ) in the flat buffer bound.
+    pub weight_offset: u32,
+    /// b or db; for ∂L/∂x, 1 to add into dinp and 0 to overwrite it.
+    pub bias_offset: u32,
 }
 
 /// `shaders/encoder_forward.wgsl`, `shaders/encoder_backward.wgsl`: B·T
@@ -260,6 +268,31 @@ pub struct EncoderParams {
     pub t: u32,
     pub c: u32,
     pub vocab: u32,
+    /// wte and wpe (or their gradients) in the flat buffer bound.
+    pub wte_offset: u32,
+    pub wpe_offset: u32,
+    pub _pad: [u32; 2],
+}
+
+/// `shaders/cross_entropy_forward_backward.wgsl`: rows of V logits; the
+/// z-loss coefficient and the gradient's scale (1/(rows·k)).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct CrossEntropyParams {
+    pub rows: u32,
+    pub v: u32,
+    pub z_loss: f32,
+    pub scale: f32,
+}
+
+/// `shaders/cross_entropy_loss.wgsl`: rows, and the op's place in the
+/// non-finite code.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct CrossEntropyLossParams {
+    pub rows: u32,
+    pub order: u32,
+    pub _pad: [u32; 2],
 }
 
 /// `shaders/attention_forward.wgsl`: B windows of T, width C, H heads.

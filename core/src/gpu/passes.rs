@@ -108,13 +108,14 @@ pub fn pollster_free_pop(scope: wgpu::ErrorScopeGuard) -> Option<Error> {
 /// Decodes a non-finite code `(step << 16) | (phase << 8) | order`; the
 /// code's step counts from `first_step`, the engine's step count when the
 /// submit began. The message numbers steps as the page does (the first is 1).
-pub fn non_finite(code: u32, layers: usize, first_step: u64) -> Error {
+pub fn non_finite(code: u32, layout: &crate::model::Layout, first_step: u64) -> Error {
     let step = first_step + u64::from(code >> 16) + 1;
     let phase = (code >> 8) & 0xff;
     let order = (code & 0xff) as usize;
+    let layers = layout.layers.len();
     let (phase_name, layer) = match phase {
         PHASE_FORWARD => ("forward", order),
-        PHASE_LOSS => ("loss", layers - 1),
+        PHASE_LOSS => ("loss", layers.max(1) - 1),
         PHASE_BACKWARD => ("backward", 255 - order),
         _ => ("optimizer", order),
     };
@@ -123,5 +124,13 @@ pub fn non_finite(code: u32, layers: usize, first_step: u64) -> Error {
     } else {
         "parameters and optimizer state kept from before this step"
     };
-    Error::NonFinite(format!("first NaN/Inf at step {step}, in layer {layer} during {phase_name}; {kept}"))
+    // A transformer's places are its linear layers and its loss
+    // (`gpt::op_name`); the optimizer's code names no tensor.
+    let place = match (&layout.gpt, phase) {
+        (Some(_), PHASE_OPTIMIZER) => "the parameters".to_string(),
+        (Some(shape), PHASE_LOSS) => super::gpt::op_name(shape, 4 * shape.blocks + 1),
+        (Some(shape), _) => super::gpt::op_name(shape, layer),
+        (None, _) => format!("layer {layer}"),
+    };
+    Error::NonFinite(format!("first NaN/Inf at step {step}, in {place} during {phase_name}; {kept}"))
 }

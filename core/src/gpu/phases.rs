@@ -86,7 +86,7 @@ impl GpuEngine {
                 self.step += 1;
             }
             self.sync_submitted_step();
-            return Err(non_finite(code, self.layout.layers.len(), first_step));
+            return Err(non_finite(code, &self.layout, first_step));
         }
         let stats = floats(read_buffer(&self.ctx, &self.buffers.stats).await?, 4);
         let p = self.layout.parameter_count;

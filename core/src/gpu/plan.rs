@@ -80,16 +80,23 @@ impl Plan {
         matmuls: &[LayerMatmuls],
     ) -> Plan {
         let batch = e.batch_size;
-        let last = layout.layers.len() - 1;
-        let act = |l: usize| e.model.layers[l].activation;
         let data = vec![
-            launch::gather_rows(batch, e.model.inputs, target_width).bind(
+            launch::gather_rows(batch, b.input_width, target_width).bind(
                 ctx,
                 "gather_rows",
                 [&b.batch_inputs, &b.batch_targets, &b.flags, &b.table_inputs, &b.table_targets, &b.rows],
             ),
             launch::advance(Counter::MicroBatch).bind(ctx, "advance micro", [&b.flags]),
         ];
+        let regularize = regularize_dispatches(ctx, b, e, tensors);
+        let optimizer = optimizer_dispatches(ctx, b, e, layout, tensors);
+        if let Some(g) = &b.gpt {
+            // A transformer: its own forward and backward, the rest shared.
+            let (forward, backward) = super::gpt::dispatches(ctx, b, g, e, matmuls);
+            return Plan { data, forward, backward, regularize, optimizer, layer_stats: Vec::new() };
+        }
+        let last = layout.layers.len() - 1;
+        let act = |l: usize| e.model.layers[l].activation;
 
         // With checkpointing every layer writes its z into the one scratch.
         let z = |l: usize| if b.checkpointing { &b.z[0] } else { &b.z[l] };
@@ -153,8 +160,6 @@ impl Plan {
             }
         }
 
-        let regularize = regularize_dispatches(ctx, b, e, tensors);
-        let optimizer = optimizer_dispatches(ctx, b, e, layout, tensors);
         let layer_stats = super::readout::layer_stats_plan(ctx, b, layout, batch);
         Plan { data, forward, backward, regularize, optimizer, layer_stats }
     }
@@ -201,13 +206,22 @@ fn optimizer_dispatches(
         ),
     ];
     let spec = &e.optimizer;
+    // One update over every parameter where every tensor decays (the
+    // MLP), else one per run of tensors of one decay group (a
+    // transformer's: nanoGPT decays tensors of two or more dimensions), as
+    // the CPU's `optimizer_step` gives the others weight decay 0.
+    let runs = decay_runs(tensors);
     if let Some(sgd) = launch::sgd_step(spec, count, layers, ends) {
         let buffers = [&b.params, &b.momentum_buffer, &b.updates, &b.flags, &b.grads, &b.scalars];
-        optimizer.push(sgd.bind(ctx, "sgd_step", buffers));
+        for &(offset, len, decays) in &runs {
+            optimizer.push(sgd.range(offset, len, decays).bind(ctx, "sgd_step", buffers));
+        }
     }
     if let Some(adam) = launch::adam_step(spec, count, layers, ends) {
         let buffers = [&b.params, &b.exp_avg, &b.exp_avg_sq, &b.updates, &b.flags, &b.grads, &b.scalars];
-        optimizer.push(adam.bind(ctx, "adam_step", buffers));
+        for &(offset, len, decays) in &runs {
+            optimizer.push(adam.range(offset, len, decays).bind(ctx, "adam_step", buffers));
+        }
     }
     if let Some([moments, step]) = launch::lamb(spec, n) {
         let (m, v, norms, table) = (&b.exp_avg, &b.exp_avg_sq, &b.lamb_norms, &b.tensor_table);
@@ -218,4 +232,17 @@ fn optimizer_dispatches(
     }
     optimizer.push(launch::advance(Counter::Step).bind(ctx, "advance step", [&b.flags]));
     optimizer
+}
+
+/// The flat buffer as runs of consecutive tensors of one decay group:
+/// (offset, length, decays). One run where every tensor decays.
+fn decay_runs(tensors: &[TensorInfo]) -> Vec<(usize, usize, bool)> {
+    let mut runs: Vec<(usize, usize, bool)> = Vec::new();
+    for t in tensors {
+        match runs.last_mut() {
+            Some((offset, len, decays)) if *decays == t.decays && *offset + *len == t.offset => *len += t.len,
+            _ => runs.push((t.offset, t.len, t.decays)),
+        }
+    }
+    runs
 }

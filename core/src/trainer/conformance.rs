@@ -330,3 +330,42 @@ pub fn training_matrix() -> Vec<(String, Experiment)> {
     }
     cases
 }
+
+/// Transformer runs for the whole-run checks: a small character-level GPT
+/// on Tiny Shakespeare (awkward sizes: a head of 6, a window of 9) under
+/// each optimizer, with and without clipping, micro-batches, z-loss and
+/// the untied head.
+pub fn gpt_training_matrix() -> Vec<(String, Experiment)> {
+    let base = |patch: serde_json::Value| {
+        let mut e = json!({
+            "seed": 11,
+            "model": {"kind": "gpt", "vocab_size": 65, "context": 9, "embed": 12, "heads": 2, "blocks": 2},
+            "loss": "cross_entropy",
+            "optimizer": {"kind": "adamw", "lr": 0.01, "betas": [0.9, 0.99], "weight_decay": 0.1},
+            "batch_size": 3,
+            "data": {"source": "shakespeare", "train_fraction": 0.9}
+        });
+        merge(&mut e, patch);
+        Experiment::from_json(&e.to_string()).expect("a conformance transformer is valid")
+    };
+    let cases = [
+        ("adamw, clipped", json!({"clip_grad_norm": 0.5})),
+        (
+            "adam with decay, k=2, z-loss",
+            json!({"optimizer": {"kind": "adam", "lr": 0.005, "weight_decay": 0.01},
+            "grad_accumulation": 2, "z_loss": 1e-3}),
+        ),
+        (
+            "sgd nesterov with decay, untied head",
+            json!({"optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9,
+            "nesterov": true, "weight_decay": 0.001}, "model": {"tie_embeddings": false}}),
+        ),
+        (
+            "lamb, warmup cosine, one block of 4 heads",
+            json!({"optimizer": {"kind": "lamb", "lr": 0.01},
+            "model": {"blocks": 1, "heads": 4}, "schedule": {"kind": "warmup_cosine", "warmup_steps": 2,
+            "total_steps": 10, "min_lr": 0.001}, "clip_grad_norm": 1.0}),
+        ),
+    ];
+    cases.into_iter().map(|(name, patch)| (format!("gpt {name}"), base(patch))).collect()
+}

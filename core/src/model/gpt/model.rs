@@ -21,16 +21,16 @@ pub use inspect::{inspect_window, WindowInspection};
 use times::Lap;
 pub use times::{OpKind, OpTimes};
 
-/// Offsets of one block's tensors.
-struct BlockAt {
-    ln1: (usize, usize),
-    attn: (usize, usize),
-    attn_proj: (usize, usize),
-    q_ln: Option<(usize, usize)>,
-    k_ln: Option<(usize, usize)>,
-    ln2: (usize, usize),
-    fc: (usize, usize),
-    fc_proj: (usize, usize),
+/// Offsets of one block's tensors: (weight, bias) of each.
+pub struct BlockAt {
+    pub ln1: (usize, usize),
+    pub attn: (usize, usize),
+    pub attn_proj: (usize, usize),
+    pub q_ln: Option<(usize, usize)>,
+    pub k_ln: Option<(usize, usize)>,
+    pub ln2: (usize, usize),
+    pub fc: (usize, usize),
+    pub fc_proj: (usize, usize),
 }
 
 /// (weight, bias) offsets by name.
@@ -91,6 +91,17 @@ impl Gpt {
             tensors,
             shape,
         }
+    }
+
+    /// Where block `l`'s tensors sit in the flat buffer.
+    pub fn block_at(&self, l: usize) -> &BlockAt {
+        &self.blocks[l]
+    }
+
+    /// Offsets of wte, wpe, ln_f's (weight, bias) and the head's weight
+    /// (wte's when tied; the head has no bias).
+    pub fn embedding_and_head_at(&self) -> (usize, usize, (usize, usize), usize) {
+        (self.wte, self.wpe, self.ln_f, self.head)
     }
 
     /// The sizes of `rows` positions in windows of `t` tokens.

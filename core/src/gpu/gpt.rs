@@ -1,0 +1,363 @@
+//! The transformer on the GPU engine: its buffers, and the dispatches of
+//! its forward and backward, op for op the CPU's `Gpt::forward` and
+//! `Gpt::backward` (`model::gpt::model`), each op a kernel with its CPU
+//! twin. The data, the optimizer, clipping, the readback and the phases
+//! are the engine's own, shared with the MLP (`Plan`): only these two
+//! dispatch lists and their buffers are the transformer's.
+//!
+//! Where the GPU differs from the CPU in buffers, not in maths:
+//! - one buffer carries ∂L/∂(the residual stream) through a block (the
+//!   CPU copies it into a second for the step-by-phase view): the MLP's
+//!   backward reads it, ln_2's adds into it, attention's reads it, ln_1's
+//!   adds into it; the same sums in the same order;
+//! - where the CPU zeroes a buffer and adds into it, the kernel overwrites
+//!   (0 + x is x);
+//! - the linear layers are the dense kernels (`gpu::matmul`), whose second
+//!   output (the activation, here the identity) goes to `discard`.
+
+use super::buffers::Buffers;
+use super::launch::{self, EmbeddingsAt, NormAt};
+use super::matmul::{self, LayerMatmuls, MatmulVariant};
+use super::params::ATTENTION_MAX_T;
+use super::plan::Dispatch;
+use super::GpuContext;
+use crate::experiment::{Activation, Experiment, OptimizerSpec};
+use crate::model::gpt::{Gpt, GptShape};
+use crate::model::LayerShape;
+
+/// A LayerNorm's output and the per-row mean and 1/σ backward needs.
+pub struct NormBuffers {
+    pub out: wgpu::Buffer,
+    pub mean: wgpu::Buffer,
+    pub rstd: wgpu::Buffer,
+}
+
+/// What forward keeps of one block for backward (`BlockActs`).
+pub struct BlockBuffers {
+    pub ln1: NormBuffers,
+    pub qkv: wgpu::Buffer,
+    pub att: wgpu::Buffer,
+    pub atty: wgpu::Buffer,
+    pub res2: wgpu::Buffer,
+    pub ln2: NormBuffers,
+    pub fch: wgpu::Buffer,
+    pub fch_gelu: wgpu::Buffer,
+    pub res3: wgpu::Buffer,
+}
+
+/// The transformer's buffers for a micro-batch of B windows.
+pub struct GptBuffers {
+    pub shape: GptShape,
+    pub batch: usize,
+    pub encoded: wgpu::Buffer,
+    pub blocks: Vec<BlockBuffers>,
+    pub lnf: NormBuffers,
+    pub logits: wgpu::Buffer,
+    /// Per position: its cross-entropy and logsumexp.
+    pub losses: wgpu::Buffer,
+    // Backward's working buffers.
+    pub dlogits: wgpu::Buffer,
+    pub dlnf: wgpu::Buffer,
+    /// ∂L/∂(the residual stream), through every block.
+    pub dx: wgpu::Buffer,
+    pub dhidden: wgpu::Buffer,
+    pub dhidden_gelu: wgpu::Buffer,
+    pub dln: wgpu::Buffer,
+    pub datty: wgpu::Buffer,
+    pub dqkv: wgpu::Buffer,
+    /// ∂L/∂(attention scores) of one block, (B, H, T, T).
+    pub ds: wgpu::Buffer,
+    /// The dense kernels' second output where the layer is linear: written,
+    /// never read (and bound, unread, as their z_in and a_in in backward).
+    pub discard: wgpu::Buffer,
+    /// Bytes: (activations, attention probabilities, backward scratch).
+    pub bytes: (u64, u64, u64),
+}
+
+/// Why the GPU engine cannot train this transformer yet, or None.
+pub fn unsupported(e: &Experiment) -> Option<String> {
+    let g = e.gpt()?;
+    if g.qk_layernorm {
+        return Some("q/k LayerNorm runs on the CPU engine for now (--engine cpu)".into());
+    }
+    if g.context > ATTENTION_MAX_T {
+        return Some(format!(
+            "the GPU engine's attention keeps a query row's scores in workgroup memory, so a context of at most \
+             {ATTENTION_MAX_T} (model.context is {})",
+            g.context
+        ));
+    }
+    if matches!(e.optimizer, OptimizerSpec::Lamb { weight_decay, .. } if weight_decay != 0.0) {
+        return Some(
+            "LAMB with weight decay on a transformer (decay groups per tensor) runs on the CPU engine for now".into(),
+        );
+    }
+    None
+}
+
+fn storage(device: &wgpu::Device, label: &str, floats: usize, bytes: &mut u64) -> wgpu::Buffer {
+    let size = (4 * floats as u64).max(16);
+    *bytes += 4 * floats as u64;
+    device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}
+
+impl GptBuffers {
+    pub fn new(device: &wgpu::Device, shape: &GptShape, batch: usize) -> GptBuffers {
+        let (t, c, v, h) = (shape.context, shape.embed, shape.vocab_size, shape.heads);
+        let rows = batch * t;
+        let hidden = shape.mlp_ratio * c;
+        let (mut acts, mut att, mut scratch) = (0u64, 0u64, 0u64);
+        let norm = |label: &str, acts: &mut u64| NormBuffers {
+            out: storage(device, &format!("{label} out"), rows * c, acts),
+            mean: storage(device, &format!("{label} mean"), rows, acts),
+            rstd: storage(device, &format!("{label} rstd"), rows, acts),
+        };
+        let encoded = storage(device, "encoded", rows * c, &mut acts);
+        let blocks = (0..shape.blocks)
+            .map(|l| {
+                let name = |s: &str| format!("block {l} {s}");
+                BlockBuffers {
+                    ln1: norm(&name("ln_1"), &mut acts),
+                    qkv: storage(device, &name("qkv"), rows * 3 * c, &mut acts),
+                    att: storage(device, &name("att"), batch * h * t * t, &mut att),
+                    atty: storage(device, &name("atty"), rows * c, &mut acts),
+                    res2: storage(device, &name("res2"), rows * c, &mut acts),
+                    ln2: norm(&name("ln_2"), &mut acts),
+                    fch: storage(device, &name("fch"), rows * hidden, &mut acts),
+                    fch_gelu: storage(device, &name("fch_gelu"), rows * hidden, &mut acts),
+                    res3: storage(device, &name("res3"), rows * c, &mut acts),
+                }
+            })
+            .collect();
+        let lnf = norm("ln_f", &mut acts);
+        let logits = storage(device, "logits", rows * v, &mut acts);
+        let losses = storage(device, "losses", 2 * rows, &mut acts);
+        let widest = (3 * c).max(hidden).max(v);
+        GptBuffers {
+            shape: shape.clone(),
+            batch,
+            encoded,
+            blocks,
+            lnf,
+            logits,
+            losses,
+            dlogits: storage(device, "dlogits", rows * v, &mut scratch),
+            dlnf: storage(device, "dlnf", rows * c, &mut scratch),
+            dx: storage(device, "dx", rows * c, &mut scratch),
+            dhidden: storage(device, "dhidden", rows * hidden, &mut scratch),
+            dhidden_gelu: storage(device, "dhidden_gelu", rows * hidden, &mut scratch),
+            dln: storage(device, "dln", rows * c, &mut scratch),
+            datty: storage(device, "datty", rows * c, &mut scratch),
+            dqkv: storage(device, "dqkv", rows * 3 * c, &mut scratch),
+            ds: storage(device, "ds", batch * h * t * t, &mut scratch),
+            discard: storage(device, "discard", rows * widest, &mut scratch),
+            bytes: (0, 0, 0),
+        }
+        .with_bytes(acts, att, scratch)
+    }
+
+    fn with_bytes(mut self, acts: u64, att: u64, scratch: u64) -> GptBuffers {
+        self.bytes = (acts, att, scratch);
+        self
+    }
+}
+
+/// The transformer's linear layers as the dense kernels see them, in
+/// forward order: per block c_attn, attn.c_proj, c_fc, mlp.c_proj, then the
+/// head (no bias). Their index is their place in a non-finite code.
+pub fn matmul_shapes(gpt: &Gpt) -> Vec<LayerShape> {
+    let s = &gpt.shape;
+    let (c, hidden, v) = (s.embed, s.mlp_ratio * s.embed, s.vocab_size);
+    let shape = |inputs: usize, units: usize, (weight_offset, bias_offset): (usize, usize)| LayerShape {
+        inputs,
+        units,
+        weight_offset,
+        bias_offset,
+    };
+    let mut shapes = Vec::new();
+    for l in 0..s.blocks {
+        let at = gpt.block_at(l);
+        shapes.push(shape(c, 3 * c, at.attn));
+        shapes.push(shape(c, c, at.attn_proj));
+        shapes.push(shape(c, hidden, at.fc));
+        shapes.push(shape(hidden, c, at.fc_proj));
+    }
+    let (.., head) = gpt.embedding_and_head_at();
+    shapes.push(shape(c, v, (head, NO_BIAS)));
+    shapes
+}
+
+/// `bias_offset` of a linear layer without a bias (the dense kernels'
+/// `NO_BIAS`).
+pub const NO_BIAS: usize = u32::MAX as usize;
+
+/// The names of the places in a non-finite code: each linear layer
+/// (`matmul_shapes`), then the loss.
+pub fn op_name(shape: &GptShape, order: usize) -> String {
+    const OPS: [&str; 4] = ["attention (c_attn)", "attention (c_proj)", "MLP (c_fc)", "MLP (c_proj)"];
+    match order {
+        o if o < 4 * shape.blocks => format!("block {} · {}", o / 4 + 1, OPS[o % 4]),
+        o if o == 4 * shape.blocks => "the head (logits)".into(),
+        _ => "the loss".into(),
+    }
+}
+
+/// The forward and backward dispatch lists of one micro-batch.
+pub fn dispatches(
+    ctx: &GpuContext,
+    b: &Buffers,
+    g: &GptBuffers,
+    e: &Experiment,
+    matmuls: &[LayerMatmuls],
+) -> (Vec<Dispatch>, Vec<Dispatch>) {
+    let gpt = Gpt::new(g.shape.clone());
+    let s = &g.shape;
+    let (t, c, v, h, batch) = (s.context, s.embed, s.vocab_size, s.heads, g.batch);
+    let rows = batch * t;
+    let hidden = s.mlp_ratio * c;
+    let shapes = matmul_shapes(&gpt);
+    // The variant of each linear layer's matmuls (tiled where none was chosen).
+    let tiled = LayerMatmuls::all(MatmulVariant::Tiled);
+    let matmuls: Vec<LayerMatmuls> = (0..shapes.len()).map(|i| matmuls.get(i).copied().unwrap_or(tiled)).collect();
+    let (wte, wpe, ln_f, _) = gpt.embedding_and_head_at();
+    let norm_at = |(weight, bias): (usize, usize)| NormAt { weight, bias };
+    let emb = EmbeddingsAt { wte, wpe };
+    let linear = Activation::Linear;
+    let mut fwd = Vec::new();
+    // A linear layer's forward: out = x·Wᵀ + b.
+    let dense_fwd = |fwd: &mut Vec<Dispatch>, i: usize, out: &wgpu::Buffer, x: &wgpu::Buffer| {
+        let l = matmul::forward(matmuls[i].forward, rows, &shapes[i], linear, i);
+        fwd.push(l.bind(ctx, &format!("dense_forward {}", op_name(s, i)), [out, &g.discard, x, &b.params, &b.flags]));
+    };
+
+    fwd.push(launch::encoder_forward(rows, t, c, v, emb).bind(
+        ctx,
+        "encoder_forward",
+        [&g.encoded, &b.batch_inputs, &b.params],
+    ));
+    for (l, a) in g.blocks.iter().enumerate() {
+        let at = gpt.block_at(l);
+        let x = if l == 0 { &g.encoded } else { &g.blocks[l - 1].res3 };
+        let ln = |n: &NormBuffers, inp: &wgpu::Buffer, wb: (usize, usize), name: &str| {
+            launch::layernorm_forward(rows, c, norm_at(wb)).bind(
+                ctx,
+                &format!("layernorm_forward block {l} {name}"),
+                [&n.out, &n.mean, &n.rstd, inp, &b.params],
+            )
+        };
+        fwd.push(ln(&a.ln1, x, at.ln1, "ln_1"));
+        dense_fwd(&mut fwd, 4 * l, &a.qkv, &a.ln1.out);
+        let attn = launch::attention_forward(batch, t, c, h);
+        fwd.push(attn.bind(ctx, &format!("attention_forward block {l}"), [&a.atty, &a.att, &a.qkv]));
+        dense_fwd(&mut fwd, 4 * l + 1, &a.res2, &a.atty);
+        fwd.push(launch::residual_forward(rows * c).bind(
+            ctx,
+            &format!("residual_forward block {l} (attention)"),
+            [&a.res2, x],
+        ));
+        fwd.push(ln(&a.ln2, &a.res2, at.ln2, "ln_2"));
+        dense_fwd(&mut fwd, 4 * l + 2, &a.fch, &a.ln2.out);
+        fwd.push(launch::gelu_forward(rows * hidden).bind(
+            ctx,
+            &format!("gelu_forward block {l}"),
+            [&a.fch_gelu, &a.fch],
+        ));
+        dense_fwd(&mut fwd, 4 * l + 3, &a.res3, &a.fch_gelu);
+        fwd.push(launch::residual_forward(rows * c).bind(
+            ctx,
+            &format!("residual_forward block {l} (MLP)"),
+            [&a.res3, &a.res2],
+        ));
+    }
+    let last = g.blocks.last().map_or(&g.encoded, |a| &a.res3);
+    fwd.push(launch::layernorm_forward(rows, c, norm_at(ln_f)).bind(
+        ctx,
+        "layernorm_forward ln_f",
+        [&g.lnf.out, &g.lnf.mean, &g.lnf.rstd, last, &b.params],
+    ));
+    let head_i = 4 * s.blocks;
+    dense_fwd(&mut fwd, head_i, &g.logits, &g.lnf.out);
+    // The loss and, in the same pass, ∂objective/∂logits (scaled by 1/k
+    // for k micro-batches and 1/rows for the mean).
+    let scale = 1.0 / (e.grad_accumulation as f32 * rows as f32);
+    fwd.push(launch::cross_entropy_forward_backward(rows, v, e.z_loss as f32, scale).bind(
+        ctx,
+        "cross_entropy_forward_backward",
+        [&g.dlogits, &g.losses, &g.logits, &b.batch_targets],
+    ));
+    fwd.push(launch::cross_entropy_loss(rows, head_i + 1).bind(
+        ctx,
+        "cross_entropy_loss",
+        [&b.stats, &b.flags, &g.losses],
+    ));
+
+    // Backward, from the head down.
+    let mut bwd = Vec::new();
+    // A linear layer's backward: dW (and db) += dyᵀ·x; dx = dy·W.
+    let dense_bwd = |bwd: &mut Vec<Dispatch>, i: usize, dx: &wgpu::Buffer, dy: &wgpu::Buffer, x: &wgpu::Buffer| {
+        let shape = &shapes[i];
+        let name = op_name(s, i);
+        let weight = matmuls[i].backward_weight;
+        let l = matmul::backward_weight(weight, rows, shape, i);
+        bwd.push(l.bind(ctx, &format!("dense_backward_weight {name}"), [&b.grads, &b.flags, dy, x]));
+        if weight == MatmulVariant::Tiled && shape.bias_offset != NO_BIAS {
+            let l = matmul::bias_backward(rows, shape, i);
+            bwd.push(l.bind(ctx, &format!("bias_backward {name}"), [&b.grads, &b.flags, dy]));
+        }
+        let l = matmul::backward_input(matmuls[i].backward_input, rows, shape, linear);
+        bwd.push(l.bind(ctx, &format!("dense_backward_input {name}"), [dx, dy, &b.params, &g.discard, &g.discard]));
+    };
+    // A LayerNorm's backward from dout into dx (added, or overwriting it
+    // at ln_f, the first) and its dγ, dβ.
+    let ln_bwd = |bwd: &mut Vec<Dispatch>,
+                  n: &NormBuffers,
+                  dout: &wgpu::Buffer,
+                  inp: &wgpu::Buffer,
+                  wb: (usize, usize),
+                  first: bool,
+                  name: &str| {
+        let l = launch::layernorm_backward_input(rows, c, norm_at(wb), !first);
+        let label = format!("layernorm_backward_input {name}");
+        bwd.push(l.bind(ctx, &label, [&g.dx, dout, inp, &b.params, &n.mean, &n.rstd]));
+        let l = launch::layernorm_backward_params(rows, c, norm_at(wb));
+        let label = format!("layernorm_backward_params {name}");
+        bwd.push(l.bind(ctx, &label, [&b.grads, dout, inp, &n.mean, &n.rstd]));
+    };
+    dense_bwd(&mut bwd, head_i, &g.dlnf, &g.dlogits, &g.lnf.out);
+    ln_bwd(&mut bwd, &g.lnf, &g.dlnf, last, ln_f, true, "ln_f");
+    for (l, a) in g.blocks.iter().enumerate().rev() {
+        let at = gpt.block_at(l);
+        let x = if l == 0 { &g.encoded } else { &g.blocks[l - 1].res3 };
+        // The MLP: res3 = res2 + mlp(ln_2(res2)); dx is ∂/∂res3.
+        dense_bwd(&mut bwd, 4 * l + 3, &g.dhidden_gelu, &g.dx, &a.fch_gelu);
+        let gelu = launch::gelu_backward(rows * hidden, false);
+        bwd.push(gelu.bind(ctx, &format!("gelu_backward block {l}"), [&g.dhidden, &a.fch, &g.dhidden_gelu]));
+        dense_bwd(&mut bwd, 4 * l + 2, &g.dln, &g.dhidden, &a.ln2.out);
+        // ln_2 adds into dx, which becomes ∂/∂res2.
+        ln_bwd(&mut bwd, &a.ln2, &g.dln, &a.res2, at.ln2, false, &format!("block {l} ln_2"));
+        // Attention: res2 = x + attn(ln_1(x)).
+        dense_bwd(&mut bwd, 4 * l + 1, &g.datty, &g.dx, &a.atty);
+        let q = launch::attention_backward_query(batch, t, c, h);
+        bwd.push(q.bind(
+            ctx,
+            &format!("attention_backward_query block {l}"),
+            [&g.dqkv, &g.ds, &g.datty, &a.qkv, &a.att],
+        ));
+        let k = launch::attention_backward_key(batch, t, c, h);
+        bwd.push(k.bind(ctx, &format!("attention_backward_key block {l}"), [&g.dqkv, &g.datty, &a.qkv, &a.att, &g.ds]));
+        dense_bwd(&mut bwd, 4 * l, &g.dln, &g.dqkv, &a.ln1.out);
+        // ln_1 adds into dx, which becomes ∂/∂x, the block's input.
+        ln_bwd(&mut bwd, &a.ln1, &g.dln, x, at.ln1, false, &format!("block {l} ln_1"));
+    }
+    bwd.push(launch::encoder_backward(rows, t, c, v, emb).bind(
+        ctx,
+        "encoder_backward",
+        [&b.grads, &g.dx, &b.batch_inputs],
+    ));
+    (fwd, bwd)
+}
