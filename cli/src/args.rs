@@ -114,6 +114,8 @@ pub enum Section {
     Anatomy,
     /// The transformer on the CPU engine (no GPU needed).
     Gpt,
+    /// The transformer on the GPU engine beside the CPU engine.
+    GptGpu,
 }
 
 #[derive(Debug, Default, Args)]

@@ -13,12 +13,14 @@
 //! 6. The step's anatomy: profiled steps on both engines, forward :
 //!    backward against the FLOP ratio (`anatomy.rs`).
 //!
-//! 7. The transformer on the CPU engine: tokens/s, activation
+//! 7. The transformer on the GPU engine beside the CPU engine: tokens/s
+//!    and dispatches per step (`gpt.rs`, `--only gpt-gpu`).
+//! 8. The transformer on the CPU engine: tokens/s, activation
 //!    checkpointing's memory against time, attention's share against T
 //!    (`gpt.rs`).
 //!
-//! `--only matmul|steps|checkpointing|anatomy|gpt` runs one section;
-//! `--only gpt` needs no GPU.
+//! `--only matmul|steps|checkpointing|anatomy|gpt-gpu|gpt` runs one
+//! section; `--only gpt` needs no GPU.
 
 mod anatomy;
 mod checkpointing;
@@ -92,6 +94,9 @@ pub fn run(out: Option<String>, only: Option<Section>) -> Result<(), Failure> {
     }
     if runs(Section::Anatomy) {
         anatomy::section(&ctx, &mut line)?;
+    }
+    if runs(Section::GptGpu) {
+        gpt::gpu_section(&ctx, &mut line)?;
     }
     if runs(Section::Gpt) {
         gpt::section(&mut line)?;
@@ -223,7 +228,7 @@ pub fn gpu_trainer(ctx: &Arc<GpuContext>, e: &Experiment, data: &Dataset) -> Res
     Ok(trainer)
 }
 
-fn cpu_steps_per_second(e: &Experiment, data: &Dataset, checkpointing: bool) -> Result<f64, Failure> {
+pub(crate) fn cpu_steps_per_second(e: &Experiment, data: &Dataset, checkpointing: bool) -> Result<f64, Failure> {
     let mut engine = Trainer::fresh(e, data.clone(), None)?;
     engine.set_activation_checkpointing(checkpointing)?;
     block_on(engine.run(1, 1))?; // warm-up
@@ -236,9 +241,9 @@ fn cpu_steps_per_second(e: &Experiment, data: &Dataset, checkpointing: bool) -> 
     Ok(steps as f64 / start.elapsed().as_secs_f64())
 }
 
-struct GpuSpeed {
-    steps_per_second: f64,
-    overhead_share: Option<f64>,
+pub(crate) struct GpuSpeed {
+    pub(crate) steps_per_second: f64,
+    pub(crate) overhead_share: Option<f64>,
 }
 
 /// How the GPU engine records a step.
@@ -254,7 +259,7 @@ pub enum Path {
 
 /// Steps per second with `per_submit` steps per submit on `path`.
 /// `checkpointing`: activation checkpointing on.
-fn gpu_steps(
+pub(crate) fn gpu_steps(
     ctx: &Arc<GpuContext>,
     e: &Experiment,
     data: &Dataset,

@@ -175,6 +175,15 @@ async fn every_optimizer_loss_and_schedule_trains_as_on_the_cpu() {
     }
 }
 
+/// Transformer runs (issue 27) on WebGPU: every optimizer, clipping,
+/// micro-batches, z-loss and the untied head, as natively on lavapipe.
+#[wasm_bindgen_test]
+async fn transformer_runs_train_as_on_the_cpu() {
+    for (name, e) in conformance::gpt_training_matrix() {
+        compare(&name, &e, &[1, 3, 2], false).await;
+    }
+}
+
 /// A run moved from the CPU to WebGPU and back equals one that stayed.
 #[wasm_bindgen_test]
 async fn switching_engines_mid_run_changes_nothing() {

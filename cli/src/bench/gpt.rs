@@ -7,11 +7,15 @@
 
 use web_time::Instant;
 
+use std::sync::Arc;
 use stepscope_core::data::Dataset;
 use stepscope_core::model::gpt::ops::{attention_backward, attention_forward, attention_scratch};
+
+use stepscope_core::gpu::GpuContext;
+use stepscope_core::trainer::block_on;
 use stepscope_core::{CpuEngine, Experiment};
 
-use super::TARGET_S;
+use super::{cpu_steps_per_second, gpu_steps, gpu_trainer, Path, TARGET_S};
 use crate::Failure;
 
 /// `examples/shakespeare.json`'s run with its sizes replaced.
@@ -126,4 +130,34 @@ fn attention_seconds(b: usize, t: usize, c: usize, h: usize) -> Result<f64, Fail
         reps += 1;
     }
     Ok(start.elapsed().as_secs_f64() / f64::from(reps))
+}
+
+/// The transformer on the GPU engine beside the CPU engine, measured one
+/// after the other in this run: tokens/s of whole steps (phased, a step a
+/// compute pass, K steps a submit), and dispatches per step.
+pub fn gpu_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result<(), Failure> {
+    line("## The transformer on the GPU engine against the CPU engine".into());
+    line(String::new());
+    line("Whole training steps (data, forward, backward, clipping, AdamW), Tiny Shakespeare; the GPU engine's".into());
+    line("matmul variants chosen by timing on this adapter; the CPU engine on one thread.".into());
+    line(String::new());
+    line("| blocks × heads × embed, T, B | dispatches per step | CPU tokens/s | GPU tokens/s, K = 1 | GPU tokens/s, K = 16 | GPU/CPU (K = 16) |".into());
+    line("|---|---|---|---|---|---|".into());
+    for (blocks, heads, embed, context, batch) in [(2, 2, 64, 32, 12), (4, 4, 128, 64, 12)] {
+        let e = experiment(blocks, heads, embed, context, batch)?;
+        let data = Dataset::load(&e, None)?;
+        let tokens = (batch * context) as f64;
+        let cpu = cpu_steps_per_second(&e, &data, false)? * tokens;
+        let k1 = gpu_steps(ctx, &e, &data, 1, Path::Phased, false)?.steps_per_second * tokens;
+        let k16 = gpu_steps(ctx, &e, &data, 16, Path::Phased, false)?.steps_per_second * tokens;
+        let mut trainer = gpu_trainer(ctx, &e, &data)?;
+        let dispatches = trainer.gpu_engine().map_or(0, |g| g.dispatches_per_step());
+        block_on(trainer.run(1, 1))?;
+        line(format!(
+            "| {blocks} × {heads} × {embed}, T {context}, B {batch} | {dispatches} | {cpu:.0} | {k1:.0} | {k16:.0} | {:.2}× |",
+            k16 / cpu
+        ));
+    }
+    line(String::new());
+    Ok(())
 }

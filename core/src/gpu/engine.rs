@@ -425,7 +425,7 @@ impl GpuEngine {
 pub(super) fn matmul_layers(e: &Experiment, layout: &Layout) -> (usize, Vec<crate::model::LayerShape>) {
     match &layout.gpt {
         Some(shape) => {
-            let gpt = crate::model::gpt::Gpt::new(shape.clone());
+            let gpt = crate::model::gpt::Gpt::new(*shape);
             (e.batch_size * shape.context, super::gpt::matmul_shapes(&gpt))
         }
         None => (e.batch_size, layout.layers.clone()),

@@ -139,7 +139,7 @@ impl GptBuffers {
         let losses = storage(device, "losses", 2 * rows, &mut acts);
         let widest = (3 * c).max(hidden).max(v);
         GptBuffers {
-            shape: shape.clone(),
+            shape: *shape,
             batch,
             encoded,
             blocks,
@@ -215,7 +215,7 @@ pub fn dispatches(
     e: &Experiment,
     matmuls: &[LayerMatmuls],
 ) -> (Vec<Dispatch>, Vec<Dispatch>) {
-    let gpt = Gpt::new(g.shape.clone());
+    let gpt = Gpt::new(g.shape);
     let s = &g.shape;
     let (t, c, v, h, batch) = (s.context, s.embed, s.vocab_size, s.heads, g.batch);
     let rows = batch * t;
