@@ -222,7 +222,7 @@ pub fn fallback_summary(reason: &str) -> String {
     if lower.contains("pinned") {
         "The CPU engine was pinned (?engine=cpu); training on the CPU.".into()
     } else if lower.contains("transformer") {
-        "The transformer trains on the CPU engine (its WebGPU kernels are not built yet).".into()
+        "This transformer trains on the CPU engine: a setting of it has no WebGPU kernel yet.".into()
     } else if lower.contains("measuring") {
         "Measuring the GPU engine failed; training on the CPU.".into()
     } else if lower.contains("adapter") || lower.contains("navigator.gpu") || lower.contains("not compiled in") {

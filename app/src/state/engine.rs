@@ -94,14 +94,18 @@ impl AppState {
         }
         let waiting = !host.has_gpu_context() && chooser.gpu_failed.is_none();
         let mut info = BackendInfo { pin, adapter: chooser.adapter.clone(), ..BackendInfo::default() };
+        // A transformer whose settings the WebGPU kernels do not cover yet
+        // (`gpu::gpt::unsupported`: q/k LayerNorm, a context past 1024)
+        // stays on the CPU engine, saying why.
+        let gpt_refusal = stepscope_core::gpu::gpt::unsupported(experiment);
         let to_gpu = match pin {
             Pin::Cpu => {
                 info.fallback_reason = Some("the CPU engine was pinned (?engine=cpu)".into());
                 false
             }
-            _ if experiment.gpt().is_some() => {
-                info.fallback_reason =
-                    Some("the transformer trains on the CPU engine: its WebGPU kernels are not built yet".into());
+            _ if gpt_refusal.is_some() => {
+                let why = gpt_refusal.unwrap_or_default();
+                info.fallback_reason = Some(format!("this transformer trains on the CPU engine: {why}"));
                 false
             }
             _ if waiting => {

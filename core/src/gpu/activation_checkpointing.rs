@@ -4,7 +4,10 @@
 //! layer l's activation gradient. Same kernel, same inputs, same bits:
 //! the run is unchanged, the z buffers shrink from 4·B·Σ O_l bytes to
 //! 4·B·max O, and backward gains one dense forward per layer (2·B·I·O
-//! FLOPs each) per micro-batch.
+//! FLOPs each) per micro-batch. A transformer's blocks share one block's
+//! buffers but their outputs, and backward runs each block's forward again
+//! from its kept input before the block's backward (`gpu::gpt`), as the
+//! CPU's `Gpt::backward` does.
 
 use super::engine::GpuEngine;
 use super::passes::pollster_free_pop;
@@ -21,11 +24,6 @@ impl GpuEngine {
     pub fn set_activation_checkpointing(&mut self, on: bool) -> Result<()> {
         if on == self.buffers.checkpointing {
             return Ok(());
-        }
-        if self.layout.gpt.is_some() {
-            return Err(Error::Gpu(
-                "a transformer's activation checkpointing runs on the CPU engine for now (--engine cpu)".into(),
-            ));
         }
         if self.has_in_flight() || self.mid_step() {
             return Err(Error::Gpu(

@@ -95,7 +95,7 @@ impl Buffers {
         let table_rows: Vec<TensorRange> =
             tensors.iter().map(|t| TensorRange { offset: t.offset as u32, len: t.len as u32 }).collect();
         let scratch_bytes: u64 = layout.layers.iter().map(|l| 4 * batch * l.units as u64).sum::<u64>();
-        let gpt = layout.gpt.as_ref().map(|shape| super::gpt::GptBuffers::new(device, shape, e.batch_size));
+        let gpt = layout.gpt.as_ref().map(|shape| super::gpt::GptBuffers::new(device, shape, e.batch_size, false));
         let mut buffers = Buffers {
             params: storage_init(device, "params", &f32s(&state.params)),
             grads: storage(device, "grads", p_bytes),
@@ -145,6 +145,14 @@ impl Buffers {
     /// old ones are freed once the GPU is done with them) and the memory
     /// figure. The plan must be rebuilt after, since it binds them.
     pub fn set_checkpointing(&mut self, device: &wgpu::Device, layout: &Layout, batch: usize, on: bool) {
+        if let Some(shape) = &layout.gpt {
+            // A transformer's blocks share one block's buffers (`gpu::gpt`).
+            let g = super::gpt::GptBuffers::new(device, shape, batch, on);
+            (self.bytes.activations, self.bytes.attention, self.bytes.backward_scratch) = g.bytes;
+            self.gpt = Some(g);
+            self.checkpointing = on;
+            return;
+        }
         let batch = batch as u64;
         self.z = z_buffers(device, layout, batch, on);
         self.bytes.activations = activation_bytes(layout, batch, on);

@@ -13,7 +13,10 @@
 //! - where the CPU zeroes a buffer and adds into it, the kernel overwrites
 //!   (0 + x is x);
 //! - the linear layers are the dense kernels (`gpu::matmul`), whose second
-//!   output (the activation, here the identity) goes to `discard`.
+//!   output (the activation, here the identity) goes to `discard`;
+//! - with activation checkpointing the blocks share one block's buffers but
+//!   their outputs (the CPU copies each output aside); backward runs the
+//!   block's forward dispatches again first.
 
 use super::buffers::Buffers;
 use super::launch::{self, EmbeddingsAt, NormAt};
@@ -26,13 +29,17 @@ use crate::model::gpt::{Gpt, GptShape};
 use crate::model::LayerShape;
 
 /// A LayerNorm's output and the per-row mean and 1/σ backward needs.
+#[derive(Clone)]
 pub struct NormBuffers {
     pub out: wgpu::Buffer,
     pub mean: wgpu::Buffer,
     pub rstd: wgpu::Buffer,
 }
 
-/// What forward keeps of one block for backward (`BlockActs`).
+/// What forward keeps of one block for backward (`BlockActs`). With
+/// activation checkpointing every block's are the same buffers but its
+/// output, `res3`: backward runs the block's forward again into them.
+#[derive(Clone)]
 pub struct BlockBuffers {
     pub ln1: NormBuffers,
     pub qkv: wgpu::Buffer,
@@ -49,6 +56,9 @@ pub struct BlockBuffers {
 pub struct GptBuffers {
     pub shape: GptShape,
     pub batch: usize,
+    /// Activation checkpointing: the blocks share their buffers but their
+    /// outputs, and backward recomputes each block's forward.
+    pub checkpointing: bool,
     pub encoded: wgpu::Buffer,
     pub blocks: Vec<BlockBuffers>,
     pub lnf: NormBuffers,
@@ -107,7 +117,7 @@ fn storage(device: &wgpu::Device, label: &str, floats: usize, bytes: &mut u64) -
 }
 
 impl GptBuffers {
-    pub fn new(device: &wgpu::Device, shape: &GptShape, batch: usize) -> GptBuffers {
+    pub fn new(device: &wgpu::Device, shape: &GptShape, batch: usize, checkpointing: bool) -> GptBuffers {
         let (t, c, v, h) = (shape.context, shape.embed, shape.vocab_size, shape.heads);
         let rows = batch * t;
         let hidden = shape.mlp_ratio * c;
@@ -118,22 +128,32 @@ impl GptBuffers {
             rstd: storage(device, &format!("{label} rstd"), rows, acts),
         };
         let encoded = storage(device, "encoded", rows * c, &mut acts);
-        let blocks = (0..shape.blocks)
-            .map(|l| {
-                let name = |s: &str| format!("block {l} {s}");
-                BlockBuffers {
-                    ln1: norm(&name("ln_1"), &mut acts),
-                    qkv: storage(device, &name("qkv"), rows * 3 * c, &mut acts),
-                    att: storage(device, &name("att"), batch * h * t * t, &mut att),
-                    atty: storage(device, &name("atty"), rows * c, &mut acts),
-                    res2: storage(device, &name("res2"), rows * c, &mut acts),
-                    ln2: norm(&name("ln_2"), &mut acts),
-                    fch: storage(device, &name("fch"), rows * hidden, &mut acts),
-                    fch_gelu: storage(device, &name("fch_gelu"), rows * hidden, &mut acts),
-                    res3: storage(device, &name("res3"), rows * c, &mut acts),
-                }
-            })
-            .collect();
+        let block = |l: usize, acts: &mut u64, att: &mut u64| {
+            let name = |s: &str| format!("block {l} {s}");
+            BlockBuffers {
+                ln1: norm(&name("ln_1"), acts),
+                qkv: storage(device, &name("qkv"), rows * 3 * c, acts),
+                att: storage(device, &name("att"), batch * h * t * t, att),
+                atty: storage(device, &name("atty"), rows * c, acts),
+                res2: storage(device, &name("res2"), rows * c, acts),
+                ln2: norm(&name("ln_2"), acts),
+                fch: storage(device, &name("fch"), rows * hidden, acts),
+                fch_gelu: storage(device, &name("fch_gelu"), rows * hidden, acts),
+                res3: storage(device, &name("res3"), rows * c, acts),
+            }
+        };
+        let blocks: Vec<BlockBuffers> = if checkpointing && shape.blocks > 0 {
+            // One block's buffers for all, each block its own output.
+            let shared = block(0, &mut acts, &mut att);
+            let mut blocks = vec![shared.clone()];
+            for l in 1..shape.blocks {
+                let res3 = storage(device, &format!("block {l} res3"), rows * c, &mut acts);
+                blocks.push(BlockBuffers { res3, ..shared.clone() });
+            }
+            blocks
+        } else {
+            (0..shape.blocks).map(|l| block(l, &mut acts, &mut att)).collect()
+        };
         let lnf = norm("ln_f", &mut acts);
         let logits = storage(device, "logits", rows * v, &mut acts);
         let losses = storage(device, "losses", 2 * rows, &mut acts);
@@ -141,6 +161,7 @@ impl GptBuffers {
         GptBuffers {
             shape: *shape,
             batch,
+            checkpointing,
             encoded,
             blocks,
             lnf,
@@ -229,20 +250,22 @@ pub fn dispatches(
     let emb = EmbeddingsAt { wte, wpe };
     let linear = Activation::Linear;
     let mut fwd = Vec::new();
-    // A linear layer's forward: out = x·Wᵀ + b.
-    let dense_fwd = |fwd: &mut Vec<Dispatch>, i: usize, out: &wgpu::Buffer, x: &wgpu::Buffer| {
-        let l = matmul::forward(matmuls[i].forward, rows, &shapes[i], linear, i);
-        fwd.push(l.bind(ctx, &format!("dense_forward {}", op_name(s, i)), [out, &g.discard, x, &b.params, &b.flags]));
-    };
 
     fwd.push(launch::encoder_forward(rows, t, c, v, emb).bind(
         ctx,
         "encoder_forward",
         [&g.encoded, &b.batch_inputs, &b.params],
     ));
-    for (l, a) in g.blocks.iter().enumerate() {
-        let at = gpt.block_at(l);
+    // Block l's forward (`block_op_forward`'s four ops), its non-finite
+    // codes into `flags`: forward's, or a buffer nobody reads when
+    // backward recomputes it (forward reported any NaN already).
+    let block_fwd = |fwd: &mut Vec<Dispatch>, l: usize, flags: &wgpu::Buffer| {
+        let (a, at) = (&g.blocks[l], gpt.block_at(l));
         let x = if l == 0 { &g.encoded } else { &g.blocks[l - 1].res3 };
+        let dense = |fwd: &mut Vec<Dispatch>, i: usize, out: &wgpu::Buffer, x: &wgpu::Buffer| {
+            let m = matmul::forward(matmuls[i].forward, rows, &shapes[i], linear, i);
+            fwd.push(m.bind(ctx, &format!("dense_forward {}", op_name(s, i)), [out, &g.discard, x, &b.params, flags]));
+        };
         let ln = |n: &NormBuffers, inp: &wgpu::Buffer, wb: (usize, usize), name: &str| {
             launch::layernorm_forward(rows, c, norm_at(wb)).bind(
                 ctx,
@@ -251,28 +274,22 @@ pub fn dispatches(
             )
         };
         fwd.push(ln(&a.ln1, x, at.ln1, "ln_1"));
-        dense_fwd(&mut fwd, 4 * l, &a.qkv, &a.ln1.out);
+        dense(fwd, 4 * l, &a.qkv, &a.ln1.out);
         let attn = launch::attention_forward(batch, t, c, h);
         fwd.push(attn.bind(ctx, &format!("attention_forward block {l}"), [&a.atty, &a.att, &a.qkv]));
-        dense_fwd(&mut fwd, 4 * l + 1, &a.res2, &a.atty);
-        fwd.push(launch::residual_forward(rows * c).bind(
-            ctx,
-            &format!("residual_forward block {l} (attention)"),
-            [&a.res2, x],
-        ));
+        dense(fwd, 4 * l + 1, &a.res2, &a.atty);
+        let label = format!("residual_forward block {l} (attention)");
+        fwd.push(launch::residual_forward(rows * c).bind(ctx, &label, [&a.res2, x]));
         fwd.push(ln(&a.ln2, &a.res2, at.ln2, "ln_2"));
-        dense_fwd(&mut fwd, 4 * l + 2, &a.fch, &a.ln2.out);
-        fwd.push(launch::gelu_forward(rows * hidden).bind(
-            ctx,
-            &format!("gelu_forward block {l}"),
-            [&a.fch_gelu, &a.fch],
-        ));
-        dense_fwd(&mut fwd, 4 * l + 3, &a.res3, &a.fch_gelu);
-        fwd.push(launch::residual_forward(rows * c).bind(
-            ctx,
-            &format!("residual_forward block {l} (MLP)"),
-            [&a.res3, &a.res2],
-        ));
+        dense(fwd, 4 * l + 2, &a.fch, &a.ln2.out);
+        let label = format!("gelu_forward block {l}");
+        fwd.push(launch::gelu_forward(rows * hidden).bind(ctx, &label, [&a.fch_gelu, &a.fch]));
+        dense(fwd, 4 * l + 3, &a.res3, &a.fch_gelu);
+        let label = format!("residual_forward block {l} (MLP)");
+        fwd.push(launch::residual_forward(rows * c).bind(ctx, &label, [&a.res3, &a.res2]));
+    };
+    for l in 0..s.blocks {
+        block_fwd(&mut fwd, l, &b.flags);
     }
     let last = g.blocks.last().map_or(&g.encoded, |a| &a.res3);
     fwd.push(launch::layernorm_forward(rows, c, norm_at(ln_f)).bind(
@@ -281,7 +298,9 @@ pub fn dispatches(
         [&g.lnf.out, &g.lnf.mean, &g.lnf.rstd, last, &b.params],
     ));
     let head_i = 4 * s.blocks;
-    dense_fwd(&mut fwd, head_i, &g.logits, &g.lnf.out);
+    let head = matmul::forward(matmuls[head_i].forward, rows, &shapes[head_i], linear, head_i);
+    let label = format!("dense_forward {}", op_name(s, head_i));
+    fwd.push(head.bind(ctx, &label, [&g.logits, &g.discard, &g.lnf.out, &b.params, &b.flags]));
     // The loss and, in the same pass, ∂objective/∂logits (scaled by 1/k
     // for k micro-batches and 1/rows for the mean).
     let scale = 1.0 / (e.grad_accumulation as f32 * rows as f32);
@@ -331,6 +350,12 @@ pub fn dispatches(
     dense_bwd(&mut bwd, head_i, &g.dlnf, &g.dlogits, &g.lnf.out);
     ln_bwd(&mut bwd, &g.lnf, &g.dlnf, last, ln_f, true, "ln_f");
     for (l, a) in g.blocks.iter().enumerate().rev() {
+        if g.checkpointing {
+            // The block's forward again, from its kept input, into the
+            // shared buffers: the same kernels on the same inputs, the
+            // same bits as forward wrote.
+            block_fwd(&mut bwd, l, &b.recompute_flags);
+        }
         let at = gpt.block_at(l);
         let x = if l == 0 { &g.encoded } else { &g.blocks[l - 1].res3 };
         // The MLP: res3 = res2 + mlp(ln_2(res2)); dx is ∂/∂res3.
