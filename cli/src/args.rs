@@ -89,6 +89,10 @@ pub enum Command {
         top_k: Option<usize>,
         #[arg(long, default_value_t = 1337)]
         seed: u64,
+        /// cpu: the CPU engine's forward; gpu: the GPU engine's (the same
+        /// text where its logits agree within the tolerance, and said so).
+        #[arg(long, default_value = "cpu", value_parser = backend())]
+        backend: Backend,
     },
     /// A run from outside, read-only, as its step anatomy: metrics logs
     /// (one per rank), Stepscope traces or PyTorch profiler traces.

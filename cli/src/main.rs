@@ -68,8 +68,8 @@ fn main() -> ExitCode {
         Command::Predict { checkpoint, inputs, out } => export::predict(&checkpoint, &inputs, out),
         Command::Inspect { file } => inspect::run(&file),
         Command::Open { files } => open::run(&files),
-        Command::Sample { checkpoint, prompt, tokens, temperature, top_k, seed } => {
-            sample::run(&checkpoint, &prompt, Sampling { tokens, temperature, top_k, seed })
+        Command::Sample { checkpoint, prompt, tokens, temperature, top_k, seed, backend } => {
+            sample::run(&checkpoint, &prompt, Sampling { tokens, temperature, top_k, seed }, backend)
         }
         Command::Verify { checkpoint, data, steps } => inspect::verify(&checkpoint, data, steps),
     });

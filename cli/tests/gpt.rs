@@ -94,6 +94,30 @@ fn a_gpt_trains_resumes_samples_and_verifies() {
     assert!(a.starts_with("First") && a.trim_end().chars().count() >= 40, "{a:?}");
     assert_eq!(a, sample("7"));
     assert_ne!(a, sample("8"));
+    // On the GPU engine's forward: the same text, checked by the CPU's
+    // forward wherever a draw fell within the logits' tolerance of an edge,
+    // and said so.
+    let out = stepscope(
+        &dir,
+        &[
+            "sample",
+            "straight.safetensors",
+            "--prompt",
+            "First",
+            "--tokens",
+            "40",
+            "--seed",
+            "7",
+            "--top-k",
+            "5",
+            "--backend",
+            "gpu",
+        ],
+    );
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("the CPU engine writes the same text"), "{said}");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), a, "{said}");
 
     let out = stepscope(&dir, &["verify", "straight.safetensors", "--data", "text.txt", "--steps", "2"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -8,6 +8,10 @@ mod common;
 
 use serde_json::json;
 use stepscope_core::data::Dataset;
+use stepscope_core::engine::{Sampler, Sampling};
+use stepscope_core::gpu::gpt::AttentionVariant;
+use stepscope_core::gpu::{logit_bound, GpuSampler, LOGIT_TOLERANCE};
+use stepscope_core::model::gpt::{Gpt, GptActivations};
 use stepscope_core::trainer::{block_on, conformance};
 use stepscope_core::{Experiment, Trainer};
 
@@ -17,6 +21,18 @@ use common::shared_gpu as shared;
 fn transformer_runs_match_the_cpu_engine() {
     for (name, e) in conformance::gpt_training_matrix() {
         block_on(conformance::whole_run(&name, &e, shared(), &[1, 3, 2], false)).unwrap();
+    }
+}
+
+/// Both attention variants (a workgroup per query row, an invocation per
+/// query row), whichever the adapter's timing would pick.
+#[test]
+fn both_attention_variants_match_the_cpu_engine() {
+    for (name, e) in conformance::gpt_training_matrix().into_iter().take(2) {
+        for v in AttentionVariant::ALL {
+            block_on(conformance::whole_run_on_attention(&format!("{name}, {}", v.name()), &e, shared(), &[2, 3], v))
+                .unwrap();
+        }
     }
 }
 
@@ -90,4 +106,65 @@ fn activation_checkpointing_keeps_the_bits_and_frees_memory() {
     assert!(on.activations + on.attention < off.activations + off.attention, "{off:?} → {on:?}");
     // One block's attention probabilities of two.
     assert_eq!(2 * on.attention, off.attention);
+}
+
+/// Sampling on the GPU engine's forward: the logits after windows of every
+/// length up to T (padded to T on the GPU) within `LOGIT_TOLERANCE` of the
+/// CPU's over exactly those tokens, and the same text for a seed where
+/// every draw fell clear of what that tolerance can move.
+#[test]
+fn gpu_sampling_matches_the_cpu_within_the_logit_tolerance() {
+    let (_, e) = conformance::gpt_training_matrix().swap_remove(2); // untied head
+    let data = Dataset::load(&e, None).unwrap();
+    let mut trainer = Trainer::fresh(&e, data, None).unwrap();
+    block_on(trainer.run(30, 30)).unwrap();
+    let params = block_on(trainer.read_state()).unwrap().params;
+    let shape = e.gpt().unwrap().shape();
+    let model = Gpt::new(shape);
+    let mut gpu = GpuSampler::new(shared(), shape, &params).unwrap();
+    let text: Vec<u32> = (0..shape.context as u32).map(|i| (i * 7 + 3) % shape.vocab_size as u32).collect();
+    let mut worst = 0.0f32; // relative to 1 + the row's largest |logit|
+    for t in 1..=shape.context {
+        let window = &text[..t];
+        let mut acts = GptActivations::default();
+        model.forward_windows(&mut acts, &params, window, &vec![0; t], t);
+        let v = shape.vocab_size;
+        let want = &acts.logits[(t - 1) * v..t * v];
+        let got = block_on(gpu.logits(window)).unwrap();
+        let largest = want.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        for (g, w) in got.iter().zip(want) {
+            worst = worst.max((g - w).abs() / (1.0 + largest));
+        }
+    }
+    assert!(worst <= LOGIT_TOLERANCE, "the GPU's logits are {worst:e} from the CPU's");
+    println!("sampling logits: the worst difference is {worst:.2e} (tolerance {LOGIT_TOLERANCE:e})");
+
+    // Each token the same as the CPU's while every draw so far fell clear
+    // of what the tolerance can move.
+    let how = Sampling { tokens: 60, temperature: 0.8, top_k: None, seed: 7 };
+    let (mut on_cpu, mut on_gpu) = (Sampler::new(&text[..3], &how), Sampler::new(&text[..3], &how));
+    let (mut clear, mut closest) = (0, f64::INFINITY);
+    while !on_cpu.done() {
+        on_cpu.next_token(&model, &params, 0);
+        let window = on_gpu.window(shape.context).to_vec();
+        let logits = block_on(gpu.logits(&window)).unwrap();
+        on_gpu.draw(&logits, 0);
+        let room = on_gpu.last_margin() / logit_bound(&logits, how.temperature);
+        closest = closest.min(room);
+        if room < 1.0 {
+            // Within what the tolerance can turn: what the CLI checks, the
+            // CPU's logits for the same window from the same point.
+            let (t, v) = (window.len(), shape.vocab_size);
+            let mut acts = GptActivations::default();
+            model.forward_windows(&mut acts, &params, &window, &vec![0; t], t);
+            assert_eq!(on_gpu.redraw(&acts.logits[(t - 1) * v..t * v]), *on_cpu.written().last().unwrap());
+        }
+        assert_eq!(on_cpu.written(), on_gpu.written());
+        clear += usize::from(room >= 1.0);
+    }
+    assert!(clear >= 30, "only {clear} draws clear of the tolerance");
+    println!("sampling: the CPU's 60 tokens; {clear} draws clear of the tolerance, the closest with {closest:.1}× the room it needs");
+    // Windows the GPU cannot read are refused by name.
+    assert!(block_on(gpu.logits(&[])).is_err());
+    assert!(block_on(gpu.logits(&[shape.vocab_size as u32])).is_err());
 }

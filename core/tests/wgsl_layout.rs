@@ -62,6 +62,8 @@ fn every_params_struct_has_its_rust_twins_size() {
         (Kernel::AttentionForward, size_of::<AttentionParams>()),
         (Kernel::AttentionBackwardQuery, size_of::<AttentionParams>()),
         (Kernel::AttentionBackwardKey, size_of::<AttentionParams>()),
+        (Kernel::AttentionForwardRows, size_of::<AttentionParams>()),
+        (Kernel::AttentionBackwardQueryRows, size_of::<AttentionParams>()),
         (Kernel::CrossEntropyForwardBackward, size_of::<CrossEntropyParams>()),
         (Kernel::CrossEntropyLoss, size_of::<CrossEntropyLossParams>()),
         (Kernel::ResidualForward, size_of::<ElementwiseParams>()),

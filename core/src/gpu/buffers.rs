@@ -147,7 +147,8 @@ impl Buffers {
     pub fn set_checkpointing(&mut self, device: &wgpu::Device, layout: &Layout, batch: usize, on: bool) {
         if let Some(shape) = &layout.gpt {
             // A transformer's blocks share one block's buffers (`gpu::gpt`).
-            let g = super::gpt::GptBuffers::new(device, shape, batch, on);
+            let mut g = super::gpt::GptBuffers::new(device, shape, batch, on);
+            g.attention = self.gpt.as_ref().map_or(g.attention, |old| old.attention);
             (self.bytes.activations, self.bytes.attention, self.bytes.backward_scratch) = g.bytes;
             self.gpt = Some(g);
             self.checkpointing = on;

@@ -138,6 +138,7 @@ impl GpuEngine {
     /// on the web.
     pub async fn calibrate(&mut self) -> Result<Calibration> {
         let matmuls = self.choose_matmuls().await?;
+        self.choose_attention().await?;
         let key = shape_key(&self.ctx.describe(), &self.experiment);
         let cached = CACHE.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(k, _)| *k == key).cloned();
         let calibration = match cached {
@@ -150,6 +151,9 @@ impl GpuEngine {
                 let mut probe = GpuEngine::from_state(self.ctx.clone(), state, self.data().clone())?;
                 probe.phase_timing = false;
                 probe.set_matmuls(self.matmuls.clone())?;
+                if let Some(variant) = self.attention() {
+                    probe.set_attention(variant)?;
+                }
                 let phased = probe.submit_cost().await?;
                 let mut fused_widths = Vec::new();
                 for width in probe.fused_widths() {

@@ -387,12 +387,18 @@ impl GpuEngine {
         if matmuls == self.matmuls {
             return Ok(());
         }
+        self.matmuls = matmuls;
+        self.rebuild_plan()
+    }
+
+    /// Builds the dispatch lists again from the buffers and choices held
+    /// (after a change of matmul or attention variant).
+    pub(super) fn rebuild_plan(&mut self) -> Result<()> {
         self.ctx.check()?;
         let scope = self.ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let target_width = self.data.train.target_width;
-        self.plan =
-            Plan::new(&self.ctx, &self.buffers, &self.experiment, &self.layout, &self.tensors, target_width, &matmuls);
-        self.matmuls = matmuls;
+        let (e, layout, tensors) = (&self.experiment, &self.layout, &self.tensors);
+        self.plan = Plan::new(&self.ctx, &self.buffers, e, layout, tensors, target_width, &self.matmuls);
         match pollster_free_pop(scope) {
             Some(err) => Err(err),
             None => Ok(()),

@@ -18,15 +18,23 @@
 //!   their outputs (the CPU copies each output aside); backward runs the
 //!   block's forward dispatches again first.
 
+use std::sync::Mutex;
+
+use wgpu::util::DeviceExt;
+
 use super::buffers::Buffers;
+use super::engine::GpuEngine;
 use super::launch::{self, EmbeddingsAt, NormAt};
 use super::matmul::{self, LayerMatmuls, MatmulVariant};
 use super::params::ATTENTION_MAX_T;
 use super::plan::Dispatch;
+use super::probe::seconds_per_dispatch;
 use super::GpuContext;
+use crate::error::Result;
 use crate::experiment::{Activation, Experiment, OptimizerSpec};
 use crate::model::gpt::{Gpt, GptShape};
 use crate::model::LayerShape;
+use crate::rng::Rng;
 
 /// A LayerNorm's output and the per-row mean and 1/σ backward needs.
 #[derive(Clone)]
@@ -82,11 +90,48 @@ pub struct GptBuffers {
     pub discard: wgpu::Buffer,
     /// Bytes: (activations, attention probabilities, backward scratch).
     pub bytes: (u64, u64, u64),
+    /// Which attention kernels the plan records (`AttentionVariant`).
+    pub attention: AttentionVariant,
+}
+
+/// Two ways to run attention's forward and its query rows' backward, the
+/// same sums in the same order (the same values): a workgroup of 64 per
+/// query row, its scores in workgroup memory behind barriers, or an
+/// invocation per query row that takes its scores again instead of keeping
+/// them and needs no barrier. The engine times both at the run's shape on
+/// the adapter and keeps the faster (`GpuEngine::choose_attention`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionVariant {
+    Workgroup,
+    Rows,
+}
+
+impl AttentionVariant {
+    pub const ALL: [AttentionVariant; 2] = [AttentionVariant::Workgroup, AttentionVariant::Rows];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionVariant::Workgroup => "a workgroup per query row",
+            AttentionVariant::Rows => "an invocation per query row",
+        }
+    }
 }
 
 /// Why the GPU engine cannot train this transformer yet, or None.
 pub fn unsupported(e: &Experiment) -> Option<String> {
-    let g = e.gpt()?;
+    if let Some(why) = unsupported_shape(&e.gpt()?.shape()) {
+        return Some(why);
+    }
+    if matches!(e.optimizer, OptimizerSpec::Lamb { weight_decay, .. } if weight_decay != 0.0) {
+        return Some(
+            "LAMB with weight decay on a transformer (decay groups per tensor) runs on the CPU engine for now".into(),
+        );
+    }
+    None
+}
+
+/// Why the GPU engine's kernels cannot run this transformer yet, or None.
+pub fn unsupported_shape(g: &GptShape) -> Option<String> {
     if g.qk_layernorm {
         return Some("q/k LayerNorm runs on the CPU engine for now (--engine cpu)".into());
     }
@@ -96,11 +141,6 @@ pub fn unsupported(e: &Experiment) -> Option<String> {
              {ATTENTION_MAX_T} (model.context is {})",
             g.context
         ));
-    }
-    if matches!(e.optimizer, OptimizerSpec::Lamb { weight_decay, .. } if weight_decay != 0.0) {
-        return Some(
-            "LAMB with weight decay on a transformer (decay groups per tensor) runs on the CPU engine for now".into(),
-        );
     }
     None
 }
@@ -178,6 +218,7 @@ impl GptBuffers {
             ds: storage(device, "ds", batch * h * t * t, &mut scratch),
             discard: storage(device, "discard", rows * widest, &mut scratch),
             bytes: (0, 0, 0),
+            attention: AttentionVariant::Workgroup,
         }
         .with_bytes(acts, att, scratch)
     }
@@ -228,12 +269,54 @@ pub fn op_name(shape: &GptShape, order: usize) -> String {
     }
 }
 
+/// The engine's buffers a transformer's dispatches bind besides its own.
+pub struct Shared<'a> {
+    pub params: &'a wgpu::Buffer,
+    pub grads: &'a wgpu::Buffer,
+    pub flags: &'a wgpu::Buffer,
+    /// Where recomputed forwards report a non-finite value: never read.
+    pub recompute_flags: &'a wgpu::Buffer,
+    pub stats: &'a wgpu::Buffer,
+    /// The micro-batch's token ids and next tokens, as f32 (gathered).
+    pub tokens: &'a wgpu::Buffer,
+    pub targets: &'a wgpu::Buffer,
+}
+
+impl<'a> Shared<'a> {
+    pub fn of(b: &'a Buffers) -> Shared<'a> {
+        Shared {
+            params: &b.params,
+            grads: &b.grads,
+            flags: &b.flags,
+            recompute_flags: &b.recompute_flags,
+            stats: &b.stats,
+            tokens: &b.batch_inputs,
+            targets: &b.batch_targets,
+        }
+    }
+}
+
+/// What the loss needs: the z-loss coefficient and the micro-batches a
+/// step averages over. None: forward stops at the logits (sampling), and
+/// there is no backward.
+#[derive(Clone, Copy, Debug)]
+pub struct LossSpec {
+    pub z_loss: f32,
+    pub micro_batches: usize,
+}
+
+impl LossSpec {
+    pub fn of(e: &Experiment) -> LossSpec {
+        LossSpec { z_loss: e.z_loss as f32, micro_batches: e.grad_accumulation }
+    }
+}
+
 /// The forward and backward dispatch lists of one micro-batch.
 pub fn dispatches(
     ctx: &GpuContext,
-    b: &Buffers,
+    b: &Shared,
     g: &GptBuffers,
-    e: &Experiment,
+    loss: Option<LossSpec>,
     matmuls: &[LayerMatmuls],
 ) -> (Vec<Dispatch>, Vec<Dispatch>) {
     let gpt = Gpt::new(g.shape);
@@ -254,7 +337,7 @@ pub fn dispatches(
     fwd.push(launch::encoder_forward(rows, t, c, v, emb).bind(
         ctx,
         "encoder_forward",
-        [&g.encoded, &b.batch_inputs, &b.params],
+        [&g.encoded, b.tokens, b.params],
     ));
     // Block l's forward (`block_op_forward`'s four ops), its non-finite
     // codes into `flags`: forward's, or a buffer nobody reads when
@@ -264,18 +347,21 @@ pub fn dispatches(
         let x = if l == 0 { &g.encoded } else { &g.blocks[l - 1].res3 };
         let dense = |fwd: &mut Vec<Dispatch>, i: usize, out: &wgpu::Buffer, x: &wgpu::Buffer| {
             let m = matmul::forward(matmuls[i].forward, rows, &shapes[i], linear, i);
-            fwd.push(m.bind(ctx, &format!("dense_forward {}", op_name(s, i)), [out, &g.discard, x, &b.params, flags]));
+            fwd.push(m.bind(ctx, &format!("dense_forward {}", op_name(s, i)), [out, &g.discard, x, b.params, flags]));
         };
         let ln = |n: &NormBuffers, inp: &wgpu::Buffer, wb: (usize, usize), name: &str| {
             launch::layernorm_forward(rows, c, norm_at(wb)).bind(
                 ctx,
                 &format!("layernorm_forward block {l} {name}"),
-                [&n.out, &n.mean, &n.rstd, inp, &b.params],
+                [&n.out, &n.mean, &n.rstd, inp, b.params],
             )
         };
         fwd.push(ln(&a.ln1, x, at.ln1, "ln_1"));
         dense(fwd, 4 * l, &a.qkv, &a.ln1.out);
-        let attn = launch::attention_forward(batch, t, c, h);
+        let attn = match g.attention {
+            AttentionVariant::Workgroup => launch::attention_forward(batch, t, c, h),
+            AttentionVariant::Rows => launch::attention_forward_rows(batch, t, c, h),
+        };
         fwd.push(attn.bind(ctx, &format!("attention_forward block {l}"), [&a.atty, &a.att, &a.qkv]));
         dense(fwd, 4 * l + 1, &a.res2, &a.atty);
         let label = format!("residual_forward block {l} (attention)");
@@ -289,30 +375,31 @@ pub fn dispatches(
         fwd.push(launch::residual_forward(rows * c).bind(ctx, &label, [&a.res3, &a.res2]));
     };
     for l in 0..s.blocks {
-        block_fwd(&mut fwd, l, &b.flags);
+        block_fwd(&mut fwd, l, b.flags);
     }
     let last = g.blocks.last().map_or(&g.encoded, |a| &a.res3);
     fwd.push(launch::layernorm_forward(rows, c, norm_at(ln_f)).bind(
         ctx,
         "layernorm_forward ln_f",
-        [&g.lnf.out, &g.lnf.mean, &g.lnf.rstd, last, &b.params],
+        [&g.lnf.out, &g.lnf.mean, &g.lnf.rstd, last, b.params],
     ));
     let head_i = 4 * s.blocks;
     let head = matmul::forward(matmuls[head_i].forward, rows, &shapes[head_i], linear, head_i);
     let label = format!("dense_forward {}", op_name(s, head_i));
-    fwd.push(head.bind(ctx, &label, [&g.logits, &g.discard, &g.lnf.out, &b.params, &b.flags]));
+    fwd.push(head.bind(ctx, &label, [&g.logits, &g.discard, &g.lnf.out, b.params, b.flags]));
+    let Some(loss) = loss else { return (fwd, Vec::new()) };
     // The loss and, in the same pass, ∂objective/∂logits (scaled by 1/k
     // for k micro-batches and 1/rows for the mean).
-    let scale = 1.0 / (e.grad_accumulation as f32 * rows as f32);
-    fwd.push(launch::cross_entropy_forward_backward(rows, v, e.z_loss as f32, scale).bind(
+    let scale = 1.0 / (loss.micro_batches as f32 * rows as f32);
+    fwd.push(launch::cross_entropy_forward_backward(rows, v, loss.z_loss, scale).bind(
         ctx,
         "cross_entropy_forward_backward",
-        [&g.dlogits, &g.losses, &g.logits, &b.batch_targets],
+        [&g.dlogits, &g.losses, &g.logits, b.targets],
     ));
     fwd.push(launch::cross_entropy_loss(rows, head_i + 1).bind(
         ctx,
         "cross_entropy_loss",
-        [&b.stats, &b.flags, &g.losses],
+        [b.stats, b.flags, &g.losses],
     ));
 
     // Backward, from the head down.
@@ -323,13 +410,13 @@ pub fn dispatches(
         let name = op_name(s, i);
         let weight = matmuls[i].backward_weight;
         let l = matmul::backward_weight(weight, rows, shape, i);
-        bwd.push(l.bind(ctx, &format!("dense_backward_weight {name}"), [&b.grads, &b.flags, dy, x]));
+        bwd.push(l.bind(ctx, &format!("dense_backward_weight {name}"), [b.grads, b.flags, dy, x]));
         if weight == MatmulVariant::Tiled && shape.bias_offset != NO_BIAS {
             let l = matmul::bias_backward(rows, shape, i);
-            bwd.push(l.bind(ctx, &format!("bias_backward {name}"), [&b.grads, &b.flags, dy]));
+            bwd.push(l.bind(ctx, &format!("bias_backward {name}"), [b.grads, b.flags, dy]));
         }
         let l = matmul::backward_input(matmuls[i].backward_input, rows, shape, linear);
-        bwd.push(l.bind(ctx, &format!("dense_backward_input {name}"), [dx, dy, &b.params, &g.discard, &g.discard]));
+        bwd.push(l.bind(ctx, &format!("dense_backward_input {name}"), [dx, dy, b.params, &g.discard, &g.discard]));
     };
     // A LayerNorm's backward from dout into dx (added, or overwriting it
     // at ln_f, the first) and its dγ, dβ.
@@ -342,10 +429,10 @@ pub fn dispatches(
                   name: &str| {
         let l = launch::layernorm_backward_input(rows, c, norm_at(wb), !first);
         let label = format!("layernorm_backward_input {name}");
-        bwd.push(l.bind(ctx, &label, [&g.dx, dout, inp, &b.params, &n.mean, &n.rstd]));
+        bwd.push(l.bind(ctx, &label, [&g.dx, dout, inp, b.params, &n.mean, &n.rstd]));
         let l = launch::layernorm_backward_params(rows, c, norm_at(wb));
         let label = format!("layernorm_backward_params {name}");
-        bwd.push(l.bind(ctx, &label, [&b.grads, dout, inp, &n.mean, &n.rstd]));
+        bwd.push(l.bind(ctx, &label, [b.grads, dout, inp, &n.mean, &n.rstd]));
     };
     dense_bwd(&mut bwd, head_i, &g.dlnf, &g.dlogits, &g.lnf.out);
     ln_bwd(&mut bwd, &g.lnf, &g.dlnf, last, ln_f, true, "ln_f");
@@ -354,7 +441,7 @@ pub fn dispatches(
             // The block's forward again, from its kept input, into the
             // shared buffers: the same kernels on the same inputs, the
             // same bits as forward wrote.
-            block_fwd(&mut bwd, l, &b.recompute_flags);
+            block_fwd(&mut bwd, l, b.recompute_flags);
         }
         let at = gpt.block_at(l);
         let x = if l == 0 { &g.encoded } else { &g.blocks[l - 1].res3 };
@@ -367,7 +454,10 @@ pub fn dispatches(
         ln_bwd(&mut bwd, &a.ln2, &g.dln, &a.res2, at.ln2, false, &format!("block {l} ln_2"));
         // Attention: res2 = x + attn(ln_1(x)).
         dense_bwd(&mut bwd, 4 * l + 1, &g.datty, &g.dx, &a.atty);
-        let q = launch::attention_backward_query(batch, t, c, h);
+        let q = match g.attention {
+            AttentionVariant::Workgroup => launch::attention_backward_query(batch, t, c, h),
+            AttentionVariant::Rows => launch::attention_backward_query_rows(batch, t, c, h),
+        };
         bwd.push(q.bind(
             ctx,
             &format!("attention_backward_query block {l}"),
@@ -379,10 +469,98 @@ pub fn dispatches(
         // ln_1 adds into dx, which becomes ∂/∂x, the block's input.
         ln_bwd(&mut bwd, &a.ln1, &g.dln, x, at.ln1, false, &format!("block {l} ln_1"));
     }
-    bwd.push(launch::encoder_backward(rows, t, c, v, emb).bind(
-        ctx,
-        "encoder_backward",
-        [&b.grads, &g.dx, &b.batch_inputs],
-    ));
+    bwd.push(launch::encoder_backward(rows, t, c, v, emb).bind(ctx, "encoder_backward", [b.grads, &g.dx, b.tokens]));
     (fwd, bwd)
+}
+
+/// Seconds by adapter and attention shape (B, T, C, H): [workgroup, rows].
+static ATTENTION_TIMES: Mutex<Vec<(String, [f64; 2])>> = Mutex::new(Vec::new());
+
+/// Seconds of one attention forward and one query-row backward of
+/// `variant` at (B, T, C, H) on seeded data.
+pub async fn time_attention(
+    ctx: &GpuContext,
+    variant: AttentionVariant,
+    (b, t, c, h): (usize, usize, usize, usize),
+    target_s: f64,
+) -> Result<f64> {
+    let mut rng = Rng::new((b * 31 + t * 7 + c) as u64, 9);
+    let mut values = |count: usize| -> Vec<f32> { (0..count).map(|_| rng.uniform(-1.0, 1.0) as f32).collect() };
+    let storage = |label: &str, v: &[f32]| {
+        ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::cast_slice(v),
+            usage: wgpu::BufferUsages::STORAGE,
+        })
+    };
+    let rows = b * t;
+    let (qkv, y, att) = (
+        storage("qkv", &values(rows * 3 * c)),
+        storage("y", &values(rows * c)),
+        storage("att", &values(b * h * t * t)),
+    );
+    let (dqkv, ds, dy) = (
+        storage("dqkv", &values(rows * 3 * c)),
+        storage("ds", &values(b * h * t * t)),
+        storage("dy", &values(rows * c)),
+    );
+    let (forward, query) = match variant {
+        AttentionVariant::Workgroup => {
+            (launch::attention_forward(b, t, c, h), launch::attention_backward_query(b, t, c, h))
+        }
+        AttentionVariant::Rows => {
+            (launch::attention_forward_rows(b, t, c, h), launch::attention_backward_query_rows(b, t, c, h))
+        }
+    };
+    let forward = forward.bind(ctx, "timed attention forward", [&y, &att, &qkv]);
+    let query = query.bind(ctx, "timed attention backward", [&dqkv, &ds, &dy, &qkv, &att]);
+    let mut seconds = 0.0;
+    for d in [forward, query] {
+        seconds += seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await?;
+    }
+    Ok(seconds)
+}
+
+impl GpuEngine {
+    /// The attention kernels the plan records (a transformer's).
+    pub fn attention(&self) -> Option<AttentionVariant> {
+        self.buffers.gpt.as_ref().map(|g| g.attention)
+    }
+
+    /// Records `variant`'s attention kernels from the next step on: the
+    /// same values either way (twin-tested), only the speed differs.
+    pub fn set_attention(&mut self, variant: AttentionVariant) -> Result<()> {
+        match self.buffers.gpt.as_mut() {
+            Some(g) if g.attention != variant => g.attention = variant,
+            _ => return Ok(()),
+        }
+        self.rebuild_plan()
+    }
+
+    /// Times both attention variants at this run's shape on this adapter
+    /// (or takes the figures measured before) and records the faster:
+    /// [workgroup, rows] seconds of a forward and a query-row backward, or
+    /// None for an MLP.
+    pub async fn choose_attention(&mut self) -> Result<Option<[f64; 2]>> {
+        let Some(shape) = self.layout.gpt else { return Ok(None) };
+        let dims = (self.experiment.batch_size, shape.context, shape.embed, shape.heads);
+        let key = format!("{}|{dims:?}", self.ctx.describe());
+        let cached =
+            ATTENTION_TIMES.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(k, _)| *k == key).map(|c| c.1);
+        let seconds = match cached {
+            Some(s) => s,
+            None => {
+                let mut s = [0.0; 2];
+                for (i, v) in AttentionVariant::ALL.into_iter().enumerate() {
+                    s[i] = time_attention(&self.ctx, v, dims, 2e-3).await?;
+                }
+                ATTENTION_TIMES.lock().unwrap_or_else(|p| p.into_inner()).push((key, s));
+                s
+            }
+        };
+        // Ties (within 5 %) keep a workgroup per row, the one that scales to long windows.
+        let variant = if seconds[1] < 0.95 * seconds[0] { AttentionVariant::Rows } else { AttentionVariant::Workgroup };
+        self.set_attention(variant)?;
+        Ok(Some(seconds))
+    }
 }

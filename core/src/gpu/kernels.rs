@@ -48,6 +48,10 @@ pub enum Kernel {
     AttentionForward,
     AttentionBackwardQuery,
     AttentionBackwardKey,
+    /// The same forward and query-row backward with an invocation per
+    /// query row and no barrier (`gpu::gpt::AttentionVariant`).
+    AttentionForwardRows,
+    AttentionBackwardQueryRows,
     /// The cross-entropy over the vocabulary with z-loss, per row with its
     /// gradient, then the means into the step's statistics.
     CrossEntropyForwardBackward,
@@ -89,6 +93,8 @@ impl Kernel {
         Kernel::AttentionForward,
         Kernel::AttentionBackwardQuery,
         Kernel::AttentionBackwardKey,
+        Kernel::AttentionForwardRows,
+        Kernel::AttentionBackwardQueryRows,
         Kernel::CrossEntropyForwardBackward,
         Kernel::CrossEntropyLoss,
         Kernel::ResidualForward,
@@ -126,6 +132,8 @@ impl Kernel {
             Kernel::AttentionForward => "attention_forward",
             Kernel::AttentionBackwardQuery => "attention_backward_query",
             Kernel::AttentionBackwardKey => "attention_backward_key",
+            Kernel::AttentionForwardRows => "attention_forward_rows",
+            Kernel::AttentionBackwardQueryRows => "attention_backward_query_rows",
             Kernel::CrossEntropyForwardBackward => "cross_entropy_forward_backward",
             Kernel::CrossEntropyLoss => "cross_entropy_loss",
             Kernel::ResidualForward => "residual_forward",
@@ -166,6 +174,10 @@ impl Kernel {
             Kernel::AttentionForward => include_str!("../../../shaders/attention_forward.wgsl"),
             Kernel::AttentionBackwardQuery => include_str!("../../../shaders/attention_backward_query.wgsl"),
             Kernel::AttentionBackwardKey => include_str!("../../../shaders/attention_backward_key.wgsl"),
+            Kernel::AttentionForwardRows => include_str!("../../../shaders/attention_forward_rows.wgsl"),
+            Kernel::AttentionBackwardQueryRows => {
+                include_str!("../../../shaders/attention_backward_query_rows.wgsl")
+            }
             Kernel::CrossEntropyForwardBackward => {
                 include_str!("../../../shaders/cross_entropy_forward_backward.wgsl")
             }

@@ -304,6 +304,25 @@ pub fn attention_backward_query(b: usize, t: usize, c: usize, h: usize) -> Launc
     Launch::new(Kernel::AttentionBackwardQuery, attention_params(b, t, c, h), row_grid(b * h * t))
 }
 
+/// `attention_forward` with an invocation per query row and no barrier.
+/// Bindings: out, att, inp.
+pub fn attention_forward_rows(b: usize, t: usize, c: usize, h: usize) -> Launch<AttentionParams, 3> {
+    Launch::new(Kernel::AttentionForwardRows, attention_params(b, t, c, h), grid_of_64(b * h * t))
+}
+
+/// `attention_backward_query` with an invocation per query row and no
+/// barrier. Bindings: dinp, ds, dout, inp, att.
+pub fn attention_backward_query_rows(b: usize, t: usize, c: usize, h: usize) -> Launch<AttentionParams, 5> {
+    Launch::new(Kernel::AttentionBackwardQueryRows, attention_params(b, t, c, h), grid_of_64(b * h * t))
+}
+
+/// Workgroups of 64 invocations for `count` items, 2-D past 65535.
+fn grid_of_64(count: usize) -> [u32; 3] {
+    let groups = count.div_ceil(64).max(1);
+    let x = groups.min(65_535);
+    [x as u32, groups.div_ceil(x) as u32, 1]
+}
+
 /// Attention's backward down the columns: ∂L/∂k and ∂L/∂v (written).
 /// Bindings: dinp, dout, inp, att, ds.
 pub fn attention_backward_key(b: usize, t: usize, c: usize, h: usize) -> Launch<AttentionParams, 5> {

@@ -14,6 +14,7 @@ mod context;
 mod engine;
 mod fused;
 pub mod gpt;
+mod gpt_sample;
 pub mod harness;
 mod kernels;
 pub mod launch;
@@ -35,6 +36,7 @@ pub use fused::{
     caps_loop_iterations, fused_unsupported, loop_iterations_per_step, max_fused_steps, FusedLayer, FusedParams,
     FusedRun, FusedWidth, MAX_FUSED_LAYERS,
 };
+pub use gpt_sample::{logit_bound, GpuSampler, LOGIT_TOLERANCE};
 pub use passes::{GpuPass, PassKind, StepPass, MAX_KEPT_PASSES};
 pub use readout::PendingState;
 

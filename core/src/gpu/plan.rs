@@ -92,7 +92,8 @@ impl Plan {
         let optimizer = optimizer_dispatches(ctx, b, e, layout, tensors);
         if let Some(g) = &b.gpt {
             // A transformer: its own forward and backward, the rest shared.
-            let (forward, backward) = super::gpt::dispatches(ctx, b, g, e, matmuls);
+            let loss = super::gpt::LossSpec::of(e);
+            let (forward, backward) = super::gpt::dispatches(ctx, &super::gpt::Shared::of(b), g, Some(loss), matmuls);
             return Plan { data, forward, backward, regularize, optimizer, layer_stats: Vec::new() };
         }
         let last = layout.layers.len() - 1;

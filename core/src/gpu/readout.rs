@@ -69,7 +69,7 @@ impl GpuEngine {
             params,
             optimizer,
             data_position: self.batcher.position().clone(),
-            vocabulary: None,
+            vocabulary: self.data().vocabulary.clone(),
         })
     }
 
@@ -116,6 +116,7 @@ impl GpuEngine {
             experiment: self.experiment.clone(),
             optimizer,
             data_position: self.batcher.position().clone(),
+            vocabulary: self.data().vocabulary.clone(),
             maps,
             parameter_count: p,
         })
@@ -163,6 +164,8 @@ pub struct PendingState {
     experiment: Experiment,
     optimizer: OptimizerState,
     data_position: DataPosition,
+    /// A text run's vocabulary (the checkpoint carries it).
+    vocabulary: Option<crate::data::Vocabulary>,
     maps: Vec<(&'static str, MapFuture, wgpu::Buffer)>,
     parameter_count: usize,
 }
@@ -176,7 +179,7 @@ impl PendingState {
     /// Awaits the copies and assembles the state (natively this drives
     /// the device until they are done).
     pub async fn finish(self) -> Result<TrainState> {
-        let PendingState { ctx, experiment, mut optimizer, data_position, maps, parameter_count: p } = self;
+        let PendingState { ctx, experiment, mut optimizer, data_position, vocabulary, maps, parameter_count: p } = self;
         ctx.wait_idle()?;
         let mut params = Vec::new();
         for (name, map, buffer) in maps {
@@ -193,7 +196,7 @@ impl PendingState {
             }
         }
         ctx.check()?;
-        Ok(TrainState { experiment, params, optimizer, data_position, vocabulary: None })
+        Ok(TrainState { experiment, params, optimizer, data_position, vocabulary })
     }
 }
 

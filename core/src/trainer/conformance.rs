@@ -21,6 +21,7 @@ use super::{Applied, Trainer};
 use crate::data::Dataset;
 use crate::engine::{StepMetrics, TrainState};
 use crate::experiment::{Experiment, OptimizerSpec};
+use crate::gpu::gpt::AttentionVariant;
 use crate::gpu::matmul::{LayerMatmuls, MatmulVariant};
 use crate::gpu::{FusedWidth, GpuContext};
 
@@ -112,6 +113,34 @@ pub async fn whole_run_on_matmuls(
     variant: MatmulVariant,
 ) -> Check {
     whole_run_on(name, e, gpu, submits, None, Some(variant)).await
+}
+
+/// `whole_run` of a transformer with its attention on `variant`
+/// (`gpu::gpt::AttentionVariant`) rather than the one the engine starts on.
+pub async fn whole_run_on_attention(
+    name: &str,
+    e: &Experiment,
+    gpu: Arc<GpuContext>,
+    submits: &[usize],
+    variant: AttentionVariant,
+) -> Check {
+    let err = failed(name);
+    let data = Dataset::load(e, None).map_err(&err)?;
+    let mut cpu = Trainer::fresh(e, data.clone(), None).map_err(&err)?;
+    let mut on_gpu = Trainer::fresh(e, data, Some(gpu)).map_err(&err)?;
+    let engine = on_gpu.gpu_engine().ok_or_else(|| format!("{name}: not on the GPU engine"))?;
+    engine.set_attention(variant).map_err(&err)?;
+    if engine.attention() != Some(variant) {
+        return Err(format!("{name}: not a transformer"));
+    }
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for &k in submits {
+        a.extend(cpu.run(k, k).await.map_err(&err)?);
+        b.extend(on_gpu.run(k, k).await.map_err(&err)?);
+    }
+    close_runs(name, &a, &b)?;
+    let (sa, sb) = (cpu.read_state().await.map_err(&err)?, on_gpu.read_state().await.map_err(&err)?);
+    close_states(name, &sa, &sb)
 }
 
 async fn whole_run_on(

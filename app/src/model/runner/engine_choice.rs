@@ -64,6 +64,11 @@ impl Race {
 
 /// Stepping time the CPU probe is given, in slices of at most 6 ms.
 const CPU_BUDGET_MS: f64 = 120.0;
+/// How much slower than the CPU a transformer's untuned GPU steps must be
+/// for the race to end before the GPU's calibration: tuning (the matmul
+/// and attention variants, steps per submit) was measured to gain at most
+/// about 3× on a software adapter.
+const CLEARLY_SLOWER: f64 = 4.0;
 const CPU_SLICE_MS: f64 = 6.0;
 
 /// What the speed depends on (the race is kept per shape).
@@ -110,6 +115,23 @@ impl Runner {
         }
         let data = self.data().clone();
         let cpu_steps_per_s = cpu_speed(&e, data.clone()).await?;
+        if e.gpt().is_some() {
+            // A transformer's calibration (every linear layer's matmul
+            // variants, both attention variants, 19 timed steps) takes over
+            // a minute on a software adapter. Two untuned steps first: a
+            // GPU that far behind the CPU cannot catch up by tuning
+            // (`CLEARLY_SLOWER`), and the race ends there.
+            let mut quick = Trainer::fresh(&e, data.clone(), Some(ctx.clone()))?;
+            quick.run(1, 1).await?;
+            let started = Instant::now();
+            quick.run(2, 2).await?;
+            let gpu_steps_per_s = 2.0 / started.elapsed().as_secs_f64().max(1e-9);
+            if gpu_steps_per_s * CLEARLY_SLOWER < cpu_steps_per_s {
+                let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused_invocations: None };
+                self.races.push((key, race.clone()));
+                return Ok(race);
+            }
+        }
         // The GPU's speed is predicted from the calibration's submit costs
         // at the steps per submit the page will use (`GPU_SUBMIT_MS`).
         let mut probe = Trainer::fresh(&e, data, Some(ctx))?;

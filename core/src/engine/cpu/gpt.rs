@@ -167,6 +167,10 @@ pub struct Sampler {
     rng: Rng,
     acts: GptActivations,
     probs: Vec<f64>,
+    /// `last_margin`.
+    margin: f64,
+    /// The last draw's random point in [0, 1) (`redraw`).
+    point: f64,
 }
 
 impl Sampler {
@@ -178,6 +182,8 @@ impl Sampler {
             rng: Rng::new(how.seed, stream::SAMPLE),
             acts: GptActivations::default(),
             probs: Vec::new(),
+            margin: 1.0,
+            point: 0.0,
         }
     }
 
@@ -191,50 +197,102 @@ impl Sampler {
         &self.tokens[self.prompt..]
     }
 
-    /// Writes the next token, with `shown` alternatives in its `top`.
+    /// Writes the next token, with `shown` alternatives in its `top`: the
+    /// CPU's forward over `window`, then `draw`.
     pub fn next_token(&mut self, model: &Gpt, params: &[f32], shown: usize) -> SampledToken {
-        let (t_max, v) = (model.shape.context, model.shape.vocab_size);
-        let how = &self.how;
-        let window = &self.tokens[self.tokens.len().saturating_sub(t_max)..];
+        let v = model.shape.vocab_size;
+        let window = self.window(model.shape.context).to_vec();
         let t = window.len();
         let targets = vec![0u32; t];
-        model.forward_windows(&mut self.acts, params, window, &targets, t);
-        let logits = &self.acts.logits[(t - 1) * v..t * v];
-        // The k-th largest logit: below it, probability 0 (as nanoGPT's -inf).
-        let mut sorted: Vec<f32> = logits.to_vec();
-        sorted.sort_unstable_by(|a, b| b.total_cmp(a));
-        let floor = how.top_k.map_or(f32::NEG_INFINITY, |k| sorted[k.clamp(1, v) - 1]);
-        let max = sorted[0] as f64 / how.temperature as f64;
-        let probs = &mut self.probs;
-        probs.resize(v, 0.0);
-        let mut sum = 0.0;
-        for (p, &x) in probs.iter_mut().zip(logits) {
-            *p = if x < floor { 0.0 } else { libm::exp(x as f64 / how.temperature as f64 - max) };
-            sum += *p;
-        }
-        let mut u = self.rng.next_f64() * sum;
-        let mut next = v - 1;
-        for (i, &p) in probs.iter().enumerate() {
-            if p > 0.0 && u < p {
-                next = i;
-                break;
-            }
-            u -= p;
-        }
-        // Rounding can leave u past the last token with a probability:
-        // take the last such token, never a zero-probability one.
-        if probs[next] == 0.0 {
-            next = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
-        }
+        model.forward_windows(&mut self.acts, params, &window, &targets, t);
+        let logits = self.acts.logits[(t - 1) * v..t * v].to_vec();
+        self.draw(&logits, shown)
+    }
+
+    /// What the model reads for the next token: the last ≤ `context`
+    /// tokens of the prompt and what is written.
+    pub fn window(&self, context: usize) -> &[u32] {
+        &self.tokens[self.tokens.len().saturating_sub(context)..]
+    }
+
+    /// Draws the next token from the logits after `window` (another
+    /// engine's forward: `gpu::GpuSampler`) and writes it.
+    pub fn draw(&mut self, logits: &[f32], shown: usize) -> SampledToken {
+        let v = logits.len();
+        let mut probs = std::mem::take(&mut self.probs);
+        let sum = self.probabilities(logits, &mut probs);
+        let r = self.rng.next_f64();
+        let next = pick(&probs, r * sum);
+        // How far the draw fell from the edges of its token's share, as a
+        // share of the whole.
+        let start: f64 = probs[..next].iter().sum();
+        self.margin = (r * sum - start).min(start + probs[next] - r * sum).max(0.0) / sum;
+        self.point = r;
         let mut top = Vec::new();
         if shown > 0 {
             let mut order: Vec<usize> = (0..v).collect();
             order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
             top = order.iter().take(shown).map(|&i| (i as u32, (probs[i] / sum) as f32)).collect();
         }
+        let probability = (probs[next] / sum) as f32;
+        self.probs = probs;
         self.tokens.push(next as u32);
-        SampledToken { token: next as u32, probability: (probs[next] / sum) as f32, top }
+        SampledToken { token: next as u32, probability, top }
     }
+
+    /// softmax(logits/temperature) over the top k, unnormalised, into
+    /// `probs`; returns their sum.
+    fn probabilities(&self, logits: &[f32], probs: &mut Vec<f64>) -> f64 {
+        let (v, how) = (logits.len(), &self.how);
+        // The k-th largest logit: below it, probability 0 (as nanoGPT's -inf).
+        let mut sorted: Vec<f32> = logits.to_vec();
+        sorted.sort_unstable_by(|a, b| b.total_cmp(a));
+        let floor = how.top_k.map_or(f32::NEG_INFINITY, |k| sorted[k.clamp(1, v) - 1]);
+        let max = sorted[0] as f64 / how.temperature as f64;
+        probs.clear();
+        probs.resize(v, 0.0);
+        let mut sum = 0.0;
+        for (p, &x) in probs.iter_mut().zip(logits) {
+            *p = if x < floor { 0.0 } else { libm::exp(x as f64 / how.temperature as f64 - max) };
+            sum += *p;
+        }
+        sum
+    }
+
+    /// The token the last draw's random point picks from other logits for
+    /// the same window (the CPU's, to check a GPU draw that fell close to
+    /// an edge).
+    pub fn redraw(&self, logits: &[f32]) -> u32 {
+        let mut probs = Vec::new();
+        let sum = self.probabilities(logits, &mut probs);
+        pick(&probs, self.point * sum) as u32
+    }
+
+    /// How close the last draw fell to the edge of its token's share (a
+    /// share of the whole; 1 before the first). Logits off by at most δ
+    /// move the edges by at most about 2δ/temperature of the whole, so a
+    /// margin above that means the same token from those logits.
+    pub fn last_margin(&self) -> f64 {
+        self.margin
+    }
+}
+
+/// The token whose share of the cumulative `probs` holds `u`. Rounding can
+/// leave u past the last token with a probability: then the last such
+/// token, never a zero-probability one.
+fn pick(probs: &[f64], mut u: f64) -> usize {
+    let mut next = probs.len() - 1;
+    for (i, &p) in probs.iter().enumerate() {
+        if p > 0.0 && u < p {
+            next = i;
+            break;
+        }
+        u -= p;
+    }
+    if probs[next] == 0.0 {
+        next = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
+    }
+    next
 }
 
 /// Writes `how.tokens` tokens after `prompt` (`Sampler`, whole); the
