@@ -62,6 +62,12 @@ fn what_the_gpu_engine_cannot_run_yet_is_refused_by_name() {
     };
     refused(json!({"model": {"qk_layernorm": true}}), "q/k LayerNorm");
     refused(json!({"model": {"context": 1100}}), "model.context is 1100");
+    // Past what the device binds at once (lavapipe: 128 MiB and more):
+    // one block's attention probabilities of B·H·T² = 64·16·1024² floats.
+    refused(
+        json!({"model": {"context": 1024, "heads": 16, "embed": 32}, "batch_size": 64}),
+        "one block's attention probabilities (B·H·T²) take 4096.0 MiB",
+    );
 }
 
 fn merge(base: &mut serde_json::Value, patch: serde_json::Value) {
@@ -167,4 +173,24 @@ fn gpu_sampling_matches_the_cpu_within_the_logit_tolerance() {
     // Windows the GPU cannot read are refused by name.
     assert!(block_on(gpu.logits(&[])).is_err());
     assert!(block_on(gpu.logits(&[shape.vocab_size as u32])).is_err());
+}
+
+/// The non-finite sentinel names the block, the op and the phase where a
+/// NaN first shows, and the run keeps the last good state: a NaN put into
+/// block 2's c_fc weight shows first in that matmul's output in forward.
+#[test]
+fn a_nan_is_named_by_block_op_and_phase_and_the_state_is_kept() {
+    let (_, e) = conformance::gpt_training_matrix().swap_remove(0);
+    let data = Dataset::load(&e, None).unwrap();
+    let mut state = stepscope_core::TrainState::fresh(&e);
+    let model = Gpt::new(e.gpt().unwrap().shape());
+    let fc = model.tensors.iter().find(|t| t.name == "transformer.h.1.mlp.c_fc.weight").unwrap();
+    state.params[fc.offset + 5] = f32::NAN;
+    let before = state.params.clone();
+    let mut gpu = stepscope_core::gpu::GpuEngine::from_state(shared(), state, data).unwrap();
+    let err = gpu.run(3, 3).unwrap_err().to_string();
+    assert!(err.contains("step 1") && err.contains("block 2 · MLP (c_fc) during forward"), "{err}");
+    let after = gpu.state().unwrap().params;
+    assert_eq!(after.len(), before.len());
+    assert!(after.iter().zip(&before).all(|(a, b)| a.to_bits() == b.to_bits()), "the parameters moved: {err}");
 }

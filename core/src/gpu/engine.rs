@@ -117,6 +117,9 @@ impl GpuEngine {
         let experiment = state.experiment.clone();
         let layout = Layout::new(&experiment);
         ctx.check()?;
+        if let Some(shape) = &layout.gpt {
+            super::gpt::check_limits(&ctx.device.limits(), shape, experiment.batch_size)?;
+        }
         let tensors = layout.tensors();
         let rows_per_step = experiment.batch_size * experiment.grad_accumulation;
         let max_steps_per_submit = (MAX_ROWS_PER_SUBMIT / rows_per_step).clamp(1, MAX_STEPS_PER_SUBMIT);

@@ -145,6 +145,34 @@ pub fn unsupported_shape(g: &GptShape) -> Option<String> {
     None
 }
 
+/// Refuses, by name, a transformer whose largest buffer passes what the
+/// device binds (WebGPU guarantees 128 MiB a storage binding and 256 MiB
+/// a buffer): one block's attention probabilities (B·H·T²), the logits
+/// (B·T·V), the MLP's hidden activations (B·T·4C) grow past it first.
+pub fn check_limits(limits: &wgpu::Limits, s: &GptShape, batch: usize) -> Result<()> {
+    let rows = (batch * s.context) as u64;
+    let (t, c, v, h) = (s.context as u64, s.embed as u64, s.vocab_size as u64, s.heads as u64);
+    let hidden = s.mlp_ratio as u64 * c;
+    let largest = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+    let buffers = [
+        ("one block's attention probabilities (B·H·T²)", batch as u64 * h * t * t),
+        ("the logits (B·T·V)", rows * v),
+        ("the MLP's hidden activations (B·T·hidden)", rows * hidden),
+        ("q, k and v (B·T·3C)", rows * 3 * c),
+    ];
+    for (what, floats) in buffers {
+        if 4 * floats > largest {
+            return Err(crate::Error::Experiment(format!(
+                "{what} take {:.1} MiB, past the {:.0} MiB this GPU binds at once: a smaller batch_size or \
+                 context trains on the GPU engine, or this one on the CPU engine",
+                (4 * floats) as f64 / f64::from(1 << 20),
+                largest as f64 / f64::from(1 << 20)
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn storage(device: &wgpu::Device, label: &str, floats: usize, bytes: &mut u64) -> wgpu::Buffer {
     let size = (4 * floats as u64).max(16);
     *bytes += 4 * floats as u64;

@@ -59,6 +59,7 @@ impl GpuSampler {
             return Err(Error::Experiment(format!("the GPU engine cannot run this transformer: {why}")));
         }
         ctx.check()?;
+        super::gpt::check_limits(&ctx.device.limits(), &shape, 1)?;
         let device = &ctx.device;
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
