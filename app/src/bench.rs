@@ -3,8 +3,9 @@
 //! these exports (trunk's `window.wasmBindings`), interleaved with
 //! TensorFlow.js in the same browser: the workloads of
 //! `stepscope_core::workloads`, on the CPU engine compiled to WebAssembly
-//! and on the GPU engine at K = 1, at the largest K, and fused; and the
-//! adapter's FMA peak and forward-matmul throughput at the workloads' shapes.
+//! and on the GPU engine at K = 1, at the largest K, and fused; a
+//! transformer on both engines; and the adapter's FMA peak and
+//! forward-matmul throughput at the workloads' shapes.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -103,9 +104,19 @@ pub async fn stepscope_bench(name: String, engine: String, seconds: f64) -> Resu
         set(&out, "dispatches_per_step", g.dispatches_per_step() as u32);
         set(&out, "matmuls", matmul_summary(g.matmuls()));
     }
+    let (steps, k, elapsed_s) = timed(&mut trainer, &engine, seconds).await?;
+    set(&out, "steps_per_second", steps as f64 / elapsed_s);
+    set(&out, "steps", steps as u32);
+    set(&out, "k", k as u32);
+    Ok(out.into())
+}
+
+/// Trains for about `seconds` after a warm-up step: (steps, steps per
+/// submit, seconds). GPU: the largest K, but a submit of at most about 2 s
+/// (one step of W3 takes seconds on a software adapter); "gpu-k1" and the
+/// CPU a step per submit.
+async fn timed(trainer: &mut Trainer, engine: &str, seconds: f64) -> Result<(usize, usize, f64), JsValue> {
     trainer.run(1, 1).await.map_err(js_err)?;
-    // GPU: the largest K, but a submit of at most about 2 s (one step of
-    // W3 takes seconds on a software adapter). CPU: a step per submit.
     let k = if engine == "gpu-k1" || engine == "cpu" {
         1
     } else {
@@ -120,8 +131,54 @@ pub async fn stepscope_bench(name: String, engine: String, seconds: f64) -> Resu
         trainer.run(k, k).await.map_err(js_err)?;
         steps += k;
     }
-    let elapsed_s = started.elapsed().as_secs_f64();
-    set(&out, "steps_per_second", steps as f64 / elapsed_s);
+    Ok((steps, k, started.elapsed().as_secs_f64()))
+}
+
+/// A transformer on Tiny Shakespeare: `gpt`, the page's default (3 blocks
+/// × 4 heads × 96, T 64, B 16), or `gpt-small` (2 × 2 × 32, T 32, B 8: the
+/// smoke run's, a software adapter's steps being seconds at the default).
+fn gpt_experiment(name: &str) -> Result<stepscope_core::Experiment, JsValue> {
+    let mut e = crate::model::edit::default_gpt_experiment();
+    match name {
+        "gpt" => {}
+        "gpt-small" => {
+            let g = e.model.gpt.as_mut().expect("the default transformer");
+            (g.blocks, g.heads, g.embed, g.context) = (2, 2, 32, 32);
+            e.batch_size = 8;
+        }
+        other => return Err(js_err(format!("no transformer workload {other}"))),
+    }
+    Ok(e)
+}
+
+/// Trains transformer workload `name` (`gpt_experiment`) on `engine`
+/// ("cpu", "gpu-k1" or "gpu-kmax"; the GPU's matmul and attention variants
+/// chosen by timing on the adapter, as the page does) for about `seconds`
+/// after a warm-up step: {tokens_per_second, steps, k,
+/// dispatches_per_step, attention, adapter}.
+#[wasm_bindgen]
+pub async fn stepscope_bench_gpt(name: String, engine: String, seconds: f64) -> Result<JsValue, JsValue> {
+    let e = gpt_experiment(&name)?;
+    let data = stepscope_core::data::Dataset::load(&e, None).map_err(js_err)?;
+    let out = Object::new();
+    let gpu = if engine == "cpu" {
+        None
+    } else {
+        let ctx = context().await?;
+        set(&out, "adapter", ctx.describe());
+        Some(ctx)
+    };
+    let mut trainer = Trainer::fresh(&e, data, gpu).map_err(js_err)?;
+    if let Some(g) = trainer.gpu_engine() {
+        g.phase_timing = false;
+        g.choose_matmuls().await.map_err(js_err)?;
+        g.choose_attention().await.map_err(js_err)?;
+        set(&out, "dispatches_per_step", g.dispatches_per_step() as u32);
+        set(&out, "attention", g.attention().map_or("", |a| a.name()));
+    }
+    let (steps, k, elapsed_s) = timed(&mut trainer, &engine, seconds).await?;
+    let tokens = e.batch_size * e.gpt().map_or(1, |g| g.context);
+    set(&out, "tokens_per_second", (steps * tokens) as f64 / elapsed_s);
     set(&out, "steps", steps as u32);
     set(&out, "k", k as u32);
     Ok(out.into())

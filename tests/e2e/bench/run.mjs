@@ -9,7 +9,9 @@
 // matmuls alone (the kernels before per-layer variants). TensorFlow.js runs its webgpu and
 // (single-threaded) wasm backends, bundled here with esbuild from the
 // pinned dev-dependencies. Both train the same rows (stepscope_core's
-// workloads) with Adam at lr 0.01. It also measures the adapter's FMA peak
+// workloads) with Adam at lr 0.01. A transformer (the page's default; a
+// small one in --quick) trains on both of Stepscope's engines, reported in
+// tokens/s. It also measures the adapter's FMA peak
 // and the forward kernel's GFLOP/s at each workload's layer shapes.
 //
 //   node bench/run.mjs [--out ../../bench/browser-swiftshader.md]
@@ -66,6 +68,20 @@ try {
     }
   }
 
+  // A transformer on both engines (Stepscope alone: TF.js has no such
+  // model here), interleaved: tokens per second.
+  const gptWorkload = quick ? 'gpt-small' : 'gpt';
+  const gptSides = ['cpu', 'gpu-k1', 'gpu-kmax'];
+  const gptResults = Object.fromEntries(gptSides.map((s) => [s, []]));
+  for (let rep = 0; rep < reps; rep++) {
+    for (const side of gptSides) {
+      const r = await page.evaluate(({ w, side, seconds }) => window.wasmBindings.stepscope_bench_gpt(w, side, seconds),
+        { w: gptWorkload, side, seconds });
+      gptResults[side].push(r);
+      console.log(`${gptWorkload} ${side} run ${rep + 1}: ${r.tokens_per_second.toFixed(0)} tokens/s (${r.steps} steps, K = ${r.k})`);
+    }
+  }
+
   // The adapter's FMA peak and the forward kernel at each workload's layer
   // shapes (not interleaved: a property of the adapter, not a race).
   const probes = {};
@@ -105,6 +121,11 @@ try {
     lines.push(`| ${w} | ${matmuls} | ${dispatches}, ${dispatchesTiled} | ${fmt(rate(w, 'cpu'))} | ${fmt(rate(w, 'gpu-k1'))} | ${fmt(rate(w, 'gpu-kmax'))} (K = ${k}) | ${fmt(rate(w, 'gpu-fused'))} | ${fmt(rate(w, 'gpu-fused-narrow'))} | ${fmt(rate(w, 'gpu-tiled'))} (K = ${kTiled}) | ${fmt(rate(w, 'tfjs-webgpu'))} | ${fmt(rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'tfjs-webgpu'))} | ${ratio(rate(w, 'cpu'), rate(w, 'tfjs-wasm'))} | ${ratio(bestGpu, rate(w, 'cpu'))} | ${ratio(rate(w, 'gpu-kmax'), rate(w, 'gpu-tiled'))} |`);
   }
   lines.push('', 'Steps per second; the fused step runs every step of a submit in one dispatch (— where it does not apply). "Best GPU" is the fastest of K = 1, K = max and the two fused widths (the calibration of the page times both and keeps the faster).', '');
+  const gptRate = (side) => median(gptResults[side].map((r) => r.tokens_per_second));
+  const gpu1 = gptResults['gpu-k1'][0];
+  lines.push(`## A transformer on both engines: ${gptWorkload === 'gpt' ? "the page's default, 3 blocks × 4 heads × 96, T 64, B 16" : '2 blocks × 2 heads × 32, T 32, B 8'} (tokens/s)`, '',
+    '| Stepscope CPU (wasm) | GPU K = 1 | GPU K = max | best GPU / CPU | dispatches per step | attention (picked by timing) |', '|---|---|---|---|---|---|',
+    `| ${fmt(gptRate('cpu'))} | ${fmt(gptRate('gpu-k1'))} | ${fmt(gptRate('gpu-kmax'))} (K = ${gptResults['gpu-kmax'][0].k}) | ${ratio(Math.max(gptRate('gpu-k1'), gptRate('gpu-kmax')), gptRate('cpu'))} | ${gpu1.dispatches_per_step} | ${gpu1.attention} |`, '');
   lines.push('## Forward matmul against the FMA probe, same adapter', '',
     `FMA probe (shaders/fma_peak.wgsl): ${probes[workloads[0]].fma_gflops.toFixed(1)} GFLOP/s (${workloads.map((w) => probes[w].fma_gflops.toFixed(1)).join(', ')} when measured before each workload's layers).`, '',
     '| workload | layer (B × I → O) | tiled GFLOP/s (dense_forward) | share of the FMA probe | blocked GFLOP/s (dense_forward_blocked) | share of the FMA probe |', '|---|---|---|---|---|---|');
@@ -124,6 +145,9 @@ try {
       if (!ok) throw new Error(`${w} ${side} did not run`);
     }
     if (!(probes[w].fma_gflops > 0 && probes[w].layers.every((l) => l.gflops_tiled > 0 && l.gflops_blocked > 0))) throw new Error(`${w} probe did not run`);
+  }
+  for (const side of gptSides) {
+    if (!gptResults[side].every((r) => r && r.steps > 0 && r.tokens_per_second > 0)) throw new Error(`${gptWorkload} ${side} did not run`);
   }
   if (out) fs.writeFileSync(out, report);
 } finally {
