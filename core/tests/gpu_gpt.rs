@@ -525,3 +525,120 @@ async fn residual_matches_cpu_bitwise() {
     }
 }
 gpu_common::twin_test!(residual_matches_cpu_bitwise);
+
+/// The q/k LayerNorm: each head's q and k, hs wide, normalised by its own
+/// LayerNorm as the twin runs `layernorm_forward`/`layernorm_backward` over
+/// each segment, rows then heads, q before k; v copied through. One
+/// invocation per segment (per feature for dγ, dβ), every sum in the
+/// twin's order: only sqrt and a division's rounding differ, and the
+/// contraction of a multiply and an add (within 1e-6 of each value's
+/// terms).
+#[allow(clippy::needless_range_loop)]
+async fn qk_layernorm_matches_cpu() {
+    let mut worst = 0.0f32;
+    for &(rows, c, h) in &[(1, 4, 1), (7, 12, 3), (33, 64, 4), (65, 32, 1)] {
+        let hs = c / h;
+        let seed = (rows * 100 + c) as u64 + 5;
+        let mut inp = random(rows * 3 * c, seed, 2.0);
+        for (r, row) in inp.chunks_mut(3 * c).enumerate() {
+            row.iter_mut().for_each(|v| *v += (r % 3) as f32 - 1.0);
+        }
+        let (qw, qb, kw, kb) = (
+            random(hs, seed + 1, 1.5),
+            random(hs, seed + 2, 1.5),
+            random(hs, seed + 3, 1.5),
+            random(hs, seed + 4, 1.5),
+        );
+        let (params, at) = packed(&[&qw, &qb, &kw, &kb]);
+        let (q, k) = (launch::NormAt { weight: at[0], bias: at[1] }, launch::NormAt { weight: at[2], bias: at[3] });
+        // The twin: segment by segment.
+        let mut want = inp.clone();
+        let mut stats = Vec::new();
+        for r in 0..rows {
+            for j in 0..2 * h {
+                let base = r * 3 * c + j * hs;
+                let (w, b) = if j < h { (&qw, &qb) } else { (&kw, &kb) };
+                let (mut m, mut s) = ([0.0f32], [0.0f32]);
+                ops::layernorm_forward(&mut want[base..base + hs], &mut m, &mut s, &inp[base..base + hs], w, b, 1, hs);
+                stats.push((m[0], s[0]));
+            }
+        }
+        let nan = |n: usize| f32_bytes(&vec![f32::NAN; n]);
+        let l = launch::qk_layernorm_forward(rows, c, h, q, k);
+        let args = [
+            Arg::Out(&nan(rows * 3 * c)),
+            Arg::Out(&nan(rows * 2 * h)),
+            Arg::Out(&nan(rows * 2 * h)),
+            Arg::In(&f32_bytes(&inp)),
+            Arg::In(&f32_bytes(&params)),
+        ];
+        let out = run_launch(&l, args).await;
+        let (got, mean, rstd) = (to_f32(&out[0]), to_f32(&out[1]), to_f32(&out[2]));
+        for i in 0..want.len() {
+            let tol = 1e-6 * (1.0 + want[i].abs()) * 4.0;
+            assert!((got[i] - want[i]).abs() <= tol, "rows {rows} c {c} h {h}: y[{i}] {} vs {}", got[i], want[i]);
+            worst = worst.max((got[i] - want[i]).abs() / tol);
+        }
+        for (s, &(m, r)) in stats.iter().enumerate() {
+            assert!((mean[s] - m).abs() <= 1e-6 * (1.0 + m.abs()) && (rstd[s] - r).abs() <= 1e-6 * r, "segment {s}");
+        }
+
+        // Backward: ∂L/∂x (v passes through) and the two LayerNorms' dγ, dβ.
+        let dout = random(rows * 3 * c, seed + 6, 1.0);
+        let mut want_dx = dout.clone(); // v's part passes through
+        let grads0: Vec<Vec<f32>> = (0..4).map(|i| random(hs, seed + 10 + i, 0.5)).collect();
+        let mut g = grads0.clone();
+        for r in 0..rows {
+            for j in 0..2 * h {
+                let base = r * 3 * c + j * hs;
+                let s = r * 2 * h + j;
+                let (w, gi) = if j < h { (&qw, 0) } else { (&kw, 2) };
+                want_dx[base..base + hs].fill(0.0);
+                let (head, tail) = g.split_at_mut(gi + 1);
+                let (dw, db) = (&mut head[gi], &mut tail[0]);
+                let (m, rs) = ([stats[s].0], [stats[s].1]);
+                let (x, dy) = (&inp[base..base + hs], &dout[base..base + hs]);
+                ops::layernorm_backward(&mut want_dx[base..base + hs], dw, db, dy, x, w, &m, &rs, 1, hs);
+            }
+        }
+        let l = launch::qk_layernorm_backward_input(rows, c, h, q, k);
+        let args = [
+            Arg::Out(&nan(rows * 3 * c)),
+            Arg::In(&f32_bytes(&dout)),
+            Arg::In(&f32_bytes(&inp)),
+            Arg::In(&f32_bytes(&params)),
+            Arg::In(&f32_bytes(&mean)),
+            Arg::In(&f32_bytes(&rstd)),
+        ];
+        let got_dx = to_f32(&run_launch(&l, args).await[0]);
+        for i in 0..want_dx.len() {
+            let tol = 4e-6 * (1.0 + want_dx[i].abs()) * (hs as f32).sqrt();
+            assert!(
+                (got_dx[i] - want_dx[i]).abs() <= tol,
+                "rows {rows} c {c} h {h}: dx[{i}] {} vs {}",
+                got_dx[i],
+                want_dx[i]
+            );
+        }
+        let (grads, gat) = packed(&[&grads0[0], &grads0[1], &grads0[2], &grads0[3]]);
+        let gq = launch::NormAt { weight: gat[0], bias: gat[1] };
+        let gk = launch::NormAt { weight: gat[2], bias: gat[3] };
+        let l = launch::qk_layernorm_backward_params(rows, c, h, gq, gk);
+        let args = [
+            Arg::Out(&f32_bytes(&grads)),
+            Arg::In(&f32_bytes(&dout)),
+            Arg::In(&f32_bytes(&inp)),
+            Arg::In(&f32_bytes(&mean)),
+            Arg::In(&f32_bytes(&rstd)),
+        ];
+        let got_g = unpacked(&to_f32(&run_launch(&l, args).await[0]), &gat, &[hs; 4]);
+        for (t, (gg, wg)) in got_g.iter().zip(&g).enumerate() {
+            for e in 0..hs {
+                let tol = 1e-6 * (rows * h) as f32 * (1.0 + wg[e].abs());
+                assert!((gg[e] - wg[e]).abs() <= tol, "rows {rows} c {c} h {h}: grad {t}[{e}] {} vs {}", gg[e], wg[e]);
+            }
+        }
+    }
+    println!("qk_layernorm: the worst forward error is {worst:.3} of the bound");
+}
+gpu_common::twin_test!(qk_layernorm_matches_cpu);

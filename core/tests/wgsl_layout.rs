@@ -67,6 +67,9 @@ fn every_params_struct_has_its_rust_twins_size() {
         (Kernel::CrossEntropyForwardBackward, size_of::<CrossEntropyParams>()),
         (Kernel::CrossEntropyLoss, size_of::<CrossEntropyLossParams>()),
         (Kernel::ResidualForward, size_of::<ElementwiseParams>()),
+        (Kernel::QkLayerNormForward, size_of::<QkLayerNormParams>()),
+        (Kernel::QkLayerNormBackwardInput, size_of::<QkLayerNormParams>()),
+        (Kernel::QkLayerNormBackwardParams, size_of::<QkLayerNormParams>()),
         (Kernel::TrainStepFused, size_of::<FusedParams>()),
     ];
     for &(kernel, size) in cases {

@@ -51,6 +51,11 @@ pub struct NormBuffers {
 pub struct BlockBuffers {
     pub ln1: NormBuffers,
     pub qkv: wgpu::Buffer,
+    /// With q/k LayerNorm: c_attn's output before it, and each head's q
+    /// and k mean and 1/σ (16 bytes each without).
+    pub qkv_raw: wgpu::Buffer,
+    pub qk_mean: wgpu::Buffer,
+    pub qk_rstd: wgpu::Buffer,
     pub att: wgpu::Buffer,
     pub atty: wgpu::Buffer,
     pub res2: wgpu::Buffer,
@@ -83,6 +88,8 @@ pub struct GptBuffers {
     pub dln: wgpu::Buffer,
     pub datty: wgpu::Buffer,
     pub dqkv: wgpu::Buffer,
+    /// ∂L/∂(c_attn's output) through the q/k LayerNorm (16 bytes without).
+    pub dqkv_raw: wgpu::Buffer,
     /// ∂L/∂(attention scores) of one block, (B, H, T, T).
     pub ds: wgpu::Buffer,
     /// The dense kernels' second output where the layer is linear: written,
@@ -132,9 +139,6 @@ pub fn unsupported(e: &Experiment) -> Option<String> {
 
 /// Why the GPU engine's kernels cannot run this transformer yet, or None.
 pub fn unsupported_shape(g: &GptShape) -> Option<String> {
-    if g.qk_layernorm {
-        return Some("q/k LayerNorm runs on the CPU engine for now (--engine cpu)".into());
-    }
     if g.context > ATTENTION_MAX_T {
         return Some(format!(
             "the GPU engine's attention keeps a query row's scores in workgroup memory, so a context of at most \
@@ -189,6 +193,7 @@ impl GptBuffers {
         let (t, c, v, h) = (shape.context, shape.embed, shape.vocab_size, shape.heads);
         let rows = batch * t;
         let hidden = shape.mlp_ratio * c;
+        let qk = |n: usize| if shape.qk_layernorm { n } else { 0 };
         let (mut acts, mut att, mut scratch) = (0u64, 0u64, 0u64);
         let norm = |label: &str, acts: &mut u64| NormBuffers {
             out: storage(device, &format!("{label} out"), rows * c, acts),
@@ -201,6 +206,9 @@ impl GptBuffers {
             BlockBuffers {
                 ln1: norm(&name("ln_1"), acts),
                 qkv: storage(device, &name("qkv"), rows * 3 * c, acts),
+                qkv_raw: storage(device, &name("qkv before q/k LayerNorm"), qk(rows * 3 * c), acts),
+                qk_mean: storage(device, &name("q/k mean"), qk(rows * 2 * h), acts),
+                qk_rstd: storage(device, &name("q/k rstd"), qk(rows * 2 * h), acts),
                 att: storage(device, &name("att"), batch * h * t * t, att),
                 atty: storage(device, &name("atty"), rows * c, acts),
                 res2: storage(device, &name("res2"), rows * c, acts),
@@ -243,6 +251,7 @@ impl GptBuffers {
             dln: storage(device, "dln", rows * c, &mut scratch),
             datty: storage(device, "datty", rows * c, &mut scratch),
             dqkv: storage(device, "dqkv", rows * 3 * c, &mut scratch),
+            dqkv_raw: storage(device, "dqkv before q/k LayerNorm", qk(rows * 3 * c), &mut scratch),
             ds: storage(device, "ds", batch * h * t * t, &mut scratch),
             discard: storage(device, "discard", rows * widest, &mut scratch),
             bytes: (0, 0, 0),
@@ -385,7 +394,15 @@ pub fn dispatches(
             )
         };
         fwd.push(ln(&a.ln1, x, at.ln1, "ln_1"));
-        dense(fwd, 4 * l, &a.qkv, &a.ln1.out);
+        if let (Some(q), Some(k)) = (at.q_ln, at.k_ln) {
+            // c_attn, then each head's q and k through their LayerNorms.
+            dense(fwd, 4 * l, &a.qkv_raw, &a.ln1.out);
+            let qk = launch::qk_layernorm_forward(rows, c, h, norm_at(q), norm_at(k));
+            let label = format!("qk_layernorm_forward block {l}");
+            fwd.push(qk.bind(ctx, &label, [&a.qkv, &a.qk_mean, &a.qk_rstd, &a.qkv_raw, b.params]));
+        } else {
+            dense(fwd, 4 * l, &a.qkv, &a.ln1.out);
+        }
         let attn = match g.attention {
             AttentionVariant::Workgroup => launch::attention_forward(batch, t, c, h),
             AttentionVariant::Rows => launch::attention_forward_rows(batch, t, c, h),
@@ -493,7 +510,19 @@ pub fn dispatches(
         ));
         let k = launch::attention_backward_key(batch, t, c, h);
         bwd.push(k.bind(ctx, &format!("attention_backward_key block {l}"), [&g.dqkv, &g.datty, &a.qkv, &a.att, &g.ds]));
-        dense_bwd(&mut bwd, 4 * l, &g.dln, &g.dqkv, &a.ln1.out);
+        if let (Some(q), Some(k)) = (at.q_ln, at.k_ln) {
+            // v passes through; q and k through their LayerNorms.
+            let (q, k) = (norm_at(q), norm_at(k));
+            let label = format!("qk_layernorm_backward_params block {l}");
+            let p = launch::qk_layernorm_backward_params(rows, c, h, q, k);
+            bwd.push(p.bind(ctx, &label, [b.grads, &g.dqkv, &a.qkv_raw, &a.qk_mean, &a.qk_rstd]));
+            let label = format!("qk_layernorm_backward_input block {l}");
+            let i = launch::qk_layernorm_backward_input(rows, c, h, q, k);
+            bwd.push(i.bind(ctx, &label, [&g.dqkv_raw, &g.dqkv, &a.qkv_raw, b.params, &a.qk_mean, &a.qk_rstd]));
+            dense_bwd(&mut bwd, 4 * l, &g.dln, &g.dqkv_raw, &a.ln1.out);
+        } else {
+            dense_bwd(&mut bwd, 4 * l, &g.dln, &g.dqkv, &a.ln1.out);
+        }
         // ln_1 adds into dx, which becomes ∂/∂x, the block's input.
         ln_bwd(&mut bwd, &a.ln1, &g.dln, x, at.ln1, false, &format!("block {l} ln_1"));
     }

@@ -58,6 +58,10 @@ pub enum Kernel {
     CrossEntropyLoss,
     /// y += x: the residual adds.
     ResidualForward,
+    /// The q/k LayerNorm over each head's q and k: forward, ∂L/∂x, dγ and dβ.
+    QkLayerNormForward,
+    QkLayerNormBackwardInput,
+    QkLayerNormBackwardParams,
 }
 
 impl Kernel {
@@ -98,6 +102,9 @@ impl Kernel {
         Kernel::CrossEntropyForwardBackward,
         Kernel::CrossEntropyLoss,
         Kernel::ResidualForward,
+        Kernel::QkLayerNormForward,
+        Kernel::QkLayerNormBackwardInput,
+        Kernel::QkLayerNormBackwardParams,
     ];
 
     pub fn name(self) -> &'static str {
@@ -137,6 +144,9 @@ impl Kernel {
             Kernel::CrossEntropyForwardBackward => "cross_entropy_forward_backward",
             Kernel::CrossEntropyLoss => "cross_entropy_loss",
             Kernel::ResidualForward => "residual_forward",
+            Kernel::QkLayerNormForward => "qk_layernorm_forward",
+            Kernel::QkLayerNormBackwardInput => "qk_layernorm_backward_input",
+            Kernel::QkLayerNormBackwardParams => "qk_layernorm_backward_params",
         }
     }
 
@@ -183,6 +193,9 @@ impl Kernel {
             }
             Kernel::CrossEntropyLoss => include_str!("../../../shaders/cross_entropy_loss.wgsl"),
             Kernel::ResidualForward => include_str!("../../../shaders/residual_forward.wgsl"),
+            Kernel::QkLayerNormForward => include_str!("../../../shaders/qk_layernorm_forward.wgsl"),
+            Kernel::QkLayerNormBackwardInput => include_str!("../../../shaders/qk_layernorm_backward_input.wgsl"),
+            Kernel::QkLayerNormBackwardParams => include_str!("../../../shaders/qk_layernorm_backward_params.wgsl"),
         }
     }
 

@@ -344,6 +344,52 @@ pub fn cross_entropy_loss(rows: usize, order: usize) -> Launch<CrossEntropyLossP
     Launch::new(Kernel::CrossEntropyLoss, p, [1, 1, 1])
 }
 
+fn qk_params(rows: usize, c: usize, h: usize, q: NormAt, k: NormAt) -> QkLayerNormParams {
+    QkLayerNormParams {
+        rows: u(rows),
+        c: u(c),
+        h: u(h),
+        _pad: 0,
+        q_weight: u(q.weight),
+        q_bias: u(q.bias),
+        k_weight: u(k.weight),
+        k_bias: u(k.bias),
+    }
+}
+
+/// The q/k LayerNorm of `rows` rows of q, k, v (3C, H heads): q and k
+/// normalised per head, v copied. Bindings: out, mean, rstd, inp, params.
+pub fn qk_layernorm_forward(rows: usize, c: usize, h: usize, q: NormAt, k: NormAt) -> Launch<QkLayerNormParams, 5> {
+    let grid = elementwise_grid(rows * 2 * h + rows * c);
+    Launch::new(Kernel::QkLayerNormForward, qk_params(rows, c, h, q, k), grid)
+}
+
+/// Its ∂L/∂x (overwritten; v's passes through). Bindings: dinp, dout, inp,
+/// params, mean, rstd.
+pub fn qk_layernorm_backward_input(
+    rows: usize,
+    c: usize,
+    h: usize,
+    q: NormAt,
+    k: NormAt,
+) -> Launch<QkLayerNormParams, 6> {
+    let grid = elementwise_grid(rows * 2 * h + rows * c);
+    Launch::new(Kernel::QkLayerNormBackwardInput, qk_params(rows, c, h, q, k), grid)
+}
+
+/// Its dγ and dβ (q's and k's), added into the flat gradients. Bindings:
+/// grads, dout, inp, mean, rstd.
+pub fn qk_layernorm_backward_params(
+    rows: usize,
+    c: usize,
+    h: usize,
+    q: NormAt,
+    k: NormAt,
+) -> Launch<QkLayerNormParams, 5> {
+    let grid = elementwise_grid(2 * (c / h.max(1)));
+    Launch::new(Kernel::QkLayerNormBackwardParams, qk_params(rows, c, h, q, k), grid)
+}
+
 /// y += x over `count` elements (the residual adds). Bindings: y, x.
 pub fn residual_forward(count: usize) -> Launch<ElementwiseParams, 2> {
     let p = ElementwiseParams { count: u(count), _pad: [0; 3] };

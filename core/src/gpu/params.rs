@@ -285,6 +285,22 @@ pub struct CrossEntropyParams {
     pub scale: f32,
 }
 
+/// `shaders/qk_layernorm_*.wgsl`: rows of 3C holding H heads' q and k to
+/// normalise, and where the q and the k LayerNorm's w and b (or their
+/// gradients) sit in the flat buffer bound.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct QkLayerNormParams {
+    pub rows: u32,
+    pub c: u32,
+    pub h: u32,
+    pub _pad: u32,
+    pub q_weight: u32,
+    pub q_bias: u32,
+    pub k_weight: u32,
+    pub k_bias: u32,
+}
+
 /// `shaders/cross_entropy_loss.wgsl`: rows, and the op's place in the
 /// non-finite code.
 #[repr(C)]
