@@ -19,7 +19,7 @@
 //   6 scalars     (steps)        read         StepScalars of each step of the submit
 //   7 tensors     (n_tensors)    read         TensorRange {offset, len} of each tensor
 //   8 p           Params         uniform
-// Dispatch: (n_tensors, 1, 1); workgroup 256; workgroup t walks tensor t with stride 256.
+// Dispatch: (n_tensors, 1, 1); workgroup 256; workgroup t walks tensor first + t with stride 256.
 
 struct StepScalars {
     neg_lr: f32,
@@ -45,7 +45,7 @@ struct Params {
     one_minus_beta2: f32,
     eps: f32,
     weight_decay: f32,
-    _pad: u32,
+    first: u32, // the first tensor of the n_tensors updated (a run of one decay group)
 }
 
 @group(0) @binding(0) var<storage, read_write> params: array<f32>;
@@ -67,8 +67,8 @@ fn is_finite(v: f32) -> bool {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let t = wid.x;
-    if (t >= p.n_tensors) {
+    let t = p.first + wid.x;
+    if (wid.x >= p.n_tensors) {
         return;
     }
     let range = tensors[t];

@@ -31,7 +31,7 @@ use super::plan::Dispatch;
 use super::probe::seconds_per_dispatch;
 use super::GpuContext;
 use crate::error::Result;
-use crate::experiment::{Activation, Experiment, OptimizerSpec};
+use crate::experiment::{Activation, Experiment};
 use crate::model::gpt::{Gpt, GptShape};
 use crate::model::LayerShape;
 use crate::rng::Rng;
@@ -126,15 +126,7 @@ impl AttentionVariant {
 
 /// Why the GPU engine cannot train this transformer yet, or None.
 pub fn unsupported(e: &Experiment) -> Option<String> {
-    if let Some(why) = unsupported_shape(&e.gpt()?.shape()) {
-        return Some(why);
-    }
-    if matches!(e.optimizer, OptimizerSpec::Lamb { weight_decay, .. } if weight_decay != 0.0) {
-        return Some(
-            "LAMB with weight decay on a transformer (decay groups per tensor) runs on the CPU engine for now".into(),
-        );
-    }
-    None
+    unsupported_shape(&e.gpt()?.shape())
 }
 
 /// Why the GPU engine's kernels cannot run this transformer yet, or None.

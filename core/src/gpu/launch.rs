@@ -198,10 +198,22 @@ pub fn lamb(spec: &OptimizerSpec, n_tensors: usize) -> Option<[Launch<LambParams
         one_minus_beta2: (1.0 - betas[1]) as f32,
         eps: eps as f32,
         weight_decay: weight_decay as f32,
-        _pad: 0,
+        first: 0,
     };
     let grid = [u(n_tensors), 1, 1];
     Some([Launch::new(Kernel::LambMoments, p, grid), Launch::new(Kernel::LambStep, p, grid)])
+}
+
+impl Launch<LambParams, 8> {
+    /// LAMB's pass over tensors `first..first + count` only, without
+    /// weight decay where they do not decay (a transformer's groups).
+    pub fn tensors(mut self, first: usize, count: usize, decays: bool) -> Self {
+        (self.params.first, self.params.n_tensors, self.grid) = (u(first), u(count), [u(count), 1, 1]);
+        if !decays {
+            self.params.weight_decay = 0.0;
+        }
+        self
+    }
 }
 
 /// Statistics of `len` values at `offset` into record `out_offset` (in

@@ -213,7 +213,9 @@ pub struct LambParams {
     pub one_minus_beta2: f32,
     pub eps: f32,
     pub weight_decay: f32,
-    pub _pad: u32,
+    /// The first tensor of the `n_tensors` updated (a run of one decay
+    /// group; 0 for every tensor).
+    pub first: u32,
 }
 
 /// `shaders/tensor_stats.wgsl`

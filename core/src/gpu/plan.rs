@@ -227,9 +227,15 @@ fn optimizer_dispatches(
     if let Some([moments, step]) = launch::lamb(spec, n) {
         let (m, v, norms, table) = (&b.exp_avg, &b.exp_avg_sq, &b.lamb_norms, &b.tensor_table);
         let moment_buffers = [m, v, norms, &b.flags, &b.params, &b.grads, &b.scalars, table];
-        optimizer.push(moments.bind(ctx, "lamb_moments", moment_buffers));
         let step_buffers = [&b.params, &b.updates, &b.flags, m, v, norms, &b.scalars, table];
-        optimizer.push(step.bind(ctx, "lamb_step", step_buffers));
+        // Per-tensor trust ratios: a run of tensors is as good as all.
+        let tensor_runs = decay_tensor_runs(tensors);
+        for &(first, count, decays) in &tensor_runs {
+            optimizer.push(moments.tensors(first, count, decays).bind(ctx, "lamb_moments", moment_buffers));
+        }
+        for &(first, count, decays) in &tensor_runs {
+            optimizer.push(step.tensors(first, count, decays).bind(ctx, "lamb_step", step_buffers));
+        }
     }
     optimizer.push(launch::advance(Counter::Step).bind(ctx, "advance step", [&b.flags]));
     optimizer
@@ -243,6 +249,19 @@ fn decay_runs(tensors: &[TensorInfo]) -> Vec<(usize, usize, bool)> {
         match runs.last_mut() {
             Some((offset, len, decays)) if *decays == t.decays && *offset + *len == t.offset => *len += t.len,
             _ => runs.push((t.offset, t.len, t.decays)),
+        }
+    }
+    runs
+}
+
+/// The tensors as runs of consecutive ones of one decay group: (first
+/// tensor, count, decays). One run where every tensor decays.
+fn decay_tensor_runs(tensors: &[TensorInfo]) -> Vec<(usize, usize, bool)> {
+    let mut runs: Vec<(usize, usize, bool)> = Vec::new();
+    for (i, t) in tensors.iter().enumerate() {
+        match runs.last_mut() {
+            Some((_, count, decays)) if *decays == t.decays => *count += 1,
+            _ => runs.push((i, 1, t.decays)),
         }
     }
     runs

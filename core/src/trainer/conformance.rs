@@ -399,8 +399,8 @@ pub fn gpt_training_matrix() -> Vec<(String, Experiment)> {
                    "grad_accumulation": 2}),
         ),
         (
-            "lamb, warmup cosine, one block of 4 heads",
-            json!({"optimizer": {"kind": "lamb", "lr": 0.01},
+            "lamb with decay, warmup cosine, one block of 4 heads",
+            json!({"optimizer": {"kind": "lamb", "lr": 0.01, "weight_decay": 0.01},
             "model": {"blocks": 1, "heads": 4}, "schedule": {"kind": "warmup_cosine", "warmup_steps": 2,
             "total_steps": 10, "min_lr": 0.001}, "clip_grad_norm": 1.0}),
         ),
