@@ -11,6 +11,7 @@ use std::sync::Arc;
 use stepscope_core::data::Dataset;
 use stepscope_core::model::gpt::ops::{attention_backward, attention_forward, attention_scratch};
 
+use stepscope_core::gpu::gpt::{time_attention_key, AttentionVariant};
 use stepscope_core::gpu::GpuContext;
 use stepscope_core::trainer::block_on;
 use stepscope_core::{CpuEngine, Experiment};
@@ -134,15 +135,17 @@ fn attention_seconds(b: usize, t: usize, c: usize, h: usize) -> Result<f64, Fail
 
 /// The transformer on the GPU engine beside the CPU engine, measured one
 /// after the other in this run: tokens/s of whole steps (phased, a step a
-/// compute pass, K steps a submit), and dispatches per step.
+/// compute pass, K steps a submit), dispatches per step, both attention
+/// variants timed at the step's shape, and attention's share of a GPU step
+/// as the context grows at a fixed number of tokens per step.
 pub fn gpu_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result<(), Failure> {
     line("## The transformer on the GPU engine against the CPU engine".into());
     line(String::new());
     line("Whole training steps (data, forward, backward, clipping, AdamW), Tiny Shakespeare; the GPU engine's".into());
-    line("matmul variants chosen by timing on this adapter; the CPU engine on one thread.".into());
+    line("matmul and attention variants chosen by timing on this adapter; the CPU engine on one thread.".into());
     line(String::new());
-    line("| blocks × heads × embed, T, B | dispatches per step | CPU tokens/s | GPU tokens/s, K = 1 | GPU tokens/s, K = 16 | GPU/CPU (K = 16) |".into());
-    line("|---|---|---|---|---|---|".into());
+    line("| blocks × heads × embed, T, B | dispatches per step | CPU tokens/s | GPU tokens/s, K = 1 | GPU tokens/s, K = 16 | GPU/CPU (K = 16) | attention forward + query backward, ms: a workgroup per row, an invocation per row (picked) |".into());
+    line("|---|---|---|---|---|---|---|".into());
     for (blocks, heads, embed, context, batch) in [(2, 2, 64, 32, 12), (4, 4, 128, 64, 12)] {
         let e = experiment(blocks, heads, embed, context, batch)?;
         let data = Dataset::load(&e, None)?;
@@ -151,11 +154,44 @@ pub fn gpu_section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Resu
         let k1 = gpu_steps(ctx, &e, &data, 1, Path::Phased, false)?.steps_per_second * tokens;
         let k16 = gpu_steps(ctx, &e, &data, 16, Path::Phased, false)?.steps_per_second * tokens;
         let mut trainer = gpu_trainer(ctx, &e, &data)?;
-        let dispatches = trainer.gpu_engine().map_or(0, |g| g.dispatches_per_step());
+        let g = trainer.gpu_engine().expect("a GPU trainer");
+        let seconds = block_on(g.choose_attention())?.unwrap_or_default();
+        let picked = g.attention().map_or("", |a| a.name());
+        let dispatches = g.dispatches_per_step();
         block_on(trainer.run(1, 1))?;
         line(format!(
-            "| {blocks} × {heads} × {embed}, T {context}, B {batch} | {dispatches} | {cpu:.0} | {k1:.0} | {k16:.0} | {:.2}× |",
-            k16 / cpu
+            "| {blocks} × {heads} × {embed}, T {context}, B {batch} | {dispatches} | {cpu:.0} | {k1:.0} | {k16:.0} | {:.2}× | {:.2}, {:.2} ({picked}) |",
+            k16 / cpu,
+            1e3 * seconds[0],
+            1e3 * seconds[1],
+        ));
+    }
+    line(String::new());
+    line("Attention's share of a GPU step as T grows, 4 × 4 × 128 at 768 tokens a step (B = 768 / T): the".into());
+    line(
+        "picked variant's forward and query-row backward plus the key-column backward, timed alone at the step's"
+            .into(),
+    );
+    line("shapes, times the blocks, over the step's time (K = 16).".into());
+    line(String::new());
+    line("| T | B | GPU step ms | attention ms (all blocks) | share |".into());
+    line("|---|---|---|---|---|".into());
+    for context in [32, 64, 128, 256] {
+        let batch = 768 / context;
+        let e = experiment(4, 4, 128, context, batch)?;
+        let data = Dataset::load(&e, None)?;
+        let step_s = 1.0 / gpu_steps(ctx, &e, &data, 16, Path::Phased, false)?.steps_per_second;
+        let mut trainer = gpu_trainer(ctx, &e, &data)?;
+        let g = trainer.gpu_engine().expect("a GPU trainer");
+        let seconds = block_on(g.choose_attention())?.unwrap_or_default();
+        let variant = if g.attention() == Some(AttentionVariant::Rows) { seconds[1] } else { seconds[0] };
+        let key = block_on(time_attention_key(ctx, (batch, context, 128, 4), 0.05))?;
+        let attention = 4.0 * (variant + key);
+        line(format!(
+            "| {context} | {batch} | {:.1} | {:.1} | {:.0} % |",
+            1e3 * step_s,
+            1e3 * attention,
+            100.0 * attention / step_s
         ));
     }
     line(String::new());

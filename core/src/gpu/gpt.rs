@@ -570,6 +570,33 @@ pub async fn time_attention(
     Ok(seconds)
 }
 
+/// Seconds of one key-column backward (`attention_backward_key`, the same
+/// in both variants) at (B, T, C, H) on seeded data.
+pub async fn time_attention_key(
+    ctx: &GpuContext,
+    (b, t, c, h): (usize, usize, usize, usize),
+    target_s: f64,
+) -> Result<f64> {
+    let mut rng = Rng::new((b * 31 + t * 7 + c) as u64, 10);
+    let mut values = |count: usize| -> Vec<f32> { (0..count).map(|_| rng.uniform(-1.0, 1.0) as f32).collect() };
+    let storage = |label: &str, v: &[f32]| {
+        ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::cast_slice(v),
+            usage: wgpu::BufferUsages::STORAGE,
+        })
+    };
+    let rows = b * t;
+    let (dqkv, dy, qkv) = (
+        storage("dqkv", &values(rows * 3 * c)),
+        storage("dy", &values(rows * c)),
+        storage("qkv", &values(rows * 3 * c)),
+    );
+    let (att, ds) = (storage("att", &values(b * h * t * t)), storage("ds", &values(b * h * t * t)));
+    let d = launch::attention_backward_key(b, t, c, h).bind(ctx, "timed attention key", [&dqkv, &dy, &qkv, &att, &ds]);
+    seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await
+}
+
 impl GpuEngine {
     /// The attention kernels the plan records (a transformer's).
     pub fn attention(&self) -> Option<AttentionVariant> {
