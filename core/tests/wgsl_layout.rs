@@ -235,3 +235,18 @@ fn every_copy_of_the_activation_derivative_is_the_same() {
     let first = wgsl_fn(Kernel::LossForwardBackward, "log1p");
     assert_eq!(wgsl_fn(Kernel::TrainStepFused, "log1p"), first, "train_step_fused: fn log1p differs");
 }
+
+/// core/build.rs embeds each kernel without its `//` comments; WGSL has no
+/// strings, and no kernel may use a block comment, which it would keep.
+#[test]
+fn the_kernels_are_embedded_without_their_comments() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shaders");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("/*"), "{}: a block comment", path.display());
+    }
+    for &kernel in Kernel::ALL {
+        assert!(!kernel.source().contains("//"), "{}", kernel.name());
+    }
+}

@@ -64,6 +64,14 @@ pub enum Kernel {
     QkLayerNormBackwardParams,
 }
 
+/// A kernel's WGSL as the engine embeds it: `shaders/<name>.wgsl` without
+/// its comments (core/build.rs).
+macro_rules! shader {
+    ($name:literal) => {
+        include_str!(concat!(env!("OUT_DIR"), "/", $name, ".wgsl"))
+    };
+}
+
 impl Kernel {
     pub const ALL: &'static [Kernel] = &[
         Kernel::DenseForward,
@@ -152,50 +160,50 @@ impl Kernel {
 
     pub fn source(self) -> &'static str {
         match self {
-            Kernel::DenseForward => include_str!("../../../shaders/dense_forward.wgsl"),
-            Kernel::DenseForwardBlocked => include_str!("../../../shaders/dense_forward_blocked.wgsl"),
-            Kernel::LossForwardBackward => include_str!("../../../shaders/loss_forward_backward.wgsl"),
-            Kernel::DenseBackwardInput => include_str!("../../../shaders/dense_backward_input.wgsl"),
-            Kernel::DenseBackwardWeight => include_str!("../../../shaders/dense_backward_weight.wgsl"),
-            Kernel::DenseBackwardWeightBlocked => include_str!("../../../shaders/dense_backward_weight_blocked.wgsl"),
-            Kernel::DenseBackwardInputBlocked => include_str!("../../../shaders/dense_backward_input_blocked.wgsl"),
-            Kernel::BiasBackward => include_str!("../../../shaders/bias_backward.wgsl"),
-            Kernel::GatherRows => include_str!("../../../shaders/gather_rows.wgsl"),
-            Kernel::Advance => include_str!("../../../shaders/advance.wgsl"),
-            Kernel::RegularizationBackward => include_str!("../../../shaders/regularization_backward.wgsl"),
-            Kernel::GradNorm => include_str!("../../../shaders/grad_norm.wgsl"),
-            Kernel::ClipGradNorm => include_str!("../../../shaders/clip_grad_norm.wgsl"),
-            Kernel::SgdStep => include_str!("../../../shaders/sgd_step.wgsl"),
-            Kernel::AdamStep => include_str!("../../../shaders/adam_step.wgsl"),
-            Kernel::LambMoments => include_str!("../../../shaders/lamb_moments.wgsl"),
-            Kernel::LambStep => include_str!("../../../shaders/lamb_step.wgsl"),
-            Kernel::TensorStats => include_str!("../../../shaders/tensor_stats.wgsl"),
-            Kernel::FmaPeak => include_str!("../../../shaders/fma_peak.wgsl"),
+            Kernel::DenseForward => shader!("dense_forward"),
+            Kernel::DenseForwardBlocked => shader!("dense_forward_blocked"),
+            Kernel::LossForwardBackward => shader!("loss_forward_backward"),
+            Kernel::DenseBackwardInput => shader!("dense_backward_input"),
+            Kernel::DenseBackwardWeight => shader!("dense_backward_weight"),
+            Kernel::DenseBackwardWeightBlocked => shader!("dense_backward_weight_blocked"),
+            Kernel::DenseBackwardInputBlocked => shader!("dense_backward_input_blocked"),
+            Kernel::BiasBackward => shader!("bias_backward"),
+            Kernel::GatherRows => shader!("gather_rows"),
+            Kernel::Advance => shader!("advance"),
+            Kernel::RegularizationBackward => shader!("regularization_backward"),
+            Kernel::GradNorm => shader!("grad_norm"),
+            Kernel::ClipGradNorm => shader!("clip_grad_norm"),
+            Kernel::SgdStep => shader!("sgd_step"),
+            Kernel::AdamStep => shader!("adam_step"),
+            Kernel::LambMoments => shader!("lamb_moments"),
+            Kernel::LambStep => shader!("lamb_step"),
+            Kernel::TensorStats => shader!("tensor_stats"),
+            Kernel::FmaPeak => shader!("fma_peak"),
             Kernel::TrainStepFused | Kernel::TrainStepFusedNarrow => {
-                include_str!("../../../shaders/train_step_fused.wgsl")
+                shader!("train_step_fused")
             }
-            Kernel::GeluForward => include_str!("../../../shaders/gelu_forward.wgsl"),
-            Kernel::GeluBackward => include_str!("../../../shaders/gelu_backward.wgsl"),
-            Kernel::LayerNormForward => include_str!("../../../shaders/layernorm_forward.wgsl"),
-            Kernel::LayerNormBackwardInput => include_str!("../../../shaders/layernorm_backward_input.wgsl"),
-            Kernel::LayerNormBackwardParams => include_str!("../../../shaders/layernorm_backward_params.wgsl"),
-            Kernel::EncoderForward => include_str!("../../../shaders/encoder_forward.wgsl"),
-            Kernel::EncoderBackward => include_str!("../../../shaders/encoder_backward.wgsl"),
-            Kernel::AttentionForward => include_str!("../../../shaders/attention_forward.wgsl"),
-            Kernel::AttentionBackwardQuery => include_str!("../../../shaders/attention_backward_query.wgsl"),
-            Kernel::AttentionBackwardKey => include_str!("../../../shaders/attention_backward_key.wgsl"),
-            Kernel::AttentionForwardRows => include_str!("../../../shaders/attention_forward_rows.wgsl"),
+            Kernel::GeluForward => shader!("gelu_forward"),
+            Kernel::GeluBackward => shader!("gelu_backward"),
+            Kernel::LayerNormForward => shader!("layernorm_forward"),
+            Kernel::LayerNormBackwardInput => shader!("layernorm_backward_input"),
+            Kernel::LayerNormBackwardParams => shader!("layernorm_backward_params"),
+            Kernel::EncoderForward => shader!("encoder_forward"),
+            Kernel::EncoderBackward => shader!("encoder_backward"),
+            Kernel::AttentionForward => shader!("attention_forward"),
+            Kernel::AttentionBackwardQuery => shader!("attention_backward_query"),
+            Kernel::AttentionBackwardKey => shader!("attention_backward_key"),
+            Kernel::AttentionForwardRows => shader!("attention_forward_rows"),
             Kernel::AttentionBackwardQueryRows => {
-                include_str!("../../../shaders/attention_backward_query_rows.wgsl")
+                shader!("attention_backward_query_rows")
             }
             Kernel::CrossEntropyForwardBackward => {
-                include_str!("../../../shaders/cross_entropy_forward_backward.wgsl")
+                shader!("cross_entropy_forward_backward")
             }
-            Kernel::CrossEntropyLoss => include_str!("../../../shaders/cross_entropy_loss.wgsl"),
-            Kernel::ResidualForward => include_str!("../../../shaders/residual_forward.wgsl"),
-            Kernel::QkLayerNormForward => include_str!("../../../shaders/qk_layernorm_forward.wgsl"),
-            Kernel::QkLayerNormBackwardInput => include_str!("../../../shaders/qk_layernorm_backward_input.wgsl"),
-            Kernel::QkLayerNormBackwardParams => include_str!("../../../shaders/qk_layernorm_backward_params.wgsl"),
+            Kernel::CrossEntropyLoss => shader!("cross_entropy_loss"),
+            Kernel::ResidualForward => shader!("residual_forward"),
+            Kernel::QkLayerNormForward => shader!("qk_layernorm_forward"),
+            Kernel::QkLayerNormBackwardInput => shader!("qk_layernorm_backward_input"),
+            Kernel::QkLayerNormBackwardParams => shader!("qk_layernorm_backward_params"),
         }
     }
 
