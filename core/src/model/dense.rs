@@ -1,7 +1,7 @@
 //! Dense layer: z = x·Wᵀ + b.
 //! Shapes: x (B, I), weight (O, I) row-major, bias (O), z (B, O).
 
-use super::gemm::{gemm, Lhs};
+use super::gemm::{gemm, gemm_from, Lhs, Start};
 
 std::thread_local! {
     /// Wᵀ for `dense_forward`, reused between calls.
@@ -30,16 +30,19 @@ pub fn dense_forward(
         let mut wt = cell.borrow_mut();
         wt.clear();
         wt.resize(inputs * units, 0.0);
-        for (o, w_row) in weight[..units * inputs].chunks_exact(inputs.max(1)).enumerate().take(units) {
-            for (i, &w) in w_row.iter().enumerate() {
-                wt[i * units + o] = w;
+        // In tiles of 8 × 8, so that the writes, strided by `units`, stay
+        // in a few cache lines.
+        for o0 in (0..units).step_by(8) {
+            for i0 in (0..inputs).step_by(8) {
+                for o in o0..(o0 + 8).min(units) {
+                    for i in i0..(i0 + 8).min(inputs) {
+                        wt[i * units + o] = weight[o * inputs + i];
+                    }
+                }
             }
         }
-        for z_row in z[..batch * units].chunks_exact_mut(units.max(1)) {
-            z_row.copy_from_slice(&bias[..units]);
-        }
         let x = Lhs { data: x, row_stride: inputs, k_stride: 1 };
-        gemm(z, units, x, &wt, units, batch, units, inputs);
+        gemm_from(Start::Row(&bias[..units]), z, units, x, &wt, units, batch, units, inputs);
     });
 }
 
@@ -100,9 +103,8 @@ pub fn dense_backward(
     }
     // dx (B, I) = dz·W, each dx[b, i] summed over o in order from 0.
     if let Some(dx) = dx {
-        dx[..batch * inputs].fill(0.0);
         let dz = Lhs { data: dz, row_stride: units, k_stride: 1 };
-        gemm(dx, inputs, dz, weight, inputs, batch, inputs, units);
+        gemm_from(Start::Zero, dx, inputs, dz, weight, inputs, batch, inputs, units);
     }
 }
 

@@ -30,48 +30,39 @@ impl Lhs<'_> {
     }
 }
 
+/// Where each sum starts: C's value as it stands, zero, or a row (the
+/// bias) alike for every row of C. The same bits as filling C with that
+/// value first, without the pass over C that filling costs.
+#[derive(Clone, Copy)]
+pub enum Start<'a> {
+    C,
+    Zero,
+    Row(&'a [f32]),
+}
+
+impl Start<'_> {
+    /// C[r, j..j + w]'s starting values into `acc`.
+    #[inline(always)]
+    fn load(self, acc: &mut [f32], c: &[f32], ldc: usize, r: usize, j: usize) {
+        match self {
+            Start::C => acc.copy_from_slice(&c[r * ldc + j..][..acc.len()]),
+            Start::Zero => acc.fill(0.0),
+            Start::Row(row) => acc.copy_from_slice(&row[j..][..acc.len()]),
+        }
+    }
+}
+
 /// C (m, n) with row stride `ldc` += A (m, k) · B (k, n) with row stride
 /// `ldb`, in the order above.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(c: &mut [f32], ldc: usize, a: Lhs<'_>, b: &[f32], ldb: usize, m: usize, n: usize, k: usize) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (checked just above).
-            return unsafe { gemm_avx512(c, ldc, a, b, ldb, m, n, k) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            return unsafe { gemm_avx2(c, ldc, a, b, ldb, m, n, k) };
-        }
-    }
-    blocked::<4, 16>(c, ldc, a, b, ldb, m, n, k);
+    gemm_from(Start::C, c, ldc, a, b, ldb, m, n, k);
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+/// C (m, n) = `start` + A (m, k) · B (k, n), in the order above.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm_avx512(c: &mut [f32], ldc: usize, a: Lhs<'_>, b: &[f32], ldb: usize, m: usize, n: usize, k: usize) {
-    blocked::<8, 32>(c, ldc, a, b, ldb, m, n, k);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_avx2(c: &mut [f32], ldc: usize, a: Lhs<'_>, b: &[f32], ldb: usize, m: usize, n: usize, k: usize) {
-    blocked::<4, 24>(c, ldc, a, b, ldb, m, n, k);
-}
-
-/// Blocks of R rows × W columns held in registers, then the columns left
-/// in blocks of W/2 and W/4 (a head of 32 under a block of 64), then the
-/// last few column by column; rows past the last R as single rows. Every
-/// path sums in the same order.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn blocked<const R: usize, const W: usize>(
+pub fn gemm_from(
+    start: Start<'_>,
     c: &mut [f32],
     ldc: usize,
     a: Lhs<'_>,
@@ -81,17 +72,83 @@ fn blocked<const R: usize, const W: usize>(
     n: usize,
     k: usize,
 ) {
-    let mut j = columns::<R, W>(c, ldc, a, b, ldb, m, 0, n, k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked just above).
+            return unsafe { gemm_avx512(start, c, ldc, a, b, ldb, m, n, k) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { gemm_avx2(start, c, ldc, a, b, ldb, m, n, k) };
+        }
+    }
+    blocked::<4, 16>(start, c, ldc, a, b, ldb, m, n, k);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_avx512(
+    start: Start<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    a: Lhs<'_>,
+    b: &[f32],
+    ldb: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    blocked::<8, 32>(start, c, ldc, a, b, ldb, m, n, k);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_avx2(
+    start: Start<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    a: Lhs<'_>,
+    b: &[f32],
+    ldb: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    blocked::<4, 24>(start, c, ldc, a, b, ldb, m, n, k);
+}
+
+/// Blocks of R rows × W columns held in registers, then the columns left
+/// in blocks of W/2 and W/4 (a head of 32 under a block of 64), then the
+/// last few one column at a time (still R rows at once); rows past the
+/// last R as single rows. Every path sums in the same order.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn blocked<const R: usize, const W: usize>(
+    start: Start<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    a: Lhs<'_>,
+    b: &[f32],
+    ldb: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    let mut j = columns::<R, W>(start, c, ldc, a, b, ldb, m, 0, n, k);
     if W >= 32 {
-        j = columns::<R, 32>(c, ldc, a, b, ldb, m, j, n, k);
+        j = columns::<R, 32>(start, c, ldc, a, b, ldb, m, j, n, k);
     }
     if W >= 16 {
-        j = columns::<R, 16>(c, ldc, a, b, ldb, m, j, n, k);
+        j = columns::<R, 16>(start, c, ldc, a, b, ldb, m, j, n, k);
     }
-    j = columns::<R, 8>(c, ldc, a, b, ldb, m, j, n, k);
-    for r in 0..m {
-        edge(c, ldc, a, b, ldb, r, j..n, k);
-    }
+    j = columns::<R, 8>(start, c, ldc, a, b, ldb, m, j, n, k);
+    columns::<R, 1>(start, c, ldc, a, b, ldb, m, j, n, k);
 }
 
 /// The whole blocks of W columns from `j0` on, over every row: returns
@@ -99,6 +156,7 @@ fn blocked<const R: usize, const W: usize>(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn columns<const R: usize, const W: usize>(
+    start: Start<'_>,
     c: &mut [f32],
     ldc: usize,
     a: Lhs<'_>,
@@ -113,10 +171,10 @@ fn columns<const R: usize, const W: usize>(
     let full_rows = m - m % R;
     for j in (j0..end).step_by(W) {
         for r0 in (0..full_rows).step_by(R) {
-            block::<R, W>(c, ldc, a, b, ldb, r0, j, k);
+            block::<R, W>(start, c, ldc, a, b, ldb, r0, j, k);
         }
         for r in full_rows..m {
-            block::<1, W>(c, ldc, a, b, ldb, r, j, k);
+            block::<1, W>(start, c, ldc, a, b, ldb, r, j, k);
         }
     }
     end
@@ -126,6 +184,7 @@ fn columns<const R: usize, const W: usize>(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn block<const R: usize, const W: usize>(
+    start: Start<'_>,
     c: &mut [f32],
     ldc: usize,
     a: Lhs<'_>,
@@ -137,7 +196,7 @@ fn block<const R: usize, const W: usize>(
 ) {
     let mut acc = [[0.0f32; W]; R];
     for (r, row) in acc.iter_mut().enumerate() {
-        row.copy_from_slice(&c[(r0 + r) * ldc + j0..][..W]);
+        start.load(row, c, ldc, r0 + r, j0);
     }
     for kk in 0..k {
         let b_row: &[f32; W] = b[kk * ldb + j0..][..W].try_into().expect("W columns");
@@ -150,32 +209,6 @@ fn block<const R: usize, const W: usize>(
     }
     for (r, row) in acc.iter().enumerate() {
         c[(r0 + r) * ldc + j0..][..W].copy_from_slice(row);
-    }
-}
-
-/// Row `r`, columns `cols`: the leftover narrower than a block.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn edge(
-    c: &mut [f32],
-    ldc: usize,
-    a: Lhs<'_>,
-    b: &[f32],
-    ldb: usize,
-    r: usize,
-    cols: std::ops::Range<usize>,
-    k: usize,
-) {
-    if cols.is_empty() {
-        return;
-    }
-    let row = &mut c[r * ldc + cols.start..r * ldc + cols.end];
-    for kk in 0..k {
-        let x = a.at(r, kk);
-        let b_row = &b[kk * ldb + cols.start..kk * ldb + cols.end];
-        for (cv, &bv) in row.iter_mut().zip(b_row) {
-            *cv += x * bv;
-        }
     }
 }
 
@@ -197,7 +230,7 @@ pub fn gemm_reference(c: &mut [f32], ldc: usize, a: Lhs<'_>, b: &[f32], ldb: usi
 mod tests {
     use super::*;
 
-    type Gemm = fn(&mut [f32], usize, Lhs<'_>, &[f32], usize, usize, usize, usize);
+    type Gemm = fn(Start<'_>, &mut [f32], usize, Lhs<'_>, &[f32], usize, usize, usize, usize);
 
     /// Every path (the blocks, the edges, whatever width this CPU picks)
     /// gives the reference's bits, for A plain and transposed, at sizes
@@ -214,15 +247,24 @@ mod tests {
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 // What this CPU runs, and each blocking's generic code.
                 let paths: [(&str, Gemm); 4] = [
-                    ("gemm", gemm),
+                    ("gemm", gemm_from),
                     ("4x16", blocked::<4, 16>),
                     ("4x24", blocked::<4, 24>),
                     ("8x32", blocked::<8, 32>),
                 ];
                 for (name, path) in paths {
                     let mut got = c0.clone();
-                    path(&mut got, n, lhs, &b, n, m, n, k);
+                    path(Start::C, &mut got, n, lhs, &b, n, m, n, k);
                     assert_eq!(bits(&got), bits(&want), "{name}: m={m} n={n} k={k}");
+                    // From zero and from a bias row: as if C were filled first.
+                    let row: Vec<f32> = c0.iter().take(n).copied().collect();
+                    for (start, fill) in [(Start::Zero, vec![0.0; n]), (Start::Row(&row), row.clone())] {
+                        let mut want = fill.repeat(m);
+                        gemm_reference(&mut want, n, lhs, &b, n, m, n, k);
+                        let mut got = vec![f32::NAN; m * n];
+                        path(start, &mut got, n, lhs, &b, n, m, n, k);
+                        assert_eq!(bits(&got), bits(&want), "{name} from a fill: m={m} n={n} k={k}");
+                    }
                 }
             }
         }

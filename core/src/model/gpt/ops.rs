@@ -14,8 +14,12 @@
 //! one f32 accumulator; sums over rows (weight and bias gradients) run over
 //! rows in order, row 0 first.
 
+use crate::model::wide::widest;
 use crate::model::{dense_backward, dense_forward};
-use crate::model::{gemm, Lhs};
+use crate::model::{gemm, gemm_from, Lhs, Start};
+use math::{erf, erf_and_gauss, exp};
+
+pub mod math;
 
 /// x[b, t] = wte[inp[b, t]] + wpe[t]: `out` (B·T, C).
 pub fn encoder_forward(out: &mut [f32], inp: &[u32], wte: &[f32], wpe: &[f32], t: usize, c: usize) {
@@ -41,10 +45,15 @@ pub fn encoder_backward(dwte: &mut [f32], dwpe: &mut [f32], dout: &[f32], inp: &
     }
 }
 
+/// Rows whose per-row sums run side by side in the LayerNorms: each row
+/// still sums from index 0 upwards in its own accumulator (the same bits),
+/// but GROUP independent additions are in flight instead of one.
+const GROUP: usize = 8;
+
 /// LayerNorm over the last dimension (PyTorch: biased variance, eps 1e-5):
 /// y = (x − μ)·r·w + b with r = 1/√(σ² + eps). Keeps μ and r per row for
 /// backward. `rows` rows of `c`.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // rows side by side by index
 pub fn layernorm_forward(
     out: &mut [f32],
     mean: &mut [f32],
@@ -56,16 +65,34 @@ pub fn layernorm_forward(
     c: usize,
 ) {
     const EPS: f32 = 1e-5;
-    for r in 0..rows {
-        let x = &inp[r * c..][..c];
-        let m = x.iter().sum::<f32>() / c as f32;
-        let v = x.iter().map(|&xi| (xi - m) * (xi - m)).sum::<f32>() / c as f32;
-        let s = 1.0 / (v + EPS).sqrt();
-        for (i, o) in out[r * c..][..c].iter_mut().enumerate() {
-            *o = (x[i] - m) * s * weight[i] + bias[i];
+    for r0 in (0..rows).step_by(GROUP) {
+        let g = GROUP.min(rows - r0);
+        let x = |j: usize| &inp[(r0 + j) * c..][..c];
+        let mut m = [0.0f32; GROUP];
+        for i in 0..c {
+            for j in 0..g {
+                m[j] += x(j)[i];
+            }
         }
-        mean[r] = m;
-        rstd[r] = s;
+        let mut v = [0.0f32; GROUP];
+        for j in 0..g {
+            m[j] /= c as f32;
+        }
+        for i in 0..c {
+            for j in 0..g {
+                let d = x(j)[i] - m[j];
+                v[j] += d * d;
+            }
+        }
+        for j in 0..g {
+            let s = 1.0 / (v[j] / c as f32 + EPS).sqrt();
+            let (xj, r) = (x(j), r0 + j);
+            for (i, o) in out[r * c..][..c].iter_mut().enumerate() {
+                *o = (xj[i] - m[j]) * s * weight[i] + bias[i];
+            }
+            mean[r] = m[j];
+            rstd[r] = s;
+        }
     }
 }
 
@@ -85,23 +112,30 @@ pub fn layernorm_backward(
     rows: usize,
     c: usize,
 ) {
-    for r in 0..rows {
-        let (x, dy) = (&inp[r * c..][..c], &dout[r * c..][..c]);
-        let (m, s) = (mean[r], rstd[r]);
-        let (mut g_mean, mut gn_mean) = (0.0f32, 0.0f32);
+    for r0 in (0..rows).step_by(GROUP) {
+        let g = GROUP.min(rows - r0);
+        let (mut g_mean, mut gn_mean) = ([0.0f32; GROUP], [0.0f32; GROUP]);
         for i in 0..c {
-            let g = weight[i] * dy[i];
-            g_mean += g;
-            gn_mean += g * (x[i] - m) * s;
+            for j in 0..g {
+                let r = r0 + j;
+                let (x, dy) = (inp[r * c + i], dout[r * c + i]);
+                let gi = weight[i] * dy;
+                g_mean[j] += gi;
+                gn_mean[j] += gi * (x - mean[r]) * rstd[r];
+            }
         }
-        g_mean /= c as f32;
-        gn_mean /= c as f32;
-        let dx = &mut dinp[r * c..][..c];
-        for i in 0..c {
-            let n = (x[i] - m) * s;
-            dbias[i] += dy[i];
-            dweight[i] += n * dy[i];
-            dx[i] += (weight[i] * dy[i] - g_mean - n * gn_mean) * s;
+        for j in 0..g {
+            let r = r0 + j;
+            let (x, dy) = (&inp[r * c..][..c], &dout[r * c..][..c]);
+            let (m, s) = (mean[r], rstd[r]);
+            let (g_mean, gn_mean) = (g_mean[j] / c as f32, gn_mean[j] / c as f32);
+            let dx = &mut dinp[r * c..][..c];
+            for i in 0..c {
+                let n = (x[i] - m) * s;
+                dbias[i] += dy[i];
+                dweight[i] += n * dy[i];
+                dx[i] += (weight[i] * dy[i] - g_mean - n * gn_mean) * s;
+            }
         }
     }
 }
@@ -153,12 +187,14 @@ pub fn matmul_backward(
 /// probabilities for backward (zero above the diagonal); `out` (B·T, C)
 /// has the heads side by side.
 ///
-/// Per (b, h) the scores are one `gemm`, S = Q·Kᵀ over a transposed copy
-/// of K (a transient (hs, T) buffer): each score summed over i = 0..hs in
-/// order from 0, then times 1/√hs. Softmax per row: the max, exp(s − max)
-/// summed left to right, each divided by the sum. Y = A·V is one `gemm`
-/// from 0, summed over t2 = 0..T in order (the masked terms are exact
-/// zeros and change no sum).
+/// Per (b, h), in blocks of `CAUSAL` query rows, each against the keys up
+/// to its last row (the causal mask skips the rest): the scores are a
+/// `gemm`, S = Q·Kᵀ over a transposed copy of K (a transient (hs, T)
+/// buffer), each summed over i = 0..hs in order from 0, then times 1/√hs.
+/// Softmax per row: the max, exp(s − max) (`math::exp`), their sum left to
+/// right, each divided by the sum. Y = A·V is a `gemm` from 0, summed over
+/// t2 = 0.. in order up to the block's last row (the terms past a row's
+/// own position are exact zeros and change no sum).
 pub fn attention_forward(out: &mut [f32], att: &mut [f32], inp: &[f32], b: usize, t: usize, c: usize, h: usize) {
     let (hs, c3) = (c / h, 3 * c);
     let scale = 1.0 / (hs as f32).sqrt();
@@ -168,33 +204,39 @@ pub fn attention_forward(out: &mut [f32], att: &mut [f32], inp: &[f32], b: usize
         for hi in 0..h {
             transpose_head(&mut kt, rows, c + hi * hs, t, hs, c3);
             let s = &mut att[(bi * h + hi) * t * t..][..t * t];
-            s.fill(0.0);
-            let q = Lhs { data: &rows[hi * hs..], row_stride: c3, k_stride: 1 };
-            gemm(s, t, q, &kt, t, t, t, hs);
+            for (r0, m) in causal_blocks(t) {
+                let q = Lhs { data: &rows[r0 * c3 + hi * hs..], row_stride: c3, k_stride: 1 };
+                gemm_from(Start::Zero, &mut s[r0 * t..], t, q, &kt, t, m, r0 + m, hs);
+            }
             for (ti, a) in s.chunks_exact_mut(t).enumerate() {
                 let mut max = f32::NEG_INFINITY;
                 for v in &mut a[..=ti] {
                     *v *= scale;
                     max = max.max(*v);
                 }
-                let mut sum = 0.0f32;
-                for v in &mut a[..=ti] {
-                    *v = expf(*v - max);
-                    sum += *v;
-                }
+                exp_shifted(&mut a[..=ti], max);
+                let sum = a[..=ti].iter().fold(0.0f32, |s, &v| s + v);
                 for v in &mut a[..=ti] {
                     *v /= sum;
                 }
                 a[ti + 1..].fill(0.0);
             }
             let y = &mut out[bi * t * c + hi * hs..];
-            for ti in 0..t {
-                y[ti * c..ti * c + hs].fill(0.0);
+            for (r0, m) in causal_blocks(t) {
+                let a = Lhs { data: &s[r0 * t..], row_stride: t, k_stride: 1 };
+                gemm_from(Start::Zero, &mut y[r0 * c..], c, a, &rows[2 * c + hi * hs..], c3, m, hs, r0 + m);
             }
-            let a = Lhs { data: s, row_stride: t, k_stride: 1 };
-            gemm(y, c, a, &rows[2 * c + hi * hs..], c3, t, hs, t);
         }
     }
+}
+
+/// Query rows per block of the causal attention's products: a multiple of
+/// every `gemm` blocking's rows.
+const CAUSAL: usize = 8;
+
+/// (first row, rows) of each block of `CAUSAL` rows of T.
+fn causal_blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..t).step_by(CAUSAL).map(move |r0| (r0, CAUSAL.min(t - r0)))
 }
 
 /// dst (hs, T) = the head's columns `col..col + hs` of `rows` (T rows of
@@ -220,9 +262,11 @@ pub fn attention_scratch(t: usize, hs: usize) -> usize {
 /// ∂L/∂k[t2] += ∂L/∂s[t2]·q/√hs. `scratch` holds `attention_scratch`
 /// floats.
 ///
-/// Per (b, h), as `gemm`s: dA = dY·Vᵀ (each summed over i in order from
-/// 0); dV += Aᵀ·dY and dK += dSᵀ·Q (over the queries in order), dQ += dS·K
-/// (over the keys in order); Σ a·da left to right per row.
+/// Per (b, h), as `gemm`s in blocks of `CAUSAL` rows (the causal mask
+/// skips the products of the terms it zeroes): dA = dY·Vᵀ (each summed
+/// over i in order from 0); dV += Aᵀ·dY and dK += dSᵀ·Q (over the queries
+/// in order, from the block's first row: the earlier queries' terms are
+/// zero), dQ += dS·K (over the keys in order); Σ a·da left to right per row.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward(
     dinp: &mut [f32],
@@ -244,14 +288,16 @@ pub fn attention_backward(
         let dy = &dout[bi * t * c..(bi + 1) * t * c];
         for hi in 0..h {
             let a = &att[(bi * h + hi) * t * t..][..t * t];
-            let dy_h = Lhs { data: &dy[hi * hs..], row_stride: c, k_stride: 1 };
-            // dA = dY·Vᵀ into ds.
             transpose_head(vt, rows, 2 * c + hi * hs, t, hs, c3);
-            ds.fill(0.0);
-            gemm(ds, t, dy_h, vt, t, t, t, hs);
-            // dV += Aᵀ·dY.
-            let a_t = Lhs { data: a, row_stride: 1, k_stride: t };
-            gemm(&mut drows[2 * c + hi * hs..], c3, a_t, &dy[hi * hs..], c, t, hs, t);
+            for (r0, m) in causal_blocks(t) {
+                // dA = dY·Vᵀ into ds, the block's rows against keys 0..r0 + m.
+                let dy_h = Lhs { data: &dy[r0 * c + hi * hs..], row_stride: c, k_stride: 1 };
+                gemm_from(Start::Zero, &mut ds[r0 * t..], t, dy_h, vt, t, m, r0 + m, hs);
+                // dV += Aᵀ·dY for keys r0..r0 + m, over queries r0..T.
+                let a_t = Lhs { data: &a[r0 * t + r0..], row_stride: 1, k_stride: t };
+                let dv = &mut drows[r0 * c3 + 2 * c + hi * hs..];
+                gemm(dv, c3, a_t, &dy[r0 * c + hi * hs..], c, m, hs, t - r0);
+            }
             // dS = A ⊙ (dA − Σ a·dA) / √hs, row by row, in place.
             for (ti, (d, a)) in ds.chunks_exact_mut(t).zip(a.chunks_exact(t)).enumerate() {
                 let mut weighted = 0.0f32;
@@ -263,47 +309,60 @@ pub fn attention_backward(
                 }
                 d[ti + 1..].fill(0.0);
             }
-            // dQ += dS·K; dK += dSᵀ·Q.
-            let ds_rows = Lhs { data: ds, row_stride: t, k_stride: 1 };
-            gemm(&mut drows[hi * hs..], c3, ds_rows, &rows[c + hi * hs..], c3, t, hs, t);
-            let ds_t = Lhs { data: ds, row_stride: 1, k_stride: t };
-            gemm(&mut drows[c + hi * hs..], c3, ds_t, &rows[hi * hs..], c3, t, hs, t);
+            for (r0, m) in causal_blocks(t) {
+                // dQ += dS·K for queries r0..r0 + m, over keys 0..r0 + m.
+                let ds_rows = Lhs { data: &ds[r0 * t..], row_stride: t, k_stride: 1 };
+                let dq = &mut drows[r0 * c3 + hi * hs..];
+                gemm(dq, c3, ds_rows, &rows[c + hi * hs..], c3, m, hs, r0 + m);
+                // dK += dSᵀ·Q for keys r0..r0 + m, over queries r0..T.
+                let ds_t = Lhs { data: &ds[r0 * t + r0..], row_stride: 1, k_stride: t };
+                let dk = &mut drows[r0 * c3 + c + hi * hs..];
+                gemm(dk, c3, ds_t, &rows[r0 * c3 + hi * hs..], c3, m, hs, t - r0);
+            }
         }
     }
 }
 
-/// exp and ln in f32 from the `libm` crate (musl's, in Rust), not the
-/// platform's: glibc's `expf` natively and compiler-builtins' in the
+/// ln in f32 from the `libm` crate (musl's, in Rust, under 1 ulp), not the
+/// platform's: glibc's `logf` natively and compiler-builtins' in the
 /// browser may differ in a last bit, and the engine must give the same
-/// bits in both (core/tests/gpt_bits). Both under 1 ulp of error.
-fn expf(x: f32) -> f32 {
-    libm::expf(x)
-}
-
+/// bits in both (core/tests/gpt_bits). Once per row, so scalar is cheap.
 fn logf(x: f32) -> f32 {
     libm::logf(x)
 }
 
-/// erf in f32 (`libm::erff`, musl's: under 1 ulp of error).
-fn erf(x: f32) -> f32 {
-    libm::erff(x)
-}
-
-/// Exact GELU (`nn.GELU()`, approximate="none"): y = x·Φ(x) with
-/// Φ(x) = (1 + erf(x/√2))/2.
-pub fn gelu_forward(out: &mut [f32], inp: &[f32]) {
-    for (y, &x) in out.iter_mut().zip(inp) {
-        *y = 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+widest! {
+    /// Exact GELU (`nn.GELU()`, approximate="none"): y = x·Φ(x) with
+    /// Φ(x) = (1 + erf(x/√2))/2, erf from `math` (as PyTorch's vectorised
+    /// CPU kernel computes it).
+    pub fn gelu_forward(out: &mut [f32], inp: &[f32]) {
+        for (y, &x) in out.iter_mut().zip(inp) {
+            *y = 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+        }
     }
 }
 
-/// y' = Φ(x) + x·φ(x), φ(x) = exp(−x²/2)/√(2π).
-pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
-    const INV_SQRT_2PI: f32 = 0.398_942_3;
-    for ((g, &x), &d) in dinp.iter_mut().zip(inp).zip(dout) {
-        let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
-        let pdf = expf(-0.5 * x * x) * INV_SQRT_2PI;
-        *g += (cdf + x * pdf) * d;
+widest! {
+    /// y' = Φ(x) + x·φ(x), φ(x) = exp(−x²/2)/√(2π) = exp(−z²)/√(2π) with
+    /// z = x/√2: the exp that erf(z) takes (`math::erf_and_gauss`).
+    pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
+        const INV_SQRT_2PI: f32 = 0.398_942_3;
+        for ((g, &x), &d) in dinp.iter_mut().zip(inp).zip(dout) {
+            let (erf, gauss) = erf_and_gauss(x * std::f32::consts::FRAC_1_SQRT_2);
+            let cdf = 0.5 * (1.0 + erf);
+            let pdf = gauss * INV_SQRT_2PI;
+            *g += (cdf + x * pdf) * d;
+        }
+    }
+}
+
+widest! {
+    /// x ← exp(x − shift), elementwise (softmax's and the cross-entropy's
+    /// exponentials; their sums run apart, in order).
+    fn exp_shifted(x: &mut [f32], shift: f32) {
+        for v in x.iter_mut() {
+            *v = exp(*v - shift);
+        }
     }
 }
 
@@ -328,10 +387,13 @@ pub fn residual_backward(da: &mut [f32], db: &mut [f32], dout: &[f32]) {
 /// loss reported is ce.
 pub fn cross_entropy_forward(lse: &mut [f32], logits: &[f32], targets: &[u32], rows: usize, v: usize) -> (f32, f32) {
     let (mut ce, mut z) = (0.0f32, 0.0f32);
+    let mut e = vec![0.0f32; v];
     for r in 0..rows {
         let x = &logits[r * v..][..v];
         let max = x.iter().fold(f32::NEG_INFINITY, |m, &xi| m.max(xi));
-        let sum: f32 = x.iter().map(|&xi| expf(xi - max)).sum();
+        e.copy_from_slice(x);
+        exp_shifted(&mut e, max);
+        let sum = e.iter().fold(0.0f32, |s, &ei| s + ei);
         let l = max + logf(sum);
         lse[r] = l;
         ce += l - x[targets[r] as usize];
@@ -354,12 +416,14 @@ pub fn cross_entropy_backward(
     z_loss: f32,
     scale: f32,
 ) {
+    let mut e = vec![0.0f32; v];
     for r in 0..rows {
         let (x, g) = (&logits[r * v..][..v], &mut dlogits[r * v..][..v]);
         let l = lse[r];
         let factor = 1.0 + 2.0 * z_loss * l;
-        for (i, (gi, &xi)) in g.iter_mut().zip(x).enumerate() {
-            let p = expf(xi - l);
+        e.copy_from_slice(x);
+        exp_shifted(&mut e, l);
+        for (i, (gi, &p)) in g.iter_mut().zip(&e).enumerate() {
             let target = if i == targets[r] as usize { 1.0 } else { 0.0 };
             *gi += (p * factor - target) * scale;
         }
