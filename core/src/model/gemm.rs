@@ -14,6 +14,9 @@
 //! rows × W columns of C stays in registers while k runs, so each B row
 //! loaded serves R rows and each A value W columns.
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
 /// A, read as A[r, k] = data[r·row_stride + k·k_stride]: a row-major
 /// matrix (k_stride 1) or the transpose of one (row_stride 1).
 #[derive(Clone, Copy)]
@@ -86,7 +89,7 @@ pub fn gemm_from(
             return unsafe { gemm_avx2(start, c, ldc, a, b, ldb, m, n, k) };
         }
     }
-    blocked::<4, 16>(start, c, ldc, a, b, ldb, m, n, k);
+    blocked::<4, 16>(start, c, ldc, a, b, ldb, m, n, k, None);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -103,7 +106,7 @@ unsafe fn gemm_avx512(
     n: usize,
     k: usize,
 ) {
-    blocked::<8, 32>(start, c, ldc, a, b, ldb, m, n, k);
+    blocked::<8, 32>(start, c, ldc, a, b, ldb, m, n, k, Some(avx512::block_8x32));
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -120,7 +123,7 @@ unsafe fn gemm_avx2(
     n: usize,
     k: usize,
 ) {
-    blocked::<4, 24>(start, c, ldc, a, b, ldb, m, n, k);
+    blocked::<4, 24>(start, c, ldc, a, b, ldb, m, n, k, None);
 }
 
 /// Blocks of R rows × W columns held in registers, then the columns left
@@ -139,17 +142,23 @@ fn blocked<const R: usize, const W: usize>(
     m: usize,
     n: usize,
     k: usize,
+    kernel: Option<Kernel>,
 ) {
-    let mut j = columns::<R, W>(start, c, ldc, a, b, ldb, m, 0, n, k);
+    let mut j = columns::<R, W>(start, c, ldc, a, b, ldb, m, 0, n, k, kernel);
     if W >= 32 {
-        j = columns::<R, 32>(start, c, ldc, a, b, ldb, m, j, n, k);
+        j = columns::<R, 32>(start, c, ldc, a, b, ldb, m, j, n, k, None);
     }
     if W >= 16 {
-        j = columns::<R, 16>(start, c, ldc, a, b, ldb, m, j, n, k);
+        j = columns::<R, 16>(start, c, ldc, a, b, ldb, m, j, n, k, None);
     }
-    j = columns::<R, 8>(start, c, ldc, a, b, ldb, m, j, n, k);
-    columns::<R, 1>(start, c, ldc, a, b, ldb, m, j, n, k);
+    j = columns::<R, 8>(start, c, ldc, a, b, ldb, m, j, n, k, None);
+    columns::<R, 1>(start, c, ldc, a, b, ldb, m, j, n, k, None);
 }
+
+/// A hand-written R × W block (`avx512::block_8x32`): the same result as
+/// `block::<R, W>`, with the same arguments. Unsafe: it needs the CPU
+/// features its path was picked for.
+type Kernel = unsafe fn(Start<'_>, &mut [f32], usize, Lhs<'_>, &[f32], usize, usize, usize, usize);
 
 /// The whole blocks of W columns from `j0` on, over every row: returns
 /// the first column left.
@@ -166,12 +175,18 @@ fn columns<const R: usize, const W: usize>(
     j0: usize,
     n: usize,
     k: usize,
+    kernel: Option<Kernel>,
 ) -> usize {
     let end = j0 + (n - j0) / W * W;
     let full_rows = m - m % R;
     for j in (j0..end).step_by(W) {
         for r0 in (0..full_rows).step_by(R) {
-            block::<R, W>(start, c, ldc, a, b, ldb, r0, j, k);
+            match kernel {
+                // SAFETY: a kernel is passed only by the path whose CPU
+                // features it needs (`gemm_avx512`).
+                Some(kernel) => unsafe { kernel(start, c, ldc, a, b, ldb, r0, j, k) },
+                None => block::<R, W>(start, c, ldc, a, b, ldb, r0, j, k),
+            }
         }
         for r in full_rows..m {
             block::<1, W>(start, c, ldc, a, b, ldb, r, j, k);
@@ -238,7 +253,17 @@ mod tests {
     #[test]
     fn gemm_equals_the_reference_bit_for_bit() {
         let mut rng = crate::rng::Rng::new(11, 0);
-        for (m, n, k) in [(1, 1, 1), (3, 5, 2), (6, 64, 7), (13, 130, 33), (7, 200, 65), (24, 24, 1), (5, 0, 3)] {
+        for (m, n, k) in [
+            (1, 1, 1),
+            (3, 5, 2),
+            (6, 64, 7),
+            (13, 130, 33),
+            (7, 200, 65),
+            (24, 24, 1),
+            (5, 0, 3),
+            (16, 64, 0),
+            (17, 96, 130),
+        ] {
             let mut values = |len: usize| (0..len).map(|_| rng.uniform(-2.0, 2.0) as f32).collect::<Vec<f32>>();
             let (a, b, c0) = (values(m * k), values(k * n), values(m * n));
             for lhs in [Lhs { data: &a, row_stride: k, k_stride: 1 }, Lhs { data: &a, row_stride: 1, k_stride: m }] {
@@ -248,9 +273,9 @@ mod tests {
                 // What this CPU runs, and each blocking's generic code.
                 let paths: [(&str, Gemm); 4] = [
                     ("gemm", gemm_from),
-                    ("4x16", blocked::<4, 16>),
-                    ("4x24", blocked::<4, 24>),
-                    ("8x32", blocked::<8, 32>),
+                    ("4x16", |s, c, ldc, a, b, ldb, m, n, k| blocked::<4, 16>(s, c, ldc, a, b, ldb, m, n, k, None)),
+                    ("4x24", |s, c, ldc, a, b, ldb, m, n, k| blocked::<4, 24>(s, c, ldc, a, b, ldb, m, n, k, None)),
+                    ("8x32", |s, c, ldc, a, b, ldb, m, n, k| blocked::<8, 32>(s, c, ldc, a, b, ldb, m, n, k, None)),
                 ];
                 for (name, path) in paths {
                     let mut got = c0.clone();
