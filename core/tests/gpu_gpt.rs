@@ -295,10 +295,10 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 /// Attention forward: every score and output is summed in the twin's
-/// order; only exp differs (WGSL's, within a few ulp, against libm's), so
-/// each probability is within 2e-6 of its size (plus 1e-9 where it
-/// underflows) and each output within 2e-6 of Σ P·|v|. Windows of 1, 7,
-/// 64 and 65 tokens, heads of 1 to 16 wide.
+/// order; only exp differs (WGSL's, within a few ulp, against the twin's
+/// `ops::math::exp`), so each probability is within 2e-6 of its size (plus
+/// 1e-9 where it underflows) and each output within 2e-6 of Σ P·|v|.
+/// Windows of 1, 7, 64 and 65 tokens, heads of 1 to 16 wide.
 #[allow(clippy::needless_range_loop)] // (query, key) indices into several arrays
 async fn attention_forward_matches_cpu() {
     let (mut worst_p, mut worst_y) = (0.0f32, 0.0f32);

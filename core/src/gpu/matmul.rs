@@ -30,12 +30,11 @@ use super::params::{
     activation_code, BiasBackwardParams, DenseBackwardInputParams, DenseBackwardWeightParams, DenseForwardParams,
     FLAGS_INIT,
 };
-use super::probe::seconds_per_dispatch;
+use super::probe::{seconds_per_dispatch, Seeded};
 use super::{GpuContext, Kernel};
 use crate::error::Result;
 use crate::experiment::Activation;
 use crate::model::LayerShape;
-use crate::rng::Rng;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MatmulVariant {
@@ -347,35 +346,23 @@ pub async fn time_full(
     (batch, inputs, units): (usize, usize, usize),
     target_s: f64,
 ) -> Result<f64> {
-    let mut rng = Rng::new((batch * 31 + inputs * 7 + units) as u64, 7);
-    let mut values = |count: usize| -> Vec<f32> { (0..count).map(|_| rng.uniform(-1.0, 1.0) as f32).collect() };
-    let device = &ctx.device;
-    let storage = |label: &str, v: &[f32]| {
-        device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(label),
-            contents: bytemuck::cast_slice(v),
-            usage: wgpu::BufferUsages::STORAGE,
-        })
-    };
+    let mut seeded = Seeded::new(&ctx.device, (batch * 31 + inputs * 7 + units) as u64, 7);
+    let mut storage = |label: &str, floats: usize| seeded.buffer(label, floats);
     let shape = LayerShape { inputs, units, weight_offset: 0, bias_offset: inputs * units };
-    let params = storage("params", &values(inputs * units + units));
-    let flags = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+    let params = storage("params", inputs * units + units);
+    let flags = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("flags"),
         contents: bytemuck::cast_slice(&FLAGS_INIT),
         usage: wgpu::BufferUsages::STORAGE,
     });
     let d = match m {
         Matmul::Forward => {
-            let (z, a, x) = (
-                storage("z", &values(batch * units)),
-                storage("a", &values(batch * units)),
-                storage("x", &values(batch * inputs)),
-            );
+            let (z, a, x) = (storage("z", batch * units), storage("a", batch * units), storage("x", batch * inputs));
             forward(v, batch, &shape, Activation::Linear, 0).bind(ctx, "timed forward", [&z, &a, &x, &params, &flags])
         }
         Matmul::BackwardInput => {
-            let (dx, dz) = (storage("dx", &values(batch * inputs)), storage("dz", &values(batch * units)));
-            let (z_in, a_in) = (storage("z_in", &values(batch * inputs)), storage("a_in", &values(batch * inputs)));
+            let (dx, dz) = (storage("dx", batch * inputs), storage("dz", batch * units));
+            let (z_in, a_in) = (storage("z_in", batch * inputs), storage("a_in", batch * inputs));
             // Linear: the epilogue is the same in both variants.
             backward_input(v, batch, &shape, Activation::Linear).bind(
                 ctx,
@@ -384,11 +371,8 @@ pub async fn time_full(
             )
         }
         Matmul::BackwardWeight => {
-            let (grads, dz, x) = (
-                storage("grads", &values(inputs * units + units)),
-                storage("dz", &values(batch * units)),
-                storage("x", &values(batch * inputs)),
-            );
+            let (grads, dz, x) =
+                (storage("grads", inputs * units + units), storage("dz", batch * units), storage("x", batch * inputs));
             let d = backward_weight(v, batch, &shape, 0).bind(ctx, "timed backward weight", [&grads, &flags, &dz, &x]);
             if v == MatmulVariant::Tiled {
                 // The tiled weight gradient leaves the bias to its own dispatch.

@@ -14,6 +14,8 @@ mod context;
 mod engine;
 mod fused;
 pub mod gpt;
+mod gpt_attention;
+mod gpt_buffers;
 mod gpt_sample;
 pub mod harness;
 mod kernels;

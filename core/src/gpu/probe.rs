@@ -17,6 +17,30 @@ use super::matmul::{self, Matmul, MatmulVariant};
 use super::{read_buffer, GpuContext, Kernel};
 use crate::error::Result;
 
+/// Storage buffers of seeded values in [−1, 1): data of the right sizes
+/// for timing a kernel (`time_full`, `time_attention`), the same values for
+/// the same seed.
+pub struct Seeded<'a> {
+    device: &'a wgpu::Device,
+    rng: crate::rng::Rng,
+}
+
+impl<'a> Seeded<'a> {
+    pub fn new(device: &'a wgpu::Device, seed: u64, stream: u64) -> Seeded<'a> {
+        Seeded { device, rng: crate::rng::Rng::new(seed, stream) }
+    }
+
+    /// The next `floats` values, in a storage buffer.
+    pub fn buffer(&mut self, label: &str, floats: usize) -> wgpu::Buffer {
+        let values: Vec<f32> = (0..floats).map(|_| self.rng.uniform(-1.0, 1.0) as f32).collect();
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::cast_slice(&values),
+            usage: wgpu::BufferUsages::STORAGE,
+        })
+    }
+}
+
 /// Most repeats of one dispatch in a measurement.
 const MAX_REPEAT: u32 = 1 << 14;
 

@@ -88,7 +88,7 @@ fn failed(name: &str) -> impl Fn(crate::Error) -> String + '_ {
 /// (on the fused step when `fused`, which must then apply), and compares
 /// every step's metrics and the end state.
 pub async fn whole_run(name: &str, e: &Experiment, gpu: Arc<GpuContext>, submits: &[usize], fused: bool) -> Check {
-    whole_run_on(name, e, gpu, submits, fused.then_some(FusedWidth::Wide), None).await
+    whole_run_on(name, e, gpu, submits, Setup { width: fused.then_some(FusedWidth::Wide), ..Setup::default() }).await
 }
 
 /// `whole_run` on the fused step of `width` (its workgroup of 64
@@ -100,7 +100,7 @@ pub async fn whole_run_fused_at(
     submits: &[usize],
     width: FusedWidth,
 ) -> Check {
-    whole_run_on(name, e, gpu, submits, Some(width), None).await
+    whole_run_on(name, e, gpu, submits, Setup { width: Some(width), ..Setup::default() }).await
 }
 
 /// `whole_run` on the phased path with every matmul on `variant`
@@ -112,7 +112,7 @@ pub async fn whole_run_on_matmuls(
     submits: &[usize],
     variant: MatmulVariant,
 ) -> Check {
-    whole_run_on(name, e, gpu, submits, None, Some(variant)).await
+    whole_run_on(name, e, gpu, submits, Setup { matmuls: Some(variant), ..Setup::default() }).await
 }
 
 /// `whole_run` of a transformer with its attention on `variant`
@@ -124,33 +124,23 @@ pub async fn whole_run_on_attention(
     submits: &[usize],
     variant: AttentionVariant,
 ) -> Check {
-    let err = failed(name);
-    let data = Dataset::load(e, None).map_err(&err)?;
-    let mut cpu = Trainer::fresh(e, data.clone(), None).map_err(&err)?;
-    let mut on_gpu = Trainer::fresh(e, data, Some(gpu)).map_err(&err)?;
-    let engine = on_gpu.gpu_engine().ok_or_else(|| format!("{name}: not on the GPU engine"))?;
-    engine.set_attention(variant).map_err(&err)?;
-    if engine.attention() != Some(variant) {
-        return Err(format!("{name}: not a transformer"));
-    }
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for &k in submits {
-        a.extend(cpu.run(k, k).await.map_err(&err)?);
-        b.extend(on_gpu.run(k, k).await.map_err(&err)?);
-    }
-    close_runs(name, &a, &b)?;
-    let (sa, sb) = (cpu.read_state().await.map_err(&err)?, on_gpu.read_state().await.map_err(&err)?);
-    close_states(name, &sa, &sb)
+    whole_run_on(name, e, gpu, submits, Setup { attention: Some(variant), ..Setup::default() }).await
 }
 
-async fn whole_run_on(
-    name: &str,
-    e: &Experiment,
-    gpu: Arc<GpuContext>,
-    submits: &[usize],
+/// How `whole_run_on` sets the GPU engine up; `None` leaves what the engine
+/// starts on.
+#[derive(Default)]
+struct Setup {
+    /// The fused step of this width (which must then apply).
     width: Option<FusedWidth>,
-    variant: Option<MatmulVariant>,
-) -> Check {
+    /// Every matmul on this variant.
+    matmuls: Option<MatmulVariant>,
+    /// A transformer's attention on this variant.
+    attention: Option<AttentionVariant>,
+}
+
+async fn whole_run_on(name: &str, e: &Experiment, gpu: Arc<GpuContext>, submits: &[usize], setup: Setup) -> Check {
+    let Setup { width, matmuls, attention } = setup;
     let err = failed(name);
     let data = Dataset::load(e, None).map_err(&err)?;
     let mut cpu = Trainer::fresh(e, data.clone(), None).map_err(&err)?;
@@ -164,10 +154,18 @@ async fn whole_run_on(
                 return Err(format!("{name}: the adapter runs no fused step of {} invocations", w.invocations()));
             }
         }
-        if let Some(v) = variant {
+        if let Some(v) = matmuls {
             let layers = engine.matmuls().len();
             engine.set_matmuls(vec![LayerMatmuls::all(v); layers]).map_err(&err)?;
         }
+        if let Some(v) = attention {
+            engine.set_attention(v).map_err(&err)?;
+            if engine.attention() != Some(v) {
+                return Err(format!("{name}: not a transformer"));
+            }
+        }
+    } else if attention.is_some() || matmuls.is_some() {
+        return Err(format!("{name}: not on the GPU engine"));
     }
     if on_gpu.runs_fused() != fused {
         return Err(format!("{name}: the fused step does not apply"));
