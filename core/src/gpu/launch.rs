@@ -231,8 +231,8 @@ pub fn gelu_forward(count: usize) -> Launch<ElementwiseParams, 2> {
 
 /// GELU's backward over `count` elements, added into dinp (`accumulate`)
 /// or overwriting it. Bindings: dinp, inp, dout.
-pub fn gelu_backward(count: usize, accumulate: bool) -> Launch<ElementwiseParams, 3> {
-    let p = ElementwiseParams { count: u(count), _pad: [u32::from(accumulate), 0, 0] };
+pub fn gelu_backward(count: usize, accumulate: bool) -> Launch<GeluBackwardParams, 3> {
+    let p = GeluBackwardParams { count: u(count), accumulate: u32::from(accumulate), _pad: [0; 2] };
     Launch::new(Kernel::GeluBackward, p, elementwise_grid(count))
 }
 
@@ -256,8 +256,18 @@ pub fn layernorm_forward(rows: usize, c: usize, at: NormAt) -> Launch<LayerNormP
 
 /// LayerNorm's ∂L/∂x, added into dinp (`accumulate`) or overwriting it
 /// (w at `at.weight`). Bindings: dinp, dout, inp, params, mean, rstd.
-pub fn layernorm_backward_input(rows: usize, c: usize, at: NormAt, accumulate: bool) -> Launch<LayerNormParams, 6> {
-    let p = LayerNormParams { bias_offset: u32::from(accumulate), ..layernorm_params(rows, c, at) };
+pub fn layernorm_backward_input(
+    rows: usize,
+    c: usize,
+    at: NormAt,
+    accumulate: bool,
+) -> Launch<LayerNormBackwardInputParams, 6> {
+    let p = LayerNormBackwardInputParams {
+        rows: u(rows),
+        c: u(c),
+        weight_offset: u(at.weight),
+        accumulate: u32::from(accumulate),
+    };
     Launch::new(Kernel::LayerNormBackwardInput, p, row_grid(rows))
 }
 

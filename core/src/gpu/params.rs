@@ -248,17 +248,39 @@ pub struct ElementwiseParams {
     pub _pad: [u32; 3],
 }
 
-/// `shaders/layernorm_forward.wgsl`, `layernorm_backward_input.wgsl`,
-/// `layernorm_backward_params.wgsl`: rows of C features.
+/// `shaders/gelu_backward.wgsl`: the length, and whether ∂L/∂x adds into
+/// dinp (1) or overwrites it (0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct GeluBackwardParams {
+    pub count: u32,
+    pub accumulate: u32,
+    pub _pad: [u32; 2],
+}
+
+/// `shaders/layernorm_forward.wgsl`, `layernorm_backward_params.wgsl`:
+/// rows of C features.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
 pub struct LayerNormParams {
     pub rows: u32,
     pub c: u32,
-    /// w (forward, ∂L/∂x) or dw (dγ, dβ) in the flat buffer bound.
+    /// w (forward) or dw (dγ, dβ) in the flat buffer bound.
     pub weight_offset: u32,
-    /// b or db; for ∂L/∂x, 1 to add into dinp and 0 to overwrite it.
+    /// b or db.
     pub bias_offset: u32,
+}
+
+/// `shaders/layernorm_backward_input.wgsl`: rows of C features, w in the
+/// flat buffer bound, and whether ∂L/∂x adds into dinp (1) or overwrites
+/// it (0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct LayerNormBackwardInputParams {
+    pub rows: u32,
+    pub c: u32,
+    pub weight_offset: u32,
+    pub accumulate: u32,
 }
 
 /// `shaders/encoder_forward.wgsl`, `shaders/encoder_backward.wgsl`: B·T
