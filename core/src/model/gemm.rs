@@ -6,13 +6,14 @@
 //! stands. That is the summation order of a plain dot product started from
 //! C, so the result is the same bits whatever the vector width: the scalar
 //! loop, WebAssembly's simd128, and the AVX2 or AVX-512 build picked at run
-//! time on x86-64 all agree (tested against `gemm_reference`). Callers set
-//! C's starting value: the bias (forward), zero (∂x), the gradient so far
-//! (∂W).
+//! time on x86-64 all agree (tested against `gemm_reference`). Callers pick
+//! C's starting value (`Start`): the bias (forward), zero (∂x), the
+//! gradient so far (∂W).
 //!
 //! Speed comes from register blocking, not from reordering: a block of R
 //! rows × W columns of C stays in registers while k runs, so each B row
-//! loaded serves R rows and each A value W columns.
+//! loaded serves R rows and each A value W columns. On AVX-512 the whole
+//! 8 × 32 blocks are `avx512::block_8x32`: the same sums, in assembly.
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
