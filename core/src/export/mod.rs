@@ -7,6 +7,7 @@
 
 mod pytorch;
 mod pytorch_data;
+mod pytorch_gpt;
 mod pytorch_optim;
 mod pytorch_run;
 pub mod tensorboard;

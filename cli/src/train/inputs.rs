@@ -1,0 +1,125 @@
+//! What `stepscope train` reads before it trains: the experiment, the
+//! starting state (fresh, `--init` weights or a checkpoint to resume), the
+//! data, and how many steps to run. Every failure names the flag and file.
+
+use stepscope_core::checkpoint::{load_checkpoint, load_weights, read_file_info};
+use stepscope_core::data::{Dataset, TokenText, MAX_TEXT_BYTES, MAX_VOCABULARY};
+use stepscope_core::experiment::{DataSource, Schedule};
+use stepscope_core::limits::Limits;
+use stepscope_core::{Error, Experiment, TrainState};
+
+use super::progress::read_csv_file;
+use crate::args::{TrainArgs, DEFAULT_STEPS};
+use crate::files;
+use crate::Failure;
+
+pub(super) fn read_experiment(path: &str) -> Result<Experiment, Failure> {
+    let text = files::read_text(path, "config")?;
+    Experiment::from_json(&text).map_err(|e| Failure::usage(format!("config `{path}`: {e}")))
+}
+
+/// The run to start from: a fresh one, a fresh one with given initial
+/// weights, or a full checkpoint to resume. A config's experiment is held
+/// to the memory budget before its parameters are allocated (a checkpoint's
+/// tensors are bounded by its file, checked before they are allocated).
+pub(super) fn initial_state(args: &TrainArgs) -> Result<TrainState, Failure> {
+    let config = args.config.as_deref().map(read_experiment).transpose()?;
+    if let Some(experiment) = &config {
+        Limits::native(args.memory_budget_mib).check(experiment, None)?;
+    }
+    let Some(init_path) = args.init.as_deref() else {
+        let experiment = config.expect("parse() requires --config or --init");
+        return Ok(fresh(experiment, None));
+    };
+    let bytes = files::read(init_path, "--init file")?;
+    let context = |e: Error| Failure::usage(format!("--init `{init_path}`: {e}"));
+    let is_checkpoint = read_file_info(&bytes).map_err(context)?.metadata.contains_key("format");
+    match (config, is_checkpoint) {
+        (config, true) => {
+            let state = load_checkpoint(&bytes).map_err(context)?;
+            if let Some(config) = config {
+                if config != state.experiment {
+                    return Err(Failure::usage(format!(
+                        "--config differs from the experiment stored in checkpoint `{init_path}`; leave out --config to resume it"
+                    )));
+                }
+            }
+            Ok(state)
+        }
+        (Some(experiment), false) => {
+            let params = load_weights(&bytes, &experiment).map_err(context)?;
+            Ok(fresh(experiment, Some(params)))
+        }
+        (None, false) => Err(Failure::usage(format!(
+            "--init `{init_path}` holds weights only, not a Stepscope checkpoint: give --config too"
+        ))),
+    }
+}
+
+/// A fresh run (`TrainState::fresh`), from given initial weights if any.
+pub(super) fn fresh(experiment: Experiment, params: Option<Vec<f32>>) -> TrainState {
+    let mut state = TrainState::fresh(&experiment);
+    if let Some(params) = params {
+        state.params = params;
+    }
+    state
+}
+
+/// A text file's windows for a gpt experiment (`"source": "text"`): its
+/// size is checked before it is read, then `TokenText::read` names
+/// whatever else is wrong with it.
+pub(super) fn load_text(path: &str, experiment: &Experiment) -> Result<Dataset, Failure> {
+    let context = |e: Error| Failure::usage(format!("--data `{path}`: {e}"));
+    let size =
+        std::fs::metadata(path).map_err(|e| Failure::usage(format!("cannot read --data file `{path}`: {e}")))?.len();
+    if size > MAX_TEXT_BYTES as u64 {
+        return Err(Failure::usage(format!(
+            "--data `{path}`: the text is {size} bytes; at most {MAX_TEXT_BYTES} are read"
+        )));
+    }
+    let bytes = files::read(path, "--data file")?;
+    let t = experiment.gpt().map_or(0, |g| g.context);
+    let text = TokenText::read(&bytes, t, MAX_VOCABULARY).map_err(context)?;
+    Dataset::load_text(experiment, &text).map_err(context)
+}
+
+pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dataset, Failure> {
+    match (&args.data, experiment.data.source) {
+        (Some(path), DataSource::Text) => return load_text(path, experiment),
+        (None, DataSource::Text) => {
+            return Err(Failure::usage("the experiment's data.source is \"text\": give the file with --data FILE"))
+        }
+        _ => {}
+    }
+    let csv = match (&args.data, experiment.data.source) {
+        (Some(path), DataSource::Csv) => Some(read_csv_file(path, "--data file")?),
+        (None, DataSource::Csv) => {
+            return Err(Failure::usage("the experiment's data.source is \"csv\": give the file with --data FILE"))
+        }
+        (Some(_), source) => {
+            return Err(Failure::usage(format!(
+                "--data is for \"source\": \"csv\" or \"text\", but the experiment uses the built-in {:?} dataset",
+                source.name()
+            )))
+        }
+        (None, _) => None,
+    };
+    let context = |e: Error| match &args.data {
+        Some(path) => Failure::usage(format!("--data `{path}`: {e}")),
+        None => Failure::from(e),
+    };
+    Dataset::load(experiment, csv.as_ref()).map_err(context)
+}
+
+/// Steps to run now: `--steps`, else what the schedule has left, else 100.
+pub(super) fn steps_to_run(args: &TrainArgs, state: &TrainState) -> u64 {
+    if let Some(steps) = args.steps {
+        return steps;
+    }
+    match state.experiment.schedule {
+        Schedule::WarmupCosine { total_steps, .. } | Schedule::WarmupLinear { total_steps, .. } => {
+            total_steps.saturating_sub(state.step()).max(1)
+        }
+        Schedule::Constant => DEFAULT_STEPS,
+    }
+}
