@@ -13,7 +13,7 @@ mod gpu_common;
 mod gpu_backward;
 #[path = "../../core/tests/gpu_dense_forward.rs"]
 mod gpu_dense_forward;
-#[path = "../../core/tests/gpu_gpt.rs"]
+#[path = "../../core/tests/gpu_gpt/main.rs"]
 mod gpu_gpt;
 #[path = "../../core/tests/gpu_misc.rs"]
 mod gpu_misc;
