@@ -1,6 +1,6 @@
 // adam_step: one torch.optim.Adam / AdamW step over the flat parameters (CPU twin:
 // optim::adam_step, operation by operation):
-//   AdamW: p ← p·(1 − lr·λ)       Adam: g ← g + λ·p (if λ ≠ 0)
+//   AdamW: p ← p·(1 − lr·λ)       Adam: g ← g + λ·p (if λ ≠ 0)   (where the tensor decays)
 //   m ← lerp(m, g, 1 − β1)        (torch's lerp: a + w·(b − a) for w < ½, else b − (b − a)·(1 − w))
 //   v ← v·β2 + ((1 − β2)·g)·g
 //   p ← p + ((−lr/bc1)·m) / (√v / √bc2 + ε);  updates ← p_new − p_old
@@ -18,7 +18,8 @@
 //   4 flags       (4)      read_write   [0] first non-finite code, [1] step
 //   5 grads       (P)      read
 //   6 scalars     (steps)  read         StepScalars of each step of the submit
-//   7 p           Params   uniform
+//   7 tensors     (n)      read         TensorRange {offset, len, decays}, read where decay_tensors > 0
+//   8 p           Params   uniform
 // Dispatch: elementwise_grid(count); workgroup 256, one parameter per invocation.
 
 struct StepScalars {
@@ -32,6 +33,13 @@ struct StepScalars {
     _pad: u32,
 }
 
+struct TensorRange {
+    offset: u32,
+    len: u32,
+    decays: u32, // 1 where the tensor takes weight decay (its torch parameter group's)
+    _pad: u32,
+}
+
 struct Params {
     count: u32,
     one_minus_beta1: f32,
@@ -42,7 +50,7 @@ struct Params {
     decoupled: u32, // 1 AdamW, 0 Adam
     n_layers: u32,
     layer_ends: array<vec4<u32>, 4>, // layer l ends (exclusive) at [l / 4][l % 4]
-    offset: u32, // the first parameter of the count updated
+    decay_tensors: u32, // 0: every parameter decays; else the tensors in the table (decay groups)
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,
@@ -55,12 +63,34 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> flags: array<atomic<u32>, 4>;
 @group(0) @binding(5) var<storage, read> grads: array<f32>;
 @group(0) @binding(6) var<storage, read> scalars: array<StepScalars>;
-@group(0) @binding(7) var<uniform> p: Params;
+@group(0) @binding(7) var<storage, read> tensors: array<TensorRange>;
+@group(0) @binding(8) var<uniform> p: Params;
 
 const PHASE_OPTIMIZER: u32 = 4u;
 
 fn is_finite(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+// Whether parameter i takes weight decay: every one where decay_tensors is 0,
+// else its tensor's flag in the table, found by bisection (the table lists the
+// tensors in the flat buffer's order; the tensor of i is the last one starting
+// at or before i, which skips empty tensors).
+fn decays(i: u32) -> bool {
+    if (p.decay_tensors == 0u) {
+        return true;
+    }
+    var lo = 0u;
+    var hi = p.decay_tensors;
+    while (hi - lo > 1u) {
+        let mid = (lo + hi) / 2u;
+        if (tensors[mid].offset <= i) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return tensors[lo].decays == 1u;
 }
 
 fn layer_of(i: u32) -> u32 {
@@ -82,11 +112,10 @@ fn lerp(a: f32, b: f32, w: f32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let local = (wid.y * nwg.x + wid.x) * 256u + lid.x;
-    if (local >= p.count) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid.x;
+    if (i >= p.count) {
         return;
     }
-    let i = p.offset + local;
     // After a NaN/Inf earlier in this submit (flags[0] set by forward,
     // backward, or an earlier step), leave parameters and optimizer state at
     // the last good step. A code this very dispatch recorded (this step's
@@ -102,10 +131,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let p_old = params[i];
     var q = p_old;
     var g = grads[i];
-    if (p.decoupled == 1u) {
-        q = q * s.decay;
-    } else if (p.weight_decay != 0.0) {
-        g += p.weight_decay * q;
+    if (decays(i)) {
+        if (p.decoupled == 1u) {
+            q = q * s.decay;
+        } else if (p.weight_decay != 0.0) {
+            g += p.weight_decay * q;
+        }
     }
     let m = lerp(exp_avg[i], g, p.one_minus_beta1);
     let v = exp_avg_sq[i] * p.beta2 + p.one_minus_beta2 * g * g;

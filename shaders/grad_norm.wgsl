@@ -20,6 +20,8 @@ struct Params {
 struct TensorRange {
     offset: u32,
     len: u32,
+    decays: u32, // 1 where the tensor takes weight decay (its torch parameter group's)
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> tensor_norms: array<f32>;

@@ -1,7 +1,7 @@
 // lamb_moments: pass 1 of a LAMB step (optax.lamb), per tensor (CPU twin: the
 // first loop of optim::lamb_step, operation by operation):
 //   m ← (1 − β1)·g + β1·m;  v ← (1 − β2)·(g·g) + β2·v
-//   r = (m / bc1) / (√(v / bc2) + ε) + λ·p
+//   r = (m / bc1) / (√(v / bc2) + ε) + λ·p   (λ = 0 for a tensor that does not decay)
 // and the tensor's norms ‖p‖ and ‖r‖ (sums of squares in f32: a stride-256 slice
 // per invocation, then a tree reduction; the CPU sums sequentially). lamb_step
 // turns them into the trust ratio. The per-step scalars are read at
@@ -15,9 +15,9 @@
 //   4 params      (P)            read
 //   5 grads       (P)            read
 //   6 scalars     (steps)        read         StepScalars of each step of the submit
-//   7 tensors     (n_tensors)    read         TensorRange {offset, len} of each tensor
+//   7 tensors     (n_tensors)    read         TensorRange {offset, len, decays} of each tensor
 //   8 p           Params         uniform
-// Dispatch: (n_tensors, 1, 1); workgroup 256; workgroup t handles tensor first + t.
+// Dispatch: (n_tensors, 1, 1); workgroup 256; workgroup t handles tensor t.
 
 struct StepScalars {
     neg_lr: f32,
@@ -33,6 +33,8 @@ struct StepScalars {
 struct TensorRange {
     offset: u32,
     len: u32,
+    decays: u32, // 1 where the tensor takes weight decay (its torch parameter group's)
+    _pad: u32,
 }
 
 struct Params {
@@ -43,7 +45,7 @@ struct Params {
     one_minus_beta2: f32,
     eps: f32,
     weight_decay: f32,
-    first: u32, // the first tensor of the n_tensors updated (a run of one decay group)
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> exp_avg: array<f32>;
@@ -63,11 +65,13 @@ var<workgroup> update_sq: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let t = p.first + wid.x;
+    let t = wid.x;
     if (wid.x >= p.n_tensors) {
         return; // uniform across the workgroup
     }
     let range = tensors[t];
+    // λ of the tensor's parameter group: 0 where it does not decay.
+    let weight_decay = select(0.0, p.weight_decay, range.decays == 1u);
     // After a NaN/Inf earlier in this submit (flags[0] set by forward or
     // backward), leave parameters and optimizer state at the last good step.
     // Writes are skipped rather than returning early: the barriers below
@@ -89,7 +93,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         let w = params[i];
         let m_hat = m / s.bias_correction1;
         let v_hat = v / s.bias_correction2;
-        let r = m_hat / (sqrt(v_hat) + p.eps) + p.weight_decay * w;
+        let r = m_hat / (sqrt(v_hat) + p.eps) + weight_decay * w;
         psq += w * w;
         rsq += r * r;
     }

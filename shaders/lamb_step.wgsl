@@ -2,6 +2,7 @@
 // ratio and second loop of optim::lamb_step):
 //   ratio = ‖p‖ / ‖r‖, or 1 where either norm is 0   (norms from lamb_moments)
 //   r = (m / bc1) / (√(v / bc2) + ε) + λ·p           (recomputed, as the twin)
+//   (λ = 0 for a tensor that does not decay)
 //   p ← p + (−lr)·(r·ratio);  updates ← p_new − p_old
 // (statistics only: a compiler may fold (p + x) − p into x, the step before p_new's
 // rounding, which is within an ulp of p_new of the difference)
@@ -17,9 +18,9 @@
 //   4 exp_avg_sq  (P)            read         v (already updated by lamb_moments)
 //   5 lamb_norms  (2·n_tensors)  read         [2t] ‖p‖, [2t + 1] ‖r‖
 //   6 scalars     (steps)        read         StepScalars of each step of the submit
-//   7 tensors     (n_tensors)    read         TensorRange {offset, len} of each tensor
+//   7 tensors     (n_tensors)    read         TensorRange {offset, len, decays} of each tensor
 //   8 p           Params         uniform
-// Dispatch: (n_tensors, 1, 1); workgroup 256; workgroup t walks tensor first + t with stride 256.
+// Dispatch: (n_tensors, 1, 1); workgroup 256; workgroup t walks tensor t with stride 256.
 
 struct StepScalars {
     neg_lr: f32,
@@ -35,6 +36,8 @@ struct StepScalars {
 struct TensorRange {
     offset: u32,
     len: u32,
+    decays: u32, // 1 where the tensor takes weight decay (its torch parameter group's)
+    _pad: u32,
 }
 
 struct Params {
@@ -45,7 +48,7 @@ struct Params {
     one_minus_beta2: f32,
     eps: f32,
     weight_decay: f32,
-    first: u32, // the first tensor of the n_tensors updated (a run of one decay group)
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> params: array<f32>;
@@ -67,11 +70,13 @@ fn is_finite(v: f32) -> bool {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let t = p.first + wid.x;
+    let t = wid.x;
     if (wid.x >= p.n_tensors) {
         return;
     }
     let range = tensors[t];
+    // λ of the tensor's parameter group: 0 where it does not decay.
+    let weight_decay = select(0.0, p.weight_decay, range.decays == 1u);
     // After a NaN/Inf earlier in this submit (flags[0] set by forward,
     // backward, or an earlier step), leave parameters and optimizer state at
     // the last good step. A code this very dispatch recorded (this step's
@@ -95,7 +100,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         let p_old = params[i];
         let m_hat = exp_avg[i] / s.bias_correction1;
         let v_hat = exp_avg_sq[i] / s.bias_correction2;
-        let r = m_hat / (sqrt(v_hat) + p.eps) + p.weight_decay * p_old;
+        let r = m_hat / (sqrt(v_hat) + p.eps) + weight_decay * p_old;
         let p_new = p_old + s.neg_lr * (r * ratio);
         params[i] = p_new;
         updates[i] = p_new - p_old;

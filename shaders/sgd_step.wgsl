@@ -1,7 +1,7 @@
 // sgd_step: one torch.optim.SGD step over the flat parameters (CPU twin:
 // optim::sgd_step, operation by operation, so results are bit-identical where
 // the driver does not fuse a multiply-add):
-//   g ← g + λ·p                                    (if λ ≠ 0)
+//   g ← g + λ·p                                    (if λ ≠ 0 and the tensor decays)
 //   b ← g on the first step, else b ← μ·b + (1 − τ)·g   (if momentum)
 //   g ← g + μ·b (nesterov) or g ← b                (if momentum)
 //   p ← p + (−lr)·g;  updates ← p_new − p_old
@@ -18,7 +18,8 @@
 //   3 flags           (4)      read_write   [0] first non-finite code, [1] step
 //   4 grads           (P)      read
 //   5 scalars         (steps)  read         StepScalars of each step of the submit
-//   6 p               Params   uniform
+//   6 tensors         (n)      read         TensorRange {offset, len, decays}, read where decay_tensors > 0
+//   7 p               Params   uniform
 // Dispatch: elementwise_grid(count); workgroup 256, one parameter per invocation.
 
 struct StepScalars {
@@ -32,6 +33,13 @@ struct StepScalars {
     _pad: u32,
 }
 
+struct TensorRange {
+    offset: u32,
+    len: u32,
+    decays: u32, // 1 where the tensor takes weight decay (its torch parameter group's)
+    _pad: u32,
+}
+
 struct Params {
     count: u32,
     momentum: f32,
@@ -40,7 +48,7 @@ struct Params {
     weight_decay: f32,
     use_momentum: u32,
     n_layers: u32,
-    offset: u32, // the first parameter of the count updated
+    decay_tensors: u32, // 0: every parameter decays; else the tensors in the table (decay groups)
     layer_ends: array<vec4<u32>, 4>, // layer l ends (exclusive) at [l / 4][l % 4]
 }
 
@@ -50,12 +58,34 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> flags: array<atomic<u32>, 4>;
 @group(0) @binding(4) var<storage, read> grads: array<f32>;
 @group(0) @binding(5) var<storage, read> scalars: array<StepScalars>;
-@group(0) @binding(6) var<uniform> p: Params;
+@group(0) @binding(6) var<storage, read> tensors: array<TensorRange>;
+@group(0) @binding(7) var<uniform> p: Params;
 
 const PHASE_OPTIMIZER: u32 = 4u;
 
 fn is_finite(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+// Whether parameter i takes weight decay: every one where decay_tensors is 0,
+// else its tensor's flag in the table, found by bisection (the table lists the
+// tensors in the flat buffer's order; the tensor of i is the last one starting
+// at or before i, which skips empty tensors).
+fn decays(i: u32) -> bool {
+    if (p.decay_tensors == 0u) {
+        return true;
+    }
+    var lo = 0u;
+    var hi = p.decay_tensors;
+    while (hi - lo > 1u) {
+        let mid = (lo + hi) / 2u;
+        if (tensors[mid].offset <= i) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return tensors[lo].decays == 1u;
 }
 
 fn layer_of(i: u32) -> u32 {
@@ -70,11 +100,10 @@ fn layer_of(i: u32) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let local = (wid.y * nwg.x + wid.x) * 256u + lid.x;
-    if (local >= p.count) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid.x;
+    if (i >= p.count) {
         return;
     }
-    let i = p.offset + local;
     // After a NaN/Inf earlier in this submit (flags[0] set by forward,
     // backward, or an earlier step), leave parameters and optimizer state at
     // the last good step. A code this very dispatch recorded (this step's
@@ -89,7 +118,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let s = scalars[step];
     let p_old = params[i];
     var g = grads[i];
-    if (p.weight_decay != 0.0) {
+    if (p.weight_decay != 0.0 && decays(i)) {
         g += p.weight_decay * p_old;
     }
     if (p.use_momentum == 1u) {

@@ -92,8 +92,7 @@ impl Buffers {
                 .map(|(l, shape)| storage(device, &format!("{label} layer {l}"), 4 * batch * shape.units as u64))
                 .collect()
         };
-        let table_rows: Vec<TensorRange> =
-            tensors.iter().map(|t| TensorRange { offset: t.offset as u32, len: t.len as u32 }).collect();
+        let table_rows: Vec<TensorRange> = tensors.iter().map(TensorRange::of).collect();
         let scratch_bytes: u64 = layout.layers.iter().map(|l| 4 * batch * l.units as u64).sum::<u64>();
         let gpt = layout.gpt.as_ref().map(|shape| super::gpt::GptBuffers::new(device, shape, e.batch_size, false));
         let mut buffers = Buffers {

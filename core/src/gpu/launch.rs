@@ -126,15 +126,16 @@ pub fn layer_ends(layout: &Layout) -> LayerEnds {
     ends
 }
 
-/// SGD over `count` parameters of `n_layers` layers. Bindings: params,
-/// momentum_buffer, updates, flags, grads, scalars. None for another
-/// optimizer.
+/// SGD over `count` parameters of `n_layers` layers, every one decaying
+/// (`decay_groups` for a transformer's). Bindings: params,
+/// momentum_buffer, updates, flags, grads, scalars, tensor_table. None for
+/// another optimizer.
 pub fn sgd_step(
     spec: &OptimizerSpec,
     count: usize,
     n_layers: usize,
     layer_ends: LayerEnds,
-) -> Option<Launch<SgdStepParams, 6>> {
+) -> Option<Launch<SgdStepParams, 7>> {
     let OptimizerSpec::Sgd { momentum, dampening, nesterov, weight_decay, .. } = *spec else {
         return None;
     };
@@ -146,20 +147,21 @@ pub fn sgd_step(
         weight_decay: weight_decay as f32,
         use_momentum: u32::from(momentum != 0.0),
         n_layers: u(n_layers),
-        offset: 0,
+        decay_tensors: 0,
         layer_ends,
     };
     Some(Launch::new(Kernel::SgdStep, p, elementwise_grid(count)))
 }
 
-/// Adam or AdamW. Bindings: params, exp_avg, exp_avg_sq, updates, flags,
-/// grads, scalars. None for another optimizer.
+/// Adam or AdamW, every parameter decaying (`decay_groups` for a
+/// transformer's). Bindings: params, exp_avg, exp_avg_sq, updates, flags,
+/// grads, scalars, tensor_table. None for another optimizer.
 pub fn adam_step(
     spec: &OptimizerSpec,
     count: usize,
     n_layers: usize,
     layer_ends: LayerEnds,
-) -> Option<Launch<AdamStepParams, 7>> {
+) -> Option<Launch<AdamStepParams, 8>> {
     let (OptimizerSpec::Adam { betas, eps, weight_decay, .. } | OptimizerSpec::Adamw { betas, eps, weight_decay, .. }) =
         *spec
     else {
@@ -175,7 +177,7 @@ pub fn adam_step(
         decoupled: u32::from(matches!(spec, OptimizerSpec::Adamw { .. })),
         n_layers: u(n_layers),
         layer_ends,
-        offset: 0,
+        decay_tensors: 0,
         _pad: [0; 3],
     };
     Some(Launch::new(Kernel::AdamStep, p, elementwise_grid(count)))
@@ -185,7 +187,8 @@ pub fn adam_step(
 /// `lamb_moments` (bindings: exp_avg, exp_avg_sq, lamb_norms, flags,
 /// params, grads, scalars, tensor_table), then `lamb_step` (params,
 /// updates, flags, exp_avg, exp_avg_sq, lamb_norms, scalars,
-/// tensor_table). None for another optimizer.
+/// tensor_table). Weight decay applies to the tensors whose table row
+/// decays. None for another optimizer.
 pub fn lamb(spec: &OptimizerSpec, n_tensors: usize) -> Option<[Launch<LambParams, 8>; 2]> {
     let OptimizerSpec::Lamb { betas, eps, weight_decay, .. } = *spec else {
         return None;
@@ -198,22 +201,10 @@ pub fn lamb(spec: &OptimizerSpec, n_tensors: usize) -> Option<[Launch<LambParams
         one_minus_beta2: (1.0 - betas[1]) as f32,
         eps: eps as f32,
         weight_decay: weight_decay as f32,
-        first: 0,
+        _pad: 0,
     };
     let grid = [u(n_tensors), 1, 1];
     Some([Launch::new(Kernel::LambMoments, p, grid), Launch::new(Kernel::LambStep, p, grid)])
-}
-
-impl Launch<LambParams, 8> {
-    /// LAMB's pass over tensors `first..first + count` only, without
-    /// weight decay where they do not decay (a transformer's groups).
-    pub fn tensors(mut self, first: usize, count: usize, decays: bool) -> Self {
-        (self.params.first, self.params.n_tensors, self.grid) = (u(first), u(count), [u(count), 1, 1]);
-        if !decays {
-            self.params.weight_decay = 0.0;
-        }
-        self
-    }
 }
 
 /// Statistics of `len` values at `offset` into record `out_offset` (in
@@ -418,27 +409,30 @@ pub fn residual_forward(count: usize) -> Launch<ElementwiseParams, 2> {
     Launch::new(Kernel::ResidualForward, p, elementwise_grid(count))
 }
 
-impl Launch<SgdStepParams, 6> {
-    /// SGD over parameters `offset..offset + count` only, without weight
-    /// decay where the range does not decay (a transformer's groups).
-    pub fn range(mut self, offset: usize, count: usize, decays: bool) -> Self {
-        (self.params.offset, self.params.count, self.grid) = (u(offset), u(count), elementwise_grid(count));
-        if !decays {
-            self.params.weight_decay = 0.0;
-        }
+/// The value of `decay_tensors` for `tensors`: 0 where every tensor decays
+/// (one pass, no table look-up), else their number.
+fn decay_tensors(tensors: &[TensorInfo]) -> u32 {
+    if tensors.iter().all(|t| t.decays) {
+        0
+    } else {
+        u(tensors.len())
+    }
+}
+
+impl Launch<SgdStepParams, 7> {
+    /// Weight decay only where the tensor table says the tensor decays (a
+    /// transformer's groups): still one dispatch over every parameter.
+    pub fn decay_groups(mut self, tensors: &[TensorInfo]) -> Self {
+        self.params.decay_tensors = decay_tensors(tensors);
         self
     }
 }
 
-impl Launch<AdamStepParams, 7> {
-    /// Adam or AdamW over parameters `offset..offset + count` only,
-    /// without weight decay (neither Adam's nor AdamW's) where the range
-    /// does not decay.
-    pub fn range(mut self, offset: usize, count: usize, decays: bool) -> Self {
-        (self.params.offset, self.params.count, self.grid) = (u(offset), u(count), elementwise_grid(count));
-        if !decays {
-            (self.params.weight_decay, self.params.decoupled) = (0.0, 0);
-        }
+impl Launch<AdamStepParams, 8> {
+    /// As SGD's: neither Adam's nor AdamW's decay where the tensor does
+    /// not decay.
+    pub fn decay_groups(mut self, tensors: &[TensorInfo]) -> Self {
+        self.params.decay_tensors = decay_tensors(tensors);
         self
     }
 }

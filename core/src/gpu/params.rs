@@ -59,6 +59,17 @@ pub const STEP_STATS_STRIDE: usize = 4;
 pub struct TensorRange {
     pub offset: u32,
     pub len: u32,
+    /// 1 where the tensor takes weight decay (`TensorInfo::decays`: its
+    /// torch parameter group's), else 0.
+    pub decays: u32,
+    pub _pad: u32,
+}
+
+impl TensorRange {
+    /// The table row of `t`.
+    pub fn of(t: &crate::model::TensorInfo) -> TensorRange {
+        TensorRange { offset: t.offset as u32, len: t.len as u32, decays: u32::from(t.decays), _pad: 0 }
+    }
 }
 
 /// End (exclusive) of each layer's parameters in the flat buffer, as
@@ -177,9 +188,10 @@ pub struct SgdStepParams {
     pub weight_decay: f32,
     pub use_momentum: u32,
     pub n_layers: u32,
-    /// The first parameter of the `count` updated (a range of tensors
-    /// of one decay group; 0 for every parameter).
-    pub offset: u32,
+    /// 0 where every parameter decays (one parameter group, the MLP's);
+    /// else the number of tensors in the tensor table, whose `decays`
+    /// each parameter's update reads (a transformer's two groups).
+    pub decay_tensors: u32,
     pub layer_ends: LayerEnds,
 }
 
@@ -197,8 +209,8 @@ pub struct AdamStepParams {
     pub decoupled: u32,
     pub n_layers: u32,
     pub layer_ends: LayerEnds,
-    /// The first parameter of the `count` updated (`SgdStepParams`).
-    pub offset: u32,
+    /// As `SgdStepParams::decay_tensors`.
+    pub decay_tensors: u32,
     pub _pad: [u32; 3],
 }
 
@@ -212,10 +224,9 @@ pub struct LambParams {
     pub beta2: f32,
     pub one_minus_beta2: f32,
     pub eps: f32,
+    /// Applied to the tensors whose table row `decays`; the others take 0.
     pub weight_decay: f32,
-    /// The first tensor of the `n_tensors` updated (a run of one decay
-    /// group; 0 for every tensor).
-    pub first: u32,
+    pub _pad: u32,
 }
 
 /// `shaders/tensor_stats.wgsl`

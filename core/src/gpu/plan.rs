@@ -207,62 +207,26 @@ fn optimizer_dispatches(
         ),
     ];
     let spec = &e.optimizer;
-    // One update over every parameter where every tensor decays (the
-    // MLP), else one per run of tensors of one decay group (a
-    // transformer's: nanoGPT decays tensors of two or more dimensions), as
-    // the CPU's `optimizer_step` gives the others weight decay 0.
-    let runs = decay_runs(tensors);
+    // One update over every parameter. Where a tensor does not decay (a
+    // transformer's: nanoGPT decays tensors of two or more dimensions) the
+    // kernels read its group from the tensor table, as the CPU's
+    // `optimizer_step` gives it weight decay 0.
+    let table = &b.tensor_table;
     if let Some(sgd) = launch::sgd_step(spec, count, layers, ends) {
-        let buffers = [&b.params, &b.momentum_buffer, &b.updates, &b.flags, &b.grads, &b.scalars];
-        for &(offset, len, decays) in &runs {
-            optimizer.push(sgd.range(offset, len, decays).bind(ctx, "sgd_step", buffers));
-        }
+        let buffers = [&b.params, &b.momentum_buffer, &b.updates, &b.flags, &b.grads, &b.scalars, table];
+        optimizer.push(sgd.decay_groups(tensors).bind(ctx, "sgd_step", buffers));
     }
     if let Some(adam) = launch::adam_step(spec, count, layers, ends) {
-        let buffers = [&b.params, &b.exp_avg, &b.exp_avg_sq, &b.updates, &b.flags, &b.grads, &b.scalars];
-        for &(offset, len, decays) in &runs {
-            optimizer.push(adam.range(offset, len, decays).bind(ctx, "adam_step", buffers));
-        }
+        let buffers = [&b.params, &b.exp_avg, &b.exp_avg_sq, &b.updates, &b.flags, &b.grads, &b.scalars, table];
+        optimizer.push(adam.decay_groups(tensors).bind(ctx, "adam_step", buffers));
     }
     if let Some([moments, step]) = launch::lamb(spec, n) {
-        let (m, v, norms, table) = (&b.exp_avg, &b.exp_avg_sq, &b.lamb_norms, &b.tensor_table);
+        let (m, v, norms) = (&b.exp_avg, &b.exp_avg_sq, &b.lamb_norms);
         let moment_buffers = [m, v, norms, &b.flags, &b.params, &b.grads, &b.scalars, table];
         let step_buffers = [&b.params, &b.updates, &b.flags, m, v, norms, &b.scalars, table];
-        // Per-tensor trust ratios: a run of tensors is as good as all.
-        let tensor_runs = decay_tensor_runs(tensors);
-        for &(first, count, decays) in &tensor_runs {
-            optimizer.push(moments.tensors(first, count, decays).bind(ctx, "lamb_moments", moment_buffers));
-        }
-        for &(first, count, decays) in &tensor_runs {
-            optimizer.push(step.tensors(first, count, decays).bind(ctx, "lamb_step", step_buffers));
-        }
+        optimizer.push(moments.bind(ctx, "lamb_moments", moment_buffers));
+        optimizer.push(step.bind(ctx, "lamb_step", step_buffers));
     }
     optimizer.push(launch::advance(Counter::Step).bind(ctx, "advance step", [&b.flags]));
     optimizer
-}
-
-/// The flat buffer as runs of consecutive tensors of one decay group:
-/// (offset, length, decays). One run where every tensor decays.
-fn decay_runs(tensors: &[TensorInfo]) -> Vec<(usize, usize, bool)> {
-    let mut runs: Vec<(usize, usize, bool)> = Vec::new();
-    for t in tensors {
-        match runs.last_mut() {
-            Some((offset, len, decays)) if *decays == t.decays && *offset + *len == t.offset => *len += t.len,
-            _ => runs.push((t.offset, t.len, t.decays)),
-        }
-    }
-    runs
-}
-
-/// The tensors as runs of consecutive ones of one decay group: (first
-/// tensor, count, decays). One run where every tensor decays.
-fn decay_tensor_runs(tensors: &[TensorInfo]) -> Vec<(usize, usize, bool)> {
-    let mut runs: Vec<(usize, usize, bool)> = Vec::new();
-    for (i, t) in tensors.iter().enumerate() {
-        match runs.last_mut() {
-            Some((_, count, decays)) if *decays == t.decays => *count += 1,
-            _ => runs.push((i, 1, t.decays)),
-        }
-    }
-    runs
 }

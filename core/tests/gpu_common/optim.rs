@@ -26,13 +26,30 @@ pub fn tensors() -> Vec<TensorInfo> {
     tensors
 }
 
+/// The same tensors in nanoGPT's two groups: the weights decay, the
+/// biases do not (the kernels look each parameter's group up in the table).
+pub fn grouped_tensors() -> Vec<TensorInfo> {
+    tensors().into_iter().map(|t| TensorInfo { decays: t.is_weight, ..t }).collect()
+}
+
+/// Both sets, named for the assertions.
+pub fn tensor_sets() -> [(&'static str, Vec<TensorInfo>); 2] {
+    [("one group", tensors()), ("two groups", grouped_tensors())]
+}
+
+/// Whether each element of the flat buffer decays.
+pub fn decays_at(tensors: &[TensorInfo]) -> Vec<bool> {
+    tensors.iter().flat_map(|t| std::iter::repeat_n(t.decays, t.len)).collect()
+}
+
 pub fn total_len(tensors: &[TensorInfo]) -> usize {
     tensors.iter().map(|t| t.len).sum()
 }
 
+/// The tensor table, as the engine uploads it.
 pub fn ranges(tensors: &[TensorInfo]) -> Vec<u8> {
-    let r: Vec<[u32; 2]> = tensors.iter().map(|t| [t.offset as u32, t.len as u32]).collect();
-    bytemuck::cast_slice(&r).to_vec() // TensorRange {offset, len}
+    let r: Vec<TensorRange> = tensors.iter().map(TensorRange::of).collect();
+    bytemuck::cast_slice(&r).to_vec()
 }
 
 /// Layer l = tensors 2l and 2l + 1; its end is the end of its bias.
@@ -115,20 +132,22 @@ pub fn norm_tolerance(n: usize, norm: f32, term_rel_err: f32) -> f32 {
 }
 
 /// The plan's SGD launch for `tensors` (`gpu::launch::sgd_step`).
-pub fn sgd_launch(count: usize, spec: &OptimizerSpec, tensors: &[TensorInfo]) -> Launch<SgdStepParams, 6> {
+pub fn sgd_launch(count: usize, spec: &OptimizerSpec, tensors: &[TensorInfo]) -> Launch<SgdStepParams, 7> {
     let (n_layers, layer_ends) = layer_ends(tensors);
-    launch::sgd_step(spec, count, n_layers as usize, layer_ends).expect("an SGD spec")
+    launch::sgd_step(spec, count, n_layers as usize, layer_ends).expect("an SGD spec").decay_groups(tensors)
 }
 
 pub async fn run_sgd(
-    l: &Launch<SgdStepParams, 6>,
+    l: &Launch<SgdStepParams, 7>,
     s: StepScalars,
+    tensors: &[TensorInfo],
     params: &[f32],
     buf: &[f32],
     grads: &[f32],
 ) -> Vec<Vec<u8>> {
     let (params_bytes, buf, updates) = (f32_bytes(params), f32_bytes(buf), vec![0u8; 4 * params.len()]);
     let (flags, grads, scalars) = (flags_at_step(STEP, 0), f32_bytes(grads), scalars_buffer(s));
+    let table = ranges(tensors);
     let args = [
         Arg::Out(&params_bytes),
         Arg::Out(&buf),
@@ -136,6 +155,7 @@ pub async fn run_sgd(
         Arg::Out(&flags),
         Arg::In(&grads),
         Arg::In(&scalars),
+        Arg::In(&table),
     ];
     run_launch(l, args).await
 }
