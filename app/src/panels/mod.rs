@@ -6,6 +6,7 @@ pub mod controls;
 pub mod data;
 mod draw;
 pub mod gpt;
+mod gpt_attention;
 mod gpt_lessons;
 pub mod header;
 mod hyper;

@@ -29,6 +29,8 @@ mod commands;
 mod csv_job;
 mod engine_choice;
 mod frame;
+#[cfg(test)]
+mod gpt_tests;
 mod profiler;
 mod race;
 mod report;
