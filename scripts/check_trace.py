@@ -7,7 +7,8 @@ profiler traces.
    track, follow one another without overlap, and add up to the step; the
    data phase is `enumerate(DataLoader)#Stepscope.__next__`; the counters
    hold the metrics log's losses.
-2. A GPU-engine run (lavapipe here, where no GPU is at hand), gzip-compressed:
+2. A GPU-engine run of 40 steps (lavapipe here, where no GPU is at hand),
+   gzip-compressed:
    Holistic Trace Analysis (`hta.trace_analysis.TraceAnalysis`, from PyPI)
    loads it, finds rank 0, and gives its temporal breakdown (idle, compute
    and non-compute time of the GPU's passes) and their kernel breakdown.
@@ -91,7 +92,9 @@ def main():
 
         gpu_dir = os.path.join(tmp, "gpu")
         os.mkdir(gpu_dir)
-        out = stepscope("train", "--config", "config.json", "--steps", "6", "--backend", "gpu", "--trace",
+        # A trace of realistic length (HTA under pandas 3 failed on 30 steps
+        # while reading 6).
+        out = stepscope("train", "--config", "config.json", "--steps", "40", "--backend", "gpu", "--trace",
                         os.path.join(gpu_dir, "rank0.pt.trace.json.gz"), "--metrics", "g.jsonl", cwd=tmp)
         if "no timestamp queries" in out:
             sys.exit("the GPU adapter has no timestamp queries: no GPU passes to analyse")

@@ -81,8 +81,13 @@ if ! .venv/bin/python -c 'import numpy, safetensors, tensorboard' >/dev/null 2>&
   .venv/bin/python -m pip install --no-cache-dir --quiet numpy safetensors tensorboard==2.21.0
 fi
 # HTA with only what it imports (its declared requirements pull in
-# JupyterLab and pytest; it imports psutil without declaring it).
-if ! .venv/bin/python -c 'import hta.trace_analysis' >/dev/null 2>&1; then
+# JupyterLab and pytest; it imports psutil without declaring it). HTA 0.5.0
+# fails inside its own code under pandas 3 on a trace of a few dozen steps
+# (pandas 2 reads it), so pandas is pinned, and a machine that has another
+# pandas gets this one.
+hta_pandas=2.3.3
+if ! .venv/bin/python -c 'import hta.trace_analysis' >/dev/null 2>&1 \
+  || [ "$(.venv/bin/python -c 'import pandas; print(pandas.__version__)' 2>/dev/null)" != "$hta_pandas" ]; then
   .venv/bin/python -m pip install --no-cache-dir --quiet --no-deps HolisticTraceAnalysis==0.5.0
-  .venv/bin/python -m pip install --no-cache-dir --quiet pandas plotly networkx psutil pyyaml
+  .venv/bin/python -m pip install --no-cache-dir --quiet "pandas==$hta_pandas" plotly networkx psutil pyyaml
 fi

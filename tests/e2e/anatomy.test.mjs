@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { setup, text, number, trainUntil, settle } from './harness.mjs';
+import { setup, text, number, trainUntil, settle, patience } from './harness.mjs';
 
 const ctx = setup();
 const open = (url, options) => ctx.open(url, options);
@@ -23,7 +23,7 @@ test('the anatomy times every phase on every path: profiled steps with their bou
     const { page } = await open(url);
     await page.getByTestId('train-toggle').click();
     await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 150
-      && document.querySelector('[data-testid=profile]'), null, { timeout: 60_000 });
+      && document.querySelector('[data-testid=profile]'), null, { timeout: patience(60_000) });
     await page.getByTestId('train-toggle').click();
     await settle(page);
     assert.match(await text(page, 'clock-resolution'), /resolve[s]? [\d.]+ [µn]s here.*the page is cross-origin isolated/, url);
@@ -50,7 +50,7 @@ test('the anatomy times every phase on every path: profiled steps with their bou
 test('the step timeline adds up and memory matches the model', async () => {
   const { page } = await open(ctx.base);
   await page.getByTestId('train-toggle').click();
-  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 40, null, { timeout: 60_000 });
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 40, null, { timeout: patience(60_000) });
   await page.getByTestId('train-toggle').click();
   // Read in one evaluation: a frame still finishing after the pause may
   // update the timeline between two reads.
@@ -115,7 +115,7 @@ test('step by phase shows what each phase produced, and layers fill in over time
       await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), 2 + i);
       await page.waitForTimeout(300);
     }
-    await page.waitForFunction(() => document.querySelector('[data-testid=distribution-2-updates]').width >= 5, null, { timeout: 30_000 });
+    await page.waitForFunction(() => document.querySelector('[data-testid=distribution-2-updates]').width >= 5, null, { timeout: patience(30_000) });
     for (const l of [0, 1, 2]) {
       const norm = await number(page, `grad-norm-layer-${l}`);
       assert.ok(norm > 0 && Number.isFinite(norm), `layer ${l} gradient norm ${norm}`);

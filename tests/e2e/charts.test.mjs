@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { setup, artifacts, text, stepCount, trainUntil, setField } from './harness.mjs';
+import { setup, artifacts, text, stepCount, trainUntil, setField, patience } from './harness.mjs';
 
 const ctx = setup();
 const CHARTS = ['loss-curves', 'grad-norm-chart', 'lr-chart', 'grad-norm-per-layer-chart'];
@@ -158,14 +158,14 @@ test('with a very low clipping threshold, the clipped steps are marked and the t
 test('after a reset while training, no curve runs back across the chart', async (t) => {
   const { page } = await ctx.open(`${ctx.root}?engine=cpu`);
   await page.getByTestId('train-toggle').click();
-  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 600, null, { timeout: 60_000 });
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 600, null, { timeout: patience(60_000) });
   const before = await stepCount(page);
   // Reset while a frame of the old run is in flight, and train on.
   await page.getByTestId('reset').click();
   await page.waitForFunction((n) => {
     const steps = Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, ''));
     return steps >= 150 && steps < n;
-  }, before, { timeout: 60_000 });
+  }, before, { timeout: patience(60_000) });
   await page.getByTestId('train-toggle').click();
   await page.waitForTimeout(500);
   const steps = await stepCount(page);

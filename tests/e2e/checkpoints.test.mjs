@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
-import { setup, text, number, stepCount, trainUntil, setField, settle, lastCheckpointStep } from './harness.mjs';
+import { setup, text, number, stepCount, trainUntil, setField, settle, lastCheckpointStep, patience } from './harness.mjs';
 
 const ctx = setup();
 const open = (url, options) => ctx.open(url, options);
@@ -204,7 +204,7 @@ test('automatic checkpoints survive a reload; synchronous ones stall the loop', 
   // A reload continues from the newest automatic checkpoint.
   const saved = Number(bgStatus.match(/^Step ([\d,]+)/)[1].replace(/,/g, ''));
   await page.reload();
-  await page.waitForFunction(() => /Restored the run autosaved in this browser/.test(document.querySelector('[data-testid=notice]')?.textContent ?? ''), null, { timeout: 60_000 });
+  await page.waitForFunction(() => /Restored the run autosaved in this browser/.test(document.querySelector('[data-testid=notice]')?.textContent ?? ''), null, { timeout: patience(60_000) });
   assert.match(await text(page, 'notice'), new RegExp(`at step ${saved}\\.`));
   assert.equal(await stepCount(page), saved);
   await page.getByTestId('step-once').click();
@@ -230,7 +230,7 @@ test('a large network restores a checkpoint while training, and the page stays r
   e.model.layers = [...Array(16)].map(() => ({ units: 256, activation: 'tanh' })).concat([output]);
   const { page, errors } = await open(`${ctx.root}?engine=cpu#e=${encodeURIComponent(JSON.stringify(e))}`);
   await page.getByTestId('train-toggle').click();
-  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 5, null, { timeout: 60_000 });
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 5, null, { timeout: patience(60_000) });
   // Downloaded while training: a checkpoint of 16 × 256 with AdamW.
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-checkpoint').click()]);
   const saved = path.join(os.tmpdir(), `stepscope-large-${process.pid}.safetensors`);
@@ -240,7 +240,7 @@ test('a large network restores a checkpoint while training, and the page stays r
   const savedStep = Number(header.__metadata__.step);
   assert.deepEqual(header['layers.5.weight'].shape, [256, 256]);
   // Training goes on past it; then the file is restored while training.
-  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) > n + 3, savedStep, { timeout: 60_000 });
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) > n + 3, savedStep, { timeout: patience(60_000) });
   await page.evaluate(() => {
     window.__long = [];
     new PerformanceObserver((list) => { for (const entry of list.getEntries()) window.__long.push(entry.duration); })
@@ -248,7 +248,7 @@ test('a large network restores a checkpoint while training, and the page stays r
   });
   const started = Date.now();
   await page.getByTestId('restore-checkpoint').setInputFiles(saved);
-  await page.waitForFunction((n) => document.querySelector('[data-testid=notice]')?.textContent.includes(`step ${n}`), savedStep, { timeout: 60_000 })
+  await page.waitForFunction((n) => document.querySelector('[data-testid=notice]')?.textContent.includes(`step ${n}`), savedStep, { timeout: patience(60_000) })
     .catch(async (e) => { throw new Error(`no restore notice; notice: ${await page.evaluate(() => document.querySelector('[data-testid=notice]')?.textContent)}, alert: ${await page.evaluate(() => document.querySelector('[data-testid=alert]')?.textContent)} (${e.message})`); });
   const restoreMs = Date.now() - started;
   const longest = await page.evaluate(() => Math.max(0, ...window.__long));
@@ -257,7 +257,7 @@ test('a large network restores a checkpoint while training, and the page stays r
   assert.match(await page.getByTestId('train-toggle').textContent(), /Train/, 'a restored run is paused');
   assert.equal(await stepCount(page), savedStep);
   await page.getByTestId('train-toggle').click();
-  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) > n, savedStep, { timeout: 60_000 });
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) > n, savedStep, { timeout: patience(60_000) });
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { setup, text, stepCount, trainUntil, setField } from './harness.mjs';
+import { setup, text, stepCount, trainUntil, setField, patience } from './harness.mjs';
 
 const ctx = setup();
 
@@ -124,7 +124,7 @@ test('copy-link shows the link to copy by hand where the clipboard is refused', 
   const page = await ctx.browser.newPage();
   await page.addInitScript(() => Object.defineProperty(Navigator.prototype, 'clipboard', { get: () => undefined }));
   await page.goto(`${ctx.root}?engine=cpu&hide=seed`);
-  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: patience(90_000) });
   await page.getByTestId('copy-link').click();
   await page.waitForSelector('[data-testid=copy-link-field]');
   const link = await page.getByTestId('copy-link-field').inputValue();

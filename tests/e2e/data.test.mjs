@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { setup, artifacts, text, number, stepCount, trainUntil } from './harness.mjs';
+import { setup, artifacts, text, number, stepCount, trainUntil, patience } from './harness.mjs';
 
 const ctx = setup();
 const experiment = (page) => page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
@@ -74,7 +74,7 @@ test('digits: per-class accuracy, the confusion matrix, misclassified images and
   await page.waitForFunction(() => {
     const m = document.querySelector('[data-testid=accuracy]')?.textContent.match(/test ([\d.]+) %/);
     return m && Number(m[1]) >= 95;
-  }, null, { timeout: 180_000 });
+  }, null, { timeout: patience(180_000) });
   const seconds = (Date.now() - started) / 1000;
   await page.getByTestId('train-toggle').click();
   const steps = await stepCount(page);
@@ -162,7 +162,7 @@ test('an MNIST-sized CSV (60,000 × 785) is read by the worker with progress whi
     new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__long.push(e.duration); }).observe({ type: 'longtask' });
   });
   await page.getByTestId('csv-upload').setInputFiles(file);
-  await page.waitForSelector('[data-testid=csv-progress]', { timeout: 120_000 });
+  await page.waitForSelector('[data-testid=csv-progress]', { timeout: patience(120_000) });
   const framesAtStart = await page.evaluate(() => window.__frames);
   const seen = new Set();
   const started = Date.now();

@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { setup, artifacts, text, stepCount, trainUntil } from './harness.mjs';
+import { setup, artifacts, text, stepCount, trainUntil, patience } from './harness.mjs';
 
 const ctx = setup();
 
@@ -55,7 +55,7 @@ test('the theme toggle switches themes and is remembered; the favicon loads and 
   const failed = [];
   page.on('response', (r) => { if (r.status() >= 400) failed.push(`${r.status()} ${r.url()}`); });
   await page.goto(`${ctx.root}?engine=cpu`);
-  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: patience(90_000) });
   const background = () => page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
   const light = await background();
   await page.getByTestId('theme-toggle').click();

@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
-import { setup, artifacts, text, number, stepCount } from './harness.mjs';
+import { setup, artifacts, text, number, stepCount, patience } from './harness.mjs';
 
 const ctx = setup();
 const open = (url, options) => ctx.open(url, options);
@@ -36,7 +36,7 @@ test('trains the default network on WebGPU and stays responsive', async () => {
     window.__raf = requestAnimationFrame(tick);
   });
   await page.getByTestId('train-toggle').click();
-  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 600, null, { timeout: 180_000 });
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 600, null, { timeout: patience(180_000) });
   const gaps = await page.evaluate(() => { cancelAnimationFrame(window.__raf); return window.__gaps.slice(5); });
   const busy = await number(page, 'frame-busy-max');
   await page.getByTestId('train-toggle').click();
@@ -147,7 +147,7 @@ test('a NaN pauses training, names where it appeared, and reset recovers', async
   await page.getByTestId('learning-rate').press('Enter');
   await page.getByTestId('train-toggle').click();
   await page.waitForFunction(() => /Training paused: first NaN\/Inf at step [\d,]+, in layer \d+ during (forward|loss|backward|optimizer)/
-    .test(document.querySelector('[data-testid=alert]')?.textContent ?? ''), null, { timeout: 60_000 });
+    .test(document.querySelector('[data-testid=alert]')?.textContent ?? ''), null, { timeout: patience(60_000) });
   assert.match(await page.getByTestId('train-toggle').textContent(), /Train/, 'training paused');
   // The step named is the one the counter shows next (or shows, where the
   // NaN came after the update was applied), not a position in a submit.
@@ -169,7 +169,7 @@ test('without WebGPU the CPU engine runs and says why', async () => {
   assert.match(await text(page, 'backend-name'), /CPU/);
   assert.match(await text(page, 'backend-reason'), /CPU engine was pinned/);
   await page.getByTestId('train-toggle').click();
-  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 200, null, { timeout: 60_000 });
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 200, null, { timeout: patience(60_000) });
   await page.getByTestId('train-toggle').click();
   await page.close();
 });
@@ -180,7 +180,7 @@ test('the page as opened picks the faster engine, says why, and learns the spira
   const navigated = Date.now();
   await first.goto(ctx.root);
   await first.getByTestId('train-toggle').click();
-  await first.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 1, null, { timeout: 60_000 });
+  await first.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent) >= 1, null, { timeout: patience(60_000) });
   const firstStepMs = Date.now() - navigated;
   await first.close();
 
@@ -201,7 +201,7 @@ test('the page as opened picks the faster engine, says why, and learns the spira
   await page.waitForFunction(() => {
     const acc = document.querySelector('[data-testid=accuracy]')?.textContent.match(/test ([\d.]+) %/);
     return acc && Number(acc[1]) >= 95;
-  }, null, { timeout: 180_000, polling: 100 });
+  }, null, { timeout: patience(180_000), polling: 100 });
   const toAccuracyMs = Date.now() - trainStarted;
   await page.waitForTimeout(700);
   const rate = await text(page, 'steps-per-second');
@@ -220,7 +220,7 @@ test('switching engines mid-run changes speed and nothing else', async () => {
     for (let i = 1; i <= 8; i++) {
       if (i === switchAt) {
         await page.getByTestId('engine-pin').selectOption('gpu');
-        await page.waitForFunction(() => /^WebGPU/.test(document.querySelector('[data-testid=backend-name]').textContent), null, { timeout: 90_000 });
+        await page.waitForFunction(() => /^WebGPU/.test(document.querySelector('[data-testid=backend-name]').textContent), null, { timeout: patience(90_000) });
         assert.match(page.url(), /engine=gpu/, 'the URL keeps the pin');
       }
       await page.getByTestId('step-once').click();
@@ -275,7 +275,7 @@ test('training runs in a worker: the main thread only draws, and Pause stops it 
     assert.equal(await text(page, 'engine-thread'), 'in a background worker', `${name}: training runs in the worker`);
     if (upload) {
       await page.getByTestId('csv-upload').setInputFiles(upload);
-      await page.waitForFunction(() => document.querySelector('[data-testid=dataset]').value === 'csv', null, { timeout: 60_000 });
+      await page.waitForFunction(() => document.querySelector('[data-testid=dataset]').value === 'csv', null, { timeout: patience(60_000) });
     }
     const widths = await page.locator('[data-testid^=layer-]').count();
     await page.evaluate(() => {
@@ -285,7 +285,7 @@ test('training runs in a worker: the main thread only draws, and Pause stops it 
     });
     await page.getByTestId('train-toggle').click();
     // The first step of the largest network takes seconds on 2 cores.
-    await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent !== '0', null, { timeout: 120_000 });
+    await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent !== '0', null, { timeout: patience(120_000) });
     const [count0, at0] = [await stepCount(page), Date.now()];
     await page.waitForTimeout(4000);
     const rate = ((await stepCount(page)) - count0) * 1000 / (Date.now() - at0);
@@ -314,7 +314,7 @@ test('training runs in a worker: the main thread only draws, and Pause stops it 
     // for a large network) and the diagram draws what it can.
     await page.waitForTimeout(1000);
     assert.equal(await stepCount(page), steps, `${name}: paused means paused`);
-    await page.waitForFunction(() => document.querySelector('[data-testid=train-loss]').textContent !== '–', null, { timeout: 120_000 });
+    await page.waitForFunction(() => document.querySelector('[data-testid=train-loss]').textContent !== '–', null, { timeout: patience(120_000) });
     assert.ok(widths >= 2, `${name}: the builder shows the layers`);
     const inside = await page.evaluate(() => {
       const diagram = document.querySelector('[data-testid=network-diagram]').getBoundingClientRect();

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { setup, artifacts, text, number, stepCount, trainUntil, setField, lastCheckpointStep } from './harness.mjs';
+import { setup, artifacts, text, number, stepCount, trainUntil, setField, lastCheckpointStep, patience } from './harness.mjs';
 import { wordShare } from './bench/gpt_words.mjs';
 
 const ctx = setup();
@@ -38,13 +38,13 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
     // thousands of CPU steps a second).
     const cpu = Number(reason.match(/CPU \(WebAssembly\) ([\d,.]+) steps\/s/)?.[1].replace(/,/g, ''));
     return document.querySelector('[data-testid=backend-name]').dataset.settled === 'true' && cpu < 1000;
-  }, null, { timeout: 120_000 });
+  }, null, { timeout: patience(120_000) });
   const reason = await text(page, 'backend-reason');
   assert.match(reason, /steps\/s for this network/);
   console.log(`the transformer's engine race: ${await text(page, 'backend-name')}: ${reason}`);
 
   await page.getByTestId('train-toggle').click();
-  await page.waitForSelector('[data-testid=text-preview]', { timeout: 60_000 });
+  await page.waitForSelector('[data-testid=text-preview]', { timeout: patience(60_000) });
   assert.match(await text(page, 'text-preview'), /First Citizen:/);
   assert.match(await text(page, 'text-vocabulary'), /^65 characters/);
   assert.match(await text(page, 'text-windows'), /training and \d+ validation windows of 64 characters/);
@@ -52,7 +52,7 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   // the letters' frequencies alone gives (about 3.3).
   const started = Date.now();
   await page.waitForFunction(() => Number(document.querySelector('[data-testid=val-loss]')?.dataset.value) < 3.0,
-    null, { timeout: 150_000 });
+    null, { timeout: patience(150_000) });
   const seconds = (Date.now() - started) / 1000;
   const tokens = await number(page, 'tokens-per-second');
   // The structure now says where the step's time went, part by part, and
@@ -73,7 +73,7 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   await page.getByTestId('sample-temperature').fill('0.7');
   await page.getByTestId('sample-temperature').dispatchEvent('change');
   await page.waitForFunction(() => document.querySelector('[data-testid=sample-caption]').textContent.includes('temperature 0.7')
-    && document.querySelector('[data-testid=sample-text] .prompt')?.textContent === 'ROMEO:', null, { timeout: 60_000 });
+    && document.querySelector('[data-testid=sample-text] .prompt')?.textContent === 'ROMEO:', null, { timeout: patience(60_000) });
   const sampled = await page.locator('[data-testid=sample-text] .sampled').evaluateAll((spans) => spans.map((s) => ({
     ch: s.textContent, p: Number(s.dataset.p), title: s.title,
   })));
@@ -98,7 +98,7 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   await page.getByTestId('attention-window').fill('5');
   await page.getByTestId('attention-window').dispatchEvent('change');
   await page.waitForFunction(() => document.querySelector('[data-testid=attention-window-text]').textContent.startsWith('Window 5 of'),
-    null, { timeout: 60_000 });
+    null, { timeout: patience(60_000) });
   const map = page.locator(`[data-testid=attention-map][data-block="${g.blocks - 1}"][data-head="1"]`);
   await map.scrollIntoViewIfNeeded();
   const box = await map.boundingBox();
@@ -139,7 +139,7 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
     const shown = await phase();
     await page.getByTestId('step-phase').click();
     await page.waitForFunction((was) => document.querySelector('[data-testid=current-phase]').textContent !== was, shown,
-      { timeout: 60_000 });
+      { timeout: patience(60_000) });
     return phase();
   };
   const rowNames = () => page.locator('[data-testid=phase-tensors] tr th:first-child').allTextContents();
@@ -190,7 +190,7 @@ test('your own text trains the transformer; a bad one is refused by name and the
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
   await page.getByTestId('train-toggle').click();
   await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) > 3,
-    null, { timeout: 60_000 });
+    null, { timeout: patience(60_000) });
   const upload = (name, buffer) => page.getByTestId('text-upload').setInputFiles({ name, mimeType: 'text/plain', buffer });
   await upload('latin1.txt', Buffer.from([0x61, 0x62, 0x20, 0xe9, 0x74, 0xe9]));
   await page.waitForFunction(() => document.querySelector('[data-testid=alert]')?.textContent.includes('`latin1.txt` was not loaded'));
@@ -207,15 +207,15 @@ test('your own text trains the transformer; a bad one is refused by name and the
   assert.equal(e.model.vocab_size, new Set(poem).size);
   assert.match(await page.locator('[data-testid=dataset] option:checked').textContent(), /Text: tyger\.txt/);
   await page.waitForFunction(() => document.querySelector('[data-testid=text-preview]')?.textContent.includes('Tyger Tyger'),
-    null, { timeout: 60_000 });
+    null, { timeout: patience(60_000) });
   assert.match(await text(page, 'text-vocabulary'), new RegExp(`^${e.model.vocab_size} characters`));
-  await page.waitForFunction(() => document.querySelectorAll('[data-testid=sample-text] .sampled').length === 160, null, { timeout: 60_000 });
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=sample-text] .sampled').length === 160, null, { timeout: patience(60_000) });
 
   // Checkpoints of a run on one's own text: downloaded with the nanoGPT
   // names and the text's vocabulary, verified, restored.
   await page.getByTestId('train-toggle').click();
   await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) > 5,
-    null, { timeout: 60_000 });
+    null, { timeout: patience(60_000) });
   await page.getByTestId('train-toggle').click();
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-checkpoint').click()]);
   const bytes = fs.readFileSync(await download.path());
@@ -223,11 +223,11 @@ test('your own text trains the transformer; a bad one is refused by name and the
   assert.ok(header['transformer.h.0.attn.c_attn.weight'], Object.keys(header).join(','));
   assert.equal([...header.__metadata__.vocabulary].length, new Set(poem).size, 'the text\'s vocabulary travels with it');
   await page.getByTestId('verify-restore').click();
-  await page.waitForFunction(() => document.querySelector('[data-testid=verify-result]').textContent !== '', null, { timeout: 60_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=verify-result]').textContent !== '', null, { timeout: patience(60_000) });
   assert.match(await text(page, 'verify-result'), /^Restore verified: .*parameters identical, optimizer state identical, data position identical, next 5 losses identical/);
   const step = Number(header.__metadata__.step);
   await page.getByTestId('restore-checkpoint').setInputFiles({ name: 'tyger.safetensors', mimeType: 'application/octet-stream', buffer: bytes });
-  await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), step, { timeout: 60_000 });
+  await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), step, { timeout: patience(60_000) });
   assert.equal((await experiment(page)).data.source, 'text', 'restored on the uploaded text');
 
   // The PyTorch export of a transformer run: nanoGPT's module.
@@ -242,14 +242,14 @@ test('your own text trains the transformer; a bad one is refused by name and the
   const saved = await lastCheckpointStep(page);
   await page.reload();
   await page.waitForFunction(() => /Restored the run autosaved in this browser/.test(document.querySelector('[data-testid=notice]')?.textContent ?? ''),
-    null, { timeout: 60_000 });
+    null, { timeout: patience(60_000) });
   assert.equal(await stepCount(page), saved);
   assert.equal((await experiment(page)).data.source, 'text');
   await page.getByTestId('step-once').click();
   await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), saved + 1,
-    { timeout: 60_000 });
+    { timeout: patience(60_000) });
   await page.waitForFunction(() => document.querySelector('[data-testid=text-preview]')?.textContent.includes('Tyger Tyger'),
-    null, { timeout: 60_000 });
+    null, { timeout: patience(60_000) });
   assert.deepEqual(errors, []);
   // The link alone, in a browser without the autosave: it cannot carry the
   // text, says so, and trains the same model on Tiny Shakespeare.
@@ -280,7 +280,7 @@ test("the transformer's lessons change the real run and say what changed", async
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).optimizer.kind === 'sgd');
   await page.getByTestId('step-once').click();
   await page.waitForFunction(() => /^sgd keeps 1 copy of/.test(document.querySelector('[data-testid=lesson-optimizer-readout]').textContent),
-    null, { timeout: 60_000 });
+    null, { timeout: patience(60_000) });
   assert.equal(await bytesOf('memory-optimizer-bytes'), await bytesOf('memory-params-bytes'));
   await page.getByTestId('lesson-optimizer-memory').click();
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).optimizer.kind === 'adamw');
@@ -299,7 +299,7 @@ test("the transformer's lessons change the real run and say what changed", async
   await page.getByTestId('activation-checkpointing').check();
   await page.getByTestId('step-once').click();
   await page.waitForFunction(() => /the buffers held .+ without, .+ with/.test(
-    document.querySelector('[data-testid=checkpointing-trade]').textContent), null, { timeout: 60_000 });
+    document.querySelector('[data-testid=checkpointing-trade]').textContent), null, { timeout: patience(60_000) });
   assert.match(await text(page, 'checkpointing-trade'), /^Keeping only each block's input saves \d+ B .* FLOPs per micro-batch \(\+\d+ % of the step's\)/);
   t.diagnostic(await text(page, 'checkpointing-trade'));
   assert.match(await text(page, 'flops'), /^FLOPs per step: forward [\d.,]+( [MG])?, backward [\d.,]+( [MG])? \(1 : 2\.00\)/);
@@ -312,7 +312,7 @@ test("the transformer's lessons change the real run and say what changed", async
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.context === 128);
   await page.getByTestId('step-once').click();
   await page.waitForFunction(() => /^Context 64 → 128/.test(document.querySelector('[data-testid=lesson-context-readout]').textContent),
-    null, { timeout: 60_000 });
+    null, { timeout: patience(60_000) });
   const context = await text(page, 'lesson-context-readout');
   assert.match(context, /\(×4\.00, B·H·T² a block\); the other activations .* \(×2\.00, B·T·C\)/);
   assert.equal(await bytesOf('memory-attention-bytes'), 4 * attention);
@@ -326,7 +326,7 @@ test("the transformer's lessons change the real run and say what changed", async
   });
   await page.getByTestId('train-toggle').click();
   await page.waitForFunction(() => /largest attention logit [\d.]+ → [\d.]+; the lowest head entropy/.test(
-    document.querySelector('[data-testid=lesson-gpt-lr-readout]').textContent), null, { timeout: 90_000 });
+    document.querySelector('[data-testid=lesson-gpt-lr-readout]').textContent), null, { timeout: patience(90_000) });
   await page.waitForTimeout(10_000);
   t.diagnostic(`high rate, ${await stepCount(page)} steps: ${await text(page, 'lesson-gpt-lr-readout')}`);
   await page.getByTestId('train-toggle').click();
@@ -335,7 +335,7 @@ test("the transformer's lessons change the real run and say what changed", async
   await page.getByTestId('lesson-gpt-race-qk').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=race-status]').textContent.startsWith('Race of qk_layernorm'));
   await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=race-lane-step]')].every((s) => Number(s.dataset.value) >= 2),
-    null, { timeout: 90_000 });
+    null, { timeout: patience(90_000) });
   await page.getByTestId('race-end').click();
   assert.deepEqual(errors, []);
   await page.close();
@@ -349,7 +349,7 @@ test('a transformer run is kept, compared, downloaded as metrics and shared as a
   await page.getByTestId('model-kind').selectOption('gpt');
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
   const liveCaughtUp = () => page.waitForFunction(() => document.querySelector('[data-testid=run-entry].live [data-testid=run-steps]')
-    ?.dataset.value === document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, ''), null, { timeout: 60_000 });
+    ?.dataset.value === document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, ''), null, { timeout: patience(60_000) });
   await trainUntil(page, 20);
   await page.waitForTimeout(500);
   await liveCaughtUp();
@@ -415,13 +415,13 @@ test('pinned to WebGPU, the transformer trains on the GPU engine and its views f
   // Learning on the GPU engine: the training loss from ln 65 = 4.17 down
   // past what the letters' frequencies alone give (about 3.3).
   await page.waitForFunction(() => Number(document.querySelector('[data-testid=train-loss]')?.dataset.value) < 3.2,
-    null, { timeout: 120_000 });
+    null, { timeout: patience(120_000) });
   const seconds = (Date.now() - started) / 1000;
   const steps = await stepCount(page);
   // Its views come from the GPU engine's parameters: the validation loss,
   // a sample, attention maps; memory from its buffers.
   await page.waitForFunction(() => Number(document.querySelector('[data-testid=val-loss]')?.dataset.value) < 3.4
-    && document.querySelectorAll('[data-testid=sample-text] .sampled').length > 0, null, { timeout: 60_000 });
+    && document.querySelectorAll('[data-testid=sample-text] .sampled').length > 0, null, { timeout: patience(60_000) });
   assert.ok(await number(page, 'tokens-per-second') > 0);
   assert.ok(await number(page, 'memory-attention-bytes') > 0);
   await page.getByTestId('train-toggle').click();

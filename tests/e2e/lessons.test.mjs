@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { setup, text, stepCount, trainUntil, setField } from './harness.mjs';
+import { setup, text, stepCount, trainUntil, setField, patience } from './harness.mjs';
 
 const ctx = setup();
 const open = (url, options) => ctx.open(url, options);
@@ -54,7 +54,7 @@ test('a healthy run never pauses on its own; a loss spike warns, and pauses only
   await warn.getByTestId('optimizer').selectOption('sgd');
   await setField(warn, 'learning-rate', 10);
   await warn.getByTestId('train-toggle').click();
-  await warn.waitForFunction(() => document.querySelector('[data-testid=spike-warning], [data-testid=alert]'), null, { timeout: 60_000 });
+  await warn.waitForFunction(() => document.querySelector('[data-testid=spike-warning], [data-testid=alert]'), null, { timeout: patience(60_000) });
   const message = await warn.locator('[data-testid=spike-warning], [data-testid=alert]').first().textContent();
   if (/Loss spike/.test(message)) {
     assert.match(await text(warn, 'train-toggle'), /Pause/, `a warning does not pause: ${message}`);
@@ -73,7 +73,7 @@ test('a loss spike pauses training when asked, and one click goes back to the la
   const lr = await page.getByTestId('learning-rate').inputValue();
   await setField(page, 'learning-rate', 20);
   await page.getByTestId('train-toggle').click();
-  await page.waitForFunction(() => /Loss spike at step|NaN/.test(document.querySelector('[data-testid=alert]')?.textContent ?? ''), null, { timeout: 60_000 });
+  await page.waitForFunction(() => /Loss spike at step|NaN/.test(document.querySelector('[data-testid=alert]')?.textContent ?? ''), null, { timeout: patience(60_000) });
   const alert = await text(page, 'alert');
   assert.match(await text(page, 'train-toggle'), /Train/, `paused: ${alert}`);
   const spikeStep = Number(alert.match(/step (\d+)/)?.[1] ?? (await stepCount(page)));

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { setup, artifacts, stepCount, trainUntil, setField } from './harness.mjs';
+import { setup, artifacts, stepCount, trainUntil, setField, patience } from './harness.mjs';
 
 const ctx = setup();
 
@@ -93,7 +93,7 @@ test('kept runs survive a reload, until forgotten', async () => {
   const stored = () => page.waitForFunction(() => document.querySelector('[data-testid=runs-list]')?.dataset.stored === 'true');
   await stored();
   await page.reload();
-  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: patience(90_000) });
   // The reset run must not come back from the autosave as a live one.
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=runs-list] [data-testid=run-entry]').length === 1)
     .catch(async (e) => {
@@ -106,7 +106,7 @@ test('kept runs survive a reload, until forgotten', async () => {
   // The forgetting is stored too.
   await stored();
   await page.reload();
-  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: patience(90_000) });
   await page.waitForTimeout(1000);
   assert.equal(await entries(page).count(), 0);
   assert.deepEqual(errors, []);
@@ -118,10 +118,10 @@ for (const [engine, url] of [['cpu', () => ctx.root + '?engine=cpu'], ['gpu', ()
     const { page, errors } = await ctx.open(url());
     await startRace(page, 'optimizer', 'sgd, adamw', 0);
     await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=race-lane-step]')].every((e) => Number(e.dataset.value) > 0),
-      null, { timeout: 60_000 });
+      null, { timeout: patience(60_000) });
     const first = await laneSteps(page);
     await page.waitForFunction((first) => [...document.querySelectorAll('[data-testid=race-lane-step]')].every((e, i) => Number(e.dataset.value) > first[i] + 20),
-      first, { timeout: 60_000 });
+      first, { timeout: patience(60_000) });
     assert.equal(await linesDrawn(page, 'race-loss'), 2, 'two series drawn');
     assert.equal(await stepCount(page), 0, 'the single run waits during the race');
     const status = await page.getByTestId('race-status').textContent();
@@ -138,7 +138,7 @@ for (const [engine, url] of [['cpu', () => ctx.root + '?engine=cpu'], ['gpu', ()
     await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=race-lane-step]')].every((e) => e.dataset.value === '0'));
     await page.getByTestId('train-toggle').click();
     await page.waitForFunction(() => [...document.querySelectorAll('[data-testid=race-lane-step]')].every((e) => Number(e.dataset.value) > 0),
-      null, { timeout: 60_000 });
+      null, { timeout: patience(60_000) });
     await page.getByTestId('train-toggle').click();
     await page.getByTestId('race-end').click();
     await page.waitForFunction(() => /finished/.test(document.querySelector('[data-testid=race-status]').textContent));
@@ -150,7 +150,7 @@ for (const [engine, url] of [['cpu', () => ctx.root + '?engine=cpu'], ['gpu', ()
     // The adamw lane of a 30-step race against a lone adamw run (the page's
     // default experiment) stepped 30 times.
     await startRace(page, 'optimizer', 'sgd, adamw', 30);
-    await page.waitForFunction(() => /finished/.test(document.querySelector('[data-testid=race-status]').textContent), null, { timeout: 60_000 });
+    await page.waitForFunction(() => /finished/.test(document.querySelector('[data-testid=race-status]').textContent), null, { timeout: patience(60_000) });
     assert.deepEqual(await laneSteps(page), [30, 30]);
     const raced = Number(await page.locator('[data-testid=race-lane-loss]').nth(1).getAttribute('data-value'));
     for (let i = 1; i <= 30; i++) {
