@@ -2,8 +2,9 @@
 //! stores in every checkpoint, and the CLI reads. Documented field by field
 //! in `docs/experiment.md`.
 //!
-//! Parsing is strict: an unknown field or value is an error that names it,
-//! so a typo never silently trains something else. `validate` then checks
+//! Parsing is strict: an unknown field or value, or a key given twice at
+//! any depth (`crate::json`), is an error that names it, so a typo never
+//! silently trains something else. `validate` then checks
 //! every value against its range and against the other fields.
 
 use serde::{Deserialize, Serialize};
@@ -149,7 +150,9 @@ impl Serialize for ModelSpec {
 impl<'de> Deserialize<'de> for ModelSpec {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<ModelSpec, D::Error> {
         use serde::de::Error as _;
-        let mut map = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        // `kind` picks the fields, so the object is read as a map first;
+        // `UniqueMap` refuses a repeated key that a plain map would drop.
+        let mut map = crate::json::UniqueMap::deserialize(d)?.0;
         let kind = match map.remove("kind") {
             None => "mlp".to_string(),
             Some(serde_json::Value::String(kind)) => kind,
@@ -228,7 +231,9 @@ pub enum RegularizationKind {
 impl Experiment {
     /// Parses and validates; the error names the field and its position.
     pub fn from_json(text: &str) -> Result<Experiment> {
-        let experiment: Experiment = serde_json::from_str(text).map_err(|e| Error::Experiment(e.to_string()))?;
+        // Strict first (`json`): the model's fields are read through a map,
+        // where serde_json alone would keep the last of a repeated key.
+        let experiment: Experiment = crate::json::from_str(text).map_err(Error::Experiment)?;
         experiment.validate()?;
         Ok(experiment)
     }
@@ -290,67 +295,4 @@ impl Experiment {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const EXAMPLE: &str = r#"{ "seed": 7,
-      "model": { "inputs": 2, "layers": [ {"units": 16, "activation": "tanh"}, {"units": 1, "activation": "linear"} ] },
-      "loss": "bce_with_logits",
-      "optimizer": {"kind": "adamw", "lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01},
-      "schedule": {"kind": "warmup_cosine", "warmup_steps": 10, "total_steps": 1000, "min_lr": 0.0},
-      "batch_size": 32, "grad_accumulation": 1, "clip_grad_norm": 1.0,
-      "regularization": null,
-      "data": {"source": "spiral", "samples": 500, "noise": 0.1, "train_fraction": 0.8, "features": ["x1","x2"], "shuffle": true} }"#;
-
-    #[test]
-    fn the_documented_example_parses_and_round_trips() {
-        let e = Experiment::from_json(EXAMPLE).unwrap();
-        assert_eq!(e.widths(), vec![2, 16, 1]);
-        assert_eq!(Experiment::from_json(&e.to_json()).unwrap(), e);
-    }
-
-    #[test]
-    fn left_out_fields_take_their_defaults() {
-        let e = Experiment::from_json(
-            r#"{"model": {"inputs": 2, "layers": [{"units": 1, "activation": "linear"}]},
-                "loss": "bce_with_logits", "optimizer": {"kind": "adamw"}, "batch_size": 4,
-                "data": {"source": "xor"}}"#,
-        )
-        .unwrap();
-        assert_eq!(e.seed, 0);
-        assert_eq!(e.grad_accumulation, 1);
-        assert_eq!(e.schedule, Schedule::Constant);
-        assert_eq!((e.clip_grad_norm, e.regularization.clone()), (None, None));
-        assert!(e.data.shuffle);
-        assert_eq!(e.optimizer, OptimizerSpec::Adamw { lr: 1e-3, betas: [0.9, 0.999], eps: 1e-8, weight_decay: 1e-2 });
-    }
-
-    #[test]
-    fn typos_and_bad_values_are_named() {
-        let cases = [
-            (EXAMPLE.replace("\"seed\"", "\"sead\""), "unknown field `sead`"),
-            (EXAMPLE.replace("\"lr\": 0.01", "\"lrr\": 0.01"), "unknown field `lrr`"),
-            (EXAMPLE.replace("\"adamw\"", "\"adamx\""), "unknown variant `adamx`"),
-            (EXAMPLE.replace("\"tanh\"", "\"tahn\""), "unknown variant `tahn`"),
-            (EXAMPLE.replace("\"min_lr\"", "\"min_learning_rate\""), "unknown field `min_learning_rate`"),
-            (EXAMPLE.replace("\"x2\"]", "\"x3\"]"), "unknown variant `x3`"),
-            (EXAMPLE.replace("\"batch_size\": 32", "\"batch_size\": 0"), "batch_size must be in"),
-            (EXAMPLE.replace("\"lr\": 0.01", "\"lr\": -1"), "optimizer.lr must be"),
-            (EXAMPLE.replace("0.999]", "1.5]"), "optimizer.betas[1]"),
-            (EXAMPLE.replace("\"clip_grad_norm\": 1.0", "\"clip_grad_norm\": 0"), "clip_grad_norm"),
-            (EXAMPLE.replace("\"warmup_steps\": 10", "\"warmup_steps\": 5000"), "must not exceed"),
-            (EXAMPLE.replace("\"units\": 16", "\"units\": 100000"), "model.layers[0].units"),
-            (EXAMPLE.replace("\"inputs\": 2", "\"inputs\": 3"), "data.features has 2"),
-            (EXAMPLE.replace("\"spiral\"", "\"reg_plane\""), "needs loss \"mse\""),
-            (EXAMPLE.replace("\"bce_with_logits\"", "\"cross_entropy\""), "at least 2 units"),
-            (EXAMPLE.replace("\"noise\": 0.1", "\"noise\": 3"), "data.noise"),
-            (EXAMPLE.replace("\"source\": \"spiral\"", "\"source\": \"csv\""), "does not apply"),
-            (EXAMPLE.replace("[\"x1\",\"x2\"]", "[\"x1\",\"x1\"]"), "twice"),
-            ("{".to_string(), "EOF"),
-        ];
-        for (text, want) in cases {
-            let msg = Experiment::from_json(&text).unwrap_err().to_string();
-            assert!(msg.contains(want), "`{msg}` lacks `{want}`");
-        }
-    }
-}
+mod tests;

@@ -18,6 +18,7 @@ pub mod engine;
 pub mod error;
 pub mod experiment;
 pub mod export;
+pub mod json;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod gpu;

@@ -6,7 +6,10 @@
 //! A link comes from outside, so it is input like a file: it is decoded
 //! here, in the core, where the fuzzer reaches it (`fuzz`, target `link`),
 //! and an experiment it holds must pass the page's limits, so a link can
-//! never build what the page's controls would refuse.
+//! never build what the page's controls would refuse. Parsing is strict:
+//! a parameter given twice applies none of its values and is named
+//! (`query_problems`, `HideRequest::problems`, `LockRequest::problem`), and
+//! the experiment's JSON refuses a key given twice at any depth.
 //!
 //! The encoding is JavaScript's `encodeURIComponent`, and decoding is
 //! `decodeURIComponent`'s: a `%` not followed by two hex digits, or
@@ -87,19 +90,54 @@ pub fn parse_fragment(hash: &str) -> Result<Option<Experiment>, String> {
     Ok(Some(e))
 }
 
-/// The value of `key` in a query string (`location.search`, with or
-/// without its `?`), percent-decoded; the first one wins. None when the key
-/// is absent or its value is not valid URI encoding.
-pub fn query_value(search: &str, key: &str) -> Option<String> {
-    search.trim_start_matches('?').split('&').find_map(|pair| {
+/// The raw (still percent-encoded) values of `key` in a query string
+/// (`location.search`, with or without its `?`), in order.
+fn query_raws<'a>(search: &'a str, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    search.trim_start_matches('?').split('&').filter_map(move |pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (decode_component(k).ok()? == key).then(|| decode_component(v).ok()).flatten()
+        (decode_component(k).ok()? == key).then_some(v)
     })
 }
 
+/// The raw value of `key` in a query: None when it is absent, an error
+/// naming it when it is given more than once. A repeated parameter is
+/// refused, not settled by taking the first or the last: the link is
+/// ambiguous, so none of its values applies.
+fn query_raw<'a>(search: &'a str, key: &'a str) -> Result<Option<&'a str>, String> {
+    let mut values = query_raws(search, key);
+    let first = values.next();
+    match values.count() {
+        0 => Ok(first),
+        more => Err(format!("{key}= appears {} times", more + 1)),
+    }
+}
+
+/// The value of `key` in a query string, percent-decoded. None when the
+/// key is absent, given more than once, or its value is not valid URI
+/// encoding.
+pub fn query_value(search: &str, key: &str) -> Option<String> {
+    decode_component(query_raw(search, key).ok()??).ok()
+}
+
+/// The query parameters whose repeats have no other place to be named
+/// (`engine`, `backend`, `fused`; `hide_request` and `lock_request` name
+/// their own): one sentence each, for the page to show. A repeated one
+/// applies none of its values.
+pub fn query_problems(search: &str) -> Vec<String> {
+    ["engine", "backend", "fused"]
+        .into_iter()
+        .filter_map(|key| query_raw(search, key).err())
+        .map(|why| format!("{why} in the link; none of them applies."))
+        .collect()
+}
+
 /// The engine a query pins: `engine=cpu|gpu|auto`, or the older
-/// `backend=cpu`; None (train on the faster one) for anything else.
+/// `backend=cpu`; None (train on the faster one) for anything else, a
+/// repeated `engine` or `backend` included (`query_problems` names it).
 pub fn engine_pin(search: &str) -> Option<&'static str> {
+    if query_raw(search, "engine").is_err() {
+        return None;
+    }
     match query_value(search, "engine").as_deref() {
         Some("cpu") => return Some("cpu"),
         Some("gpu") => return Some("gpu"),
@@ -137,15 +175,6 @@ pub struct HideRequest {
     pub problems: Vec<String>,
 }
 
-/// The raw (still percent-encoded) value of `key` in a query; the first
-/// one wins.
-fn query_raw<'a>(search: &'a str, key: &str) -> Option<&'a str> {
-    search.trim_start_matches('?').split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (decode_component(k).ok()? == key).then_some(v)
-    })
-}
-
 /// An item of a link as a message can show it: at most 24 characters,
 /// control characters escaped.
 fn shown(item: &str) -> String {
@@ -173,7 +202,14 @@ pub fn is_control_id(id: &str) -> bool {
 /// encoding is refused whole.
 pub fn hide_request(search: &str) -> HideRequest {
     let mut request = HideRequest::default();
-    let Some(raw) = query_raw(search, "hide") else { return request };
+    let raw = match query_raw(search, "hide") {
+        Ok(Some(raw)) => raw,
+        Ok(None) => return request,
+        Err(why) => {
+            request.problems.push(format!("{why}; nothing was hidden."));
+            return request;
+        }
+    };
     if raw.len() > MAX_HIDE_BYTES {
         request.problems.push(format!(
             "hide= is {} characters long, more than the {MAX_HIDE_BYTES} a list of controls needs; nothing was hidden.",
@@ -227,7 +263,13 @@ pub struct LockRequest {
 }
 
 pub fn lock_request(search: &str) -> LockRequest {
-    let Some(raw) = query_raw(search, "lock") else { return LockRequest::default() };
+    let raw = match query_raw(search, "lock") {
+        Ok(Some(raw)) => raw,
+        Ok(None) => return LockRequest::default(),
+        // Which of them was meant is unknown; a lock was asked for at least
+        // once, so the network is locked, as for any value not 0.
+        Err(why) => return LockRequest { locked: true, problem: Some(format!("{why}; the network is locked.")) },
+    };
     match decode_component(raw).as_deref() {
         Ok("" | "1" | "true") => LockRequest { locked: true, problem: None },
         Ok("0" | "false") => LockRequest { locked: false, problem: None },
@@ -258,140 +300,4 @@ pub fn query_with_engine(search: &str, engine: Option<&str>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn default_like() -> Experiment {
-        Experiment::from_json(
-            r#"{"seed": 1, "model": {"inputs": 2, "layers": [{"units": 16, "activation": "tanh"},
-                {"units": 1, "activation": "linear"}]}, "loss": "bce_with_logits",
-                "optimizer": {"kind": "adamw", "lr": 0.02}, "batch_size": 32,
-                "data": {"source": "spiral", "samples": 500, "noise": 0.1, "features": ["x1", "x2"]}}"#,
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn encoding_is_encode_uri_component() {
-        // Values from the browser's encodeURIComponent.
-        assert_eq!(encode_component("{\"a\": [1, 2.5e-3]}"), "%7B%22a%22%3A%20%5B1%2C%202.5e-3%5D%7D");
-        assert_eq!(encode_component("-_.!~*'()"), "-_.!~*'()");
-        assert_eq!(encode_component("é/#?&=+"), "%C3%A9%2F%23%3F%26%3D%2B");
-        assert_eq!(decode_component("%C3%A9%2f+x").unwrap(), "é/+x");
-    }
-
-    #[test]
-    fn malformed_escapes_are_named() {
-        assert_eq!(decode_component("ab%4").unwrap_err(), "`%4` at character 3 is not a percent-escape");
-        assert_eq!(decode_component("%zz").unwrap_err(), "`%zz` at character 1 is not a percent-escape");
-        assert_eq!(decode_component("%C3").unwrap_err(), "its percent-escapes are not UTF-8");
-        assert!(decode_component("%").is_err());
-    }
-
-    #[test]
-    fn a_fragment_round_trips() {
-        let e = default_like();
-        assert_eq!(parse_fragment(&fragment(&e)).unwrap(), Some(e));
-        assert_eq!(parse_fragment("").unwrap(), None);
-        assert_eq!(parse_fragment("#other").unwrap(), None);
-    }
-
-    #[test]
-    fn bad_fragments_are_refused_with_a_reason() {
-        let bad = parse_fragment("#e=%7B%22seed%22%3A").unwrap_err();
-        assert!(bad.contains("line 1"), "{bad}");
-        assert!(parse_fragment("#e=%E0%A4%A").unwrap_err().contains("not valid URI encoding"));
-        // What the controls could not build: 16 hidden layers of 2,048 units.
-        let mut huge = default_like();
-        huge.model.layers =
-            (0..16).map(|_| huge.model.layers[0].clone()).chain([huge.model.layers[1].clone()]).collect();
-        for layer in &mut huge.model.layers[..16] {
-            layer.units = 2048;
-        }
-        let refused = parse_fragment(&fragment(&huge)).unwrap_err();
-        assert!(refused.contains("layer"), "{refused}");
-        let long = format!("#e={}", "a".repeat(MAX_FRAGMENT_BYTES + 1));
-        assert!(parse_fragment(&long).unwrap_err().contains("bytes long"));
-    }
-
-    #[test]
-    fn query_flags() {
-        assert_eq!(engine_pin("?engine=gpu"), Some("gpu"));
-        assert_eq!(engine_pin("engine=cpu&fused=off"), Some("cpu"));
-        assert_eq!(engine_pin("?backend=cpu"), Some("cpu"));
-        assert_eq!(engine_pin("?engine=tpu&backend=gpu"), None);
-        assert_eq!(engine_pin("?engin=gpu"), None);
-        assert_eq!(engine_pin("?engine=%67pu"), Some("gpu"));
-        assert_eq!(engine_pin("?engine=%zz"), None);
-        assert!(fused_allowed("?engine=gpu"));
-        assert!(!fused_allowed("?engine=gpu&fused=off"));
-        assert!(fused_allowed(""));
-    }
-
-    #[test]
-    fn hide_lists_ids_and_names_what_it_refuses() {
-        let r = hide_request("?engine=cpu&hide=optimizer,learning-rate");
-        assert_eq!(r.ids, ["optimizer", "learning-rate"]);
-        assert!(r.problems.is_empty());
-        // Empty items, spaces, repeats and percent-escapes.
-        let r = hide_request("hide=,optimizer,,%20seed%20,optimizer,%6Doment_um,");
-        assert_eq!(r.ids, ["optimizer", "seed", "moment_um"]);
-        assert!(r.problems.is_empty(), "{:?}", r.problems);
-        assert_eq!(hide_request("?engine=gpu"), HideRequest::default());
-        assert_eq!(hide_request("?hide="), HideRequest::default());
-        // What cannot be an id is named; the rest still apply.
-        let r = hide_request("?hide=seed,%3Cscript%3Ealert(1)%3C%2Fscript%3E,a%22%5D%7Bx,dataset");
-        assert_eq!(r.ids, ["seed", "dataset"]);
-        assert_eq!(r.problems.len(), 1);
-        assert!(r.problems[0].contains("`<script>alert(1)</script…`"), "{}", r.problems[0]);
-        assert!(r.problems[0].contains("`a\"]{x`"), "{}", r.problems[0]);
-        let long = "x".repeat(MAX_ID_CHARS + 1);
-        assert!(hide_request(&format!("hide={long}")).ids.is_empty());
-        let control = hide_request("hide=a%0Ab");
-        assert!(control.ids.is_empty() && control.problems[0].contains("`a\\nb`"), "{:?}", control);
-    }
-
-    #[test]
-    fn hostile_hide_lists_are_refused_whole_or_capped() {
-        // 100 KB of commas: over the cap, refused whole with its length.
-        let commas = format!("?hide={}", ",".repeat(100_000));
-        let r = hide_request(&commas);
-        assert!(r.ids.is_empty());
-        assert_eq!(r.problems.len(), 1);
-        assert!(r.problems[0].contains("100000 characters"), "{}", r.problems[0]);
-        // Under the cap, commas alone are empty items: nothing, no problem.
-        assert_eq!(hide_request(&format!("?hide={}", ",".repeat(MAX_HIDE_BYTES))), HideRequest::default());
-        let bad = hide_request("?hide=seed%zz");
-        assert!(bad.ids.is_empty() && bad.problems[0].contains("not valid URI encoding"), "{:?}", bad);
-        let many: Vec<String> = (0..MAX_HIDE_IDS + 3).map(|i| format!("id{i}")).collect();
-        let r = hide_request(&format!("hide={}", many.join(",")));
-        assert_eq!(r.ids.len(), MAX_HIDE_IDS);
-        assert!(r.problems[0].contains("last 3"), "{:?}", r.problems);
-        for id in &r.ids {
-            assert!(is_control_id(id));
-        }
-    }
-
-    #[test]
-    fn lock_flag() {
-        assert_eq!(lock_request("?engine=cpu"), LockRequest { locked: false, problem: None });
-        assert!(lock_request("?lock=1").locked && lock_request("lock").locked && lock_request("lock=true").locked);
-        assert_eq!(lock_request("?lock=0"), LockRequest { locked: false, problem: None });
-        let odd = lock_request("?lock=yes");
-        assert!(odd.locked && odd.problem.as_deref().is_some_and(|p| p.contains("`yes`")), "{odd:?}");
-        assert!(lock_request("?lock=%zz").locked);
-    }
-
-    #[test]
-    fn the_engine_pin_is_rewritten_and_the_rest_kept() {
-        let q = query_with_engine("?engine=gpu&fused=off&hide=optimizer,seed&lock=1", Some("cpu"));
-        assert_eq!(q, "?engine=cpu&fused=off&hide=optimizer,seed&lock=1");
-        assert_eq!(engine_pin(&q), Some("cpu"));
-        assert_eq!(hide_request(&q).ids, ["optimizer", "seed"]);
-        assert!(lock_request(&q).locked && !fused_allowed(&q));
-        assert_eq!(query_with_engine("?backend=cpu&lock=1", None), "?lock=1");
-        assert_eq!(query_with_engine("", Some("gpu")), "?engine=gpu");
-        assert_eq!(query_with_engine("?engine=cpu", None), "");
-        assert_eq!(query_with_engine("?&&hide=a&", Some("auto")), "?engine=auto&hide=a");
-    }
-}
+mod tests;

@@ -44,7 +44,7 @@ fn parse(bytes: &[u8]) -> Result<SafeTensors<'_>> {
     if bytes.get(8) != Some(&b'{') {
         return bad("not a safetensors file: the header is not a JSON object".into());
     }
-    SafeTensors::deserialize(bytes).map_err(|e| {
+    let file = SafeTensors::deserialize(bytes).map_err(|e| {
         let why = match e {
             safetensors::SafeTensorError::MetadataIncompleteBuffer => {
                 "truncated or padded: the tensor data does not match the sizes the header declares".to_string()
@@ -52,7 +52,20 @@ fn parse(bytes: &[u8]) -> Result<SafeTensors<'_>> {
             other => format!("malformed safetensors: {other}"),
         };
         Error::Checkpoint(why)
-    })
+    })?;
+    unique_header_keys(bytes)?;
+    Ok(file)
+}
+
+/// Refuses a header that gives a key twice (`json::unique_keys`): the
+/// safetensors parser reads it into maps, which keep the last of a
+/// repeated key, so a tensor or a metadata entry given twice would load as
+/// whichever came last. Call once the header's length has been checked.
+fn unique_header_keys(bytes: &[u8]) -> Result<()> {
+    let len = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + len])
+        .map_err(|e| Error::Checkpoint(format!("malformed safetensors: the header is not UTF-8 ({e})")))?;
+    crate::json::unique_keys(header).map_err(|e| Error::Checkpoint(format!("malformed safetensors header: {e}")))
 }
 
 /// Reads one tensor by name with dtype and shape checks.
@@ -111,7 +124,7 @@ pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
         rows_consumed: u64,
         epoch: u64,
     }
-    let position: Position = serde_json::from_str(get("data_position")?)
+    let position: Position = crate::json::from_str(get("data_position")?)
         .map_err(|e| Error::Checkpoint(format!("metadata `data_position`: {e}")))?;
     let epoch_rng = parse_rng(get("rng_state")?)?;
 
@@ -207,6 +220,7 @@ fn experiment_and_step(meta: &std::collections::HashMap<String, String>) -> Resu
 fn metadata(bytes: &[u8]) -> Result<std::collections::HashMap<String, String>> {
     let (_, header) =
         SafeTensors::read_metadata(bytes).map_err(|e| Error::Checkpoint(format!("malformed safetensors: {e}")))?;
+    unique_header_keys(bytes)?;
     Ok(header.metadata().clone().unwrap_or_default())
 }
 

@@ -300,3 +300,65 @@ fn the_header_names_the_experiment_and_step() {
     .unwrap();
     assert!(read_checkpoint_header(&plain).unwrap_err().to_string().contains("not a Stepscope checkpoint"));
 }
+
+/// A key given twice anywhere in a checkpoint is refused, named by its
+/// path: in the header (a metadata entry, a tensor), at any depth of the
+/// stored experiment, and in `data_position`, even under a right digest.
+#[test]
+fn a_repeated_key_is_refused_wherever_it_is() {
+    let state = trained_state();
+    let bytes = save_checkpoint(&state).unwrap();
+    // The header's text, edited as it is (its length prefix follows).
+    let header_edit = |edit: &dyn Fn(&str) -> String| {
+        let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header = edit(std::str::from_utf8(&bytes[8..8 + len]).unwrap());
+        let mut out = (header.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(&bytes[8 + len..]);
+        out
+    };
+    let twice = |key: &'static str| {
+        move |h: &str| {
+            // The entry `"key":value`, its value a string or a flat object.
+            let at = h.find(&format!("\"{key}\":")).unwrap();
+            let value = at + key.len() + 3;
+            let end = match h[value..].starts_with('{') {
+                true => value + h[value..].find('}').unwrap() + 1,
+                false => value + h[value..].find([',', '}']).unwrap(),
+            };
+            format!("{},{}{}", &h[..end], &h[at..end], &h[end..])
+        }
+    };
+    let step_twice = header_edit(&twice("step"));
+    let tensor_twice = header_edit(&twice("layers.0.bias"));
+    for (file, want) in
+        [(&step_twice, "__metadata__.step appears twice"), (&tensor_twice, "[\"layers.0.bias\"] appears twice")]
+    {
+        let msg = error_of(file);
+        assert!(msg.contains(&format!("malformed safetensors header: {want}")), "`{msg}` lacks `{want}`");
+        let header = read_checkpoint_header(file).map(|_| "read".to_string()).unwrap_or_else(|e| e.to_string());
+        assert!(header.contains(want), "`{header}` lacks `{want}`");
+        assert!(load_weights(file, &state.experiment).is_err() && read_file_info(file).is_err());
+    }
+    // Inside the metadata's own JSON, with the digest made right again.
+    let redigested = |key: &'static str, from: &'static str, to: &'static str| {
+        rebuild(&bytes, |t, m| {
+            let value = m[key].replacen(from, to, 1);
+            assert_ne!(value, m[key], "{from}");
+            m.insert(key.into(), value);
+            let parts: Vec<_> = t.iter().map(|(n, _, s, d)| (n.as_str(), s.as_slice(), d.as_slice())).collect();
+            let digest = digest(parts, &covered_metadata(|k| m.get(k)).unwrap());
+            m.insert("digest".into(), digest);
+        })
+    };
+    for (key, from, to, want) in [
+        ("experiment", "\"inputs\":2", "\"inputs\":2,\"inputs\":2", "model.inputs appears twice"),
+        ("experiment", "\"units\":3", "\"units\":3,\"units\":3", "model.layers[0].units appears twice"),
+        ("experiment", "\"relu\"", "\"relu\",\"activation\":\"tanh\"", "model.layers[0].activation appears twice"),
+        ("experiment", "\"lr\":0.01", "\"lr\":0.01,\"lr\":0.01", "optimizer.lr appears twice"),
+        ("data_position", "\"epoch\":", "\"epoch\":1,\"epoch\":", "epoch appears twice"),
+    ] {
+        let msg = error_of(&redigested(key, from, to));
+        assert!(msg.contains(want), "`{msg}` lacks `{want}`");
+    }
+}

@@ -1,6 +1,7 @@
 //! Metrics logs: one JSON object per line, as `stepscope train --metrics`
 //! and the exported script write them.
 
+use super::trace::tally;
 use super::{bad, OpenedStep, RankRun, MAX_MS, MAX_RANKS, MAX_RUN_STEPS};
 use crate::error::{Error, Result};
 
@@ -32,8 +33,16 @@ pub fn read_metrics_log(name: &str, text: &str, default_rank: u32) -> Result<Ran
     let mut rank = None;
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let at = format!("{name} line {}", i + 1);
-        let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| Error::Other(format!("{at}: not JSON ({e})")))?;
+        tally(1);
+        // Strict (`json::unique_keys`): `"forward_ms": 1, "forward_ms": 90`
+        // is refused, not read as its last.
+        let value: serde_json::Value = match crate::json::unique_keys(line) {
+            Ok(()) => serde_json::from_str(line).map_err(|e| Error::Other(format!("{at}: not JSON ({e})")))?,
+            Err(crate::json::Refused::Repeated { path, column, .. }) => {
+                return bad(&at, format!("{path} appears twice (column {column})"))
+            }
+            Err(crate::json::Refused::NotJson(e)) => return bad(&at, format!("not JSON ({e})")),
+        };
         let Some(fields) = value.as_object() else { return bad(&at, "not a JSON object".into()) };
         let Some(step) = fields.get("step").and_then(|s| s.as_u64()) else {
             return bad(&at, "no whole-number `step`".into());

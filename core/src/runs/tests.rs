@@ -186,3 +186,64 @@ fn an_unannotated_pytorch_loop_is_split_by_its_op_names() {
         s.phases
     );
 }
+
+/// A key given twice where the reader reads it is refused, named: in a
+/// metrics log at any depth (Stepscope and its exported script write
+/// them), in a trace where a field read is repeated. What a trace holds
+/// for other tools (`args`' other fields, unknown fields) may repeat, as
+/// Chrome's tracer writes them, and is skipped.
+#[test]
+fn repeated_keys_are_refused_where_they_are_read() {
+    let refused = err(&[(
+        "m.jsonl",
+        b"{\"step\": 1, \"forward_ms\": 1.0}\n{\"step\": 2, \"forward_ms\": 1.0, \"forward_ms\": 90}\n",
+    )]);
+    assert!(refused.contains("m.jsonl line 2: forward_ms appears twice (column"), "{refused}");
+    let nested = err(&[("m.jsonl", b"{\"step\": 1, \"forward_ms\": 1.0, \"extra\": [{\"a\": 1, \"a\": 2}]}\n")]);
+    assert!(nested.contains("line 1: extra[0].a appears twice"), "{nested}");
+    let step = r#"{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 10, "args": {"External id": 1, "External id": 1}, "tid": 1, "tid": 1}"#;
+    let ok = format!(r#"{{"traceEvents": [{step}], "deviceProperties": [], "deviceProperties": []}}"#);
+    assert_eq!(open_run(&[("t.json", ok.as_bytes())]).unwrap().steps(), 1);
+    for (event, twice) in [
+        (r#"{"ph": "X", "name": "ProfilerStep#1", "ts": 0, "ts": 5, "dur": 10}"#, "ts"),
+        (r#"{"ph": "X", "name": "ProfilerStep#1", "name": "forward", "ts": 0, "dur": 10}"#, "name"),
+        (r#"{"ph": "C", "name": "loss", "ts": 0, "args": {"loss": 1, "loss": 2}}"#, "loss"),
+    ] {
+        let text = format!(r#"{{"traceEvents": [{step}, {event}]}}"#);
+        let refused = err(&[("t.json", text.as_bytes())]);
+        assert!(refused.contains(&format!("duplicate field `{twice}`")), "{refused}");
+    }
+    let rank = r#"{"traceEvents": [], "distributedInfo": {"rank": 0, "rank": 1}}"#;
+    assert!(err(&[("t.json", rank.as_bytes())]).contains("duplicate field `rank`"));
+    let events = format!(r#"{{"traceEvents": [{step}], "traceEvents": [{step}]}}"#);
+    assert!(err(&[("t.json", events.as_bytes())]).contains("duplicate field `traceEvents`"));
+}
+
+/// The degenerate shapes read as what they are: zero-length steps at one
+/// instant are steps of 0 ms, each event counted in one step only.
+#[test]
+fn zero_length_steps_at_one_instant_open() {
+    let events: Vec<String> = (0..1000)
+        .flat_map(|k| {
+            [
+                format!(r#"{{"ph": "X", "name": "ProfilerStep#{k}", "ts": 5, "dur": 0}}"#),
+                r#"{"ph": "X", "name": "forward", "ts": 5, "dur": 0}"#.to_string(),
+            ]
+        })
+        .collect();
+    let text = format!(r#"{{"traceEvents": [{}]}}"#, events.join(","));
+    let run = open_run(&[("t.json", text.as_bytes())]).unwrap();
+    assert_eq!(run.steps(), 1000);
+    assert!(run.ranks[0].steps.iter().all(|s| s.wall_ms == 0.0 && s.phase_ms("forward") == 0.0));
+    let counted: usize = run.ranks[0].steps.iter().map(|s| s.phases.len()).sum();
+    assert_eq!(counted, 1000, "each forward in one step");
+    // Steps end to end: an event on the boundary of two is in the later.
+    let text = r#"{"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "ts": 0, "dur": 10},
+        {"ph": "X", "name": "ProfilerStep#2", "ts": 10, "dur": 10}, {"ph": "X", "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "ts": 10, "dur": 0},
+        {"ph": "X", "name": "optimizer", "ts": 6, "dur": 4}, {"ph": "X", "name": "forward", "ts": 10, "dur": 3}]}"#;
+    let run = open_run(&[("t.json", text.as_bytes())]).unwrap();
+    let names: Vec<Vec<&str>> = run.ranks[0].steps.iter().map(|s| s.phases.iter().map(|p| p.0).collect()).collect();
+    assert_eq!(names, [vec!["optimizer", "other"], vec!["data", "forward", "other"]]);
+}
+
+mod linear;
