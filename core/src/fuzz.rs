@@ -1,7 +1,9 @@
 //! A stable-toolchain fuzzer for everything that reads outside input:
 //! checkpoint files, experiment JSON (what a config holds), the page's URL
-//! state (what a shared link holds), CSV, text (the transformer's data) and
-//! runs from outside (metrics logs and traces, `runs::open_run`). No nightly compiler is at hand for cargo-fuzz, so this is a seeded
+//! state (what a shared link holds), CSV, text (the transformer's data),
+//! runs from outside (metrics logs and traces, plain and gzipped,
+//! `runs::open_run`) and the strict JSON check every JSON reader runs
+//! first (`json::unique_keys`). No nightly compiler is at hand for cargo-fuzz, so this is a seeded
 //! mutation harness: it starts from a corpus of valid inputs, mutates them
 //! (bit flips, byte edits, interesting numbers, splices, truncations,
 //! duplications), runs each through a target, and reports any panic with
@@ -20,7 +22,7 @@ use crate::limits::Limits;
 use crate::rng::Rng;
 
 /// The targets, by name.
-pub const TARGETS: [&str; 6] = ["checkpoint", "experiment", "link", "csv", "text", "run"];
+pub const TARGETS: [&str; 7] = ["checkpoint", "experiment", "link", "csv", "text", "run", "json"];
 
 /// Runs `input` through target `name`. Errors are the expected answer to
 /// bad input; only a panic (or a hang) is a finding.
@@ -32,6 +34,7 @@ pub fn run(name: &str, input: &[u8]) {
         "csv" => csv(input),
         "text" => text(input),
         "run" => run_file(input),
+        "json" => json(input),
         other => panic!("no fuzz target {other}"),
     }
 }
@@ -71,6 +74,10 @@ fn with_digest_fixed(input: &[u8]) -> Option<Vec<u8>> {
 
 fn checkpoint_run(input: &[u8]) {
     let Ok(state) = load_checkpoint(input) else { return };
+    // What loads gave no key twice in its header.
+    let len = u64::from_le_bytes(input[..8].try_into().expect("a loaded file has its length")) as usize;
+    let header = std::str::from_utf8(&input[8..8 + len]).expect("a loaded header is text");
+    assert!(crate::json::unique_keys(header).is_ok(), "a header with a repeated key loaded");
     let e = state.experiment.clone();
     if e.data.source == DataSource::Csv || Limits::native(64).check(&e, None).is_err() {
         return;
@@ -90,6 +97,8 @@ fn checkpoint_run(input: &[u8]) {
 fn experiment(input: &[u8]) {
     let Ok(text) = std::str::from_utf8(input) else { return };
     let Ok(e) = Experiment::from_json(text) else { return };
+    // Nothing accepted gave a key twice, at any depth.
+    assert!(crate::json::unique_keys(text).is_ok(), "an experiment with a repeated key was accepted");
     let _ = Limits::PAGE.check(&e, None);
     let _ = crate::export::pytorch_script(&e);
     let again = Experiment::from_json(&e.to_json()).expect("a valid experiment's JSON parses");
@@ -163,12 +172,21 @@ fn text(input: &[u8]) {
     }
 }
 
-/// A run's file opened as the page and `stepscope open` open it, alone and
-/// as one of two ranks; what opens gives finite shares.
+/// A run's file opened as the page and `stepscope open` open it, alone,
+/// as one of two ranks, and gzipped (so that what is mutated reaches the
+/// readers behind the inflating too); what opens gives finite shares, and
+/// a metrics log that opens gave no key twice.
 fn run_file(input: &[u8]) {
-    for files in [vec![("run", input)], vec![("a", input), ("b", input)]] {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(input).expect("writes to memory");
+    let gz = gz.finish().expect("writes to memory");
+    for files in [vec![("run", input)], vec![("a", input), ("b", input)], vec![("run.gz", gz.as_slice())]] {
         if let Ok(run) = crate::runs::open_run(&files) {
-            assert!(run.steps() > 0);
+            assert!(run.steps() > 0 && run.steps() <= files.len() * crate::runs::MAX_RUN_STEPS);
+            if let (crate::runs::RunKind::Metrics, Ok(text)) = (run.kind, std::str::from_utf8(input)) {
+                assert!(text.lines().all(|l| crate::json::unique_keys(l).is_ok() || l.trim().is_empty()), "repeats");
+            }
             let share = run.data_share();
             assert!(share.is_finite() && (0.0..=1.0 + 1e-9).contains(&share), "data share {share}");
             if let Some(shares) = run.gpu_breakdown() {
@@ -182,6 +200,41 @@ fn run_file(input: &[u8]) {
             }
             let _ = run.mean_phases();
         }
+    }
+}
+
+/// The strict JSON check against serde_json and against `json::UniqueMap`,
+/// which builds the value: what it passes, serde_json parses and the map
+/// builds; what it refuses as not JSON, serde_json refuses; where it
+/// finds a repeated key (the first, in the order of the text, before any
+/// later fault), the map finds one too.
+fn json(input: &[u8]) {
+    use crate::json::Refused;
+    let Ok(text) = std::str::from_utf8(input) else { return };
+    let checked = crate::json::unique_keys(text);
+    let parsed = serde_json::from_str::<serde_json::Value>(text);
+    match &checked {
+        Ok(()) => {
+            // Written again, it has no repeat either.
+            let again = serde_json::to_string(parsed.as_ref().expect("passed, so it parses")).expect("serialises");
+            assert_eq!(crate::json::unique_keys(&again), Ok(()));
+        }
+        Err(Refused::NotJson(_)) => assert!(parsed.is_err(), "refused as not JSON, but it parses"),
+        Err(Refused::Repeated { .. }) => {}
+    }
+    if matches!(checked, Err(Refused::NotJson(_))) {
+        return;
+    }
+    // One value (or one up to its first repeat): wrapped in an object, the
+    // map agrees, unless the wrapping passes the nesting limit.
+    match serde_json::from_str::<crate::json::UniqueMap>(&format!("{{\"x\": {text}}}")) {
+        Ok(_) => assert!(checked.is_ok(), "{checked:?}, but the map builds"),
+        Err(e) if e.to_string().contains("recursion limit") => {}
+        Err(e) => assert_eq!(
+            matches!(checked, Err(Refused::Repeated { .. })),
+            e.to_string().contains("appears twice"),
+            "{checked:?} against the map's {e}"
+        ),
     }
 }
 
