@@ -108,6 +108,59 @@ impl PhaseProfile {
     }
 }
 
+impl PhaseProfile {
+    /// Splits `compute_ms`, an ordinary step's forward + backward +
+    /// optimizer as the clock read them, in this profile's proportions:
+    /// what the timeline shows for a step whose phases are each below what
+    /// the clock resolves. Each share carries the bound the profile's own
+    /// uncertainties put on it (interval arithmetic: the share with its
+    /// phase at the top of its bound and the others at the bottom of
+    /// theirs, and the other way round), in ms of `compute_ms`.
+    pub fn split(&self, compute_ms: f64) -> [Measured; 3] {
+        let phases = [self.forward, self.backward, self.optimizer];
+        let total: f64 = phases.iter().map(|m| m.ms).sum();
+        let mut out = [Measured::default(); 3];
+        if total <= 0.0 {
+            return out;
+        }
+        for (i, m) in phases.iter().enumerate() {
+            let others: f64 = phases.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, o)| o.ms).sum();
+            let others_bound: f64 =
+                phases.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, o)| o.uncertainty_ms).sum();
+            let share = m.ms / total;
+            let high = m.ms + m.uncertainty_ms;
+            let low = (m.ms - m.uncertainty_ms).max(0.0);
+            let hi = high / (high + (others - others_bound).max(0.0)).max(f64::MIN_POSITIVE);
+            let lo = low / (low + others + others_bound).max(f64::MIN_POSITIVE);
+            out[i] = Measured {
+                ms: compute_ms * share,
+                uncertainty_ms: compute_ms * (hi - share).max(share - lo).max(0.0),
+                reps: m.reps,
+            };
+        }
+        out
+    }
+
+    /// The profile's forward + backward + optimizer (ms) and its bound.
+    pub fn compute(&self) -> Measured {
+        let phases = [self.forward, self.backward, self.optimizer];
+        Measured {
+            ms: phases.iter().map(|m| m.ms).sum(),
+            uncertainty_ms: phases.iter().map(|m| m.uncertainty_ms).sum(),
+            reps: phases.iter().map(|m| m.reps).min().unwrap_or(1),
+        }
+    }
+}
+
+/// How long a phase must last for one reading of it, with a clock of
+/// resolution `r` ms, to be resolved: 100 ticks (the reading's bound of 2
+/// ticks is then 2 % of it), and at least 0.2 ms. Below it a step's
+/// phases are profiled in bursts, and the timeline splits ordinary steps
+/// as the profile does (`PhaseProfile::split`).
+pub fn resolved_ms(r: f64) -> f64 {
+    (100.0 * r).max(0.2)
+}
+
 /// FLOPs of one optimizer step of an MLP from its widths: forward
 /// 2·B·Σ I·O per micro-batch; backward twice that (dW and dX), less the
 /// first layer's dX, which is not needed. What the anatomy sets the
@@ -140,7 +193,7 @@ impl Burst {
     /// repetitions: each figure within 2 % of itself from the clock.
     pub fn for_clock() -> Burst {
         let r = clock_resolution_ms();
-        let target_ms = (100.0 * r).max(0.2);
+        let target_ms = resolved_ms(r);
         Burst { target_ms, max_reps: 1000, resolution_ms: r, resolved_ms: target_ms }
     }
 
@@ -288,6 +341,33 @@ mod tests {
         let mut odd = BurstSum::default();
         odd.add(1.0, Some(2.0), 1, 0.001);
         assert_eq!(odd.measured().ms, 0.0);
+    }
+
+    #[test]
+    fn a_split_keeps_the_profile_s_proportions_and_bounds_them() {
+        let m = |ms: f64, u: f64| Measured { ms, uncertainty_ms: u, reps: 100 };
+        let profile = PhaseProfile {
+            step: 7,
+            path: ProfilePath::CpuBurst,
+            forward: m(0.016, 0.0001),
+            backward: m(0.030, 0.0001),
+            optimizer: m(0.004, 0.0001),
+            resolution_ms: 0.005,
+        };
+        // A step whose phases the clock read as 0.1 ms in all.
+        let [f, b, o] = profile.split(0.1);
+        assert!((f.ms + b.ms + o.ms - 0.1).abs() < 1e-15);
+        assert!((f.ms - 0.032).abs() < 1e-12 && (b.ms - 0.06).abs() < 1e-12, "{f:?} {b:?}");
+        assert!((b.ms / f.ms - 0.030 / 0.016).abs() < 1e-9);
+        // forward at its top: 0.0161 / (0.0161 + 0.0338) = 0.32265, off
+        // 0.00265 of the share; at its bottom 0.0159 / 0.0501 = 0.31737.
+        assert!((f.uncertainty_ms - 0.1 * (0.0161 / 0.0499 - 0.32)).abs() < 1e-12, "{f:?}");
+        assert!(profile.compute().ms == 0.05 && (profile.compute().uncertainty_ms - 0.0003).abs() < 1e-15);
+        // Nothing profiled: nothing to split by.
+        let none = PhaseProfile { forward: m(0.0, 0.0), backward: m(0.0, 0.0), optimizer: m(0.0, 0.0), ..profile };
+        assert_eq!(none.split(1.0)[0].ms, 0.0);
+        assert_eq!(resolved_ms(0.005), 0.5);
+        assert_eq!(resolved_ms(1e-6), 0.2);
     }
 
     #[test]

@@ -75,6 +75,25 @@ impl GptNet {
         }
     }
 
+    /// The last micro-batch's forward again, every stage, for a profiled
+    /// step's burst: the same activations (the real forward checked
+    /// them), the step's z-loss and op times left as they were.
+    pub fn forward_again(&mut self, params: &[f32]) {
+        for i in 0..self.model.stages() {
+            let out = self.model.forward_stage(&mut self.acts, params, &self.ids, &self.next, i);
+            std::hint::black_box(out);
+        }
+    }
+
+    /// The last micro-batch's backward again into `grads`, every stage,
+    /// for a profiled step's burst (the caller restores `grads`).
+    pub fn backward_again(&mut self, grads: &mut [f32], params: &[f32], z_loss: f32, scale: f32) {
+        let (acts, scratch) = (&mut self.acts, &mut self.scratch);
+        for i in 0..self.model.stages() {
+            self.model.backward_stage(grads, acts, scratch, params, &self.ids, &self.next, z_loss, scale, i);
+        }
+    }
+
     /// A step begins: its op times start from zero.
     pub fn begin_step(&mut self) {
         self.z_sum = 0.0;

@@ -92,6 +92,10 @@ impl CpuEngine {
     /// Forward of the current micro-batch again, loss included: the same
     /// activations as the real forward (the real one checked them).
     fn forward_again(&mut self, e: &Experiment) -> Result<()> {
+        if let Some(gpt) = &mut self.gpt {
+            gpt.forward_again(&self.params);
+            return Ok(());
+        }
         for l in 0..self.layout.layers.len() {
             forward_layer(&mut self.acts, &self.params, &self.inputs, &self.layout, e, l);
         }
@@ -102,12 +106,18 @@ impl CpuEngine {
 
     /// Backward of the current micro-batch again, as `advance` runs it.
     fn backward_again(&mut self, e: &Experiment, micro: usize) -> Result<()> {
-        let layers = self.layout.layers.len();
-        let (out, targets) = (self.acts.output(), &self.targets);
         let scale = 1.0 / e.grad_accumulation as f32;
-        loss_backward(&mut self.grad[layers - 1], out, targets, e.loss, e.batch_size, e.outputs(), scale);
-        for l in (0..layers).rev() {
-            self.backward_layer(l)?;
+        if let Some(gpt) = &mut self.gpt {
+            // A transformer has no MLP layers: its own stages, as `advance`
+            // runs them.
+            gpt.backward_again(&mut self.grads, &self.params, e.z_loss as f32, scale);
+        } else {
+            let layers = self.layout.layers.len();
+            let (out, targets) = (self.acts.output(), &self.targets);
+            loss_backward(&mut self.grad[layers - 1], out, targets, e.loss, e.batch_size, e.outputs(), scale);
+            for l in (0..layers).rev() {
+                self.backward_layer(l)?;
+            }
         }
         if micro + 1 == e.grad_accumulation {
             if let Some(reg) = &e.regularization {
@@ -166,6 +176,38 @@ mod tests {
             }
             assert_eq!(plain.state(), profiled.state(), "{name}: the same bits");
             assert_eq!(plain.updates(), profiled.updates(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_transformer_s_profiled_step_bursts_its_own_stages() {
+        // A transformer small enough for bursts (the page bursts any step
+        // under `LONG_STEP_MS`): the bursts run its stages, not the MLP's
+        // layers it does not have.
+        let burst =
+            Burst { target_ms: 0.2, max_reps: 1000, resolution_ms: clock_resolution_ms(), resolved_ms: f64::INFINITY };
+        for (name, e) in crate::trainer::conformance::gpt_training_matrix().into_iter().take(2) {
+            let engine = || CpuEngine::new(&e, Dataset::load(&e, None).unwrap()).unwrap();
+            let (mut plain, mut profiled) = (engine(), engine());
+            for step in 0..3 {
+                let a = plain.step().unwrap();
+                let (b, profile) = profiled.profile_step(&burst).unwrap();
+                assert_eq!((a.step, a.loss, a.grad_norm, a.z_loss), (b.step, b.loss, b.grad_norm, b.z_loss), "{name}");
+                assert_eq!((profile.step, profile.path), (step, ProfilePath::CpuBurst), "{name}");
+                // Forward and backward of a transformer cost far more than
+                // the restores: each burst timed real work.
+                for m in [profile.forward, profile.backward, profile.optimizer] {
+                    assert!(m.ms > 0.0 && m.reps >= 1, "{name}: {profile:?}");
+                }
+                assert!(profile.backward.ms > profile.optimizer.ms, "{name}: {profile:?}");
+                // The step's op times are its real phases' alone, inside
+                // their readings: none of the bursts' repetitions.
+                let (at, forward, backward) = profiled.op_times().unwrap();
+                assert_eq!(*at, step);
+                assert!(forward.total() <= b.phases.forward_ms + 1e-9, "{name}: {forward:?} {:?}", b.phases);
+                assert!(backward.total() <= b.phases.backward_ms + 1e-9, "{name}: {backward:?} {:?}", b.phases);
+            }
+            assert_eq!(plain.state(), profiled.state(), "{name}: the same bits");
         }
     }
 
