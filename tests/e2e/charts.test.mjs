@@ -133,7 +133,7 @@ test('after training: numeric ticks on both axes, and a readout that follows the
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=grad-norm-chart] path.raw-series').length === 0);
   assert.ok(await page.locator('[data-testid=grad-norm-chart] path.norm').getAttribute('d'));
 
-  // The learning rate: a constant 0.02 from 0, plainly labelled.
+  // The learning rate: the default's cosine from 0.02, on an axis from 0, plainly labelled.
   const lr = await ticks(page, 'lr-chart', 'y');
   assert.ok(lr.includes('0') && lr.includes('0.020'), `learning-rate ticks ${lr}`);
   assert.deepEqual(errors, []);
