@@ -10,6 +10,7 @@ use stepscope_core::checkpoint::load_checkpoint;
 use stepscope_core::data::{csv_header, CsvRows};
 use stepscope_core::engine::predict as predict_outputs;
 use stepscope_core::export::{pytorch_script, training_csv};
+use stepscope_core::input::{MAX_CHECKPOINT_BYTES, MAX_CSV_BYTES};
 use stepscope_core::model::Layout;
 use stepscope_core::{Error, TrainState};
 
@@ -18,7 +19,7 @@ use crate::train::{load_data, Heartbeat};
 use crate::{files, say, Failure};
 
 pub(crate) fn read_checkpoint(path: &str) -> Result<TrainState, Failure> {
-    let bytes = files::read(path, "checkpoint")?;
+    let bytes = files::read_checkpoint(path, "checkpoint", MAX_CHECKPOINT_BYTES)?;
     load_checkpoint(&bytes).map_err(|e| Failure::usage(format!("`{path}`: {e}")))
 }
 
@@ -34,7 +35,10 @@ pub fn export_pytorch(
         .collect();
     let mut inputs = vec![("checkpoint", path)];
     inputs.extend(data.as_deref().map(|d| ("--data", d)));
-    files::distinct(&outputs, &inputs)?;
+    files::distinct(&outputs, &inputs, &[])?;
+    for (flag, out) in &outputs {
+        files::check_writable(out, flag)?;
+    }
     let state = read_checkpoint(path)?;
     let e = &state.experiment;
     // Everything is computed before anything is written. The training rows
@@ -64,7 +68,7 @@ pub fn export_pytorch(
 /// Inputs of a CSV: its `x…` columns in order; other columns (targets) are
 /// ignored, so a training CSV can be given as it is.
 fn read_inputs(path: &str, width: usize) -> Result<Vec<f32>, Failure> {
-    let text = files::read_text(path, "--inputs file")?;
+    let text = files::read_text(path, "--inputs file", MAX_CSV_BYTES)?;
     let bad = |msg: String| Failure::usage(format!("--inputs `{path}`: {msg}"));
     let header = csv_header(&text).map_err(|e| bad(e.to_string()))?;
     let columns: Vec<bool> = header.iter().map(|n| n.starts_with('x') && n.len() > 1).collect();
@@ -99,6 +103,10 @@ fn read_inputs(path: &str, width: usize) -> Result<Vec<f32>, Failure> {
 }
 
 pub fn predict(path: &str, inputs_path: &str, out: Option<String>) -> Result<(), Failure> {
+    if let Some(out) = &out {
+        files::distinct(&[("--out", out)], &[("checkpoint", path), ("--inputs", inputs_path)], &[])?;
+        files::check_writable(out, "--out")?;
+    }
     let state = read_checkpoint(path)?;
     let e = &state.experiment;
     if e.gpt().is_some() {

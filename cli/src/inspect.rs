@@ -6,6 +6,7 @@
 //! next N steps (default 3), which must give identical losses.
 
 use stepscope_core::checkpoint::{load_checkpoint, read_file_info, verify_restore};
+use stepscope_core::input::MAX_CHECKPOINT_BYTES;
 
 use crate::args::TrainArgs;
 use crate::export::read_checkpoint;
@@ -24,7 +25,7 @@ pub fn verify(path: &str, data: Option<String>, steps: usize) -> Result<(), Fail
 }
 
 pub fn run(path: &str) -> Result<(), Failure> {
-    let bytes = files::read(path, "checkpoint")?;
+    let bytes = files::read_checkpoint(path, "checkpoint", MAX_CHECKPOINT_BYTES)?;
     let info = read_file_info(&bytes)?;
     // A Stepscope checkpoint is fully verified; a plain weights file is
     // listed as it is.

@@ -6,12 +6,41 @@
 //! waiting for data with a verdict, the GPU's idle share where the file has
 //! GPU events, and each rank's median step time against the median.
 
-use stepscope_core::runs::{data_verdict, open_run};
+use stepscope_core::runs::{data_verdict, open_run, RunLimits, MAX_RANKS};
 
-use crate::{files, say, Failure};
+use crate::{say, Failure};
+
+/// The files, each held to its limit and the total checked before each
+/// next one is read (`RunLimits::read_next`); regular files' sizes refuse
+/// an opening before anything is read.
+fn read_files(paths: &[String]) -> Result<Vec<Vec<u8>>, Failure> {
+    let limits = RunLimits::CLI;
+    if paths.len() > MAX_RANKS {
+        return Err(Failure::usage(format!("{} files; at most {MAX_RANKS} ranks are opened at once", paths.len())));
+    }
+    let names: Vec<String> = paths.iter().map(|p| format!("run file `{p}`")).collect();
+    let sizes: Vec<(&str, u64)> = names
+        .iter()
+        .zip(paths)
+        .filter_map(|(name, p)| std::fs::metadata(p).ok().filter(|m| m.is_file()).map(|m| (name.as_str(), m.len())))
+        .collect();
+    limits.check_sizes(sizes).map_err(|e| Failure::usage(e.to_string()))?;
+    let mut read = 0u64;
+    let mut contents = Vec::with_capacity(paths.len());
+    for (path, name) in paths.iter().zip(&names) {
+        let file = std::fs::File::open(path).map_err(|e| Failure::usage(format!("cannot read {name}: {e}")))?;
+        let bytes = limits.read_next(file, name, read).map_err(|e| match e {
+            stepscope_core::Error::Io(m) | stepscope_core::Error::Other(m) => Failure::usage(m),
+            other => Failure::from(other),
+        })?;
+        read += bytes.len() as u64;
+        contents.push(bytes);
+    }
+    Ok(contents)
+}
 
 pub fn run(paths: &[String]) -> Result<(), Failure> {
-    let contents: Vec<Vec<u8>> = paths.iter().map(|p| files::read(p, "run file")).collect::<Result<_, _>>()?;
+    let contents = read_files(paths)?;
     let named: Vec<(&str, &[u8])> = paths.iter().map(String::as_str).zip(contents.iter().map(Vec::as_slice)).collect();
     let run = open_run(&named).map_err(|e| Failure::usage(e.to_string()))?;
     say!(

@@ -35,7 +35,8 @@ fn host() -> String {
 
 impl TensorBoard {
     /// A new event file in `dir` (created if missing), named as
-    /// TensorBoard's writers name theirs (the name must hold `tfevents`).
+    /// TensorBoard's writers name theirs (the name must hold `tfevents`);
+    /// a file of that name already there is left alone and refused.
     pub fn create(dir: &str, histogram_every: u64) -> Result<TensorBoard, Failure> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Failure::usage(format!("--tensorboard: cannot create the folder `{dir}`: {e}")))?;
@@ -44,7 +45,7 @@ impl TensorBoard {
             .join(format!("events.out.tfevents.{}.{}.{}.0", wall as u64, host(), std::process::id()))
             .to_string_lossy()
             .into_owned();
-        let mut file = LogFile::create(&path)?;
+        let mut file = LogFile::create_new(&path)?;
         file.write_bytes(&file_version_record(wall))?;
         Ok(TensorBoard { file, path, histogram_every })
     }

@@ -25,8 +25,9 @@ mod trace;
 
 pub(crate) use inputs::load_data;
 use inputs::{initial_state, steps_to_run};
+pub(crate) use progress::stopped;
 pub(crate) use progress::Heartbeat;
-use progress::{evaluate, stopped, PROGRESS_EVERY, STOP};
+use progress::{evaluate, PROGRESS_EVERY, STOP};
 
 /// Steps between a transformer run's validation losses (nanoGPT's
 /// `eval_interval` for Shakespeare): a pass over the held-out windows
@@ -49,33 +50,47 @@ fn metrics_line(m: &StepMetrics, tokens_per_second: Option<f64>, val_loss: Optio
     value.to_string()
 }
 
+/// Every output checked before anything is read or written: none names an
+/// input or another output (`--out` over `--init` resumes in place, and
+/// the TensorBoard folder is compared as itself), and each can be written.
+/// A refused run creates and changes nothing.
+fn check_outputs(args: &TrainArgs) -> Result<(), Failure> {
+    let outputs: Vec<(&str, &str)> = [
+        ("--out", &args.out),
+        ("--metrics", &args.metrics),
+        ("--trace", &args.trace),
+        ("--tensorboard", &args.tensorboard),
+    ]
+    .into_iter()
+    .filter_map(|(f, p)| Some((f, p.as_deref()?)))
+    .collect();
+    let inputs: Vec<(&str, &str)> = [("--config", &args.config), ("--data", &args.data), ("--init", &args.init)]
+        .into_iter()
+        .filter_map(|(f, p)| Some((f, p.as_deref()?)))
+        .collect();
+    files::distinct(&outputs, &inputs, &[("--out", "--init")])?;
+    for (flag, path) in &outputs {
+        match *flag {
+            "--tensorboard" => files::check_directory(path, flag)?,
+            _ => files::check_writable(path, flag)?,
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     // Installed first, so that reading a large file stops on Ctrl-C too. A
     // second handler cannot be installed (tests run several trainings in one
     // process); the first one serves them all.
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
     STOP.store(false, Ordering::SeqCst);
-    let outputs: Vec<(&str, &str)> = [("--out", &args.out), ("--metrics", &args.metrics), ("--trace", &args.trace)]
-        .into_iter()
-        .filter_map(|(f, p)| Some((f, p.as_deref()?)))
-        .collect();
-    let inputs: Vec<(&str, &str)> = [("--config", &args.config), ("--data", &args.data)]
-        .into_iter()
-        .filter_map(|(f, p)| Some((f, p.as_deref()?)))
-        .collect();
-    files::distinct(&outputs, &inputs)?;
+    check_outputs(args)?;
     let state = initial_state(args)?;
     let data = load_data(args, &state.experiment)?;
     state.check(&data)?;
     // Again with the data's own rows (a CSV's, or a checkpoint's experiment).
     let rows = (data.train.rows(), data.test.rows());
     Limits::native(args.memory_budget_mib).check(&state.experiment, Some(rows))?;
-    if let Some(out) = &args.out {
-        files::check_writable(out, "--out")?;
-    }
-    if let Some(path) = &args.trace {
-        files::check_writable(path, "--trace")?;
-    }
     let steps = steps_to_run(args, &state);
     let gpu = match args.backend {
         Backend::Cpu => None,

@@ -81,7 +81,8 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
         ),
         (&["train", "--config", "huge.json", "--out", "o.safetensors"], "more than the 2048.0 MiB budget (--memory-budget)"),
         (&["train", "--config", "config.json", "--memory-budget", "0"], "invalid value '0' for '--memory-budget <MIB>': needs a whole number > 0"),
-        (&["train", "--config", "config.json", "--tensorboard", "config.json"], "--tensorboard: cannot create the folder `config.json`"),
+        (&["train", "--config", "config.json", "--tensorboard", "config.json"], "--tensorboard `config.json` is the same file as --config"),
+        (&["train", "--config", "config.json", "--tensorboard", "csv.json/tb"], "--tensorboard `csv.json/tb`: `csv.json` is not a directory"),
         (&["train", "--config", "config.json", "--histogram-every", "5"], "required arguments were not provided: --tensorboard <DIR>"),
         (&["train", "--config", "config.json", "--tensorboard", "tb", "--histogram-every", "0"], "invalid value '0' for '--histogram-every <HISTOGRAM_EVERY>'"),
     ];

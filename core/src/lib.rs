@@ -22,6 +22,7 @@ pub mod json;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod gpu;
+pub mod input;
 pub mod limits;
 pub mod link;
 pub mod metrics;

@@ -15,6 +15,7 @@
 use std::io::Read;
 
 use crate::error::{Error, Result};
+use crate::input;
 
 mod metrics;
 mod trace;
@@ -41,7 +42,49 @@ pub struct RunLimits {
 impl RunLimits {
     pub const CLI: RunLimits = RunLimits { total_bytes: MAX_RUN_FILE_BYTES * 4, json_bytes: MAX_TRACE_JSON_BYTES };
     pub const PAGE: RunLimits = RunLimits { total_bytes: 64 << 20, json_bytes: 128 << 20 };
+
+    /// Fails, before anything is read, when files said to be these sizes
+    /// (regular files' metadata, the page's Blob sizes) pass a limit; the
+    /// reading holds each file to its limit all the same.
+    pub fn check_sizes<'a>(&self, files: impl IntoIterator<Item = (&'a str, u64)>) -> Result<()> {
+        let mut total = 0u64;
+        for (name, size) in files {
+            input::check_size(size, MAX_RUN_FILE_BYTES as u64, name)?;
+            total = total.saturating_add(size);
+            if total > self.total_bytes as u64 {
+                return bad(
+                    name,
+                    format!(
+                        "{total} bytes with the files before it, more than the {} opened at once here",
+                        self.total()
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The next file of an opening, `read` bytes read before it: held to
+    /// the per-file limit or to what the total leaves, whichever is
+    /// smaller, so the total is checked before each next read.
+    pub fn read_next<R: Read>(&self, reader: R, name: &str, read: u64) -> Result<Vec<u8>> {
+        let left = (self.total_bytes as u64).saturating_sub(read);
+        let mut file = input::BoundedRead::new(reader, left.min(MAX_RUN_FILE_BYTES as u64), name);
+        if left < MAX_RUN_FILE_BYTES as u64 {
+            file = file.refused_as(format!(
+                "larger than the {left} bytes left of the {} opened at once here after the files before it: refused",
+                self.total()
+            ));
+        }
+        while !file.advance()? {}
+        Ok(file.finish())
+    }
+
+    fn total(&self) -> String {
+        input::size_words(self.total_bytes as u64)
+    }
 }
+
 /// Most steps a file may hold.
 pub const MAX_RUN_STEPS: usize = 1_000_000;
 /// Most ranks opened at once.

@@ -12,6 +12,7 @@ pub mod gpt_lessons;
 pub mod host;
 pub mod loader;
 pub mod metrics_csv;
+pub mod op_table;
 pub mod opened;
 pub mod race;
 pub mod runner;

@@ -12,10 +12,10 @@ use wasm_bindgen_futures::JsFuture;
 use super::inside::InsideStep;
 use super::layers::LayerPanel;
 use super::lessons::Lessons;
-use super::profile::{clock_line, profile_summary, why_off, ProfileTable};
+use super::profile::{clock_line, profile_summary, split_line, why_off, ProfileTable};
 use super::steps::StepCharts;
 use crate::model::runner::Command;
-use crate::model::timeline::{means, part, MEANINGS, PHASES};
+use crate::model::timeline::{means, part, shown_means, MEANINGS, PHASES};
 use crate::model::words::{big, bytes, count, duration_ms, value};
 use crate::state::AppState;
 
@@ -60,14 +60,15 @@ pub fn AnatomyPanel() -> impl IntoView {
             .collect_view()
     };
     let legend = move || {
-        let (wall, parts) = means(&recent());
+        let summary = profile_summary(&state.charts.profiles.get());
+        let (wall, parts, _) = shown_means(&recent(), summary.as_ref());
         let items = PHASES
             .iter()
             .enumerate()
             .map(|(k, name)| {
                 view! {
                     <li title=MEANINGS[k]><span class="swatch" style=format!("background:{}", COLORS[k])></span>
-                        {*name} " " <span data-testid=format!("phase-ms-{name}")>{format!("{:.3}", parts[k])}</span>" ms"</li>
+                        {*name} " " <span data-testid=format!("phase-ms-{name}") data-value=parts[k].to_string()>{format!("{:.3}", parts[k])}</span>" ms"</li>
                 }
             })
             .collect_view();
@@ -90,6 +91,12 @@ pub fn AnatomyPanel() -> impl IntoView {
         Some(Timing::Cpu) => "Each phase timed by the clock on the CPU engine.",
         None => "",
     }
+    };
+    // Where the timeline's forward, backward and optimizer come from, when
+    // not from the clock's readings of each step.
+    let split_note = move || {
+        let r = state.charts.phase_clock.get().map_or(0.0, |(_, r)| r);
+        split_line(&recent(), profile_summary(&state.charts.profiles.get()), r)
     };
     let clock = move || clock_line(state.charts.phase_clock.get());
     let profiled = move || profile_summary(&state.charts.profiles.get());
@@ -289,6 +296,7 @@ pub fn AnatomyPanel() -> impl IntoView {
                 <div>{legend}</div>
             </div>
             <p class="note">{timing_note}" Every part is measured (hover a name for what it holds); overlapping time is assigned by a fixed priority (forward, backward, optimizer, unsplit, data, then the rest), so the parts add up to the step."</p>
+            <p class="note" data-testid="timeline-split">{split_note}</p>
             <p class="note" data-testid="clock-resolution">{clock}</p>
             {move || profiled().map(|p| view! { <ProfileTable p/> })}
             <Show when=is_gpt>

@@ -10,6 +10,7 @@ use crate::model::runner::Command;
 use crate::model::runner::CsvProgress;
 use crate::state::AppState;
 use stepscope_core::data::ReadProgress;
+use stepscope_core::input::{check_size, MAX_CSV_BYTES, MAX_TEXT_BYTES};
 
 /// Bytes `start..end` of `file`, or None where the browser cannot read it.
 pub(super) async fn file_part(file: &web_sys::File, start: f64, end: f64) -> Option<Vec<u8>> {
@@ -271,6 +272,13 @@ fn send_upload(state: AppState, file: web_sys::File, as_text: bool) {
         // this thread (copied and sent whole, a 100 MB file took this
         // thread 200 ms).
         let total = file.size();
+        // The core's limit, on the Blob's size before a byte is read (and
+        // again on the bytes, in the worker).
+        let limit = if as_text { MAX_TEXT_BYTES as u64 } else { MAX_CSV_BYTES };
+        if let Err(e) = check_size(total as u64, limit, "the file") {
+            state.run.alert.set(Some(e.context(format!("`{name}` was not loaded")).to_string()));
+            return;
+        }
         state.run.alert.set(None);
         state.run.csv_reading.set(Some(CsvProgress {
             name: name.clone(),

@@ -134,7 +134,8 @@ pub fn GptBuilder() -> impl IntoView {
         let total = shape.parameter_count();
         // Each part's share of the last step's forward and backward time
         // (the CPU engine's clock around each op), once there is one.
-        let times = charts.op_times.get().filter(|(_, f, _)| f.blocks.len() == shape.blocks).map(|(_, f, b)| {
+        let times = charts.op_times.get().filter(|s| s.forward.blocks.len() == shape.blocks).map(|s| {
+            let (f, b) = (&s.forward, &s.backward);
             let all = (f.total() + b.total()).max(1e-9);
             let mut shares = vec![(f.embedding + b.embedding) / all];
             shares.extend(
@@ -288,55 +289,70 @@ pub fn GptPanel() -> impl IntoView {
     }
 }
 
-/// A transformer's step split by block and op kind (the timeline section):
-/// the last step's forward and backward from the clock around each op,
-/// with the rest of each phase (its own bookkeeping) on a line of its own
-/// so that the parts add up to the phases the timeline shows, and the
-/// step's wall time beside them.
+/// A transformer's step split by block and op (the timeline section):
+/// one step's op times and that step's own phases, from the engine's clock
+/// (`model::op_table`): the rows add up to the step, and an op inflated by
+/// the worker being off the core is flagged as a stall.
 #[component]
 pub fn OpBreakdown() -> impl IntoView {
+    use crate::model::op_table::op_table;
     use stepscope_core::model::gpt::OpKind;
     let charts = expect_context::<Charts>();
     let table = move || {
-        let (step, forward, backward) = charts.op_times.get()?;
-        let timing = charts.timeline.with(|t| t.iter().find(|s| s.step == step).cloned());
-        let (fwd_phase, bwd_phase, wall) =
-            timing.map_or((forward.total(), backward.total(), None), |t| (t.parts[1], t.parts[2], Some(t.wall_ms)));
+        let s = charts.op_times.get()?;
+        let r = charts.phase_clock.get().map_or(0.0, |(_, r)| r);
+        let t = op_table(&s, r);
         let ms = |v: f64| format!("{v:.2}");
-        let share = |v: f64| wall.map_or(String::new(), |w| format!("{:.1} %", 100.0 * v / w.max(1e-9)));
-        let row = |name: String, kind: &'static str, f: f64, b: f64| {
-            view! {
-                <tr data-kind=kind><td>{name}</td><td>{ms(f)}</td><td>{ms(b)}</td><td>{share(f + b)}</td></tr>
-            }
-        };
-        let mut rows = vec![row("embedding".into(), "embedding", forward.embedding, backward.embedding)];
-        for (l, (f, b)) in forward.blocks.iter().zip(&backward.blocks).enumerate() {
-            for kind in OpKind::ALL {
-                let (fv, bv) = (f[kind as usize], b[kind as usize]);
-                if kind == OpKind::Recompute && bv == 0.0 {
-                    continue;
+        let rows = t
+            .rows
+            .iter()
+            .map(|row| {
+                let op = !matches!(row.kind, "data" | "optimizer");
+                let (f, b) =
+                    if op { (ms(row.forward_ms), ms(row.backward_ms)) } else { (String::new(), String::new()) };
+                let is_stalled = row.stalled_ms > 0.0;
+                let stalled = is_stalled.then(|| {
+                    format!(
+                        "stalled: {} ms beyond the same op elsewhere in the step (the worker was off the core)",
+                        ms(row.stalled_ms)
+                    )
+                });
+                view! {
+                    <tr data-kind=row.kind data-ms=row.ms.to_string() data-percent=row.percent.to_string()
+                        data-stalled=row.stalled_ms.to_string() class:stalled=is_stalled>
+                        <td>{row.name.clone()}</td><td>{f}</td><td>{b}</td><td>{ms(row.ms)}</td>
+                        <td>{format!("{:.1} %", row.percent)}</td><td class="note">{stalled}</td></tr>
                 }
-                rows.push(row(format!("block {} · {}", l + 1, kind.name()), kind.name(), fv, bv));
-            }
-        }
-        rows.push(row("head (ln_f, logits, cross-entropy)".into(), "head", forward.head, backward.head));
-        let (rest_f, rest_b) = ((fwd_phase - forward.total()).max(0.0), (bwd_phase - backward.total()).max(0.0));
-        rows.push(row("rest of the phase".into(), "rest", rest_f, rest_b));
-        let attention = forward.of_kind(OpKind::Attention) + backward.of_kind(OpKind::Attention);
-        let mlp = forward.of_kind(OpKind::Mlp) + backward.of_kind(OpKind::Mlp);
+            })
+            .collect_view();
+        let p = &t.phases;
+        let stalls = t.stalled_ms();
+        let stall_note = if stalls > 0.0 {
+            format!(
+                "; {} ms ({:.1} %) of it stalls, left out of those shares: ops that took over {} times what the same op took elsewhere in the step, the worker off the core (a loaded machine), not the ops' cost",
+                ms(stalls),
+                100.0 * stalls / t.step_ms.max(f64::MIN_POSITIVE),
+                crate::model::op_table::STALL_FACTOR
+            )
+        } else {
+            String::new()
+        };
         let summary = format!(
-            "Step {step}: forward {:.2} ms, backward {:.2} ms ({:.2}× the forward){}; attention {} and the MLPs {} of the step.",
-            fwd_phase,
-            bwd_phase,
-            bwd_phase / fwd_phase.max(1e-9),
-            wall.map_or(String::new(), |w| format!(", the step {w:.2} ms of wall time")),
-            share(attention),
-            share(mlp)
+            "Step {}: data {} ms, forward {} ms, backward {} ms ({:.2}× the forward), optimizer {} ms: {} ms, which the rows add up to; attention {:.1} % and the MLPs {:.1} % of the step{stall_note}.",
+            crate::model::words::count(t.step + 1),
+            ms(p.data_ms),
+            ms(p.forward_ms),
+            ms(p.backward_ms),
+            p.backward_ms / p.forward_ms.max(1e-9),
+            ms(p.optimizer_ms),
+            ms(t.step_ms),
+            t.percent_of(OpKind::Attention),
+            t.percent_of(OpKind::Mlp),
         );
         Some(view! {
-            <p class="note" data-testid="op-summary">{summary}</p>
+            <p class="note" data-testid="op-summary" data-step-ms=t.step_ms.to_string()>{summary}</p>
             <table class="ops" data-testid="op-timeline">
-                <tr class="head"><td>"part"</td><td>"forward ms"</td><td>"backward ms"</td><td>"of the step"</td></tr>
+                <tr class="head"><td>"part"</td><td>"forward ms"</td><td>"backward ms"</td><td>"ms"</td><td>"of the step"</td><td></td></tr>
                 {rows}
             </table>
         })

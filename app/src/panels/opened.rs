@@ -47,14 +47,14 @@ pub fn OpenRunPanel() -> impl IntoView {
         if files.is_empty() {
             return;
         }
-        // The core's budget, checked before a byte is read.
-        let total: f64 = files.iter().map(|f| f.size()).sum();
-        let limit = RunLimits::PAGE.total_bytes;
-        if total > limit as f64 {
+        // The core's limits, checked on the files' sizes before a byte is
+        // read (and on the bytes as they arrive, `RunParts`).
+        let names: Vec<String> = files.iter().map(|f| format!("`{}`", f.name())).collect();
+        let sizes = names.iter().zip(&files).map(|(name, f)| (name.as_str(), f.size() as u64));
+        if let Err(e) = RunLimits::PAGE.check_sizes(sizes) {
             state.run.alert.set(Some(format!(
-                "The run was not opened: {} in all; at most {} are opened at once on the page (`stepscope open` reads more).",
-                bytes(total as u64),
-                bytes(limit as u64)
+                "The run was not opened: {e} (on the page; `stepscope open` reads up to {}).",
+                bytes(RunLimits::CLI.total_bytes as u64)
             )));
             return;
         }

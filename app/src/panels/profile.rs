@@ -3,40 +3,43 @@
 //! itself, and why a measured forward : backward is off the FLOP ratio.
 
 use leptos::prelude::*;
-use stepscope_core::engine::profile::{Measured, PhaseProfile, ProfilePath};
+use stepscope_core::engine::profile::{resolved_ms, Measured, ProfilePath};
 use stepscope_core::trainer::PhaseClock;
 
+pub(super) use crate::model::timeline::{profile_summary, ProfileSummary};
+use crate::model::timeline::{shown_means, Split, StepTiming};
 use crate::model::words::count;
 
-/// The recent profiled steps of the newest one's path, averaged: each
-/// figure's uncertainty is the mean of theirs (a bound, as each is).
-#[derive(Clone, Debug, PartialEq)]
-pub(super) struct ProfileSummary {
-    pub(super) path: ProfilePath,
-    pub(super) steps: Vec<u64>,
-    pub(super) forward: Measured,
-    pub(super) backward: Measured,
-    pub(super) optimizer: Measured,
-    pub(super) resolution_ms: f64,
-}
-
-pub(super) fn profile_summary(profiles: &[PhaseProfile]) -> Option<ProfileSummary> {
-    let path = profiles.last()?.path;
-    let same: Vec<&PhaseProfile> = profiles.iter().filter(|p| p.path == path).collect();
-    let n = same.len() as f64;
-    let mean = |f: fn(&PhaseProfile) -> Measured| Measured {
-        ms: same.iter().map(|p| f(p).ms).sum::<f64>() / n,
-        uncertainty_ms: same.iter().map(|p| f(p).uncertainty_ms).sum::<f64>() / n,
-        reps: same.iter().map(|p| f(p).reps).min().unwrap_or(1),
-    };
-    Some(ProfileSummary {
-        path,
-        steps: same.iter().map(|p| p.step).collect(),
-        forward: mean(|p| p.forward),
-        backward: mean(|p| p.backward),
-        optimizer: mean(|p| p.optimizer),
-        resolution_ms: same.iter().map(|p| p.resolution_ms).fold(0.0, f64::max),
-    })
+/// Where the timeline's forward, backward and optimizer come from when the
+/// clock (resolution `r` ms) cannot resolve them (`timeline::split_cpu_frame`):
+/// the profiled split of the steps' measured compute, with its bounds, or
+/// unsplit before the first profile. None: the clock's own readings.
+pub(super) fn split_line(recent: &[StepTiming], summary: Option<ProfileSummary>, r: f64) -> Option<String> {
+    let (_, parts, split) = shown_means(recent, summary.as_ref());
+    let below = format!(
+        "Forward, backward and optimizer each last less than one reading of the clock resolves ({} a tick; {} and longer)",
+        micros(r),
+        micros(resolved_ms(r))
+    );
+    let plus_minus = |m: &Measured| format!("{:.4} ms ± {}", m.ms, micros(m.uncertainty_ms));
+    match (recent.last().map(|s| s.split), split, summary) {
+        (Some(Split::Profiled), Some([f, b, o]), Some(p)) => {
+            let step = p.steps.last().map_or(String::new(), |s| count(s + 1));
+            Some(format!(
+                "{below}: each step's compute as the clock read it ({:.4} ms a step over these steps) is split as the profiled steps, the newest {step}, split theirs: forward {}, backward {}, optimizer {} a step (forward : backward 1 : {:.2}; ± from the profile's bounds). The profiled phases sum to {} a step; what the steps' own reading holds beyond that is rounding and time the bursts' fastest rounds left out (the worker taken off the core, cold caches).",
+                parts[1] + parts[2] + parts[3],
+                plus_minus(&f),
+                plus_minus(&b),
+                plus_minus(&o),
+                b.ms / f.ms.max(f64::MIN_POSITIVE),
+                plus_minus(&p.profile().compute()),
+            ))
+        }
+        (Some(Split::Unsplit), ..) => {
+            Some(format!("{below}: until the first profiled step each step's compute is shown unsplit."))
+        }
+        _ => None,
+    }
 }
 
 /// The clock that times the phases, and how finely.

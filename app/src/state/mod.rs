@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use leptos::prelude::*;
 use stepscope_core::engine::profile::PhaseProfile;
 use stepscope_core::engine::{MemoryBytes, PhaseReport};
-use stepscope_core::model::gpt::OpTimes;
 use stepscope_core::stats::TensorStats;
 use stepscope_core::trainer::PhaseClock;
 use stepscope_core::{Experiment, StepMetrics};
@@ -15,6 +14,7 @@ use crate::model::checkpoints::CheckpointReport;
 use crate::model::classroom::check_lock;
 use crate::model::edit::{default_experiment, edited, needs_reset};
 use crate::model::metrics_csv::MetricsLog;
+use crate::model::op_table::OpStep;
 use crate::model::runner::{push, AccumulationReport, BackendInfo, Command, Commands, CsvProgress, Pin};
 use crate::model::timeline::StepTiming;
 use crate::model::url;
@@ -145,8 +145,8 @@ pub struct Charts {
     /// curves).
     pub gpt_history: RwSignal<Vec<GptPoint>>,
     /// A transformer's last step by op kind and block (the CPU engine's
-    /// clock around each op): (step, forward, backward).
-    pub op_times: RwSignal<Option<(u64, OpTimes, OpTimes)>>,
+    /// clock around each op), with that step's phases.
+    pub op_times: RwSignal<Option<OpStep>>,
 }
 
 /// Least time between two redraws of the timeline while training.

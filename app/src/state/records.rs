@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
+use stepscope_core::engine::profile::clock_resolution_ms;
 use stepscope_core::engine::Timing;
 use stepscope_core::StepMetrics;
 
@@ -14,7 +15,7 @@ use super::{
 use crate::model::chart_lines::{cut_from, halve};
 use crate::model::metrics_csv::FrameShare;
 use crate::model::runner::Outcome;
-use crate::model::timeline::{assign, StepTiming};
+use crate::model::timeline::{assign, profile_summary, split_cpu_frame, Split, StepTiming};
 use crate::model::url;
 use crate::model::views::Snapshot;
 
@@ -31,6 +32,21 @@ pub(super) struct FrameParts {
     pub messaging_ms: f64,
     /// The page's frame less its wait for the report.
     pub page_ms: f64,
+}
+
+impl FrameParts {
+    /// This frame and `next` as one (a step that took both).
+    pub(super) fn plus(self, next: FrameParts) -> FrameParts {
+        FrameParts {
+            wall_ms: self.wall_ms + next.wall_ms,
+            checkpoint_ms: self.checkpoint_ms + next.checkpoint_ms,
+            logging_ms: self.logging_ms + next.logging_ms,
+            profiling_ms: self.profiling_ms + next.profiling_ms,
+            engine_frame_ms: self.engine_frame_ms + next.engine_frame_ms,
+            messaging_ms: self.messaging_ms + next.messaging_ms,
+            page_ms: self.page_ms + next.page_ms,
+        }
+    }
 }
 
 /// A step's data, forward, backward, optimizer and unsplit GPU time: a
@@ -74,7 +90,15 @@ impl AppState {
             logging_ms: frame.logging_ms / k,
         };
         self.charts.metrics_log.update_value(|log| log.record_steps(metrics, Some(share)));
-        let computed: Vec<[f64; 5]> = metrics.iter().map(step_compute).collect();
+        let mut computed: Vec<[f64; 5]> = metrics.iter().map(step_compute).collect();
+        // CPU phases below the clock's resolution: split as profiled.
+        let split = if metrics.iter().all(|m| m.timing == Timing::Cpu) {
+            let summary = self.charts.profiles.with_untracked(|p| profile_summary(p)).filter(|s| s.on_cpu());
+            let r = self.charts.phase_clock.get_untracked().map_or_else(clock_resolution_ms, |(_, r)| r);
+            split_cpu_frame(&mut computed, summary.map(|s| s.profile()).as_ref(), r)
+        } else {
+            Split::Readings
+        };
         let compute_ms: f64 = computed.iter().flatten().sum();
         // The worker's frame less what its steps, checkpoint, views and
         // profiles took: the engine's own part.
@@ -110,7 +134,7 @@ impl AppState {
                     frame.page_ms / k,
                 ];
                 let wall_ms = wall_of(c);
-                t.push(StepTiming { step: m.step, wall_ms, parts: assign(wall_ms, measured) });
+                t.push(StepTiming { step: m.step, wall_ms, parts: assign(wall_ms, measured), split });
             }
             let excess = t.len().saturating_sub(TIMELINE_LIMIT);
             t.drain(..excess);
@@ -119,7 +143,13 @@ impl AppState {
         let mode = usize::from(self.lessons.activation_checkpointing.get_untracked());
         self.charts.backward_by_mode.update(|b| {
             let recent = &mut b[mode];
-            recent.extend(metrics.iter().map(|m| m.phases.backward_ms));
+            // As the timeline splits it: a reading below the clock's
+            // resolution is mostly rounding.
+            match split {
+                Split::Readings => recent.extend(metrics.iter().map(|m| m.phases.backward_ms)),
+                Split::Profiled => recent.extend(computed.iter().map(|c| c[2])),
+                Split::Unsplit => {}
+            }
             let excess = recent.len().saturating_sub(60);
             recent.drain(..excess);
         });

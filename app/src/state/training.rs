@@ -101,6 +101,8 @@ impl AppState {
         let mut recoveries: Vec<Instant> = Vec::new();
         // The op breakdown is redrawn as often as the timeline.
         let mut ops_drawn: Option<Instant> = None;
+        // The frames of a step still under way (CPU, a long step).
+        let mut unfinished: Option<FrameParts> = None;
         loop {
             next_frame().await;
             let frame_start = Instant::now();
@@ -148,11 +150,28 @@ impl AppState {
                     self.charts.op_times.set(Some(ops));
                 }
             }
+            let mid_step = matches!(&report.trained, Some(Ok(m)) if m.is_empty());
+            let failed = matches!(&report.trained, Some(Err(_)));
             let (frame_metrics, recovery_ms) = self.draw_frame(report, stale, &mut host, &mut recoveries).await;
             awaited_ms += recovery_ms;
+            let wall_ms = ms(frame_start);
+            let frame = FrameParts { wall_ms, page_ms: wall_ms - call_ms, ..parts };
             if !frame_metrics.is_empty() {
-                let wall_ms = ms(frame_start);
-                self.record_timeline(&frame_metrics, &FrameParts { wall_ms, page_ms: wall_ms - call_ms, ..parts });
+                // A step taken over several frames (a long one yields
+                // part-way) had all of them: its wall time is theirs.
+                let frame = match unfinished.take() {
+                    Some(before) => before.plus(frame),
+                    None => frame,
+                };
+                self.record_timeline(&frame_metrics, &frame);
+            } else if mid_step && !stale {
+                unfinished = Some(match unfinished.take() {
+                    Some(before) => before.plus(frame),
+                    None => frame,
+                });
+            } else if stale || failed {
+                // Cleared, or the step was abandoned.
+                unfinished = None;
             }
             if !stale && !passes.is_empty() {
                 // After the steps' rows: the GPU's passes of each, for the trace.

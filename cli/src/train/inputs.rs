@@ -3,8 +3,9 @@
 //! data, and how many steps to run. Every failure names the flag and file.
 
 use stepscope_core::checkpoint::{load_checkpoint, load_weights, read_file_info};
-use stepscope_core::data::{Dataset, TokenText, MAX_TEXT_BYTES, MAX_VOCABULARY};
+use stepscope_core::data::{Dataset, TokenText, MAX_VOCABULARY};
 use stepscope_core::experiment::{DataSource, Schedule};
+use stepscope_core::input::{checkpoint_limit, MAX_CONFIG_BYTES, MAX_TEXT_BYTES};
 use stepscope_core::limits::Limits;
 use stepscope_core::{Error, Experiment, TrainState};
 
@@ -14,7 +15,7 @@ use crate::files;
 use crate::Failure;
 
 pub(super) fn read_experiment(path: &str) -> Result<Experiment, Failure> {
-    let text = files::read_text(path, "config")?;
+    let text = files::read_text(path, "config", MAX_CONFIG_BYTES)?;
     Experiment::from_json(&text).map_err(|e| Failure::usage(format!("config `{path}`: {e}")))
 }
 
@@ -31,7 +32,16 @@ pub(super) fn initial_state(args: &TrainArgs) -> Result<TrainState, Failure> {
         let experiment = config.expect("parse() requires --config or --init");
         return Ok(fresh(experiment, None));
     };
-    let bytes = files::read(init_path, "--init file")?;
+    // A checkpoint holds the run's parameters and optimizer state, within
+    // its memory budget: a larger file is refused as it is read.
+    let limit = checkpoint_limit(args.memory_budget_mib.saturating_mul(1 << 20));
+    let bytes = files::read_checkpoint(init_path, "--init file", limit).map_err(|mut f| {
+        if f.message.ends_with("the most read: refused") {
+            let budget = args.memory_budget_mib;
+            f.message += &format!(" (a run within --memory-budget {budget} MiB has no larger checkpoint)");
+        }
+        f
+    })?;
     let context = |e: Error| Failure::usage(format!("--init `{init_path}`: {e}"));
     let is_checkpoint = read_file_info(&bytes).map_err(context)?.metadata.contains_key("format");
     match (config, is_checkpoint) {
@@ -65,19 +75,12 @@ pub(super) fn fresh(experiment: Experiment, params: Option<Vec<f32>>) -> TrainSt
     state
 }
 
-/// A text file's windows for a gpt experiment (`"source": "text"`): its
-/// size is checked before it is read, then `TokenText::read` names
-/// whatever else is wrong with it.
+/// A text file's windows for a gpt experiment (`"source": "text"`): read
+/// within `MAX_TEXT_BYTES`, then `TokenText::read` names whatever else is
+/// wrong with it.
 pub(super) fn load_text(path: &str, experiment: &Experiment) -> Result<Dataset, Failure> {
     let context = |e: Error| Failure::usage(format!("--data `{path}`: {e}"));
-    let size =
-        std::fs::metadata(path).map_err(|e| Failure::usage(format!("cannot read --data file `{path}`: {e}")))?.len();
-    if size > MAX_TEXT_BYTES as u64 {
-        return Err(Failure::usage(format!(
-            "--data `{path}`: the text is {size} bytes; at most {MAX_TEXT_BYTES} are read"
-        )));
-    }
-    let bytes = files::read(path, "--data file")?;
+    let bytes = files::read(path, "--data file", MAX_TEXT_BYTES as u64)?;
     let t = experiment.gpt().map_or(0, |g| g.context);
     let text = TokenText::read(&bytes, t, MAX_VOCABULARY).map_err(context)?;
     Dataset::load_text(experiment, &text).map_err(context)

@@ -9,6 +9,7 @@ use web_time::Instant;
 
 use stepscope_core::data::{CsvReader, CsvTable, Table};
 use stepscope_core::engine::{Evaluation, Evaluator};
+use stepscope_core::input::MAX_CSV_BYTES;
 use stepscope_core::limits::EVAL_CHUNK_ROWS;
 use stepscope_core::trainer::block_on;
 use stepscope_core::{Error, Trainer};
@@ -22,7 +23,7 @@ const READ_PART_ROWS: usize = 2048;
 /// Reads a CSV file (`CsvReader`), with a progress line every
 /// `PROGRESS_EVERY` and Ctrl-C looked at between parts.
 pub(crate) fn read_csv_file(path: &str, what: &str) -> Result<CsvTable, Failure> {
-    let text = files::read_text(path, what)?;
+    let text = files::read_text(path, what, MAX_CSV_BYTES)?;
     let bad = |e: Error| Failure::usage(format!("{what} `{path}`: {e}"));
     let started = Instant::now();
     let mut beat = Heartbeat::new();

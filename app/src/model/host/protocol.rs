@@ -254,7 +254,7 @@ mod tests {
                 start_ms: 0.25,
                 end_ms: 0.5,
             }],
-            op_times: Some((3, Default::default(), Default::default())),
+            op_times: Some(crate::model::op_table::OpStep { step: 3, ..Default::default() }),
             // Set on the page, never sent.
             messaging_ms: 0.0,
         }));

@@ -12,6 +12,7 @@ use stepscope_core::data::{
     read_csv, CsvReader, CsvTable, Dataset, ReadProgress, SharedText, TokenText, MAX_VOCABULARY,
 };
 use stepscope_core::experiment::DataSource;
+use stepscope_core::input::{check_size, MAX_CSV_BYTES, MAX_TEXT_BYTES};
 use stepscope_core::{Error, Experiment};
 use web_time::Instant;
 
@@ -102,6 +103,7 @@ impl Runner {
     pub(super) fn begin_csv(&mut self, name: String, last: Vec<u8>, base: Experiment) -> Result<(), Error> {
         let bytes = self.take_upload(&name, last);
         let not_loaded = |err: Error| err.context(format!("`{name}` was not loaded"));
+        check_size(bytes.len() as u64, MAX_CSV_BYTES, "the file").map_err(not_loaded)?;
         let text = String::from_utf8(bytes).map_err(|e| {
             not_loaded(Error::Csv(format!("the file is not UTF-8 text (byte {} is not)", e.utf8_error().valid_up_to())))
         })?;
@@ -124,6 +126,7 @@ impl Runner {
     ) -> Result<Option<Outcome>, Error> {
         let bytes = self.take_upload(&name, last);
         let not_loaded = |err: Error| err.context(format!("`{name}` was not loaded"));
+        check_size(bytes.len() as u64, MAX_TEXT_BYTES as u64, "the file").map_err(not_loaded)?;
         let context = base.gpt().map(|g| g.context).ok_or_else(|| {
             not_loaded(Error::Experiment("a text trains a transformer: switch the model to gpt first".into()))
         })?;
@@ -159,10 +162,16 @@ impl Runner {
     }
 
     /// A part of an upload's bytes; a part of another file starts over
-    /// (the page sends one upload at a time; a newer one replaces it).
+    /// (the page sends one upload at a time; a newer one replaces it). At
+    /// most one byte past the largest upload is kept: its reading refuses
+    /// it by the core's limit (`check_size`).
     pub(super) fn receive_csv(&mut self, name: String, total: u64, part: Vec<u8>) {
+        let most = MAX_CSV_BYTES.max(MAX_TEXT_BYTES as u64) as usize + 1;
         match &mut self.csv_upload {
-            Some(upload) if upload.name == name && upload.total == total => upload.bytes.extend_from_slice(&part),
+            Some(upload) if upload.name == name && upload.total == total => {
+                let room = most.saturating_sub(upload.bytes.len());
+                upload.bytes.extend_from_slice(&part[..part.len().min(room)]);
+            }
             _ => {
                 let mut bytes = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(256 << 20));
                 bytes.extend_from_slice(&part);

@@ -41,6 +41,8 @@ impl Runner {
             Command::RestoreCheckpoint(bytes) => {
                 // Everything is checked before the current run is replaced.
                 let not_loaded = |err: Error| err.context("The checkpoint was not loaded");
+                let limit = stepscope_core::input::checkpoint_limit(Limits::PAGE.memory_bytes);
+                stepscope_core::input::check_size(bytes.len() as u64, limit, "the file").map_err(not_loaded)?;
                 let state = load_checkpoint(&bytes).map_err(not_loaded)?;
                 let e = state.experiment.clone();
                 let data = self.load_data(&e).map_err(not_loaded)?;

@@ -17,6 +17,7 @@ use web_time::Instant;
 use super::frame::ms_since;
 use super::{Command, CsvProgress, Outcome, Runner};
 use crate::model::checkpoints::CheckpointReport;
+use crate::model::op_table::OpStep;
 use crate::model::race::RaceReport;
 use crate::model::spikes::Verdict;
 use crate::model::views::Snapshot;
@@ -89,9 +90,9 @@ pub struct FrameReport {
     /// The GPU's timed passes of the steps collected in this frame (for
     /// the trace's GPU track; empty on the CPU and without timestamps).
     pub gpu_passes: Vec<stepscope_core::gpu::StepPass>,
-    /// A transformer's last whole step on the CPU engine: (step, forward,
-    /// backward) by op kind and block.
-    pub op_times: Option<(u64, stepscope_core::model::gpt::OpTimes, stepscope_core::model::gpt::OpTimes)>,
+    /// A transformer's last whole step on the CPU engine, by op kind and
+    /// block, with that step's phases (one of this frame's steps).
+    pub op_times: Option<OpStep>,
     /// The page's wait for the report beyond `frame_ms`: the messages to
     /// and from the worker, their encoding and the worker's scheduling
     /// (set by `Host::frame`; 0 when the engine runs on the page).
@@ -203,8 +204,11 @@ impl Runner {
         report.profiling_ms = std::mem::take(&mut self.profiler.extra_ms);
         report.phase_clock = Some(self.trainer.phase_clock());
         report.gpu_passes = self.trainer.take_gpu_passes();
-        if report.trained.as_ref().is_some_and(|t| t.as_ref().is_ok_and(|m| !m.is_empty())) {
-            report.op_times = self.trainer.op_times();
+        // The op times with the phases of the same step, from this frame.
+        if let (Some(Ok(metrics)), Some((step, forward, backward))) = (&report.trained, self.trainer.op_times()) {
+            if let Some(m) = metrics.iter().find(|m| m.step == step) {
+                report.op_times = Some(OpStep { step, forward, backward, phases: m.phases });
+            }
         }
         report.frame_ms = ms_since(frame_started);
         report
