@@ -67,12 +67,19 @@ pub fn is_page_id(id: &str) -> bool {
 pub struct Classroom {
     pub hide: HideRequest,
     pub lock: LockRequest,
+    /// A parameter given more than once (`engine`, `backend`, `fused`):
+    /// none of its values applies, and the notice says so.
+    pub repeated: Vec<String>,
 }
 
 impl Classroom {
     /// From a query string (`location.search`).
     pub fn from_search(search: &str) -> Classroom {
-        Classroom { hide: hide_request(search), lock: lock_request(search) }
+        Classroom {
+            hide: hide_request(search),
+            lock: lock_request(search),
+            repeated: stepscope_core::link::query_problems(search),
+        }
     }
 
     /// The message for the user: what the link's parameters could not
@@ -85,6 +92,7 @@ impl Classroom {
             parts.push(format!("hide=: no control is named {}{rest}.", names.join(", ")));
         }
         parts.extend(self.lock.problem.clone());
+        parts.extend(self.repeated.iter().cloned());
         (!parts.is_empty()).then(|| format!("This link's settings: {}", parts.join(" ")))
     }
 }
@@ -190,6 +198,9 @@ mod tests {
         assert_eq!(fine.notice(&[]), None);
         let all_unknown = Classroom::from_search("?hide=nosuch").notice(&["nosuch".into()]).unwrap();
         assert!(!all_unknown.contains("the others"), "{all_unknown}");
+        // A parameter given twice is named, and none of its values applies.
+        let twice = Classroom::from_search("?engine=cpu&engine=gpu").notice(&[]).unwrap();
+        assert!(twice.contains("engine= appears 2 times in the link; none of them applies."), "{twice}");
     }
 
     #[test]
