@@ -8,8 +8,11 @@
 //!   and the rows sum to the step's data + forward + backward + optimizer:
 //!   each percentage is of that sum, and they add up to 100 %.
 //! - Stalls: a clock around an op also counts time the worker was off the
-//!   core (a loaded machine, the browser's other threads), and nothing in
-//!   the step can tell that time apart from the op's own. The blocks can:
+//!   core (a loaded machine, the browser's other threads; in the first
+//!   steps, memory touched for the first time), and nothing in the step
+//!   can tell that time apart from the op's own. On a 2-core machine
+//!   running 7 jobs, the default transformer's layernorm read 0.4 ms in
+//!   one block and 4.7 ms in the next, within one step. The blocks can:
 //!   every block has the same shape, so an op costs about the same in each.
 //!   An op that took more than `STALL_FACTOR` times the same op's fastest
 //!   reading in the other blocks, by more than `STALL_TICKS` ticks of the

@@ -313,7 +313,7 @@ pub fn OpBreakdown() -> impl IntoView {
                 let is_stalled = row.stalled_ms > 0.0;
                 let stalled = is_stalled.then(|| {
                     format!(
-                        "stalled: {} ms beyond the same op elsewhere in the step (the worker was off the core)",
+                        "stalled: {} ms beyond the same op elsewhere in the step (the worker off the core, or memory touched for the first time)",
                         ms(row.stalled_ms)
                     )
                 });
@@ -329,7 +329,7 @@ pub fn OpBreakdown() -> impl IntoView {
         let stalls = t.stalled_ms();
         let stall_note = if stalls > 0.0 {
             format!(
-                "; {} ms ({:.1} %) of it stalls, left out of those shares: ops that took over {} times what the same op took elsewhere in the step, the worker off the core (a loaded machine), not the ops' cost",
+                "; {} ms ({:.1} %) of it stalls, left out of those shares: ops that took over {} times what the same op took elsewhere in the step, time their work does not explain (the worker taken off the core on a loaded machine; in the first steps, memory touched for the first time)",
                 ms(stalls),
                 100.0 * stalls / t.step_ms.max(f64::MIN_POSITIVE),
                 crate::model::op_table::STALL_FACTOR
