@@ -143,13 +143,7 @@ impl AppState {
         let mode = usize::from(self.lessons.activation_checkpointing.get_untracked());
         self.charts.backward_by_mode.update(|b| {
             let recent = &mut b[mode];
-            // As the timeline splits it: a reading below the clock's
-            // resolution is mostly rounding.
-            match split {
-                Split::Readings => recent.extend(metrics.iter().map(|m| m.phases.backward_ms)),
-                Split::Profiled => recent.extend(computed.iter().map(|c| c[2])),
-                Split::Unsplit => {}
-            }
+            recent.extend(metrics.iter().map(|m| m.phases.backward_ms));
             let excess = recent.len().saturating_sub(60);
             recent.drain(..excess);
         });
