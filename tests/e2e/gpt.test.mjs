@@ -65,9 +65,9 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   assert.deepEqual(ops.filter((k) => k === 'attention').length, g.blocks, ops.join(','));
   assert.match(await text(page, 'op-summary'), /attention [\d.]+ % and the MLPs [\d.]+ % of the step/);
   // The rows are one step's, and add up to it: ms to the step, % to 100.
-  const [stepMs, rows] = await page.evaluate(() => [Number(document.querySelector('[data-testid=op-summary]').dataset.stepMs),
+  const [stepMs, opRows] = await page.evaluate(() => [Number(document.querySelector('[data-testid=op-summary]').dataset.stepMs),
     [...document.querySelectorAll('[data-testid=op-timeline] tr[data-kind]')].map((r) => [Number(r.dataset.ms), Number(r.dataset.percent)])]);
-  const [rowsMs, rowsPercent] = rows.reduce(([m, p], [a, b]) => [m + a, p + b], [0, 0]);
+  const [rowsMs, rowsPercent] = opRows.reduce(([m, p], [a, b]) => [m + a, p + b], [0, 0]);
   assert.ok(stepMs > 0 && Math.abs(rowsMs - stepMs) <= 1e-9 * stepMs, `rows ${rowsMs} ms of the step's ${stepMs}`);
   assert.ok(Math.abs(rowsPercent - 100) <= 1e-6, `rows ${rowsPercent} % of the step`);
   assert.ok(tokens > 0, `tokens/s ${tokens}`);
