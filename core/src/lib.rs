@@ -18,11 +18,11 @@ pub mod engine;
 pub mod error;
 pub mod experiment;
 pub mod export;
-pub mod json;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod gpu;
 pub mod input;
+pub mod json;
 pub mod limits;
 pub mod link;
 pub mod metrics;
