@@ -27,7 +27,7 @@ pub(crate) use inputs::load_data;
 use inputs::{initial_state, steps_to_run};
 pub(crate) use progress::stopped;
 pub(crate) use progress::Heartbeat;
-use progress::{evaluate, PROGRESS_EVERY, STOP};
+use progress::{evaluate, test_rows, train_rows, Rows, PROGRESS_EVERY, STOP};
 
 /// Steps between a transformer run's validation losses (nanoGPT's
 /// `eval_interval` for Shakespeare): a pass over the held-out windows
@@ -88,9 +88,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let state = initial_state(args)?;
     let data = load_data(args, &state.experiment)?;
     state.check(&data)?;
-    // Again with the data's own rows (a CSV's, or a checkpoint's experiment).
-    let rows = (data.train.rows(), data.test.rows());
-    Limits::native(args.memory_budget_mib).check(&state.experiment, Some(rows))?;
+    // Again with the data's own rows (a CSV's, or a checkpoint's
+    // experiment) and the file's bytes held while they were read.
+    Limits::native(args.memory_budget_mib).check_data(&state.experiment, &data)?;
     let steps = steps_to_run(args, &state);
     let gpu = match args.backend {
         Backend::Cpu => None,
@@ -107,7 +107,6 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let on_cpu = gpu.is_none();
     let device = gpu.as_ref().map(|ctx| ctx.describe());
     let mut engine = Trainer::new(state, data, gpu)?;
-    let (train_table, test_table) = (engine.data().train.clone(), engine.data().test.clone());
     let mut metrics_file = args.metrics.as_deref().map(LogFile::create).transpose()?;
     let mut tracer = args.trace.as_deref().map(|path| trace::TraceRecorder::new(path, Instant::now()));
     let mut tensorboard =
@@ -240,7 +239,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         let mut val_loss = None;
         let evaluating = (metrics.step + 1) % eval_every == 0 || i + 1 == steps;
         if (i + 1) % report_every == 0 || evaluating {
-            let held_out = if evaluating { Some(&test_table) } else { None };
+            let held_out = if evaluating { Some(test_rows) } else { None };
             let test = match held_out.map(|t| evaluate(&mut engine, t, test_name, &mut beat)).transpose()?.flatten() {
                 Some(ev) => {
                     if let Some(tb) = tensorboard.as_mut() {
@@ -342,8 +341,8 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         // training window would cost more than many steps.
         return Ok(());
     }
-    for (name, table) in [("train", &train_table), ("test", &test_table)] {
-        match evaluate(&mut engine, table, name, &mut beat)? {
+    for (name, rows) in [("train", train_rows as Rows), ("test", test_rows)] {
+        match evaluate(&mut engine, rows, name, &mut beat)? {
             Some(ev) => {
                 let accuracy = ev.accuracy.map(|a| format!("  accuracy {:.1}%", a * 100.0)).unwrap_or_default();
                 say!("{name}: loss {:.5}{accuracy}", ev.loss);
@@ -358,8 +357,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         }
     }
     // Per class on the test rows, or on the training rows where there are none.
-    let (name, table) = if test_table.rows() > 0 { ("test", &test_table) } else { ("train", &train_table) };
     let params = block_on(engine.read_state())?.params;
+    let data = engine.data();
+    let (name, table) = if data.test.rows() > 0 { ("test", &data.test) } else { ("train", &data.train) };
     for line in class_lines(&e, engine.layout(), &params, name, table) {
         say!("{line}");
     }

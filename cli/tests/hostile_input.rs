@@ -77,7 +77,7 @@ fn bad_arguments_and_files_fail_in_one_line_with_status_2_and_no_output() {
         (&["train", "--config", "config.json", "--out", "."], "--out `.` is a directory"),
         (
             &["train", "--config", "big.json", "--memory-budget", "64", "--out", "o.safetensors"],
-            "the run needs 98.0 MiB at its peak (parameters 0.0 MiB, gradients 0.0 MiB, optimizer state 0.1 MiB, activations 64.0 MiB",
+            "the run needs 98.1 MiB at its peak (parameters 0.0 MiB, gradients 0.0 MiB, optimizer state 0.1 MiB, activations 64.0 MiB",
         ),
         (&["train", "--config", "huge.json", "--out", "o.safetensors"], "more than the 2048.0 MiB budget (--memory-budget)"),
         (&["train", "--config", "config.json", "--memory-budget", "0"], "invalid value '0' for '--memory-budget <MIB>': needs a whole number > 0"),

@@ -6,7 +6,7 @@
 //! `Limits::check` with its limits, the CLI with its own, so a link can
 //! never build what the controls would refuse.
 
-use crate::data::DIGITS_ROWS;
+use crate::data::{Dataset, DIGITS_ROWS};
 use crate::engine::MemoryBytes;
 use crate::error::{Error, Result};
 use crate::experiment::{DataSource, Experiment, MAX_BATCH, MAX_BLOCKS, MAX_CONTEXT, MAX_EMBED, MAX_LAYERS, MAX_UNITS};
@@ -97,9 +97,19 @@ impl Limits {
         self.check_memory(e, rows)
     }
 
+    /// `check` with the data as read (`RunBytes::of_data`: its rows and
+    /// the file's bytes held while they were parsed).
+    pub fn check_data(&self, e: &Experiment, data: &Dataset) -> Result<RunBytes> {
+        self.check(e, None)?;
+        self.within_budget(RunBytes::of_data(e, data))
+    }
+
     /// The run's peak bytes against the memory budget.
     fn check_memory(&self, e: &Experiment, rows: Option<(usize, usize)>) -> Result<RunBytes> {
-        let bytes = RunBytes::of(e, rows);
+        self.within_budget(RunBytes::of(e, rows))
+    }
+
+    fn within_budget(&self, bytes: RunBytes) -> Result<RunBytes> {
         if bytes.total() > self.memory_bytes {
             return refuse(format!(
                 "the run needs {} at its peak ({}), more than the {} budget{}",
@@ -121,62 +131,123 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / MIB as f64)
 }
 
-/// What a run holds at its peak: the training buffers during backward, the
-/// data tables, and one evaluation chunk's activations.
+/// What a run holds at its peak, in bytes. The parameters, the optimizer's
+/// state and the data tables are held throughout; the rest in one of two
+/// phases that never overlap: reading the data (`loading`), or training
+/// (gradients, activations, backward's buffers, the engine's other
+/// buffers and one evaluation chunk's activations).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunBytes {
     pub training: MemoryBytes,
+    /// The engine's buffers besides `training`: the last update (4·P), a
+    /// micro-batch's rows (and the transformer's token ids), the shuffle's
+    /// permutation (two while a new epoch's is drawn).
+    pub engine: u64,
+    /// The train and test tables (and a built-in's points).
     pub data: u64,
+    /// Held only while the data is read: the file's bytes (and a CSV's
+    /// line numbers), then the split's copy of the test rows and its row
+    /// order.
+    pub loading: u64,
     pub evaluation: u64,
+    /// Writing a checkpoint (`save_checkpoint`): a copy of the state read
+    /// from the engine, each tensor's bytes, then the file's bytes, three
+    /// copies of the parameters and the optimizer's state at most.
+    pub checkpoint: u64,
 }
 
 impl RunBytes {
+    /// The run's bytes, the file's unknown (0): `rows` is (train rows, test
+    /// rows) where the data is known; built-in data is sized from the
+    /// experiment.
     pub fn of(e: &Experiment, rows: Option<(usize, usize)>) -> RunBytes {
-        let (train, test) = rows.unwrap_or_else(|| match e.data.source {
+        RunBytes::with_file(e, rows, 0)
+    }
+
+    /// The run's bytes on `data` as read, its file included.
+    pub fn of_data(e: &Experiment, data: &Dataset) -> RunBytes {
+        RunBytes::with_file(e, Some((data.train.rows(), data.test.rows())), data.file_bytes)
+    }
+
+    fn with_file(e: &Experiment, rows: Option<(usize, usize)>, file_bytes: u64) -> RunBytes {
+        let source = e.data.source;
+        let (train, test) = rows.unwrap_or_else(|| match source {
             DataSource::Csv | DataSource::Text => (0, 0),
             DataSource::Shakespeare => (crate::data::SHAKESPEARE.len() / e.gpt().map_or(1, |g| g.context.max(1)), 0),
             DataSource::Digits => (DIGITS_ROWS, 0),
             _ => (e.data.samples(), 0),
         });
+        let (train, test, n) = (train as u64, test as u64, (train + test) as u64);
+        let training = MemoryBytes::estimate(e, false);
+        let batch = e.batch_size.min(MAX_BATCH) as u64;
+        // Two permutations of u32 while a new epoch's is drawn.
+        let permutation = if e.data.shuffle { 2 * 4 * train } else { 0 };
+        // `split_rows`: a permutation of u32 collected into indices.
+        let order = if e.data.train_fraction.is_some() { 12 * n } else { 0 };
         if let Some(gpt) = e.gpt() {
-            // Rows are windows: T ids in, T out. Evaluation runs forward
-            // over a batch of windows at a time, keeping one block's
-            // activations and each block's output (`Evaluator`).
-            let windows = crate::engine::gpt_eval_windows(gpt.context);
-            let (acts, att, _) = crate::model::gpt::memory_floats(&gpt.shape(), windows, true);
+            // Rows are windows: T ids in, T out, as f32. Evaluation runs
+            // forward over a batch of windows at a time, keeping one
+            // block's activations and each block's output (`Evaluator`).
+            let t = gpt.context as u64;
+            let row = 2 * 4 * t;
+            let windows = crate::engine::gpt_eval_windows(gpt.context) as u64;
+            let (acts, att, _) = crate::model::gpt::memory_floats(&gpt.shape(), windows as usize, true);
             return RunBytes {
-                training: MemoryBytes::estimate(e, false),
-                data: (train + test) as u64 * 2 * 4 * gpt.context as u64,
-                evaluation: 4 * (acts as u64 + att as u64),
+                training,
+                // The rows as f32 and as token ids (u32).
+                engine: training.params + 2 * batch * row + permutation,
+                data: n * row,
+                loading: file_bytes.max(test * row + order),
+                evaluation: 4 * (acts as u64 + att as u64) + windows * row,
+                checkpoint: 3 * (training.params + training.optimizer),
             };
         }
-        let row_bytes = 4 * (e.model.inputs + e.outputs()) as u64;
+        let row = 4 * (e.model.inputs + e.outputs()) as u64;
         let units: u64 = e.model.layers.iter().map(|l| l.units as u64).sum();
-        let chunk = train.max(test).min(EVAL_CHUNK_ROWS) as u64;
+        let chunk = train.max(test).min(EVAL_CHUNK_ROWS as u64);
+        let (data, loading) = match source {
+            // The file and its line numbers, then the test rows' copy.
+            DataSource::Csv => (n * row, (file_bytes + 8 * n).max(test * row + order)),
+            // The whole table, then each part copied from it.
+            DataSource::Digits => (n * row, n * row + order),
+            // Each point (three f64) is kept beside its row, for plots.
+            _ => (n * (row + 24), 24 * n + order),
+        };
         RunBytes {
-            training: MemoryBytes::estimate(e, false),
-            data: (train + test) as u64 * row_bytes,
+            training,
+            engine: training.params + batch * row + permutation,
+            data,
+            loading,
             evaluation: 2 * 4 * chunk * units,
+            checkpoint: 3 * (training.params + training.optimizer),
         }
     }
 
+    /// The peak: what is held throughout, and the larger of the two phases
+    /// (in training, an evaluation and a checkpoint come one at a time).
     pub fn total(&self) -> u64 {
-        self.training.peak_backward() + self.data + self.evaluation
+        let t = &self.training;
+        let step = t.grads + t.activations + t.attention + t.backward_scratch + self.engine;
+        let training = step + self.evaluation.max(self.checkpoint);
+        t.params + t.optimizer + self.data + self.loading.max(training)
     }
 
     /// The parts, for messages.
     pub fn describe(&self) -> String {
         let t = &self.training;
         format!(
-            "parameters {}, gradients {}, optimizer state {}, activations {}{}, backward {}, data {}, evaluation {}",
+            "parameters {}, gradients {}, optimizer state {}, activations {}{}, backward {}, engine {}, data {}, reading the data {}, evaluation {}, checkpoint {}",
             mib(t.params),
             mib(t.grads),
             mib(t.optimizer),
             mib(t.activations),
             if t.attention > 0 { format!(", attention probabilities {}", mib(t.attention)) } else { String::new() },
             mib(t.backward_scratch),
+            mib(self.engine),
             mib(self.data),
-            mib(self.evaluation)
+            mib(self.loading),
+            mib(self.evaluation),
+            mib(self.checkpoint)
         )
     }
 }
@@ -252,6 +323,61 @@ mod tests {
         }
     }
 
+    /// What a CSV or text run holds besides the engine's training buffers,
+    /// counted from the buffers themselves: the tables' and the engine's
+    /// vectors (their capacities), the file's bytes and the split's copy.
+    #[test]
+    fn the_run_bytes_are_what_the_data_and_the_engine_hold() {
+        let table_bytes = |t: &crate::data::Table| 4 * (t.inputs.capacity() + t.targets.capacity()) as u64;
+        // A CSV of 1,000 rows, three columns, a quarter held out.
+        let mut csv = String::from("x1,x2,y\n");
+        for i in 0..1000 {
+            csv.push_str(&format!("{}.25,-{}.5,{}\n", i % 7, i % 3, i % 2));
+        }
+        let e = Experiment::from_json(
+            r#"{"seed": 3, "model": {"inputs": 2, "layers": [{"units": 5, "activation": "tanh"}, {"units": 1, "activation": "linear"}]},
+                "loss": "bce_with_logits", "optimizer": {"kind": "adamw"}, "batch_size": 16,
+                "data": {"source": "csv", "train_fraction": 0.75}}"#,
+        )
+        .unwrap();
+        let table = crate::data::read_csv(&csv).unwrap();
+        assert_eq!(table.file_bytes, csv.len() as u64);
+        let data = Dataset::from_csv(&e, table).unwrap();
+        let bytes = RunBytes::of_data(&e, &data);
+        assert_eq!((data.train.rows(), data.test.rows()), (750, 250));
+        assert_eq!(bytes.data, table_bytes(&data.train) + table_bytes(&data.test));
+        // The file and one line number a row, or the test rows' copy and
+        // the split's order (12 bytes a row).
+        assert_eq!(bytes.loading, (csv.len() as u64 + 8 * 1000).max(table_bytes(&data.test) + 12 * 1000));
+        let engine = CpuEngine::new(&e, data).unwrap();
+        // The engine holds one permutation; a new epoch's is drawn beside it.
+        assert_eq!(bytes.engine, engine.other_bytes() + 4 * 750);
+        assert_eq!(bytes.training, engine.memory());
+
+        // A text of 20,000 characters in windows of 16, 10 % held out.
+        let text: String = (0..20_000).map(|i| (b'a' + (i * 7 % 13) as u8) as char).collect();
+        let e = Experiment::from_json(
+            r#"{"seed": 3, "model": {"kind": "gpt", "vocab_size": 13, "context": 16, "embed": 8, "heads": 2, "blocks": 1},
+                "loss": "cross_entropy", "optimizer": {"kind": "adamw"}, "batch_size": 4,
+                "data": {"source": "text", "train_fraction": 0.9}}"#,
+        )
+        .unwrap();
+        let data = Dataset::from_text(&e, std::borrow::Cow::Owned(text.clone().into_bytes())).unwrap();
+        let bytes = RunBytes::of_data(&e, &data);
+        let windows = (20_000 - 1) / 16;
+        assert_eq!(data.train.rows() + data.test.rows(), windows);
+        assert_eq!(bytes.data, table_bytes(&data.train) + table_bytes(&data.test));
+        assert_eq!(bytes.loading, 20_000u64.max(table_bytes(&data.test) + 12 * windows as u64));
+        let mut engine = CpuEngine::new(&e, data).unwrap();
+        assert_eq!(bytes.engine, engine.other_bytes() + 4 * engine.data().train.rows() as u64);
+        // The transformer's buffers are allocated before its first step
+        // and do not grow in it.
+        assert_eq!(bytes.training, engine.memory());
+        engine.step().unwrap();
+        assert_eq!(bytes.training, engine.memory());
+        assert_eq!(bytes.engine, engine.other_bytes() + 4 * engine.data().train.rows() as u64);
+    }
+
     #[test]
     fn limits_refuse_with_the_figures() {
         let hidden = |n: usize, units: usize| {
@@ -260,9 +386,11 @@ mod tests {
         };
         let page = Limits::PAGE;
         // The largest network the page builds, with AdamW: 15.7 M
-        // parameters, 240 MiB with gradients and moments.
+        // parameters, 240 MiB with gradients and moments, 300 with the last
+        // update, and a checkpoint's three copies of the parameters and
+        // moments (540 MiB) while one is written: within the page's 1 GiB.
         let largest = page.check(&experiment(&hidden(16, 1024), 32, r#"{"kind": "adamw"}"#), None).unwrap();
-        assert!(largest.total() < 300 << 20, "{}", largest.describe());
+        assert!((800 << 20..page.memory_bytes).contains(&largest.total()), "{}", largest.describe());
         let mut deeper = experiment(&hidden(16, 8), 32, r#"{"kind": "adamw"}"#);
         deeper.model.layers.insert(0, deeper.model.layers[0].clone());
         let msg = page.check(&deeper, None).unwrap_err().to_string();
@@ -290,10 +418,12 @@ mod tests {
             "{msg}"
         );
         assert!(Limits::native(1 << 30).check(&huge, None).is_ok());
-        // Data rows count once known.
+        // Data rows count once known: each row's inputs and target, and
+        // its point (three f64) for the plots.
         let e = experiment(&hidden(1, 8), 32, r#"{"kind": "adamw"}"#);
-        let small = Limits::native(1).check(&e, None).unwrap().total();
-        let big = Limits::native(4096).check(&e, Some((1_000_000, 0))).unwrap().total();
-        assert_eq!(big - small, (1_000_000 - 100) * 4 * 3 + 2 * 4 * (4096 - 100) * 9);
+        let small = Limits::native(1).check(&e, None).unwrap();
+        let big = Limits::native(4096).check(&e, Some((1_000_000, 0))).unwrap();
+        assert_eq!(big.data - small.data, (1_000_000 - 100) * (4 * 3 + 24));
+        assert!(big.total() > small.total() + big.data - small.data);
     }
 }

@@ -3,7 +3,7 @@
 //! data, and how many steps to run. Every failure names the flag and file.
 
 use stepscope_core::checkpoint::{load_checkpoint, load_weights, read_file_info};
-use stepscope_core::data::{Dataset, TokenText, MAX_VOCABULARY};
+use stepscope_core::data::Dataset;
 use stepscope_core::experiment::{DataSource, Schedule};
 use stepscope_core::input::{checkpoint_limit, MAX_CONFIG_BYTES, MAX_TEXT_BYTES};
 use stepscope_core::limits::Limits;
@@ -30,7 +30,7 @@ pub(super) fn initial_state(args: &TrainArgs) -> Result<TrainState, Failure> {
     }
     let Some(init_path) = args.init.as_deref() else {
         let experiment = config.expect("parse() requires --config or --init");
-        return Ok(fresh(experiment, None));
+        return fresh(experiment, None);
     };
     // A checkpoint holds the run's parameters and optimizer state, within
     // its memory budget: a larger file is refused as it is read.
@@ -58,7 +58,7 @@ pub(super) fn initial_state(args: &TrainArgs) -> Result<TrainState, Failure> {
         }
         (Some(experiment), false) => {
             let params = load_weights(&bytes, &experiment).map_err(context)?;
-            Ok(fresh(experiment, Some(params)))
+            fresh(experiment, Some(params))
         }
         (None, false) => Err(Failure::usage(format!(
             "--init `{init_path}` holds weights only, not a Stepscope checkpoint: give --config too"
@@ -66,24 +66,23 @@ pub(super) fn initial_state(args: &TrainArgs) -> Result<TrainState, Failure> {
     }
 }
 
-/// A fresh run (`TrainState::fresh`), from given initial weights if any.
-pub(super) fn fresh(experiment: Experiment, params: Option<Vec<f32>>) -> TrainState {
-    let mut state = TrainState::fresh(&experiment);
+/// A fresh run (`TrainState::try_fresh`: a machine without the memory
+/// gets an error), from given initial weights if any.
+pub(super) fn fresh(experiment: Experiment, params: Option<Vec<f32>>) -> Result<TrainState, Failure> {
+    let mut state = TrainState::try_fresh(&experiment)?;
     if let Some(params) = params {
         state.params = params;
     }
-    state
+    Ok(state)
 }
 
 /// A text file's windows for a gpt experiment (`"source": "text"`): read
-/// within `MAX_TEXT_BYTES`, then `TokenText::read` names whatever else is
-/// wrong with it.
+/// within `MAX_TEXT_BYTES`, then `Dataset::from_text` names whatever else
+/// is wrong with it and drops the bytes once the rows are made.
 pub(super) fn load_text(path: &str, experiment: &Experiment) -> Result<Dataset, Failure> {
     let context = |e: Error| Failure::usage(format!("--data `{path}`: {e}"));
     let bytes = files::read(path, "--data file", MAX_TEXT_BYTES as u64)?;
-    let t = experiment.gpt().map_or(0, |g| g.context);
-    let text = TokenText::read(&bytes, t, MAX_VOCABULARY).map_err(context)?;
-    Dataset::load_text(experiment, &text).map_err(context)
+    Dataset::from_text(experiment, std::borrow::Cow::Owned(bytes)).map_err(context)
 }
 
 pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dataset, Failure> {
@@ -111,7 +110,11 @@ pub(crate) fn load_data(args: &TrainArgs, experiment: &Experiment) -> Result<Dat
         Some(path) => Failure::usage(format!("--data `{path}`: {e}")),
         None => Failure::from(e),
     };
-    Dataset::load(experiment, csv.as_ref()).map_err(context)
+    match csv {
+        // The table moves into the data: its rows are never held twice.
+        Some(csv) => Dataset::from_csv(experiment, csv).map_err(context),
+        None => Dataset::load(experiment, None).map_err(context),
+    }
 }
 
 /// Steps to run now: `--steps`, else what the schedule has left, else 100.

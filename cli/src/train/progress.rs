@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use web_time::Instant;
 
-use stepscope_core::data::{CsvReader, CsvTable, Table};
+use stepscope_core::data::{CsvReader, CsvTable, Dataset, Table};
 use stepscope_core::engine::{Evaluation, Evaluator};
 use stepscope_core::input::MAX_CSV_BYTES;
 use stepscope_core::limits::EVAL_CHUNK_ROWS;
@@ -88,26 +88,39 @@ impl Heartbeat {
     }
 }
 
-/// Loss and accuracy over `table` (the CPU reference forward pass, in
-/// chunks), with a progress line when it runs long; None when Ctrl-C
-/// stopped it, or for an empty table.
+/// Which of the run's tables an evaluation reads (`evaluate`).
+pub(crate) type Rows = fn(&Dataset) -> &Table;
+
+pub(crate) fn train_rows(data: &Dataset) -> &Table {
+    &data.train
+}
+
+pub(crate) fn test_rows(data: &Dataset) -> &Table {
+    &data.test
+}
+
+/// Loss and accuracy over the run's `rows` (the CPU reference forward
+/// pass, in chunks, on the trainer's own table: no copy), with a progress
+/// line when it runs long; None when Ctrl-C stopped it, or for an empty
+/// table.
 pub(crate) fn evaluate(
     engine: &mut Trainer,
-    table: &Table,
+    rows: Rows,
     what: &str,
     beat: &mut Heartbeat,
 ) -> Result<Option<Evaluation>, Failure> {
     let (e, layout) = (engine.experiment().clone(), engine.layout().clone());
-    let done = block_on(engine.with_tensors(|[params, _, _]| {
+    let done = block_on(engine.with_tensors_and_data(|[params, _, _], data| {
+        let table = rows(data);
         let mut evaluator = Evaluator::new(&layout, table.rows(), EVAL_CHUNK_ROWS);
-        let mut rows = 0;
+        let mut evaluated = 0;
         while !evaluator.advance(params, &layout, &e, table, EVAL_CHUNK_ROWS) {
-            rows += EVAL_CHUNK_ROWS;
+            evaluated += EVAL_CHUNK_ROWS;
             if stopped() {
                 return None;
             }
             if beat.due() {
-                say!("evaluating the {what} rows: {rows} of {}", table.rows());
+                say!("evaluating the {what} rows: {evaluated} of {}", table.rows());
             }
         }
         evaluator.result()

@@ -48,6 +48,11 @@ impl Batcher {
         &self.position
     }
 
+    /// Bytes of the epoch's permutation (u32 a row, when shuffling).
+    pub fn bytes(&self) -> u64 {
+        4 * self.permutation.capacity() as u64
+    }
+
     /// Index of the next row to serve, advancing the counter.
     pub fn next_row(&mut self) -> usize {
         let k = self.position.rows_consumed;

@@ -154,6 +154,8 @@ pub struct CsvTable {
     /// 0-based column of each target.
     target_columns: Vec<usize>,
     lines: Vec<usize>,
+    /// Bytes of the file, held while it was read (`limits::RunBytes`).
+    pub file_bytes: u64,
 }
 
 /// How far a `CsvReader` is: bytes read of the file, and rows so far.
@@ -204,7 +206,9 @@ impl<T: AsRef<[u8]>> CsvReader<T> {
         let input_width = columns.iter().filter(|c| **c == Column::Input).count();
         let target_columns: Vec<usize> = (0..columns.len()).filter(|&c| columns[c] == Column::Target).collect();
         let table = Table { input_width, target_width: target_columns.len(), ..Table::default() };
-        Ok(CsvReader { rows, columns, out: CsvTable { names, table, target_columns, lines: Vec::new() } })
+        let file_bytes = rows.total;
+        let out = CsvTable { names, table, target_columns, lines: Vec::new(), file_bytes };
+        Ok(CsvReader { rows, columns, out })
     }
 
     /// Reads up to `max_rows` more rows (at least one); true at the end.
@@ -244,11 +248,15 @@ impl<T: AsRef<[u8]>> CsvReader<T> {
         self.rows.bytes_scanned()
     }
 
-    /// The table, once every row is read.
-    pub fn finish(self) -> Result<CsvTable> {
+    /// The table, once every row is read, holding no more than its rows
+    /// (the room a growing vector keeps ahead is given back).
+    pub fn finish(mut self) -> Result<CsvTable> {
         if self.out.lines.is_empty() {
             return Err(Error::Csv("the file has a header but no data rows".into()));
         }
+        self.out.table.inputs.shrink_to_fit();
+        self.out.table.targets.shrink_to_fit();
+        self.out.lines.shrink_to_fit();
         Ok(self.out)
     }
 }
@@ -272,6 +280,11 @@ pub fn read_csv(text: &str) -> Result<CsvTable> {
 }
 
 impl CsvTable {
+    /// The rows alone, and the file's bytes; the line numbers and names go.
+    pub fn into_table(self) -> (Table, u64) {
+        (self.table, self.file_bytes)
+    }
+
     pub fn rows(&self) -> usize {
         self.lines.len()
     }

@@ -18,9 +18,9 @@ pub use csv::{
     MAX_CSV_CLASSES, MAX_CSV_ROWS,
 };
 pub use digits::{digits_table, DIGITS_CLASSES, DIGITS_MAX_PIXEL, DIGITS_PIXELS, DIGITS_ROWS, DIGITS_SIDE};
-pub use text::{TokenText, Vocabulary, MAX_TEXT_BYTES, MAX_VOCABULARY, SHAKESPEARE};
+pub use text::{CheckedText, TokenText, Vocabulary, MAX_TEXT_BYTES, MAX_VOCABULARY, SHAKESPEARE};
 
-use crate::error::Result;
+use crate::error::{room, Result};
 use crate::experiment::{DataSource, Experiment, Loss};
 use crate::rng::{stream, Rng};
 
@@ -43,6 +43,33 @@ impl Table {
         let (i, t) = (self.input_width, self.target_width);
         inputs.extend_from_slice(&self.inputs[row * i..(row + 1) * i]);
         targets.extend_from_slice(&self.targets[row * t..(row + 1) * t]);
+    }
+
+    /// Keeps the rows `rows` (ascending) and gives the others, in file
+    /// order: the split made in place, so that the rows are never held
+    /// twice (only the given-away rows are copied).
+    fn split_off_rows(&mut self, keep: &[usize], give: &[usize]) -> Result<Table> {
+        let (i, t) = (self.input_width, self.target_width);
+        let mut other = Table {
+            inputs: room(give.len() * i, "the test rows")?,
+            targets: room(give.len() * t, "the test rows")?,
+            input_width: i,
+            target_width: t,
+        };
+        for &row in give {
+            self.copy_row(row, &mut other.inputs, &mut other.targets);
+        }
+        // Row k of the kept ones comes from row keep[k] >= k: moving them
+        // down in order never overwrites one not yet moved.
+        for (k, &row) in keep.iter().enumerate() {
+            self.inputs.copy_within(row * i..(row + 1) * i, k * i);
+            self.targets.copy_within(row * t..(row + 1) * t, k * t);
+        }
+        for (v, width) in [(&mut self.inputs, i), (&mut self.targets, t)] {
+            v.truncate(keep.len() * width);
+            v.shrink_to_fit();
+        }
+        Ok(other)
     }
 
     /// The rows `rows` of `self`, in that order.
@@ -88,6 +115,9 @@ pub struct Dataset {
     pub test_points: Vec<Point>,
     /// A text's characters (the transformer's data): token i is the i-th.
     pub vocabulary: Option<Vocabulary>,
+    /// Bytes of the file the rows were read from (a CSV or a text), held
+    /// while they were parsed (`limits::RunBytes`); 0 for built-in data.
+    pub file_bytes: u64,
 }
 
 impl Dataset {
@@ -104,10 +134,7 @@ impl Dataset {
     pub fn load(experiment: &Experiment, csv: Option<&CsvTable>) -> Result<Dataset> {
         let spec = &experiment.data;
         match spec.source {
-            DataSource::Shakespeare => {
-                let context = experiment.gpt().map_or(0, |g| g.context);
-                Dataset::load_text(experiment, &TokenText::read(SHAKESPEARE, context, MAX_VOCABULARY)?)
-            }
+            DataSource::Shakespeare => Dataset::from_text(experiment, std::borrow::Cow::Borrowed(SHAKESPEARE)),
             DataSource::Text => {
                 Err(crate::Error::Experiment("data.source is \"text\" but no text file was given (--data FILE)".into()))
             }
@@ -115,15 +142,7 @@ impl Dataset {
                 let csv = csv.ok_or_else(|| {
                     crate::Error::Experiment("data.source is \"csv\" but no CSV file was given".into())
                 })?;
-                csv.check(experiment)?;
-                let table = &csv.table;
-                if spec.train_fraction.is_none() {
-                    return Ok(Dataset { test: table.select(&[]), train: table.clone(), ..Dataset::default() });
-                }
-                let (mut train, mut test) = split_rows(experiment, table.rows());
-                train.sort_unstable();
-                test.sort_unstable();
-                Ok(Dataset { train: table.select(&train), test: table.select(&test), ..Dataset::default() })
+                Dataset::from_csv(experiment, csv.clone())
             }
             DataSource::Digits => {
                 let table = digits_table();
@@ -141,7 +160,7 @@ impl Dataset {
                     test: points_table(&test_points, experiment),
                     train_points,
                     test_points,
-                    vocabulary: None,
+                    ..Dataset::default()
                 })
             }
         }
@@ -149,35 +168,79 @@ impl Dataset {
 }
 
 impl Dataset {
+    /// A CSV file's rows held to `experiment` (`CsvTable::check`) and
+    /// split, taking the table: its rows are moved, not copied (as
+    /// `load` with the table does).
+    pub fn from_csv(experiment: &Experiment, csv: CsvTable) -> Result<Dataset> {
+        csv.check(experiment)?;
+        let (table, file_bytes) = csv.into_table();
+        let (train, test) = split_table(experiment, table)?;
+        Ok(Dataset { train, test, file_bytes, ..Dataset::default() })
+    }
+
+    /// A text's windows for the transformer of `experiment`, as
+    /// `load_text`, read straight from the bytes into rows: an owned text
+    /// is dropped once its rows are made, before the split.
+    pub fn from_text(experiment: &Experiment, bytes: std::borrow::Cow<'_, [u8]>) -> Result<Dataset> {
+        let gpt = gpt_of_text(experiment)?;
+        let text = CheckedText::read(&bytes, gpt.context, MAX_VOCABULARY)?;
+        check_vocabulary(gpt, &text.vocabulary)?;
+        let table = text.table(gpt.context)?;
+        let vocabulary = Some(text.vocabulary);
+        let file_bytes = match &bytes {
+            std::borrow::Cow::Owned(b) => b.len() as u64,
+            std::borrow::Cow::Borrowed(_) => 0,
+        };
+        drop(bytes);
+        let (train, test) = split_table(experiment, table)?;
+        Ok(Dataset { train, test, vocabulary, file_bytes, ..Dataset::default() })
+    }
+
     /// The windows of `text` as rows for the transformer of `experiment`
     /// (`"source": "text"` or `"shakespeare"`): its `vocab_size` must be
     /// the text's vocabulary. Without `train_fraction` every window trains
     /// in file order; with it, the split is a CSV's (a permutation from
     /// the seed, each part kept in file order).
     pub fn load_text(experiment: &Experiment, text: &TokenText) -> Result<Dataset> {
-        let Some(gpt) = experiment.gpt() else {
-            return Err(crate::Error::Experiment(format!(
-                "data.source {:?} is text: it needs \"model\": {{\"kind\": \"gpt\", …}}",
-                experiment.data.source.name()
-            )));
-        };
-        if gpt.vocab_size != text.vocabulary.len() {
-            return Err(crate::Error::Experiment(format!(
-                "model.vocab_size is {} but the text has {} distinct characters",
-                gpt.vocab_size,
-                text.vocabulary.len()
-            )));
-        }
-        let table = text.table(gpt.context);
-        let vocabulary = Some(text.vocabulary.clone());
-        if experiment.data.train_fraction.is_none() {
-            return Ok(Dataset { test: table.select(&[]), train: table, vocabulary, ..Dataset::default() });
-        }
-        let (mut train, mut test) = split_rows(experiment, table.rows());
-        train.sort_unstable();
-        test.sort_unstable();
-        Ok(Dataset { train: table.select(&train), test: table.select(&test), vocabulary, ..Dataset::default() })
+        let gpt = gpt_of_text(experiment)?;
+        check_vocabulary(gpt, &text.vocabulary)?;
+        let (train, test) = split_table(experiment, text.table(gpt.context))?;
+        Ok(Dataset { train, test, vocabulary: Some(text.vocabulary.clone()), ..Dataset::default() })
     }
+}
+
+fn gpt_of_text(experiment: &Experiment) -> Result<&crate::experiment::GptSpec> {
+    experiment.gpt().ok_or_else(|| {
+        crate::Error::Experiment(format!(
+            "data.source {:?} is text: it needs \"model\": {{\"kind\": \"gpt\", …}}",
+            experiment.data.source.name()
+        ))
+    })
+}
+
+fn check_vocabulary(gpt: &crate::experiment::GptSpec, vocabulary: &Vocabulary) -> Result<()> {
+    if gpt.vocab_size != vocabulary.len() {
+        return Err(crate::Error::Experiment(format!(
+            "model.vocab_size is {} but the text has {} distinct characters",
+            gpt.vocab_size,
+            vocabulary.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A CSV's or a text's rows split (`split_rows`), each part in file
+/// order; every row trains without `train_fraction`.
+fn split_table(experiment: &Experiment, mut table: Table) -> Result<(Table, Table)> {
+    if experiment.data.train_fraction.is_none() {
+        let test = table.select(&[]);
+        return Ok((table, test));
+    }
+    let (mut train, mut test) = split_rows(experiment, table.rows());
+    train.sort_unstable();
+    test.sort_unstable();
+    let test = table.split_off_rows(&train, &test)?;
+    Ok((table, test))
 }
 
 /// Turns labelled points into feature rows and targets. The target is the

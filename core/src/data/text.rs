@@ -10,7 +10,7 @@
 //! what is wrong, and reading it is linear in its size.
 
 use super::Table;
-use crate::error::{Error, Result};
+use crate::error::{zeros, Error, Result};
 
 /// Most distinct characters a text may have (the transformer's vocabulary
 /// and its embedding rows).
@@ -106,6 +106,38 @@ impl TokenText {
     /// Reads `bytes` as UTF-8 text for windows of `context` tokens, with at
     /// most `max_vocabulary` distinct characters.
     pub fn read(bytes: &[u8], context: usize, max_vocabulary: usize) -> Result<TokenText> {
+        let text = CheckedText::read(bytes, context, max_vocabulary)?;
+        let ids = text.tokens().collect();
+        Ok(TokenText { vocabulary: text.vocabulary, ids })
+    }
+
+    /// W = ⌊(N − 1)/T⌋ windows of `context` tokens.
+    pub fn windows(&self, context: usize) -> usize {
+        (self.ids.len().saturating_sub(1)) / context.max(1)
+    }
+
+    /// Window `w`: (inputs, targets), each `context` tokens, the targets one
+    /// token on.
+    pub fn window(&self, w: usize, context: usize) -> (&[u32], &[u32]) {
+        let start = w * context;
+        (&self.ids[start..start + context], &self.ids[start + 1..start + 1 + context])
+    }
+}
+
+/// A text checked as `TokenText::read` checks it, before anything as
+/// large as the text is allocated: its characters, counted, and its
+/// vocabulary. Its windows go straight into rows (`table`) without the ids
+/// of `TokenText` beside them: a run holds the text's bytes or its rows,
+/// and the rows only once the bytes are dropped.
+pub struct CheckedText<'a> {
+    text: &'a str,
+    pub vocabulary: Vocabulary,
+    /// Characters (tokens) in the text.
+    pub chars: usize,
+}
+
+impl<'a> CheckedText<'a> {
+    pub fn read(bytes: &'a [u8], context: usize, max_vocabulary: usize) -> Result<CheckedText<'a>> {
         if bytes.len() > MAX_TEXT_BYTES {
             return Err(Error::Text(format!("the text is {} bytes; at most {MAX_TEXT_BYTES} are read", bytes.len())));
         }
@@ -132,21 +164,41 @@ impl TokenText {
                 chars.len()
             )));
         }
-        let vocabulary = Vocabulary { chars };
-        let ids = text.chars().map(|ch| vocabulary.token(ch).expect("every character is in the vocabulary")).collect();
-        Ok(TokenText { vocabulary, ids })
+        Ok(CheckedText { text, vocabulary: Vocabulary { chars }, chars: n })
+    }
+
+    /// The token of each character, in order.
+    pub fn tokens(&self) -> impl Iterator<Item = u32> + '_ {
+        let v = &self.vocabulary;
+        self.text.chars().map(|ch| v.token(ch).expect("every character is in the vocabulary"))
     }
 
     /// W = ⌊(N − 1)/T⌋ windows of `context` tokens.
     pub fn windows(&self, context: usize) -> usize {
-        (self.ids.len().saturating_sub(1)) / context.max(1)
+        self.chars.saturating_sub(1) / context.max(1)
     }
 
-    /// Window `w`: (inputs, targets), each `context` tokens, the targets one
-    /// token on.
-    pub fn window(&self, w: usize, context: usize) -> (&[u32], &[u32]) {
-        let start = w * context;
-        (&self.ids[start..start + context], &self.ids[start + 1..start + 1 + context])
+    /// `TokenText::table`'s rows, from the text: the windows are
+    /// contiguous, so the inputs are tokens 0..W·T and the targets tokens
+    /// 1..W·T + 1, each written once as the text is read.
+    pub fn table(&self, context: usize) -> Result<Table> {
+        let n = self.windows(context) * context;
+        let mut table = Table {
+            inputs: zeros(n, "the text's windows")?,
+            targets: zeros(n, "the text's windows")?,
+            input_width: context,
+            target_width: context,
+        };
+        for (i, token) in self.tokens().take(n + 1).enumerate() {
+            let token = token as f32;
+            if i < n {
+                table.inputs[i] = token;
+            }
+            if i > 0 {
+                table.targets[i - 1] = token;
+            }
+        }
+        Ok(table)
     }
 }
 
@@ -181,6 +233,17 @@ mod tests {
         assert_eq!(t.vocabulary.encode("low").unwrap(), [4, 5, 7]);
         assert!(t.vocabulary.encode("lox").unwrap_err().to_string().contains("'x'"));
         assert!(t.vocabulary.decode(&[10]).is_err());
+    }
+
+    #[test]
+    fn rows_straight_from_the_text_are_the_windows_of_its_ids() {
+        for (text, context) in [(&b"abcdefghij"[..], 3), ("héllo wörld, hé\n".as_bytes(), 4), (b"abcd", 3)] {
+            let ids = TokenText::read(text, context, 64).unwrap();
+            let checked = CheckedText::read(text, context, 64).unwrap();
+            assert_eq!(checked.vocabulary, ids.vocabulary);
+            assert_eq!(checked.windows(context), ids.windows(context));
+            assert_eq!(checked.table(context).unwrap(), ids.table(context));
+        }
     }
 
     #[test]

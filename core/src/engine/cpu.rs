@@ -11,7 +11,7 @@ pub use gpt::{sample, SampledToken, Sampler, Sampling};
 use super::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use super::{evaluate, forward_pass, Activations, Evaluation, MemoryBytes, PhaseTimes, StepMetrics, TrainState};
 use crate::data::{Batcher, DataPosition, Dataset, Table};
-use crate::error::{zeros, Error, Result};
+use crate::error::{room, zeros, Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{Layout, TensorInfo};
 use crate::optim::OptimizerState;
@@ -73,7 +73,7 @@ impl Default for Partial {
 impl CpuEngine {
     /// A fresh run: parameters initialised from the seed.
     pub fn new(experiment: &Experiment, data: Dataset) -> Result<CpuEngine> {
-        CpuEngine::from_state(TrainState::fresh(experiment), data)
+        CpuEngine::from_state(TrainState::try_fresh(experiment)?, data)
     }
 
     /// Continues the run `state` (e.g. from a checkpoint). Its buffers are
@@ -83,17 +83,22 @@ impl CpuEngine {
         state.check(&data)?;
         let experiment = state.experiment;
         let layout = Layout::new(&experiment);
-        let gpt = layout.gpt;
         let batch = experiment.batch_size;
         let batcher = Batcher::new(data.train.rows(), experiment.data.shuffle, state.data_position);
+        let row = experiment.model.inputs.max(data.train.input_width);
+        let target_row = data.train.target_width;
+        let gpt = match layout.gpt {
+            Some(shape) => Some(Box::new(GptNet::new(shape, batch, false)?)),
+            None => None,
+        };
         Ok(CpuEngine {
             tensors: layout.tensors(),
             acts: Activations::try_new(&layout, batch)?,
-            grad: layout.layers.iter().map(|l| zeros(batch * l.units, "gradients")).collect::<Result<_>>()?,
-            grads: zeros(layout.parameter_count, "gradients")?,
-            updates: zeros(layout.parameter_count, "updates")?,
-            inputs: Vec::with_capacity(batch * experiment.model.inputs),
-            targets: Vec::new(),
+            grad: layout.layers.iter().map(|l| zeros(batch * l.units, "backward's buffers")).collect::<Result<_>>()?,
+            grads: zeros(layout.parameter_count, "the gradients")?,
+            updates: zeros(layout.parameter_count, "the last updates")?,
+            inputs: room(batch.saturating_mul(row), "the batch's rows")?,
+            targets: room(batch.saturating_mul(target_row), "the batch's rows")?,
             params: state.params,
             optimizer: state.optimizer,
             batcher,
@@ -102,7 +107,7 @@ impl CpuEngine {
             experiment,
             zero_grad: true,
             partial: None,
-            gpt: gpt.map(|shape| Box::new(GptNet::new(shape))),
+            gpt,
         })
     }
 
@@ -150,16 +155,23 @@ impl CpuEngine {
                 "finish the step begun phase by phase before switching activation checkpointing".into(),
             ));
         }
+        let batch = self.experiment.batch_size;
         if let Some(gpt) = &mut self.gpt {
             // Per block: keep each block's input, recompute its forward in
-            // backward. The buffers are sized by the next step.
-            gpt.acts = crate::model::gpt::GptActivations::new(on);
+            // backward. The old buffers go before the new are allocated.
+            use crate::model::gpt::GptActivations;
+            let shape = gpt.model.shape;
+            gpt.acts = GptActivations::new(on);
+            gpt.acts = GptActivations::allocate(&shape, batch, on)?;
             self.acts.checkpointing = on;
             return Ok(());
         }
-        let batch = self.experiment.batch_size;
-        self.acts =
-            if on { Activations::checkpointed(&self.layout, batch) } else { Activations::new(&self.layout, batch) };
+        self.acts = Activations::default();
+        self.acts = if on {
+            Activations::try_checkpointed(&self.layout, batch)?
+        } else {
+            Activations::try_new(&self.layout, batch)?
+        };
         Ok(())
     }
 
@@ -210,6 +222,16 @@ impl CpuEngine {
             backward_scratch: 4 * scratch as u64,
             attention: 0,
         }
+    }
+
+    /// Bytes of the buffers `memory` leaves out: the last update, the
+    /// micro-batch's rows (and the transformer's token ids), the shuffle's
+    /// permutation (`limits::RunBytes::engine`, which adds the second
+    /// permutation held while a new epoch's is drawn).
+    pub fn other_bytes(&self) -> u64 {
+        let ids = self.gpt.as_ref().map_or(0, |g| g.ids_capacity());
+        let floats = self.updates.capacity() + self.inputs.capacity() + self.targets.capacity();
+        4 * (floats + ids) as u64 + self.batcher.bytes()
     }
 
     /// A snapshot of the run, for checkpoints.

@@ -35,7 +35,7 @@ impl Activations {
 
     /// `new`, or an error when the memory is not there.
     pub fn try_new(layout: &Layout, rows: usize) -> crate::error::Result<Activations> {
-        let sizes = || layout.layers.iter().map(|l| crate::error::zeros(rows * l.units, "activations"));
+        let sizes = || layout.layers.iter().map(|l| crate::error::zeros(rows * l.units, "the activations"));
         Ok(Activations {
             z: sizes().collect::<Result<_, _>>()?,
             a: sizes().collect::<Result<_, _>>()?,
@@ -51,9 +51,23 @@ impl Activations {
         Activations { z: vec![vec![0.0; rows * max_units]], a, rows, checkpointing: true }
     }
 
+    /// `checkpointed`, or an error when the memory is not there.
+    pub fn try_checkpointed(layout: &Layout, rows: usize) -> crate::error::Result<Activations> {
+        let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(0);
+        let a = layout.layers.iter().map(|l| crate::error::zeros(rows * l.units, "the activations"));
+        Ok(Activations {
+            z: vec![crate::error::zeros(rows * max_units, "the activations")?],
+            a: a.collect::<Result<_, _>>()?,
+            rows,
+            checkpointing: true,
+        })
+    }
+
     /// Resizes for `rows` rows, reusing the allocations.
     pub fn resize(&mut self, layout: &Layout, rows: usize) {
         if self.rows != rows || self.a.len() != layout.layers.len() {
+            // The old buffers go first: never both sizes at once.
+            (self.z, self.a) = (Vec::new(), Vec::new());
             *self = if self.checkpointing {
                 Activations::checkpointed(layout, rows)
             } else {

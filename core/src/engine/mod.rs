@@ -129,6 +129,28 @@ impl TrainState {
         }
     }
 
+    /// `fresh`, or an error naming the buffer when the machine has not
+    /// the memory for the parameters or the optimizer's moments.
+    pub fn try_fresh(e: &Experiment) -> crate::Result<TrainState> {
+        let layout = Layout::new(e);
+        let params = crate::model::try_init_parameters(&layout, e.seed)?;
+        // Which moments the optimizer keeps (each of P floats), from a
+        // state of one parameter.
+        let mut optimizer = OptimizerState::new(&e.optimizer, 1);
+        for buffer in [&mut optimizer.exp_avg, &mut optimizer.exp_avg_sq, &mut optimizer.momentum_buffer] {
+            if !buffer.is_empty() {
+                *buffer = crate::error::zeros(layout.parameter_count, "the optimizer's state")?;
+            }
+        }
+        Ok(TrainState {
+            experiment: e.clone(),
+            params,
+            optimizer,
+            data_position: DataPosition::start(e.seed),
+            vocabulary: None,
+        })
+    }
+
     /// Optimizer steps taken.
     pub fn step(&self) -> u64 {
         self.optimizer.step

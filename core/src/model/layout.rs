@@ -115,11 +115,17 @@ impl Layout {
 /// The transformer is initialised as nanoGPT's `_init_weights`
 /// (`gpt::init_parameters`), from the same stream.
 pub fn init_parameters(layout: &Layout, seed: u64) -> Vec<f32> {
+    try_init_parameters(layout, seed).expect("a machine without room for the parameters")
+}
+
+/// `init_parameters`, or an error when the memory is not there.
+pub fn try_init_parameters(layout: &Layout, seed: u64) -> crate::error::Result<Vec<f32>> {
     let mut rng = Rng::new(seed, stream::INIT);
+    let mut params = crate::error::zeros(layout.parameter_count, "the parameters")?;
     if let Some(gpt) = &layout.gpt {
-        return crate::model::gpt::init_parameters(gpt, &mut rng);
+        crate::model::gpt::fill_parameters(&mut params, gpt, &mut rng);
+        return Ok(params);
     }
-    let mut params = vec![0.0f32; layout.parameter_count];
     for layer in &layout.layers {
         let bound = 1.0 / (layer.inputs as f64).sqrt();
         let end = layer.bias_offset + layer.units;
@@ -127,5 +133,5 @@ pub fn init_parameters(layout: &Layout, seed: u64) -> Vec<f32> {
             *p = rng.uniform(-bound, bound) as f32;
         }
     }
-    params
+    Ok(params)
 }

@@ -75,7 +75,7 @@ impl Trainer {
 
     /// A fresh run of `e` on `data` (`TrainState::fresh`).
     pub fn fresh(e: &Experiment, data: Dataset, gpu: Option<Arc<GpuContext>>) -> Result<Trainer> {
-        Trainer::new(TrainState::fresh(e), data, gpu)
+        Trainer::new(TrainState::try_fresh(e)?, data, gpu)
     }
 
     pub fn backend(&self) -> Backend {

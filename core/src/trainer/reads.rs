@@ -2,7 +2,7 @@
 //! per-layer statistics and evaluations, whichever engine runs.
 
 use super::{Inner, Trainer};
-use crate::data::Table;
+use crate::data::{Dataset, Table};
 use crate::engine::{evaluate, Evaluation, TrainState};
 use crate::error::{Error, Result};
 use crate::gpu::PendingState;
@@ -69,6 +69,18 @@ impl Trainer {
             Inner::Gpu(e) => {
                 let [p, g, u] = e.read_tensors().await?;
                 Ok(f([&p, &g, &u]))
+            }
+        }
+    }
+
+    /// `with_tensors`, with the run's data beside them: an evaluation of
+    /// its own rows borrows them instead of copying the tables.
+    pub async fn with_tensors_and_data<T>(&mut self, f: impl FnOnce([&[f32]; 3], &Dataset) -> T) -> Result<T> {
+        match &mut self.inner {
+            Inner::Cpu(e) => Ok(f([e.params(), e.grads(), e.updates()], e.data())),
+            Inner::Gpu(e) => {
+                let [p, g, u] = e.read_tensors().await?;
+                Ok(f([&p, &g, &u], e.data()))
             }
         }
     }

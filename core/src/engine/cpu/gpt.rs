@@ -6,6 +6,7 @@
 //! model, one house").
 
 use crate::engine::phases::{summarise, tensor_row, LayerPhase, PhasePart, PhaseTensors, StepPhase};
+use crate::error::{room, Result};
 use crate::model::gpt::{Gpt, GptActivations, GptScratch, GptShape, OpTimes, Stage, BLOCK_OPS, OP_OUTPUTS};
 use crate::model::Layout;
 use crate::rng::{stream, Rng};
@@ -33,17 +34,26 @@ fn ids(cells: &[f32], out: &mut Vec<u32>) {
 }
 
 impl GptNet {
-    pub fn new(shape: GptShape) -> GptNet {
-        GptNet {
+    /// The model with every buffer a step of `batch` windows uses,
+    /// allocated now (an error, not an abort, where the memory is not
+    /// there).
+    pub fn new(shape: GptShape, batch: usize, checkpointing: bool) -> Result<GptNet> {
+        let tokens = batch.saturating_mul(shape.context);
+        Ok(GptNet {
             model: Gpt::new(shape),
-            acts: GptActivations::default(),
-            scratch: GptScratch::default(),
-            ids: Vec::new(),
-            next: Vec::new(),
+            acts: GptActivations::allocate(&shape, batch, checkpointing)?,
+            scratch: GptScratch::allocate(&shape, batch)?,
+            ids: room(tokens, "the batch's token ids")?,
+            next: room(tokens, "the batch's token ids")?,
             z_sum: 0.0,
             times: Default::default(),
             last_times: None,
-        }
+        })
+    }
+
+    /// Token ids the micro-batch's buffers hold room for.
+    pub fn ids_capacity(&self) -> usize {
+        self.ids.capacity() + self.next.capacity()
     }
 
     /// Forward's and backward's stages (`Gpt::stages`).

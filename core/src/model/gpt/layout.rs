@@ -124,9 +124,14 @@ impl GptShape {
 /// biases, LayerNorm weight 1 and bias 0. Normals come from
 /// `Rng::normal_portable` (f64, rounded to f32 once).
 pub fn init_parameters(shape: &GptShape, rng: &mut crate::rng::Rng) -> Vec<f32> {
-    let tensors = shape.tensors();
     let mut params = vec![0.0f32; shape.parameter_count()];
-    for t in &tensors {
+    fill_parameters(&mut params, shape, rng);
+    params
+}
+
+/// `init_parameters` into `params` (`shape.parameter_count()` of them).
+pub fn fill_parameters(params: &mut [f32], shape: &GptShape, rng: &mut crate::rng::Rng) {
+    for t in &shape.tensors() {
         let values = &mut params[t.offset..t.offset + t.len];
         match t.init {
             Init::Normal(std) => {
@@ -136,7 +141,6 @@ pub fn init_parameters(shape: &GptShape, rng: &mut crate::rng::Rng) -> Vec<f32> 
             Init::Ones => values.fill(1.0),
         }
     }
-    params
 }
 
 #[cfg(test)]

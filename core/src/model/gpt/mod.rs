@@ -6,7 +6,7 @@ pub mod layout;
 pub mod model;
 pub mod ops;
 
-pub use layout::{init_parameters, GptShape, GptTensor, Init};
+pub use layout::{fill_parameters, init_parameters, GptShape, GptTensor, Init};
 pub use model::{
     inspect_window, memory_floats, Gpt, GptActivations, GptScratch, OpKind, OpTimes, Stage, WindowInspection,
     BLOCK_OPS, OP_OUTPUTS,

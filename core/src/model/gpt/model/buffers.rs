@@ -7,6 +7,7 @@
 use super::super::layout::GptShape;
 use super::super::ops::{attention_scratch, layernorm_forward};
 use super::{sized, Stage, BLOCK_OPS};
+use crate::error::{zeros, Result};
 
 /// What forward keeps for backward, for a batch of B windows of T tokens.
 /// With activation checkpointing (`checkpointing`) only each block's
@@ -87,6 +88,43 @@ impl GptActivations {
     /// only each block's input.
     pub fn new(checkpointing: bool) -> GptActivations {
         GptActivations { checkpointing, ..GptActivations::default() }
+    }
+
+    /// Every buffer forward fills for `batch` windows, allocated now and
+    /// fallibly (`error::zeros`): a machine without the memory gets an
+    /// error before training begins, not an abort inside a step. Forward's
+    /// own sizing then finds each buffer at its size (the same bits).
+    pub fn allocate(s: &GptShape, batch: usize, checkpointing: bool) -> Result<GptActivations> {
+        let (rows, c, h) = (times(&[batch, s.context]), s.embed, s.heads);
+        let (hidden, qk) = (s.mlp_ratio * c, s.qk_layernorm);
+        let f = |factors: &[usize]| zeros(times(factors), "the activations");
+        let block = || -> Result<BlockActs> {
+            Ok(BlockActs {
+                ln1: Normed::allocate(rows, c)?,
+                qkv_raw: f(&[rows, 3 * c, qk as usize])?,
+                qk_stats: (f(&[rows, 2 * h, qk as usize])?, f(&[rows, 2 * h, qk as usize])?),
+                qkv: f(&[rows, 3 * c])?,
+                att: zeros(times(&[batch, h, s.context, s.context]), "the attention probabilities")?,
+                atty: f(&[rows, c])?,
+                res2: f(&[rows, c])?,
+                ln2: Normed::allocate(rows, c)?,
+                fch: f(&[rows, hidden])?,
+                fch_gelu: f(&[rows, hidden])?,
+                res3: f(&[rows, c])?,
+            })
+        };
+        let kept = if checkpointing { 1 } else { s.blocks };
+        Ok(GptActivations {
+            batch,
+            checkpointing,
+            encoded: f(&[rows, c])?,
+            blocks: (0..kept).map(|_| block()).collect::<Result<_>>()?,
+            outs: (0..if checkpointing { s.blocks } else { 0 }).map(|_| f(&[rows, c])).collect::<Result<_>>()?,
+            lnf: Normed::allocate(rows, c)?,
+            logits: f(&[rows, s.vocab_size])?,
+            lse: f(&[rows])?,
+            times: super::OpTimes::default(),
+        })
     }
 
     /// Bytes held: (activations, attention probabilities).
@@ -171,6 +209,27 @@ pub struct GptScratch {
 }
 
 impl GptScratch {
+    /// Every buffer backward uses for `batch` windows, allocated now and
+    /// fallibly (as `GptActivations::allocate`).
+    pub fn allocate(s: &GptShape, batch: usize) -> Result<GptScratch> {
+        let (rows, c, hidden) = (times(&[batch, s.context]), s.embed, s.mlp_ratio * s.embed);
+        let f = |factors: &[usize]| zeros(times(factors), "backward's buffers");
+        Ok(GptScratch {
+            times: super::OpTimes::default(),
+            dlogits: f(&[rows, s.vocab_size])?,
+            dlnf: f(&[rows, c])?,
+            dx: f(&[rows, c])?,
+            dres2: f(&[rows, c])?,
+            dhidden: f(&[rows, hidden])?,
+            dhidden_gelu: f(&[rows, hidden])?,
+            dln: f(&[rows, c])?,
+            datty: f(&[rows, c])?,
+            dqkv: f(&[rows, 3 * c])?,
+            dqkv_raw: f(&[rows, 3 * c, s.qk_layernorm as usize])?,
+            att_row: f(&[attention_scratch(s.context, c / s.heads.max(1))])?,
+        })
+    }
+
     pub fn bytes(&self) -> u64 {
         let n = [
             &self.dlogits,
@@ -223,6 +282,12 @@ pub fn memory_floats(s: &GptShape, batch: usize, checkpointing: bool) -> (usize,
     (size(acts), size(kept * att), size(scratch))
 }
 
+/// The product of `factors`, saturated: a huge shape asks for more than
+/// any machine has (an error), never for a wrapped-around small size.
+fn times(factors: &[usize]) -> usize {
+    factors.iter().fold(1, |a: usize, &x| a.saturating_mul(x))
+}
+
 /// A LayerNorm's output and the per-row mean and 1/σ backward needs.
 #[derive(Default)]
 pub(super) struct Normed {
@@ -232,6 +297,11 @@ pub(super) struct Normed {
 }
 
 impl Normed {
+    fn allocate(rows: usize, c: usize) -> Result<Normed> {
+        let f = |n: usize| zeros(n, "the activations");
+        Ok(Normed { out: f(times(&[rows, c]))?, mean: f(rows)?, rstd: f(rows)? })
+    }
+
     pub(super) fn forward(&mut self, x: &[f32], weight: &[f32], bias: &[f32], rows: usize, c: usize) {
         sized(&mut self.out, rows * c);
         sized(&mut self.mean, rows);
