@@ -1,5 +1,5 @@
 //! The CPU engine compiled to WebAssembly (simd128) against the native
-//! build: the same transformer run gives the same bits
+//! build: the same transformer run and the same MLP run give the same bits
 //! (core/tests/gpt_bits/run.rs holds the run and the digest both must give).
 #![cfg(target_arch = "wasm32")]
 
@@ -11,6 +11,29 @@ mod run;
 #[wasm_bindgen_test::wasm_bindgen_test]
 fn the_browser_engine_gives_the_native_bits() {
     assert_eq!(run::digest(), run::EXPECTED);
+}
+
+#[wasm_bindgen_test::wasm_bindgen_test]
+fn the_browser_mlp_gives_the_native_bits() {
+    assert_eq!(run::mlp_digest(), run::MLP_EXPECTED);
+}
+
+#[path = "../../core/examples/activation_bench/timing.rs"]
+mod timing;
+
+/// A measurement, not a check: the activations' ns per element in this
+/// browser, as `cargo run --release -p stepscope-core --example
+/// activation_bench` prints them natively (bench/activations.md). Run with
+/// `-- --include-ignored --nocapture`.
+#[wasm_bindgen_test::wasm_bindgen_test]
+#[ignore]
+fn activation_timings() {
+    let performance = web_sys::window().unwrap().performance().unwrap();
+    let now = move || performance.now();
+    for (rows, units) in [(32, 16), (256, 256)] {
+        let table = timing::table(&timing::measure(&now, rows, units, 100.0));
+        wasm_bindgen_test::console_log!("{rows} × {units}:\n\n{table}");
+    }
 }
 
 /// In WebAssembly (`usize` of 32 bits) the largest transformer a link can

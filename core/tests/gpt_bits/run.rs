@@ -1,11 +1,13 @@
-//! A transformer run whose every bit is pinned: the native build (AVX-512,
-//! AVX2 or plain, whichever this CPU has) and the browser's WebAssembly
-//! build (simd128) must both give `EXPECTED`, because the CPU engine sums
-//! in one order at every vector width (ARCHITECTURE.md, "One matrix
-//! product"). Shared by `core/tests/gpt_bits.rs` (native) and
+//! A transformer run and an MLP run whose every bit is pinned: the native
+//! build (AVX-512, AVX2 or plain, whichever this CPU has) and the browser's
+//! WebAssembly build (simd128) must both give `EXPECTED` and
+//! `MLP_EXPECTED`, because the CPU engine sums in one order at every vector
+//! width (ARCHITECTURE.md, "One matrix product") and computes exp, erf,
+//! tanh and σ as straight-line arithmetic of its own, not the platform's
+//! libm (`model::gpt::ops::math`). Shared by `core/tests/gpt_bits.rs` (native) and
 //! `tests/tests/cpu_engine.rs` (in the browser).
 
-use stepscope_core::data::{Dataset, TokenText, MAX_VOCABULARY};
+use stepscope_core::data::{read_csv, Dataset, TokenText, MAX_VOCABULARY};
 use stepscope_core::{CpuEngine, Experiment};
 
 const TEXT: &str =
@@ -16,12 +18,8 @@ Arise, fair sun, and kill the envious moon,\nWho is already sick and pale with g
 /// two runs: an awkward one (C/H = 4, T = 7, untied head, q/k LayerNorm,
 /// z-loss, accumulation) and one wide enough for every gemm block width.
 pub fn digest() -> String {
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
-    let mut eat = |bits: u32| {
-        for byte in bits.to_le_bytes() {
-            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-        }
-    };
+    let mut hash = Fnv::new();
+    let mut eat = |bits: u32| hash.eat(bits);
     let vocabulary = TokenText::read(TEXT.as_bytes(), 1, MAX_VOCABULARY).unwrap().vocabulary.len();
     for (model, batch, extra) in [
         (
@@ -48,8 +46,63 @@ pub fn digest() -> String {
             eat(p.to_bits());
         }
     }
-    format!("{hash:016x}")
+    hash.hex()
 }
 
 /// What every build computes.
 pub const EXPECTED: &str = "73fa0133438633fd";
+
+/// FNV-1a over the losses, gradient norms and final parameters' bits of an
+/// MLP with every activation that takes an exp (tanh, σ, GELU, SiLU) and
+/// the two that do not (ReLU, leaky ReLU), 30 AdamW steps of mean squared
+/// error on a CSV written here: the loss and the data take no libm
+/// function either, so only the activations could part the builds.
+pub fn mlp_digest() -> String {
+    let mut csv = String::from("x1,x2,y\n");
+    for i in 0..96 {
+        let (x1, x2) = ((i % 12) as f32 / 3.0 - 2.0, (i / 12) as f32 / 2.0 - 2.0);
+        csv += &format!("{x1},{x2},{}\n", x1 * x2 - 0.5 * x1 + 0.25);
+    }
+    let layers = ["tanh", "sigmoid", "gelu_tanh", "silu", "relu", "leaky_relu"]
+        .map(|a| format!(r#"{{"units": 9, "activation": "{a}"}}, "#))
+        .concat();
+    let e = Experiment::from_json(&format!(
+        r#"{{"seed": 3, "model": {{"inputs": 2, "layers": [{layers}{{"units": 1, "activation": "linear"}}]}},
+            "loss": "mse", "optimizer": {{"kind": "adamw", "lr": 0.02}}, "batch_size": 16,
+            "data": {{"source": "csv"}}}}"#
+    ))
+    .unwrap();
+    let table = read_csv(&csv).unwrap();
+    let mut engine = CpuEngine::new(&e, Dataset::load(&e, Some(&table)).unwrap()).unwrap();
+    let mut hash = Fnv::new();
+    for _ in 0..30 {
+        let m = engine.step().unwrap();
+        hash.eat(m.loss.to_bits());
+        hash.eat(m.grad_norm.to_bits());
+    }
+    for p in engine.params() {
+        hash.eat(p.to_bits());
+    }
+    hash.hex()
+}
+
+/// What every build computes.
+pub const MLP_EXPECTED: &str = "3d4a8f4c60fc62dd";
+
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn eat(&mut self, bits: u32) {
+        for byte in bits.to_le_bytes() {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn hex(&self) -> String {
+        format!("{:016x}", self.0)
+    }
+}
