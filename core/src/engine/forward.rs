@@ -28,9 +28,10 @@ pub struct Activations {
 impl Activations {
     /// Every layer's z and a kept (training without checkpointing, and
     /// evaluation).
+    /// Where memory runs out this panics, as `vec!` would abort: callers
+    /// that can report it use `try_new`.
     pub fn new(layout: &Layout, rows: usize) -> Activations {
-        let sizes = || layout.layers.iter().map(|l| vec![0.0; rows * l.units]);
-        Activations { z: sizes().collect(), a: sizes().collect(), rows, checkpointing: false }
+        Activations::try_new(layout, rows).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `new`, or an error when the memory is not there.
@@ -46,9 +47,7 @@ impl Activations {
 
     /// Every layer's a kept; z in one (B, max O) scratch.
     pub fn checkpointed(layout: &Layout, rows: usize) -> Activations {
-        let max_units = layout.layers.iter().map(|l| l.units).max().unwrap_or(0);
-        let a = layout.layers.iter().map(|l| vec![0.0; rows * l.units]).collect();
-        Activations { z: vec![vec![0.0; rows * max_units]], a, rows, checkpointing: true }
+        Activations::try_checkpointed(layout, rows).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `checkpointed`, or an error when the memory is not there.

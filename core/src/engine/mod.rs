@@ -119,14 +119,7 @@ impl TrainState {
     /// A fresh run of `e`: parameters initialised from its seed, empty
     /// optimizer state, data from the first row.
     pub fn fresh(e: &Experiment) -> TrainState {
-        let layout = Layout::new(e);
-        TrainState {
-            experiment: e.clone(),
-            params: crate::model::init_parameters(&layout, e.seed),
-            optimizer: OptimizerState::new(&e.optimizer, layout.parameter_count),
-            data_position: DataPosition::start(e.seed),
-            vocabulary: None,
-        }
+        TrainState::try_fresh(e).unwrap_or_else(|err| panic!("{err}"))
     }
 
     /// `fresh`, or an error naming the buffer when the machine has not
