@@ -56,3 +56,57 @@ fn a_huge_transformer_link_is_refused_by_its_size() {
     let msg = stepscope_core::Experiment::from_json(&wide).unwrap_err().to_string();
     assert!(msg.contains("parameters, more than the"), "{msg}");
 }
+
+/// A measurement, not a check: the page's default network (workload W1:
+/// 2-16-16-1 tanh, BCE with logits, batch 32) profiled as the page profiles
+/// it, forward : backward beside the FLOP ratio, in this browser
+/// (bench/anatomy.md). Run with `-- --include-ignored --nocapture`.
+#[wasm_bindgen_test::wasm_bindgen_test]
+#[ignore]
+fn default_mlp_profile() {
+    use stepscope_core::engine::profile::{step_flops, Burst};
+    let w = stepscope_core::workloads::workload("W1").unwrap();
+    let (e, data) = w.build();
+    let (f, b) = step_flops(w.widths, w.batch, 1);
+    let mut trainer = stepscope_core::CpuEngine::new(&e, data).unwrap();
+    for round in 0..3 {
+        for _ in 0..300 {
+            trainer.step().unwrap();
+        }
+        let burst = Burst::for_clock();
+        let mut found: Vec<_> = (0..9).map(|_| trainer.profile_step(&burst).unwrap().1).collect();
+        let median = |pick: fn(&stepscope_core::engine::profile::PhaseProfile) -> f64, found: &mut Vec<_>| {
+            found.sort_by(|x, y| pick(x).total_cmp(&pick(y)));
+            pick(&found[found.len() / 2])
+        };
+        let fwd = median(|p| p.forward.ms, &mut found);
+        let bwd = median(|p| p.backward.ms, &mut found);
+        let opt = median(|p| p.optimizer.ms, &mut found);
+        wasm_bindgen_test::console_log!(
+            "round {round}: forward {:.2} µs, backward {:.2} µs, optimizer {:.2} µs; fwd : bwd 1 : {:.2} (FLOPs 1 : {:.2}, {:.2} of it)",
+            fwd * 1e3,
+            bwd * 1e3,
+            opt * 1e3,
+            bwd / fwd,
+            b / f,
+            bwd / fwd / (b / f)
+        );
+    }
+}
+
+#[path = "../../core/examples/anatomy_probe/pieces.rs"]
+mod pieces;
+
+/// A measurement, not a check: the default MLP step's pieces in this
+/// browser, as `cargo run --release -p stepscope-core --example
+/// anatomy_probe` prints them natively (bench/anatomy.md). Run with
+/// `-- --include-ignored --nocapture`.
+#[wasm_bindgen_test::wasm_bindgen_test]
+#[ignore]
+fn default_mlp_pieces() {
+    let performance = web_sys::window().unwrap().performance().unwrap();
+    let now = move || performance.now();
+    for _ in 0..2 {
+        wasm_bindgen_test::console_log!("{}", pieces::table(&pieces::measure(&now, 50.0)));
+    }
+}

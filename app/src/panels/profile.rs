@@ -128,14 +128,16 @@ pub(super) fn ProfileTable(p: ProfileSummary) -> impl IntoView {
 /// the FLOP count leaves out.
 pub(super) fn why_off(e: &stepscope_core::Experiment, path: ProfilePath, forward_heavy: bool) -> String {
     use stepscope_core::experiment::Activation;
-    let evaluations: usize = e.model.layers.iter().map(|l| l.units).sum::<usize>() * e.batch_size * e.grad_accumulation;
+    let takes_exp =
+        |a: Activation| matches!(a, Activation::Tanh | Activation::Sigmoid | Activation::GeluTanh | Activation::Silu);
+    let evaluations: usize = e.model.layers.iter().filter(|l| takes_exp(l.activation)).map(|l| l.units).sum::<usize>()
+        * e.batch_size
+        * e.grad_accumulation;
     let transcendental: Vec<&str> = e
         .model
         .layers
         .iter()
-        .filter(|l| {
-            matches!(l.activation, Activation::Tanh | Activation::Sigmoid | Activation::GeluTanh | Activation::Silu)
-        })
+        .filter(|l| takes_exp(l.activation))
         .map(|l| match l.activation {
             Activation::Tanh => "tanh",
             Activation::Sigmoid => "the sigmoid",

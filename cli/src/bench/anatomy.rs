@@ -24,13 +24,19 @@ pub fn section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result<(
     line(String::new());
     line("| model | batch | FLOP ratio fwd : bwd | engine | path | forward ms | backward ms | optimizer ms | measured fwd : bwd | measured / FLOP ratio |".into());
     line("|---|---|---|---|---|---|---|---|---|---|".into());
-    for (widths, batch) in
-        [(&[2usize, 16, 16, 1][..], 32usize), (&[64, 256, 256, 10], 256), (&[784, 512, 512, 10], 1024)]
-    {
-        let (experiment, data) = synthetic(widths, batch);
+    // W1 is the page's default network (2-16-16-1 tanh, BCE with logits,
+    // batch 32); the others are relu, as the GPU comparisons.
+    let page_default = stepscope_core::workloads::workload("W1").expect("W1");
+    for (widths, batch, activation) in [
+        (page_default.widths, page_default.batch, page_default.activation),
+        (&[2usize, 16, 16, 1][..], 32usize, "relu"),
+        (&[64, 256, 256, 10], 256, "relu"),
+        (&[784, 512, 512, 10], 1024, "relu"),
+    ] {
+        let (experiment, data) = if activation == "relu" { synthetic(widths, batch) } else { page_default.build() };
         let (f, b) = step_flops(widths, batch, 1);
         let flop_ratio = b / f;
-        let name = widths.iter().map(usize::to_string).collect::<Vec<_>>().join("-");
+        let name = widths.iter().map(usize::to_string).collect::<Vec<_>>().join("-") + " " + activation;
         let mut row = |engine: &str, p: Option<PhaseProfile>| {
             let Some(p) = p else {
                 line(format!(

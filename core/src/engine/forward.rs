@@ -6,7 +6,7 @@ use crate::data::Table;
 use crate::experiment::{DataSource, Experiment, Loss};
 use crate::limits::EVAL_CHUNK_ROWS;
 use crate::model::gpt::{Gpt, GptActivations};
-use crate::model::{activation_forward, dense_forward, loss_forward, Layout};
+use crate::model::{activation_forward, all_finite, dense_forward, loss_forward, Layout};
 
 /// What the forward pass stores for backward, per layer l: `a[l]` outputs,
 /// (B, O_l), and `z[l]` pre-activations, (B, O_l).
@@ -91,8 +91,10 @@ impl Activations {
 }
 
 /// Runs every layer on `inputs` (rows, I). Returns the index of the first
-/// layer whose pre-activation or output holds a NaN or Inf, if any (a
-/// saturating activation would hide an overflowed pre-activation).
+/// layer whose pre-activation or output holds a NaN or Inf, if any.
+/// Only the pre-activations are checked: every activation maps a finite z
+/// to a finite a (tested over every activation), and an output cannot be
+/// trusted to show a bad z (tanh(∞) = 1, and relu's max(NaN, 0) = 0).
 pub fn forward_pass(
     acts: &mut Activations,
     params: &[f32],
@@ -110,7 +112,8 @@ pub fn forward_pass(
 }
 
 /// Layer `l` of `forward_pass` (its inputs are layer l−1's outputs, or
-/// `inputs`): false when its pre-activation or output holds a NaN or Inf.
+/// `inputs`): false when its pre-activation (so its output) holds a NaN
+/// or Inf.
 /// Running the layers one by one gives the same bits as `forward_pass`.
 /// Never inlined: the profiled step's bursts time this very code.
 #[inline(never)]
@@ -132,7 +135,7 @@ pub fn forward_layer(
     let bias = &params[shape.bias_offset..shape.bias_offset + shape.units];
     dense_forward(z, x, weight, bias, rows, shape.inputs, shape.units);
     activation_forward(&mut after[0], z, experiment.model.layers[l].activation);
-    z.iter().all(|v| v.is_finite()) && after[0].iter().all(|v| v.is_finite())
+    all_finite(z)
 }
 
 /// Mean loss (and accuracy for classification) of `params` over `table`.

@@ -277,4 +277,25 @@ mod tests {
         activation_forward(&mut a, &zs, Activation::Sigmoid);
         assert!(zs.iter().zip(&a).all(|(&z, &a)| a.to_bits() == sigmoid(z).to_bits()));
     }
+
+    /// Forward checks only the pre-activations for NaN/Inf
+    /// (`engine::forward_layer`): that holds because every activation
+    /// maps a finite z to a finite a, here over a sample of every finite
+    /// f32 (each 4,099th bit pattern) and the extremes.
+    #[test]
+    fn every_activation_maps_finite_to_finite() {
+        let zs: Vec<f32> = (0..=u32::MAX)
+            .step_by(4099)
+            .map(f32::from_bits)
+            .filter(|z| z.is_finite())
+            .chain([f32::MAX, f32::MIN, f32::MIN_POSITIVE, -f32::MIN_POSITIVE, 0.0, -0.0])
+            .collect();
+        let mut a = vec![0.0; zs.len()];
+        for act in ALL {
+            activation_forward(&mut a, &zs, act);
+            if let Some((z, a)) = zs.iter().zip(&a).find(|(_, a)| !a.is_finite()) {
+                panic!("{act:?}({z}) = {a}");
+            }
+        }
+    }
 }

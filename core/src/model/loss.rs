@@ -2,8 +2,37 @@
 //! outputs (logits for the two classification losses), (B, O).
 //! Targets: (B, O) floats for mse and bce_with_logits, (B, 1) class
 //! indices for cross_entropy.
+//!
+//! exp, ln, ln(1 + x) and σ are the engine's own straight-line f32
+//! (`gpt::ops::math`, with their stated errors), not the platform's libm:
+//! the same bits natively and in the browser, and the elementwise parts
+//! vectorise (`widest`). Every sum runs in element order.
 
 use crate::experiment::Loss;
+use crate::model::gpt::ops::math::{exp, ln, ln_1p, sigmoid};
+use crate::model::wide::widest;
+
+/// Elements per chunk of BCE terms computed at once before they are summed
+/// in order.
+const CHUNK: usize = 256;
+
+widest! {
+    /// BCE with logits per element, in its stable form.
+    fn bce_terms(out: &mut [f32], y: &[f32], t: &[f32]) {
+        for ((o, &y), &t) in out.iter_mut().zip(y).zip(t) {
+            *o = y.max(0.0) - y * t + ln_1p(exp(-y.abs()));
+        }
+    }
+}
+
+widest! {
+    /// dy = k (σ(y) − t).
+    fn bce_gradient(dy: &mut [f32], y: &[f32], t: &[f32], k: f32) {
+        for ((d, &y), &t) in dy.iter_mut().zip(y).zip(t) {
+            *d = k * (sigmoid(y) - t);
+        }
+    }
+}
 
 /// Mean loss over the batch (and over all elements for mse and bce).
 #[inline(never)]
@@ -17,7 +46,15 @@ pub fn loss_forward(y: &[f32], targets: &[f32], loss: Loss, batch: usize, output
         // Stable form: max(y, 0) − y·t + log(1 + e^(−|y|)), mean over elements
         // (<https://pytorch.org/docs/stable/generated/torch.nn.BCEWithLogitsLoss.html>).
         Loss::BceWithLogits => {
-            let sum: f32 = y.iter().zip(targets).map(|(&y, &t)| y.max(0.0) - y * t + (-y.abs()).exp().ln_1p()).sum();
+            let mut terms = [0.0f32; CHUNK];
+            let mut sum = 0.0f32;
+            for (y, t) in y.chunks(CHUNK).zip(targets.chunks(CHUNK)) {
+                let terms = &mut terms[..y.len()];
+                bce_terms(terms, y, t);
+                for &term in terms.iter() {
+                    sum += term;
+                }
+            }
             sum / (batch * outputs) as f32
         }
         // Per row: logsumexp(y) − y[class], mean over rows.
@@ -35,7 +72,11 @@ pub fn loss_forward(y: &[f32], targets: &[f32], loss: Loss, batch: usize, output
 
 fn log_sum_exp(row: &[f32]) -> f32 {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    max + row.iter().map(|&v| (v - max).exp()).sum::<f32>().ln()
+    let mut sum = 0.0f32;
+    for &v in row {
+        sum += exp(v - max);
+    }
+    max + ln(sum)
 }
 
 /// dy = scale · ∂L/∂y, overwritten. `scale` is 1/k under gradient
@@ -53,11 +94,7 @@ pub fn loss_backward(dy: &mut [f32], y: &[f32], targets: &[f32], loss: Loss, bat
             }
         }
         Loss::BceWithLogits => {
-            let k = scale / (batch * outputs) as f32;
-            for i in 0..dy.len() {
-                let sigmoid = 1.0 / (1.0 + (-y[i]).exp());
-                dy[i] = k * (sigmoid - targets[i]);
-            }
+            bce_gradient(dy, y, targets, scale / (batch * outputs) as f32);
         }
         Loss::CrossEntropy => {
             let k = scale / batch as f32;
@@ -66,7 +103,7 @@ pub fn loss_backward(dy: &mut [f32], y: &[f32], targets: &[f32], loss: Loss, bat
                 let lse = log_sum_exp(row);
                 let class = targets[b] as usize;
                 for o in 0..outputs {
-                    let softmax = (row[o] - lse).exp();
+                    let softmax = exp(row[o] - lse);
                     let onehot = f32::from(o == class);
                     dy[b * outputs + o] = k * (softmax - onehot);
                 }

@@ -18,3 +18,4 @@ pub use gemm::{gemm, gemm_from, gemm_reference, Lhs, Start};
 pub use layout::{init_parameters, try_init_parameters, LayerShape, Layout, TensorInfo};
 pub use loss::{loss_backward, loss_forward};
 pub use regularization::{regularization_backward, regularization_forward};
+pub use wide::all_finite;

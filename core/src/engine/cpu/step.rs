@@ -10,8 +10,8 @@ use crate::engine::{forward_layer, Phase, StepMetrics, StepPhase, Timing};
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{
-    activation_backward, dense_backward, dense_forward, loss_backward, loss_forward, regularization_backward,
-    TensorInfo,
+    activation_backward, all_finite, dense_backward, dense_forward, loss_backward, loss_forward,
+    regularization_backward, TensorInfo,
 };
 use crate::optim::{clip_grad_norm, global_grad_norm, learning_rate, optimizer_step};
 
@@ -225,17 +225,14 @@ impl CpuEngine {
         let dx = below.last_mut().map(Vec::as_mut_slice);
         dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
         let end = shape.bias_offset + shape.units;
-        if self.grads[shape.weight_offset..end].iter().any(|g| !g.is_finite()) {
+        if !all_finite(&self.grads[shape.weight_offset..end]) {
             return Err(non_finite(Phase::Backward, l, self.optimizer.step + 1));
         }
         Ok(())
     }
 
     pub(super) fn first_non_finite_layer(&self, values: &[f32]) -> Option<usize> {
-        self.layout
-            .layers
-            .iter()
-            .position(|l| values[l.weight_offset..l.bias_offset + l.units].iter().any(|v| !v.is_finite()))
+        self.layout.layers.iter().position(|l| !all_finite(&values[l.weight_offset..l.bias_offset + l.units]))
     }
 }
 
@@ -246,7 +243,7 @@ fn ms(a: Instant, b: Instant) -> f64 {
 /// The first tensor of `values` (parameters or gradients) holding a NaN
 /// or Inf, by name.
 fn first_non_finite_tensor<'a>(values: &[f32], tensors: &'a [TensorInfo]) -> Option<&'a str> {
-    tensors.iter().find(|t| values[t.offset..t.offset + t.len].iter().any(|v| !v.is_finite())).map(|t| t.name.as_str())
+    tensors.iter().find(|t| !all_finite(&values[t.offset..t.offset + t.len])).map(|t| t.name.as_str())
 }
 
 /// `non_finite` for the transformer, whose places are tensors.
