@@ -169,6 +169,12 @@ pub struct TrainArgs {
     /// MiB the run may hold at its peak.
     #[arg(long = "memory-budget", value_name = "MIB", default_value_t = DEFAULT_MEMORY_BUDGET_MIB, value_parser = positive::<u64>)]
     pub memory_budget_mib: u64,
+    /// Threads (ranks) for an experiment with "shards" above 1, on the CPU
+    /// engine: each takes its share of a step's shards. Speed only: the
+    /// run's bits are the same on any number. Default: the machine's
+    /// available parallelism (at most the shards are used).
+    #[arg(long, value_parser = positive::<usize>)]
+    pub threads: Option<usize>,
 }
 
 fn backend() -> impl clap::builder::TypedValueParser<Value = Backend> {

@@ -21,6 +21,7 @@ use crate::{say, Failure};
 
 mod inputs;
 mod progress;
+mod ranks;
 mod trace;
 
 pub(crate) use inputs::load_data;
@@ -107,6 +108,8 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let on_cpu = gpu.is_none();
     let device = gpu.as_ref().map(|ctx| ctx.describe());
     let mut engine = Trainer::new(state, data, gpu)?;
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    engine.set_threads(threads);
     let mut metrics_file = args.metrics.as_deref().map(LogFile::create).transpose()?;
     let mut tracer = args.trace.as_deref().map(|path| trace::TraceRecorder::new(path, Instant::now()));
     let mut tensorboard =
@@ -135,6 +138,15 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         first_step,
         backend_name
     );
+    if e.shards > 1 && on_cpu {
+        say!(
+            "{} shards of {} rows each per micro-batch, on {} rank{} (threads; the same bits on any number)",
+            e.shards,
+            e.batch_size / e.shards,
+            engine.ranks_used(),
+            if engine.ranks_used() == 1 { "" } else { "s" }
+        );
+    }
     if let Some(tb) = &tensorboard {
         say!("TensorBoard events: {}", tb.path);
     }
@@ -151,6 +163,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         }
     };
     let mut last: Option<StepMetrics> = None;
+    let mut rank_summary = ranks::RankSummary::default();
     let mut interrupted = false;
     'steps: for i in 0..steps {
         if stopped() {
@@ -302,6 +315,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             tr.span("logging", t, end);
             tr.end_step(&metrics, end);
         }
+        rank_summary.add(&metrics);
         last = Some(metrics);
         if interrupted {
             break;
@@ -335,6 +349,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             rate(engine.step_count() - first_step),
             m.loss
         );
+    }
+    if let Some(line) = rank_summary.line() {
+        say!("{line}");
     }
     if e.gpt().is_some() {
         // The last step's line has the validation loss; a pass over every

@@ -5,7 +5,10 @@
 //! run, with its sizes replaceable. Prints one JSON line.
 //!
 //!   cargo run --release -p stepscope-core --example gpt_step_bench -- \
-//!       [blocks heads embed context batch seconds [checkpointing 0|1]]
+//!       [blocks heads embed context batch seconds [checkpointing 0|1 [shards threads]]]
+//!
+//! With shards above 1 the step is sharded and its shards shared among
+//! `threads` ranks (`engine::cpu` ranks, scripts/bench_ranks.py).
 
 use stepscope_core::data::Dataset;
 use stepscope_core::{CpuEngine, Experiment};
@@ -17,23 +20,28 @@ fn main() {
     let (blocks, heads, embed, context, batch, seconds) =
         (arg(0, 4), arg(1, 4), arg(2, 128), arg(3, 64), arg(4, 12), arg(5, 5));
     let checkpointing = arg(6, 0) == 1;
+    let (shards, threads) = (arg(7, 1), arg(8, 1));
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/shakespeare.json");
     let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     for (key, value) in [("blocks", blocks), ("heads", heads), ("embed", embed), ("context", context)] {
         config["model"][key] = value.into();
     }
     config["batch_size"] = batch.into();
+    config["shards"] = shards.into();
     let e = Experiment::from_json(&config.to_string()).unwrap();
     let mut engine = CpuEngine::new(&e, Dataset::load(&e, None).unwrap()).unwrap();
     engine.set_activation_checkpointing(checkpointing).unwrap();
+    engine.set_threads(threads);
     engine.step().unwrap(); // warm-up: the buffers are sized by the first step
     let started = Instant::now();
-    let (mut steps, mut phases) = (0, [0.0f64; 4]);
+    let (mut steps, mut phases) = (0, [0.0f64; 5]);
     let mut loss = 0.0;
     while started.elapsed().as_secs_f64() < seconds as f64 {
         let m = engine.step().unwrap();
         let p = &m.phases;
-        for (sum, ms) in phases.iter_mut().zip([p.data_ms, p.forward_ms, p.backward_ms, p.optimizer_ms]) {
+        for (sum, ms) in
+            phases.iter_mut().zip([p.data_ms, p.forward_ms, p.backward_ms, p.optimizer_ms, p.communication_ms])
+        {
             *sum += ms;
         }
         loss = m.loss;
@@ -54,6 +62,10 @@ fn main() {
             "forward_ms": per_step(phases[1]),
             "backward_ms": per_step(phases[2]),
             "optimizer_ms": per_step(phases[3]),
+            "communication_ms": per_step(phases[4]),
+            "shards": shards,
+            "ranks": engine.ranks_used(),
+            "rank_wait_ms": engine.rank_times().iter().map(|r| r.wait_ms).collect::<Vec<_>>(),
             "activation_bytes": memory.activations + memory.attention,
             "attention_bytes": memory.attention,
             "peak_bytes": memory.peak_backward(),

@@ -22,6 +22,9 @@ pub use optimizer_spec::*;
 pub const MAX_UNITS: usize = 4096;
 pub const MAX_LAYERS: usize = 17;
 pub const MAX_BATCH: usize = 65_536;
+/// Shards of a micro-batch (`Experiment::shards`): more ranks than this
+/// would each get too little of a step to pay for the all-reduce.
+pub const MAX_SHARDS: usize = 64;
 pub const MAX_SAMPLES: usize = 100_000;
 /// The transformer's field limits (its memory is the budget's, `Limits`).
 pub const MAX_CONTEXT: usize = 4096;
@@ -43,6 +46,13 @@ pub struct Experiment {
     pub batch_size: usize,
     #[serde(default = "one")]
     pub grad_accumulation: usize,
+    /// Shards of each micro-batch: each shard's gradient is taken apart
+    /// (from zero, over batch_size/shards rows) and the shards' gradients
+    /// are summed in shard order, so the run's bits depend on this number
+    /// and never on how many threads or workers compute the shards
+    /// (ARCHITECTURE.md, "Ranks"). 1 (left out): the micro-batch whole.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub shards: usize,
     #[serde(default)]
     pub clip_grad_norm: Option<f64>,
     #[serde(default)]
@@ -60,6 +70,10 @@ fn is_zero(v: &f64) -> bool {
 
 fn one() -> usize {
     1
+}
+
+fn is_one(v: &usize) -> bool {
+    *v == 1
 }
 
 /// The model. Without `"kind"` (or with `"kind": "mlp"`) it is the
@@ -257,6 +271,7 @@ impl Experiment {
             && self.loss == to.loss
             && self.batch_size == to.batch_size
             && self.grad_accumulation == to.grad_accumulation
+            && self.shards == to.shards
             && self.data == to.data
     }
 

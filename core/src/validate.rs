@@ -55,6 +55,15 @@ pub fn experiment(e: &Experiment) -> Result<()> {
     if e.grad_accumulation == 0 || e.grad_accumulation > 1024 {
         return bad(format!("grad_accumulation must be in 1..=1024, got {}", e.grad_accumulation));
     }
+    if e.shards == 0 || e.shards > MAX_SHARDS {
+        return bad(format!("shards must be in 1..={MAX_SHARDS}, got {}", e.shards));
+    }
+    if !e.batch_size.is_multiple_of(e.shards) {
+        return bad(format!(
+            "shards ({}) must divide batch_size ({}): every shard takes the same number of rows",
+            e.shards, e.batch_size
+        ));
+    }
     if let Some(max_norm) = e.clip_grad_norm {
         if !max_norm.is_finite() || max_norm <= 0.0 {
             return bad(format!(

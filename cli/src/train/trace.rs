@@ -37,6 +37,7 @@ fn grown(before: &PhaseTimes, after: &PhaseTimes) -> Vec<(&'static str, f64)> {
         (DATA_EVENT, after.data_ms - before.data_ms),
         ("forward", after.forward_ms - before.forward_ms),
         ("backward", after.backward_ms - before.backward_ms),
+        ("communication", after.communication_ms - before.communication_ms),
         ("optimizer", after.optimizer_ms - before.optimizer_ms),
     ]
     .into_iter()

@@ -3,10 +3,12 @@
 
 mod gpt;
 mod profile;
+mod ranks;
 mod step;
 
 use gpt::GptNet;
 pub use gpt::{sample, SampledToken, Sampler, Sampling};
+pub use ranks::RankTimes;
 
 use super::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use super::{evaluate, forward_pass, Activations, Evaluation, MemoryBytes, PhaseTimes, StepMetrics, TrainState};
@@ -42,6 +44,17 @@ pub struct CpuEngine {
     /// The transformer's part of a step (`model.kind` "gpt"); the MLP's
     /// layers are then empty.
     gpt: Option<Box<GptNet>>,
+    /// A sharded run's ranks (`shards` > 1; `ranks`). `acts`, `grad` and
+    /// `gpt` are then rank 0's, sized for one shard's rows.
+    ranks: Option<Box<ranks::Ranks>>,
+}
+
+/// What one forward and backward over a shard of rows writes besides the
+/// gradients: the engine's own buffers, or a rank's (`ranks`).
+struct Work<'a> {
+    acts: &'a mut Activations,
+    grad: &'a mut Vec<Vec<f32>>,
+    gpt: &'a mut Option<Box<GptNet>>,
 }
 
 /// Where a step taken phase by phase stands.
@@ -87,14 +100,20 @@ impl CpuEngine {
         let batcher = Batcher::new(data.train.rows(), experiment.data.shuffle, state.data_position);
         let row = experiment.model.inputs.max(data.train.input_width);
         let target_row = data.train.target_width;
+        // A sharded run's forward and backward take one shard's rows.
+        let rows = batch / experiment.shards;
         let gpt = match layout.gpt {
-            Some(shape) => Some(Box::new(GptNet::new(shape, batch, false)?)),
+            Some(shape) => Some(Box::new(GptNet::new(shape, rows, false)?)),
             None => None,
+        };
+        let ranks = match experiment.shards {
+            1 => None,
+            shards => Some(Box::new(ranks::Ranks::new(shards, layout.parameter_count)?)),
         };
         Ok(CpuEngine {
             tensors: layout.tensors(),
-            acts: Activations::try_new(&layout, batch)?,
-            grad: layout.layers.iter().map(|l| zeros(batch * l.units, "backward's buffers")).collect::<Result<_>>()?,
+            acts: Activations::try_new(&layout, rows)?,
+            grad: layout.layers.iter().map(|l| zeros(rows * l.units, "backward's buffers")).collect::<Result<_>>()?,
             grads: zeros(layout.parameter_count, "the gradients")?,
             updates: zeros(layout.parameter_count, "the last updates")?,
             inputs: room(batch.saturating_mul(row), "the batch's rows")?,
@@ -108,6 +127,7 @@ impl CpuEngine {
             zero_grad: true,
             partial: None,
             gpt,
+            ranks,
         })
     }
 
@@ -155,7 +175,10 @@ impl CpuEngine {
                 "finish the step begun phase by phase before switching activation checkpointing".into(),
             ));
         }
-        let batch = self.experiment.batch_size;
+        let batch = self.experiment.batch_size / self.experiment.shards;
+        if let Some(ranks) = &mut self.ranks {
+            ranks.drop_buffers();
+        }
         if let Some(gpt) = &mut self.gpt {
             // Per block: keep each block's input, recompute its forward in
             // backward. The old buffers go before the new are allocated.
@@ -231,7 +254,8 @@ impl CpuEngine {
     pub fn other_bytes(&self) -> u64 {
         let ids = self.gpt.as_ref().map_or(0, |g| g.ids_capacity());
         let floats = self.updates.capacity() + self.inputs.capacity() + self.targets.capacity();
-        4 * (floats + ids) as u64 + self.batcher.bytes()
+        let ranks = self.ranks.as_ref().map_or(0, |r| r.bytes());
+        4 * (floats + ids) as u64 + self.batcher.bytes() + ranks
     }
 
     /// A snapshot of the run, for checkpoints.
@@ -251,6 +275,9 @@ impl CpuEngine {
     /// parameters and optimizer state are left as they were. A step begun
     /// phase by phase (`step_phase`) is finished from where it stands.
     pub fn step(&mut self) -> Result<StepMetrics> {
+        if self.ranks.is_some() {
+            return self.sharded_step();
+        }
         let mut partial = self.partial.take().unwrap_or_default();
         loop {
             if let Some(metrics) = self.advance(&mut partial, false)? {
@@ -269,6 +296,10 @@ impl CpuEngine {
     /// caller can yield between parts of a long step. On an error the step
     /// is abandoned, as `step` would.
     pub fn step_part(&mut self) -> Result<Option<StepMetrics>> {
+        if self.ranks.is_some() {
+            // A sharded step is one part: its ranks run it at once.
+            return self.sharded_step().map(Some);
+        }
         let mut partial = self.partial.take().unwrap_or_default();
         let by_layer =
             self.gpt.is_none() && (self.experiment.batch_size * self.layout.parameter_count) as u64 >= LAYER_PART_MACS;
@@ -310,6 +341,11 @@ impl CpuEngine {
     /// Runs one phase of the current step and summarises its tensors. On
     /// an error the step is abandoned, as `step` would.
     pub fn step_phase(&mut self) -> Result<PhaseReport> {
+        if self.ranks.is_some() {
+            return Err(Error::Experiment(
+                "stepping by phase shows one micro-batch whole: set shards to 1 to step this run by phase".into(),
+            ));
+        }
         let mut partial = self.partial.take().unwrap_or_default();
         let phase = partial.next;
         let step = self.optimizer.step;

@@ -7,7 +7,7 @@ mod forward;
 pub mod phases;
 pub mod profile;
 
-pub use cpu::{sample, CpuEngine, SampledToken, Sampler, Sampling, LAYER_PART_MACS};
+pub use cpu::{sample, CpuEngine, RankTimes, SampledToken, Sampler, Sampling, LAYER_PART_MACS};
 pub use forward::{evaluate, forward_layer, forward_pass, gpt_eval_windows, predict, Activations, Evaluator};
 pub use phases::{PhasePart, PhaseReport, StepPhase};
 
@@ -173,8 +173,17 @@ pub struct PhaseTimes {
     pub forward_ms: f64,
     pub backward_ms: f64,
     pub optimizer_ms: f64,
+    /// A sharded run's all-reduce (the shards' gradients summed in shard
+    /// order) and the ranks' wait for the slowest (`engine::cpu` ranks);
+    /// 0, and left out of the metrics, otherwise.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub communication_ms: f64,
     pub checkpoint_ms: f64,
     pub logging_ms: f64,
+}
+
+fn is_zero_ms(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// What one optimizer step reports.
@@ -202,6 +211,10 @@ pub struct StepMetrics {
     /// with timestamps only): the GPU's share of the phase times.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub gpu_ms: Option<f64>,
+    /// A sharded run's ranks, each one's part of the step (`cpu::RankTimes`);
+    /// empty, and left out of the metrics, otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub ranks: Vec<RankTimes>,
 }
 
 /// The source of a step's phase times.

@@ -42,6 +42,10 @@ pub fn step_scalars(m: &StepMetrics) -> Vec<(&'static str, f32)> {
         ("phase/backward_ms", p.backward_ms as f32),
         ("phase/optimizer_ms", p.optimizer_ms as f32),
     ];
+    if p.communication_ms > 0.0 {
+        // A sharded run's all-reduce and wait for the slowest rank.
+        values.push(("phase/communication_ms", p.communication_ms as f32));
+    }
     if let Some(gpu) = m.gpu_ms {
         values.push(("phase/gpu_ms", gpu as f32));
     }

@@ -140,6 +140,7 @@ impl GpuEngine {
                 phases: per_step[s],
                 timing,
                 gpu_ms: gpu_ms[s],
+                ranks: Vec::new(),
             })
             .collect();
         // A non-finite value in forward or backward stops its step before

@@ -143,6 +143,7 @@ impl GpuEngine {
                     phases: PhaseTimes::default(),
                     timing: Timing::GpuCoarse,
                     gpu_ms: None,
+                    ranks: Vec::new(),
                 });
                 self.step += 1;
                 self.sync_submitted_step();

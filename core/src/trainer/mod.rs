@@ -173,6 +173,23 @@ impl Trainer {
         self.zero_grad
     }
 
+    /// Ranks (threads) for a sharded run on the CPU engine (`shards` > 1):
+    /// speed only, the bits are the experiment's. The GPU engine is one
+    /// device and takes each micro-batch whole.
+    pub fn set_threads(&mut self, threads: usize) {
+        if let Inner::Cpu(e) = &mut self.inner {
+            e.set_threads(threads);
+        }
+    }
+
+    /// Ranks the CPU engine's steps use (1 unsharded, or on the GPU).
+    pub fn ranks_used(&self) -> usize {
+        match &self.inner {
+            Inner::Cpu(e) => e.ranks_used(),
+            Inner::Gpu(_) => 1,
+        }
+    }
+
     /// Recompute activations in backward instead of storing them.
     pub fn set_activation_checkpointing(&mut self, on: bool) -> Result<()> {
         match &mut self.inner {

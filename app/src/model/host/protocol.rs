@@ -181,6 +181,7 @@ mod tests {
             phases: Default::default(),
             timing: stepscope_core::engine::Timing::Cpu,
             gpu_ms: Some(0.5),
+            ranks: Vec::new(),
         };
         let snapshot = Snapshot {
             step: 9,

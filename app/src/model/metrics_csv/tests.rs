@@ -14,11 +14,13 @@ fn step(i: u64, timing: Timing) -> StepMetrics {
             forward_ms: 1.0 / 7.0,
             backward_ms: 0.25,
             optimizer_ms: 0.5,
+            communication_ms: 0.0,
             checkpoint_ms: 0.0,
             logging_ms: 0.0,
         },
         timing,
         gpu_ms: (timing != Timing::Cpu).then_some(2.5),
+        ranks: Vec::new(),
     }
 }
 

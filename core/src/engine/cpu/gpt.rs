@@ -20,6 +20,8 @@ pub(super) struct GptNet {
     next: Vec<u32>,
     /// The z-loss of this step's micro-batches, summed.
     pub z_sum: f32,
+    /// The z-loss of the last forward.
+    pub last_z: f32,
     /// Where this step's forwards and backwards spent their time so far
     /// (summed over its micro-batches), and the last whole step's: (step,
     /// forward, backward).
@@ -46,6 +48,7 @@ impl GptNet {
             ids: room(tokens, "the batch's token ids")?,
             next: room(tokens, "the batch's token ids")?,
             z_sum: 0.0,
+            last_z: 0.0,
             times: Default::default(),
             last_times: None,
         })
@@ -71,6 +74,7 @@ impl GptNet {
         }
         let (ce, z) = self.model.forward_stage(&mut self.acts, params, &self.ids, &self.next, i)?;
         self.z_sum += z;
+        self.last_z = z;
         self.times.0.add(&self.acts.times);
         Some(ce)
     }

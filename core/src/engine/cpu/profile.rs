@@ -22,7 +22,9 @@ impl CpuEngine {
     pub fn profile_step(&mut self, burst: &Burst) -> Result<(StepMetrics, PhaseProfile)> {
         let r = burst.resolution_ms;
         let k = self.experiment.grad_accumulation;
-        if self.partial.is_some() {
+        if self.partial.is_some() || self.ranks.is_some() {
+            // Begun by phase, or sharded (its ranks run the step at once):
+            // the step as one reading.
             let m = self.step()?;
             return Ok((m.clone(), PhaseProfile::single(m.step, ProfilePath::CpuClock, &m.phases, r, k)));
         }

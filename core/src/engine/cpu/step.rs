@@ -5,8 +5,8 @@
 
 use web_time::Instant;
 
-use super::{CpuEngine, Partial};
-use crate::engine::{forward_layer, Phase, StepMetrics, StepPhase, Timing};
+use super::{CpuEngine, Partial, Work};
+use crate::engine::{forward_layer, Phase, PhaseTimes, StepMetrics, StepPhase, Timing};
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{
@@ -140,35 +140,44 @@ impl CpuEngine {
                 }
             }
             StepPhase::Optimizer => {
-                let t0 = Instant::now();
-                let (grad_norm, clipped, lr) = self.update(e);
-                let step = self.optimizer.step - 1;
-                phases.optimizer_ms = ms(t0, Instant::now());
-                if let Some(layer) = self.first_non_finite_layer(&self.params) {
-                    return Err(non_finite(Phase::Optimizer, layer, step + 1));
-                }
-                if let Some(gpt) = self.gpt.as_mut() {
-                    gpt.end_step(step);
-                    if let Some(t) = first_non_finite_tensor(&self.params, &self.tensors) {
-                        return Err(non_finite_tensor(Phase::Optimizer, t, step + 1));
-                    }
-                }
-                return Ok(Some(StepMetrics {
-                    step,
-                    loss: partial.loss_sum / k as f32,
-                    grad_norm,
-                    z_loss: self.gpt.as_ref().map(|g| g.z_sum / k as f32),
-                    lr,
-                    clipped,
-                    phases: partial.phases,
-                    timing: Timing::Cpu,
-                    gpu_ms: None,
-                }));
+                let (loss_sum, phases) = (partial.loss_sum, partial.phases);
+                return self.finish_step(e, loss_sum, phases).map(Some);
             }
         }
         partial.next = partial.next.next(k);
         partial.layers_done = 0;
         Ok(None)
+    }
+
+    /// The optimizer phase, which ends every step (whole, in parts or
+    /// sharded): the update, its checks, and the step's metrics.
+    pub(super) fn finish_step(&mut self, e: &Experiment, loss_sum: f32, mut phases: PhaseTimes) -> Result<StepMetrics> {
+        let k = e.grad_accumulation;
+        let t0 = Instant::now();
+        let (grad_norm, clipped, lr) = self.update(e);
+        let step = self.optimizer.step - 1;
+        phases.optimizer_ms = ms(t0, Instant::now());
+        if let Some(layer) = self.first_non_finite_layer(&self.params) {
+            return Err(non_finite(Phase::Optimizer, layer, step + 1));
+        }
+        if let Some(gpt) = self.gpt.as_mut() {
+            gpt.end_step(step);
+            if let Some(t) = first_non_finite_tensor(&self.params, &self.tensors) {
+                return Err(non_finite_tensor(Phase::Optimizer, t, step + 1));
+            }
+        }
+        Ok(StepMetrics {
+            step,
+            loss: loss_sum / k as f32,
+            grad_norm,
+            z_loss: self.gpt.as_ref().map(|g| g.z_sum / k as f32),
+            lr,
+            clipped,
+            phases,
+            timing: Timing::Cpu,
+            gpu_ms: None,
+            ranks: Vec::new(),
+        })
     }
 
     /// The optimizer phase: the gradient norm, clipping, the learning rate
@@ -199,41 +208,62 @@ impl CpuEngine {
     /// recomputed first.
     #[inline(never)]
     pub(super) fn backward_layer(&mut self, l: usize) -> Result<()> {
-        let e = &self.experiment;
-        let batch = e.batch_size;
-        let acts = &mut self.acts;
-        let shape = self.layout.layers[l];
-        let n = batch * shape.units;
-        let weight = &self.params[shape.weight_offset..shape.bias_offset];
-        let x = if l == 0 { self.inputs.as_slice() } else { acts.a[l - 1].as_slice() };
-        let z = if acts.checkpointing {
-            // Recompute z[l] = x·Wᵀ + b into the shared scratch: the
-            // same function on the same x, W and b as forward, so the
-            // same bits. a[l] is still stored.
-            let bias = &self.params[shape.bias_offset..shape.bias_offset + shape.units];
-            let z = &mut acts.z[0][..n];
-            dense_forward(z, x, weight, bias, batch, shape.inputs, shape.units);
-            &*z
-        } else {
-            &acts.z[l][..]
-        };
-        let (below, this) = self.grad.split_at_mut(l);
-        let dz = &mut this[0][..n];
-        activation_backward(dz, z, &acts.a[l], e.model.layers[l].activation);
-        let (dweight, rest) = self.grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
-        let dbias = &mut rest[..shape.units];
-        let dx = below.last_mut().map(Vec::as_mut_slice);
-        dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
-        let end = shape.bias_offset + shape.units;
-        if !all_finite(&self.grads[shape.weight_offset..end]) {
-            return Err(non_finite(Phase::Backward, l, self.optimizer.step + 1));
-        }
-        Ok(())
+        let (e, step) = (&self.experiment, self.optimizer.step + 1);
+        let rows = e.batch_size;
+        let work = Work { acts: &mut self.acts, grad: &mut self.grad, gpt: &mut self.gpt };
+        backward_layer(work, &mut self.grads, &self.params, &self.inputs, &self.layout, e, rows, l, step)
     }
 
     pub(super) fn first_non_finite_layer(&self, values: &[f32]) -> Option<usize> {
         self.layout.layers.iter().position(|l| !all_finite(&values[l.weight_offset..l.bias_offset + l.units]))
     }
+}
+
+/// Backward through layer `l` of the last forward over `batch` rows in
+/// `work` (∂L/∂a of its outputs is in `work.grad[l]`, turned into ∂L/∂z in
+/// place); accumulates into `grads` and writes ∂L/∂a of its inputs into
+/// `work.grad[l − 1]`. The engine's own backward and each shard's (`ranks`).
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+pub(super) fn backward_layer(
+    work: Work<'_>,
+    grads: &mut [f32],
+    params: &[f32],
+    inputs: &[f32],
+    layout: &crate::model::Layout,
+    e: &Experiment,
+    batch: usize,
+    l: usize,
+    step: u64,
+) -> Result<()> {
+    let acts = work.acts;
+    let shape = layout.layers[l];
+    let n = batch * shape.units;
+    let weight = &params[shape.weight_offset..shape.bias_offset];
+    let x = if l == 0 { inputs } else { acts.a[l - 1].as_slice() };
+    let z = if acts.checkpointing {
+        // Recompute z[l] = x·Wᵀ + b into the shared scratch: the
+        // same function on the same x, W and b as forward, so the
+        // same bits. a[l] is still stored.
+        let bias = &params[shape.bias_offset..shape.bias_offset + shape.units];
+        let z = &mut acts.z[0][..n];
+        dense_forward(z, x, weight, bias, batch, shape.inputs, shape.units);
+        &*z
+    } else {
+        &acts.z[l][..]
+    };
+    let (below, this) = work.grad.split_at_mut(l);
+    let dz = &mut this[0][..n];
+    activation_backward(dz, z, &acts.a[l], e.model.layers[l].activation);
+    let (dweight, rest) = grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
+    let dbias = &mut rest[..shape.units];
+    let dx = below.last_mut().map(Vec::as_mut_slice);
+    dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
+    let end = shape.bias_offset + shape.units;
+    if !all_finite(&grads[shape.weight_offset..end]) {
+        return Err(non_finite(Phase::Backward, l, step));
+    }
+    Ok(())
 }
 
 fn ms(a: Instant, b: Instant) -> f64 {
@@ -242,12 +272,12 @@ fn ms(a: Instant, b: Instant) -> f64 {
 
 /// The first tensor of `values` (parameters or gradients) holding a NaN
 /// or Inf, by name.
-fn first_non_finite_tensor<'a>(values: &[f32], tensors: &'a [TensorInfo]) -> Option<&'a str> {
+pub(super) fn first_non_finite_tensor<'a>(values: &[f32], tensors: &'a [TensorInfo]) -> Option<&'a str> {
     tensors.iter().find(|t| !all_finite(&values[t.offset..t.offset + t.len])).map(|t| t.name.as_str())
 }
 
 /// `non_finite` for the transformer, whose places are tensors.
-fn non_finite_tensor(phase: Phase, place: &str, step: u64) -> Error {
+pub(super) fn non_finite_tensor(phase: Phase, place: &str, step: u64) -> Error {
     let kept = if phase == Phase::Optimizer {
         "the update already applied: restore the last good checkpoint"
     } else {
@@ -257,7 +287,7 @@ fn non_finite_tensor(phase: Phase, place: &str, step: u64) -> Error {
 }
 
 /// `step`: the step's number as the page counts it (the first is 1).
-fn non_finite(phase: Phase, layer: usize, step: u64) -> Error {
+pub(super) fn non_finite(phase: Phase, layer: usize, step: u64) -> Error {
     let kept = if phase == Phase::Optimizer {
         "the update already applied: restore the last good checkpoint"
     } else {
