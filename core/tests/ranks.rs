@@ -152,3 +152,95 @@ fn shards_must_divide_the_batch() {
     let one = Experiment::from_json(&json(1)).unwrap();
     assert!(!serde_json::to_string(&one).unwrap().contains("shards"));
 }
+
+/// Ranks outside the engine, as the page's rank workers are: each a
+/// `ShardServer` with its own buffers, here in the same thread, answering
+/// through the `RemoteRanks` seam; `fail` names remote ranks that stop
+/// answering at a step.
+struct InProcess {
+    servers: Vec<stepscope_core::engine::ShardServer>,
+    pending: Vec<(Vec<f32>, Vec<f32>, Vec<f32>, u64)>,
+    params: Vec<f32>,
+    fail_at: Option<(usize, u64)>,
+}
+
+impl stepscope_core::engine::RemoteRanks for InProcess {
+    fn count(&self) -> usize {
+        self.servers.len()
+    }
+    fn start(
+        &mut self,
+        params: &[f32],
+        new_params: bool,
+        inputs: &[f32],
+        targets: &[f32],
+        step: u64,
+        _: &[(usize, usize)],
+    ) {
+        if new_params {
+            self.params = params.to_vec();
+        } else {
+            assert_eq!(self.params, params, "the parameters do not change within a step");
+        }
+        self.pending = vec![(Vec::new(), inputs.to_vec(), targets.to_vec(), step)];
+    }
+    fn finish(
+        &mut self,
+        grads: &mut [f32],
+        results: &mut [stepscope_core::engine::ShardResult],
+        assignment: &[(usize, usize)],
+    ) -> Vec<Result<f64, String>> {
+        let (_, inputs, targets, step) = self.pending.pop().expect("started");
+        let p = self.servers[0].parameter_count();
+        let base = assignment[0].0;
+        let mut answers = Vec::new();
+        for (i, (server, &(first, end))) in self.servers.iter_mut().zip(assignment).enumerate() {
+            if self.fail_at.is_some_and(|(rank, at)| rank == i && step >= at) {
+                answers.push(Err(format!("rank worker {i} did not answer")));
+                continue;
+            }
+            let g = &mut grads[(first - base) * p..(end - base) * p];
+            let got = server.compute(&self.params, &inputs, &targets, first, end, step, g);
+            results[first - base..end - base].copy_from_slice(&got);
+            answers.push(Ok(1.0));
+        }
+        answers
+    }
+    fn drop_ranks(&mut self, dropped: &[usize]) {
+        for &i in dropped.iter().rev() {
+            self.servers.remove(i);
+        }
+        self.fail_at = None;
+    }
+}
+
+fn in_process(e: &Experiment, ranks: usize, fail_at: Option<(usize, u64)>) -> Box<InProcess> {
+    let servers = (0..ranks).map(|_| stepscope_core::engine::ShardServer::new(e).unwrap()).collect();
+    Box::new(InProcess { servers, pending: Vec::new(), params: Vec::new(), fail_at })
+}
+
+/// The page's seam: the engine and remote ranks give the bits of the engine
+/// alone; a remote rank that stops is named, its shards run on, and the
+/// bits do not change.
+#[test]
+fn remote_ranks_give_the_same_bits_and_a_failed_one_loses_nothing() {
+    for build in [mlp as fn(usize) -> (Experiment, Dataset), gpt] {
+        let (e, data) = build(6);
+        let mut alone = CpuEngine::new(&e, data.clone()).unwrap();
+        let want = trace(&mut alone, 8);
+        for (remote, fail_at) in [(1, None), (2, None), (5, None), (3, Some((1, 4)))] {
+            let mut engine = CpuEngine::new(&e, data.clone()).unwrap();
+            engine.set_remote_ranks(Some(in_process(&e, remote, fail_at)));
+            assert_eq!(engine.ranks_used(), 1 + remote);
+            assert_eq!(trace(&mut engine, 8), want, "{remote} remote ranks, failing {fail_at:?}");
+            match fail_at {
+                Some(_) => {
+                    assert_eq!(engine.ranks_used(), remote, "the failed rank is dropped");
+                    let notice = engine.take_rank_notice().expect("a notice");
+                    assert!(notice.contains("rank 2 stopped (rank worker 1 did not answer)"), "{notice}");
+                }
+                None => assert_eq!(engine.take_rank_notice(), None),
+            }
+        }
+    }
+}

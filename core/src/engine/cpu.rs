@@ -8,7 +8,7 @@ mod step;
 
 use gpt::GptNet;
 pub use gpt::{sample, SampledToken, Sampler, Sampling};
-pub use ranks::RankTimes;
+pub use ranks::{RankTimes, RemoteRanks, ShardResult, ShardServer};
 
 use super::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use super::{evaluate, forward_pass, Activations, Evaluation, MemoryBytes, PhaseTimes, StepMetrics, TrainState};

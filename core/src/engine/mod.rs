@@ -7,7 +7,10 @@ mod forward;
 pub mod phases;
 pub mod profile;
 
-pub use cpu::{sample, CpuEngine, RankTimes, SampledToken, Sampler, Sampling, LAYER_PART_MACS};
+pub use cpu::{
+    sample, CpuEngine, RankTimes, RemoteRanks, SampledToken, Sampler, Sampling, ShardResult, ShardServer,
+    LAYER_PART_MACS,
+};
 pub use forward::{evaluate, forward_layer, forward_pass, gpt_eval_windows, predict, Activations, Evaluator};
 pub use phases::{PhasePart, PhaseReport, StepPhase};
 

@@ -70,7 +70,15 @@ impl Trainer {
     /// Replaces the run with `state` on the given engine (after a GPU
     /// error, when the GPU's own state cannot be trusted).
     pub fn rebuild(&mut self, state: TrainState, data: Dataset, gpu: Option<Arc<GpuContext>>) -> Result<()> {
+        let same_work = same_shard_work(self.experiment(), &state.experiment);
         let mut inner = build(state, data, gpu)?;
+        let remote = match &mut self.inner {
+            Inner::Cpu(e) if same_work => e.take_remote_ranks(),
+            _ => None,
+        };
+        if let (Inner::Cpu(e), Some(remote)) = (&mut inner, remote) {
+            e.set_remote_ranks(Some(remote));
+        }
         match &mut inner {
             Inner::Cpu(e) => {
                 e.zero_grad = self.zero_grad;
@@ -85,4 +93,15 @@ impl Trainer {
         self.queued = 0;
         Ok(())
     }
+}
+
+/// Whether a shard's forward and backward are the same under `a` and `b`
+/// (what a remote rank's `ShardServer` was built for).
+pub fn same_shard_work(a: &Experiment, b: &Experiment) -> bool {
+    a.model == b.model
+        && a.loss == b.loss
+        && a.batch_size == b.batch_size
+        && a.shards == b.shards
+        && a.grad_accumulation == b.grad_accumulation
+        && a.z_loss == b.z_loss
 }

@@ -13,6 +13,7 @@
 
 pub mod conformance;
 mod edits;
+pub use edits::same_shard_work;
 mod reads;
 mod steps;
 
@@ -179,6 +180,31 @@ impl Trainer {
     pub fn set_threads(&mut self, threads: usize) {
         if let Inner::Cpu(e) = &mut self.inner {
             e.set_threads(threads);
+        }
+    }
+
+    /// Ranks outside this process for a sharded run on the CPU engine (the
+    /// page's rank workers, `RemoteRanks`); kept across `rebuild` while the
+    /// work of a shard stays the same (`same_shard_work`), else dropped.
+    pub fn set_remote_ranks(&mut self, remote: Option<Box<dyn crate::engine::RemoteRanks>>) {
+        if let Inner::Cpu(e) = &mut self.inner {
+            e.set_remote_ranks(remote);
+        }
+    }
+
+    /// Why the last step ran on fewer ranks than given, taken once.
+    pub fn take_rank_notice(&mut self) -> Option<String> {
+        match &mut self.inner {
+            Inner::Cpu(e) => e.take_rank_notice(),
+            Inner::Gpu(_) => None,
+        }
+    }
+
+    /// Each rank's part of the last step (empty without shards).
+    pub fn rank_times(&self) -> &[crate::engine::RankTimes] {
+        match &self.inner {
+            Inner::Cpu(e) => e.rank_times(),
+            Inner::Gpu(_) => &[],
         }
     }
 

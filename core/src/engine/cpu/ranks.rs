@@ -95,6 +95,10 @@ pub(super) struct Ranks {
     shard_grads: Vec<f32>,
     /// Each rank's part of the last step.
     pub last: Vec<RankTimes>,
+    /// Ranks outside this process (`RemoteRanks`).
+    remote: Option<Box<dyn RemoteRanks>>,
+    /// Why a remote rank was dropped, until the page takes it.
+    notice: Option<String>,
 }
 
 impl Ranks {
@@ -104,7 +108,23 @@ impl Ranks {
             buffers: Vec::new(),
             shard_grads: zeros(shards.saturating_mul(parameters), "the shards' gradients")?,
             last: Vec::new(),
+            remote: None,
+            notice: None,
         })
+    }
+
+    /// Ranks of this process a step uses (threads; 1 with remote ranks).
+    fn local(&self, shards: usize) -> usize {
+        if self.remote.as_ref().is_some_and(|r| r.count() > 0) {
+            1
+        } else {
+            self.threads.min(shards)
+        }
+    }
+
+    /// Remote ranks a step uses (at most the shards but one).
+    fn remote_count(&self, shards: usize) -> usize {
+        self.remote.as_ref().map_or(0, |r| r.count().min(shards - 1))
     }
 
     /// Bytes held beyond the engine's own buffers: the shard gradients and
@@ -117,6 +137,116 @@ impl Ranks {
     /// are, when next needed: after activation checkpointing changes).
     pub fn drop_buffers(&mut self) {
         self.buffers.clear();
+    }
+}
+
+/// Ranks outside this engine that compute shards for it: the page's rank
+/// workers, each running a `ShardServer` on its own replica of the model
+/// (the module doc). The engine is rank 0 and takes the first shards; the
+/// remote ranks take the rest in order, each the range it is given.
+pub trait RemoteRanks {
+    /// Remote ranks in use.
+    fn count(&self) -> usize;
+    /// Starts each remote rank on its shards (`assignment[i]`: remote rank
+    /// i's first shard and one past its last) of one micro-batch: the
+    /// step's parameters (`new_params` on a step's first micro-batch) and
+    /// the micro-batch's rows. Returns at once.
+    fn start(
+        &mut self,
+        params: &[f32],
+        new_params: bool,
+        inputs: &[f32],
+        targets: &[f32],
+        step: u64,
+        assignment: &[(usize, usize)],
+    );
+    /// Waits for every remote rank started, copying its shards' gradients
+    /// into `grads` (the shards from the first remote one on, P floats
+    /// each) and their results into `results` (the same shards). Per remote
+    /// rank: the ms from `start` to its finish, or why it failed or stalled
+    /// (its shards are then computed by the engine).
+    fn finish(
+        &mut self,
+        grads: &mut [f32],
+        results: &mut [ShardResult],
+        assignment: &[(usize, usize)],
+    ) -> Vec<std::result::Result<f64, String>>;
+    /// Stops using remote ranks `dropped` (indices among them).
+    fn drop_ranks(&mut self, dropped: &[usize]);
+}
+
+/// One shard's results as a remote rank reports them; `ok` false where it
+/// met a NaN or Inf (the engine runs the shard again for the error).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ShardResult {
+    pub ok: bool,
+    pub loss: f32,
+    pub z: f32,
+    pub forward_ms: f64,
+    pub backward_ms: f64,
+}
+
+/// A remote rank's side: the model's buffers for one shard's rows and the
+/// same forward and backward as the engine's (`Shared::pass`).
+pub struct ShardServer {
+    experiment: Experiment,
+    layout: Layout,
+    tensors: Vec<TensorInfo>,
+    buffers: RankBuffers,
+}
+
+impl ShardServer {
+    pub fn new(experiment: &Experiment) -> Result<ShardServer> {
+        let layout = Layout::new(experiment);
+        let rows = experiment.batch_size / experiment.shards;
+        Ok(ShardServer {
+            tensors: layout.tensors(),
+            buffers: RankBuffers::new(&layout, rows, false)?,
+            layout,
+            experiment: experiment.clone(),
+        })
+    }
+
+    pub fn parameter_count(&self) -> usize {
+        self.layout.parameter_count
+    }
+
+    /// Shards `first..end` of a micro-batch (`inputs` and `targets`: the
+    /// whole micro-batch's rows), each gradient into its P floats of
+    /// `grads`, from zero.
+    #[allow(clippy::too_many_arguments)]
+    pub fn compute(
+        &mut self,
+        params: &[f32],
+        inputs: &[f32],
+        targets: &[f32],
+        first: usize,
+        end: usize,
+        step: u64,
+        grads: &mut [f32],
+    ) -> Vec<ShardResult> {
+        let e = &self.experiment;
+        let shared = Shared {
+            e,
+            layout: &self.layout,
+            tensors: &self.tensors,
+            params,
+            inputs,
+            targets,
+            rows: e.batch_size / e.shards,
+            scale: 1.0 / (e.grad_accumulation * e.shards) as f32,
+            step,
+        };
+        let p = self.layout.parameter_count;
+        (first..end)
+            .zip(grads.chunks_exact_mut(p))
+            .map(|(s, g)| match shared.pass(self.buffers.work(), g, s) {
+                Ok(o) => {
+                    ShardResult { ok: true, loss: o.loss, z: o.z, forward_ms: o.forward_ms, backward_ms: o.backward_ms }
+                }
+                Err(_) => ShardResult::default(),
+            })
+            .collect()
     }
 }
 
@@ -244,14 +374,35 @@ impl CpuEngine {
         }
     }
 
-    /// Ranks a step uses: min(threads, shards), 1 without shards.
+    /// Ranks outside this engine (the page's rank workers) that take
+    /// their share of a sharded run's shards from the next step on; None
+    /// drops them. Without shards they are kept and not used.
+    pub fn set_remote_ranks(&mut self, remote: Option<Box<dyn RemoteRanks>>) {
+        if let Some(ranks) = &mut self.ranks {
+            ranks.remote = remote;
+        }
+    }
+
+    /// The remote ranks, taken back (to give to a rebuilt engine).
+    pub fn take_remote_ranks(&mut self) -> Option<Box<dyn RemoteRanks>> {
+        self.ranks.as_mut().and_then(|r| r.remote.take())
+    }
+
+    /// Ranks a step uses: this process's threads and the remote ranks, at
+    /// most the shards; 1 without shards.
     pub fn ranks_used(&self) -> usize {
-        self.ranks.as_ref().map_or(1, |r| r.threads.min(self.experiment.shards))
+        self.ranks.as_ref().map_or(1, |r| r.local(self.experiment.shards) + r.remote_count(self.experiment.shards))
     }
 
     /// Each rank's part of the last step (empty without shards).
     pub fn rank_times(&self) -> &[RankTimes] {
         self.ranks.as_ref().map_or(&[], |r| &r.last)
+    }
+
+    /// Why the last step ran on fewer ranks than it was given (a remote
+    /// rank that failed or stalled, by name), taken once.
+    pub fn take_rank_notice(&mut self) -> Option<String> {
+        self.ranks.as_mut().and_then(|r| r.notice.take())
     }
 
     /// One optimizer step of a sharded run (module doc). On an error the
@@ -260,15 +411,11 @@ impl CpuEngine {
         let e = self.experiment.clone();
         let (shards, k, batch) = (e.shards, e.grad_accumulation, e.batch_size);
         let rows = batch / shards;
-        let ranks_used = self.ranks_used();
         let step = self.optimizer.step + 1;
         let checkpointing = self.acts.checkpointing;
         let ranks = self.ranks.as_mut().expect("a sharded run has ranks");
-        while ranks.buffers.len() + 1 < ranks_used {
-            ranks.buffers.push(RankBuffers::new(&self.layout, rows, checkpointing)?);
-        }
         let mut phases = PhaseTimes::default();
-        let mut times = vec![RankTimes::default(); ranks_used];
+        let mut times = Vec::new();
         if self.zero_grad {
             self.grads.fill(0.0);
         }
@@ -277,7 +424,16 @@ impl CpuEngine {
         }
         let (mut loss_sum, mut z_sum) = (0.0f32, 0.0f32);
         let p = self.layout.parameter_count;
-        for _ in 0..k {
+        for micro in 0..k {
+            // Per micro-batch: a remote rank dropped in the last one leaves
+            // the others more shards (the bits do not depend on who runs
+            // which).
+            let (local, remote) = (ranks.local(shards), ranks.remote_count(shards));
+            let all = local + remote;
+            while ranks.buffers.len() + 1 < local {
+                ranks.buffers.push(RankBuffers::new(&self.layout, rows, checkpointing)?);
+            }
+            times.resize(all, RankTimes::default());
             let t0 = Instant::now();
             self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
             let t1 = Instant::now();
@@ -293,21 +449,33 @@ impl CpuEngine {
                 scale: 1.0 / (k * shards) as f32,
                 step,
             };
+            // The remote ranks start first, on the shards after the local
+            // ranks' (each rank's range as `shard_range` gives it).
+            let assignment: Vec<(usize, usize)> = (local..all).map(|r| shard_range(r, all, shards)).collect();
+            let mut remote_started = false;
+            if let Some(remote) = ranks.remote.as_mut().filter(|_| remote > 0) {
+                remote.start(&self.params, micro == 0, &self.inputs, &self.targets, step, &assignment);
+                remote_started = true;
+            }
             let own = Work { acts: &mut self.acts, grad: &mut self.grad, gpt: &mut self.gpt };
             let mut works: Vec<Work<'_>> =
                 std::iter::once(own).chain(ranks.buffers.iter_mut().map(RankBuffers::work)).collect();
-            let mut outs: Vec<Result<ShardOut>> = Vec::with_capacity(shards);
-            let mut rest = ranks.shard_grads.as_mut_slice();
-            let mut parts = Vec::with_capacity(ranks_used);
-            for r in 0..ranks_used {
-                let (first, end) = shard_range(r, ranks_used, shards);
+            let mut outs: Vec<Option<Result<ShardOut>>> = (0..shards).map(|_| None).collect();
+            let local_end = shard_range(local - 1, all, shards).1;
+            let (local_grads, remote_grads) = ranks.shard_grads.split_at_mut(local_end * p);
+            let mut rest = local_grads;
+            let mut parts = Vec::with_capacity(local);
+            for r in 0..local {
+                let (first, end) = shard_range(r, all, shards);
                 let (mine, after) = rest.split_at_mut((end - first) * p);
                 parts.push(mine);
                 rest = after;
             }
-            let mut finished = vec![0.0f64; ranks_used];
-            if ranks_used == 1 {
-                outs.extend(shared.rank(works.remove(0), parts.remove(0), 0, 1));
+            let mut finished = vec![0.0f64; all];
+            if local == 1 {
+                for (i, out) in shared.rank(works.remove(0), parts.remove(0), 0, all).into_iter().enumerate() {
+                    outs[i] = Some(out);
+                }
                 finished[0] = ms(t1, Instant::now());
             } else {
                 #[cfg(not(target_arch = "wasm32"))]
@@ -319,24 +487,79 @@ impl CpuEngine {
                         .enumerate()
                         .map(|(r, (work, grads))| {
                             scope.spawn(move || {
-                                let out = shared.rank(work, grads, r, ranks_used);
+                                let out = shared.rank(work, grads, r, all);
                                 (out, ms(t1, Instant::now()))
                             })
                         })
                         .collect();
                     for (r, handle) in handles.into_iter().enumerate() {
                         let (out, done) = handle.join().expect("a rank's thread panicked");
-                        outs.extend(out);
+                        let first = shard_range(r, all, shards).0;
+                        for (i, out) in out.into_iter().enumerate() {
+                            outs[first + i] = Some(out);
+                        }
                         finished[r] = done;
                     }
                 });
             }
+            if remote_started {
+                let remote_ranks = ranks.remote.as_mut().expect("started above");
+                let mut results = vec![ShardResult::default(); shards - local_end];
+                let answers = remote_ranks.finish(remote_grads, &mut results, &assignment);
+                let mut failed = Vec::new();
+                for (i, answer) in answers.into_iter().enumerate() {
+                    let r = local + i;
+                    let (first, end) = assignment[i];
+                    match answer {
+                        Ok(done) => {
+                            finished[r] = done;
+                            for s in first..end {
+                                let res = results[s - local_end];
+                                outs[s] = Some(if res.ok {
+                                    Ok(ShardOut {
+                                        loss: res.loss,
+                                        z: res.z,
+                                        forward_ms: res.forward_ms,
+                                        backward_ms: res.backward_ms,
+                                    })
+                                } else {
+                                    // The rank met an error: the engine runs
+                                    // the shard again, for the same error.
+                                    let grads = &mut remote_grads[(s - local_end) * p..][..p];
+                                    let work = Work { acts: &mut self.acts, grad: &mut self.grad, gpt: &mut self.gpt };
+                                    shared.pass(work, grads, s)
+                                });
+                            }
+                        }
+                        Err(why) => failed.push((i, first, end, why)),
+                    }
+                }
+                // A rank that failed or stalled: its shards are computed
+                // here (the same bits), and it is dropped from the next
+                // step on.
+                for &(i, first, end, ref why) in &failed {
+                    for s in first..end {
+                        let grads = &mut remote_grads[(s - local_end) * p..][..p];
+                        let work = Work { acts: &mut self.acts, grad: &mut self.grad, gpt: &mut self.gpt };
+                        outs[s] = Some(shared.pass(work, grads, s));
+                    }
+                    finished[local + i] = ms(t1, Instant::now());
+                    ranks.notice = Some(format!(
+                        "rank {} stopped ({why}); its shards ran on the other ranks, with the same bits",
+                        local + i
+                    ));
+                }
+                if !failed.is_empty() {
+                    let dropped: Vec<usize> = failed.iter().map(|f| f.0).collect();
+                    ranks.remote.as_mut().expect("started above").drop_ranks(&dropped);
+                }
+            }
             // Shard order: the first error any shard met, as one rank
             // would have met it.
-            let outs = outs.into_iter().collect::<Result<Vec<_>>>()?;
+            let outs = outs.into_iter().map(|o| o.expect("every shard ran")).collect::<Result<Vec<_>>>()?;
             let slowest = finished.iter().copied().fold(0.0, f64::max);
             for (r, t) in times.iter_mut().enumerate() {
-                let (first, end) = shard_range(r, ranks_used, shards);
+                let (first, end) = shard_range(r, all, shards);
                 t.shards = end - first;
                 for o in &outs[first..end] {
                     t.forward_ms += o.forward_ms;
@@ -345,14 +568,14 @@ impl CpuEngine {
                 t.wait_ms += slowest - finished[r];
             }
             let t2 = Instant::now();
-            reduce(&mut self.grads, &ranks.shard_grads, ranks_used);
+            reduce(&mut self.grads, &ranks.shard_grads, local);
             let t3 = Instant::now();
             // Phases as the slowest rank lived them: its forward and
             // backward; the wait for it and the all-reduce are
             // communication.
-            let critical = (0..ranks_used).max_by(|&a, &b| finished[a].total_cmp(&finished[b])).unwrap_or(0);
+            let critical = (0..all).max_by(|&a, &b| finished[a].total_cmp(&finished[b])).unwrap_or(0);
             let mut crit = RankTimes::default();
-            let (first, end) = shard_range(critical, ranks_used, shards);
+            let (first, end) = shard_range(critical, all, shards);
             for o in &outs[first..end] {
                 crit.forward_ms += o.forward_ms;
                 crit.backward_ms += o.backward_ms;
