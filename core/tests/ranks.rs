@@ -159,7 +159,8 @@ fn shards_must_divide_the_batch() {
 /// answering at a step.
 struct InProcess {
     servers: Vec<stepscope_core::engine::ShardServer>,
-    pending: Vec<(Vec<f32>, Vec<f32>, Vec<f32>, u64)>,
+    /// The started micro-batch: inputs, targets, step.
+    pending: Option<(Vec<f32>, Vec<f32>, u64)>,
     params: Vec<f32>,
     fail_at: Option<(usize, u64)>,
 }
@@ -182,7 +183,7 @@ impl stepscope_core::engine::RemoteRanks for InProcess {
         } else {
             assert_eq!(self.params, params, "the parameters do not change within a step");
         }
-        self.pending = vec![(Vec::new(), inputs.to_vec(), targets.to_vec(), step)];
+        self.pending = Some((inputs.to_vec(), targets.to_vec(), step));
     }
     fn finish(
         &mut self,
@@ -190,7 +191,7 @@ impl stepscope_core::engine::RemoteRanks for InProcess {
         results: &mut [stepscope_core::engine::ShardResult],
         assignment: &[(usize, usize)],
     ) -> Vec<Result<f64, String>> {
-        let (_, inputs, targets, step) = self.pending.pop().expect("started");
+        let (inputs, targets, step) = self.pending.take().expect("started");
         let p = self.servers[0].parameter_count();
         let base = assignment[0].0;
         let mut answers = Vec::new();
@@ -216,7 +217,7 @@ impl stepscope_core::engine::RemoteRanks for InProcess {
 
 fn in_process(e: &Experiment, ranks: usize, fail_at: Option<(usize, u64)>) -> Box<InProcess> {
     let servers = (0..ranks).map(|_| stepscope_core::engine::ShardServer::new(e).unwrap()).collect();
-    Box::new(InProcess { servers, pending: Vec::new(), params: Vec::new(), fail_at })
+    Box::new(InProcess { servers, pending: None, params: Vec::new(), fail_at })
 }
 
 /// The page's seam: the engine and remote ranks give the bits of the engine
