@@ -275,6 +275,14 @@ impl Experiment {
             && self.data == to.data
     }
 
+    /// Keeps `shards` a divisor of `batch_size` after the batch changed:
+    /// the largest divisor not above it (a batch of 12 with 8 shards gets
+    /// 6, of 2 gets 2).
+    pub fn fit_shards(&mut self) {
+        let most = self.shards.clamp(1, self.batch_size.max(1));
+        self.shards = (1..=most).rev().find(|s| self.batch_size.is_multiple_of(*s)).unwrap_or(1);
+    }
+
     /// Units of the output layer (the transformer's: its vocabulary).
     pub fn outputs(&self) -> usize {
         match &self.model.gpt {

@@ -124,11 +124,18 @@ pub fn query_value(search: &str, key: &str) -> Option<String> {
 /// their own): one sentence each, for the page to show. A repeated one
 /// applies none of its values.
 pub fn query_problems(search: &str) -> Vec<String> {
-    ["engine", "backend", "fused"]
+    ["engine", "backend", "fused", "ranks"]
         .into_iter()
         .filter_map(|key| query_raw(search, key).err())
         .map(|why| format!("{why} in the link; none of them applies."))
         .collect()
+}
+
+/// The ranks a query asks for (`ranks=N`, 1..=16: workers sharing a
+/// sharded run's steps); None for anything else or a repeat.
+pub fn ranks(search: &str) -> Option<usize> {
+    query_raw(search, "ranks").ok()??;
+    query_value(search, "ranks")?.parse().ok().filter(|n| (1..=16).contains(n))
 }
 
 /// The engine a query pins: `engine=cpu|gpu|auto`, or the older

@@ -245,3 +245,38 @@ fn remote_ranks_give_the_same_bits_and_a_failed_one_loses_nothing() {
         }
     }
 }
+
+/// Stepped by phase (the page's step-by-phase mode: each shard's forward
+/// and backward, stage by stage) or in parts, a sharded run gives the bits
+/// of its whole steps.
+#[test]
+fn a_sharded_run_stepped_by_phase_or_in_parts_gives_the_same_bits() {
+    for build in [mlp as fn(usize) -> (Experiment, Dataset), gpt] {
+        let (e, data) = build(6);
+        let mut whole = CpuEngine::new(&e, data.clone()).unwrap();
+        whole.set_threads(3);
+        let want = trace(&mut whole, 3);
+        let mut by_phase = CpuEngine::new(&e, data.clone()).unwrap();
+        let mut got = Vec::new();
+        let mut phases = 0;
+        while got.len() < 3 {
+            let report = by_phase.step_phase().unwrap();
+            phases += 1;
+            if let Some(m) = report.metrics {
+                let mut hash = 0xcbf2_9ce4_8422_2325u64;
+                for p in by_phase.params() {
+                    hash = (hash ^ u64::from(p.to_bits())).wrapping_mul(0x0100_0000_01b3);
+                }
+                got.push((m.loss.to_bits(), m.grad_norm.to_bits(), m.z_loss.map(f32::to_bits), hash));
+            }
+        }
+        assert_eq!(got, want, "by phase");
+        // Each shard's forward and backward are phases of their own.
+        assert!(phases >= 3 * (2 * 2 * 6 + 1), "{phases} phases");
+        // A step begun by phase is finished whole with the same bits.
+        let mut mixed = CpuEngine::new(&e, data).unwrap();
+        mixed.step_phase().unwrap();
+        mixed.step_phase().unwrap();
+        assert_eq!(trace(&mut mixed, 3), want, "begun by phase, finished whole");
+    }
+}

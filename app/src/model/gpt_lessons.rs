@@ -209,6 +209,7 @@ mod tests {
         g.context /= 8;
         (g.blocks, g.embed) = (1, 16);
         small.batch_size = 2;
+        small.fit_shards();
         small
     }
 

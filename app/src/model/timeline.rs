@@ -38,7 +38,7 @@
 use stepscope_core::engine::profile::{resolved_ms, Measured, PhaseProfile, ProfilePath};
 
 /// Part names in display order; `other` last.
-pub const PHASES: [&str; 12] = [
+pub const PHASES: [&str; 13] = [
     "data",
     "forward",
     "backward",
@@ -50,11 +50,12 @@ pub const PHASES: [&str; 12] = [
     "engine",
     "messaging",
     "page",
+    "communication",
     "other",
 ];
 
 /// What each part is, for the legend's titles.
-pub const MEANINGS: [&str; 12] = [
+pub const MEANINGS: [&str; 13] = [
     "the step's rows: batching on the CPU, gathering on the GPU, waits for a slow loader",
     "forward pass and loss",
     "backward pass and regularization",
@@ -66,11 +67,13 @@ pub const MEANINGS: [&str; 12] = [
     "the engine's own bookkeeping: commands, calls between phases, spike checks; on the GPU, submits and readbacks",
     "messages between the page and the worker: encoding, posting, scheduling",
     "the page taking in the report",
+    "a sharded run's all-reduce: the shards' gradients summed in order, and the wait for the slowest rank",
     "what no measurement claims: clock rounding",
 ];
 
 /// Indices of the parts in PHASES, for the views that read one by name.
 pub mod part {
+    pub const COMMUNICATION: usize = 11;
     pub const DATA: usize = 0;
     pub const FORWARD: usize = 1;
     pub const UNSPLIT: usize = 4;
@@ -78,17 +81,17 @@ pub mod part {
 }
 
 /// Index of `other` in PHASES.
-pub const OTHER: usize = 11;
+pub const OTHER: usize = 12;
 
 /// Priority in which measured time is assigned (indices into PHASES).
-const PRIORITY: [usize; 11] = [1, 2, 3, 4, 0, 5, 6, 7, 8, 9, 10];
+const PRIORITY: [usize; 12] = [1, 2, 3, 11, 4, 0, 5, 6, 7, 8, 9, 10];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepTiming {
     pub step: u64,
     pub wall_ms: f64,
     /// Milliseconds per part, in PHASES order; sums to `wall_ms`.
-    pub parts: [f64; 12],
+    pub parts: [f64; 13],
     /// Where its forward, backward and optimizer come from.
     pub split: Split,
 }
@@ -194,8 +197,8 @@ impl ProfileSummary {
 
 /// Splits `wall_ms` into the parts from measured times (in PHASES order,
 /// without `other`).
-pub fn assign(wall_ms: f64, measured: [f64; 11]) -> [f64; 12] {
-    let mut parts = [0.0; 12];
+pub fn assign(wall_ms: f64, measured: [f64; 12]) -> [f64; 13] {
+    let mut parts = [0.0; 13];
     let mut left = wall_ms.max(0.0);
     for &i in &PRIORITY {
         let take = measured[i].max(0.0).min(left);
@@ -207,12 +210,12 @@ pub fn assign(wall_ms: f64, measured: [f64; 11]) -> [f64; 12] {
 }
 
 /// Means over `entries` of the wall time and of each part.
-pub fn means(entries: &[StepTiming]) -> (f64, [f64; 12]) {
+pub fn means(entries: &[StepTiming]) -> (f64, [f64; 13]) {
     if entries.is_empty() {
-        return (0.0, [0.0; 12]);
+        return (0.0, [0.0; 13]);
     }
     let n = entries.len() as f64;
-    let mut parts = [0.0; 12];
+    let mut parts = [0.0; 13];
     for e in entries {
         for (sum, v) in parts.iter_mut().zip(e.parts) {
             *sum += v / n;
@@ -229,7 +232,7 @@ pub fn means(entries: &[StepTiming]) -> (f64, [f64; 12]) {
 pub fn shown_means(
     entries: &[StepTiming],
     summary: Option<&ProfileSummary>,
-) -> (f64, [f64; 12], Option<[Measured; 3]>) {
+) -> (f64, [f64; 13], Option<[Measured; 3]>) {
     let (wall, mut parts) = means(entries);
     let profiled =
         entries.iter().any(|e| e.split == Split::Profiled) && entries.iter().all(|e| e.split != Split::Readings);
@@ -249,7 +252,7 @@ mod tests {
 
     #[test]
     fn parts_always_sum_to_the_wall_time() {
-        let m = [1.0, 2.0, 4.0, 1.0, 0.0, 0.5, 0.5, 0.2, 0.3, 0.2, 0.1];
+        let m = [1.0, 2.0, 4.0, 1.0, 0.0, 0.5, 0.5, 0.2, 0.3, 0.2, 0.1, 0.0];
         for (wall, measured) in [(20.0, m), (5.0, m), (0.0, m)] {
             let parts = assign(wall, measured);
             assert!((parts.iter().sum::<f64>() - wall).abs() < 1e-12, "{parts:?}");
@@ -311,7 +314,7 @@ mod tests {
     #[test]
     fn the_legend_splits_the_mean_compute_as_the_profile_table_does() {
         let timing = |forward: f64, backward: f64, split: Split| {
-            let mut parts = [0.0; 12];
+            let mut parts = [0.0; 13];
             parts[1..4].copy_from_slice(&[forward, backward, 0.002]);
             parts[OTHER] = 0.1;
             StepTiming { step: 0, wall_ms: forward + backward + 0.102, parts, split }

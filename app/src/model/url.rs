@@ -48,6 +48,11 @@ pub fn engine_pin() -> Pin {
     link::engine_pin(&search()).and_then(Pin::parse).unwrap_or_default()
 }
 
+/// Ranks the link asks for (`?ranks=N`), if it does.
+pub fn ranks() -> Option<usize> {
+    link::ranks(&search())
+}
+
 /// Whether the GPU engine may run the fused step (`?fused=off`: the
 /// phased kernels only).
 pub fn fused_allowed() -> bool {

@@ -21,9 +21,9 @@ use crate::state::AppState;
 
 /// Steps drawn in the timeline.
 const SHOWN: usize = 60;
-pub const COLORS: [&str; 12] = [
+pub const COLORS: [&str; 13] = [
     "#9e9e9e", "#0877bd", "#f59322", "#2ea043", "#5b8fb9", "#8e44ad", "#c0392b", "#e6b800", "#6d4c41", "#00897b",
-    "#ad1457", "#d0d0d0",
+    "#ad1457", "#ff5722", "#d0d0d0",
 ];
 
 #[component]
@@ -296,6 +296,7 @@ pub fn AnatomyPanel() -> impl IntoView {
                 <div>{legend}</div>
             </div>
             <p class="note">{timing_note}" Every part is measured (hover a name for what it holds); overlapping time is assigned by a fixed priority (forward, backward, optimizer, unsplit, data, then the rest), so the parts add up to the step."</p>
+            <super::ranks::RanksPanel/>
             <p class="note" data-testid="timeline-split">{split_note}</p>
             <p class="note" data-testid="clock-resolution">{clock}</p>
             {move || profiled().map(|p| view! { <ProfileTable p/> })}

@@ -27,6 +27,21 @@ pub fn Header() -> impl IntoView {
             state.pin_engine(p);
         }
     };
+    let ranks = state.run.ranks;
+    let asked = state.run.ranks_asked;
+    let on_ranks = move |ev: leptos::ev::Event| {
+        if let Ok(n) = event_target_value(&ev).parse::<usize>() {
+            asked.set(n.max(1));
+        }
+    };
+    let rank_choices = move || {
+        let most = crate::state::default_ranks().max(asked.get()).max(2);
+        [1usize, 2, 3, 4, 6, 8, 12, 16]
+            .into_iter()
+            .filter(|&n| n <= most)
+            .map(|n| view! { <option value=n.to_string()>{n.to_string()}</option> })
+            .collect_view()
+    };
     let dismiss = move |_| state.run.alert.set(None);
     let rollback = move |_| {
         if let Some(step) = state.checkpoints.rollback_offer.get_untracked() {
@@ -49,6 +64,15 @@ pub fn Header() -> impl IntoView {
                 <span class="thread" data-testid="engine-thread"
                     title="Where training runs: in a background worker the page never waits for, or on the page's own thread">
                     {move || if state.run.in_worker.get() { "in a background worker" } else { "on the page's thread" }}
+                </span>
+                <span class="ranks" title="Ranks: workers that each take a share of every step's shards; their gradients are summed in shard order, so the losses are the same on any number">
+                    <span data-testid="ranks" data-value=move || ranks.get().in_use.max(1).to_string()>
+                        {move || match ranks.get().in_use.max(1) { 1 => "1 rank".to_string(), n => format!("{n} ranks") }}
+                    </span>
+                    " of "
+                    <select data-testid="ranks-select" aria-label="Ranks asked for" on:change=on_ranks
+                        prop:value=move || asked.get().to_string()>{rank_choices}</select>
+                    {move || ranks.get().reason.map(|r| view! { <span class="reason" data-testid="ranks-reason">{r}</span> })}
                 </span>
                 <select data-testid="engine-pin" aria-label="Engine" on:change=on_pin
                     prop:value=move || pin.get().name()>

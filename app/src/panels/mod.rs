@@ -19,6 +19,7 @@ pub mod opened;
 pub mod output;
 mod profile;
 mod race;
+mod ranks;
 pub mod runs;
 mod share;
 mod steps;

@@ -90,6 +90,10 @@ pub struct Run {
     pub memory: RwSignal<MemoryBytes>,
     /// Whether the engine trains in the worker (else on the page's thread).
     pub in_worker: RwSignal<bool>,
+    /// Ranks asked for (`host::ranks`: workers sharing a sharded run's
+    /// steps) and what the engine's side made of it.
+    pub ranks_asked: RwSignal<usize>,
+    pub ranks: RwSignal<crate::model::host::protocol::RankStatus>,
     pub commands: StoredValue<Commands>,
     /// Counts the page's clears of the run (reset, new data, a restore):
     /// a frame planned before a clear reports steps of the run that was
@@ -236,6 +240,8 @@ impl AppState {
                 frame_busy_ms: RwSignal::new((0.0, 0.0)),
                 memory: RwSignal::new(MemoryBytes::default()),
                 in_worker: RwSignal::new(false),
+                ranks_asked: RwSignal::new(url::ranks().unwrap_or_else(default_ranks)),
+                ranks: RwSignal::new(Default::default()),
                 commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
                 clears: StoredValue::new(0),
                 locked: RwSignal::new(url::classroom().lock.locked),
@@ -341,4 +347,11 @@ impl Default for AppState {
     fn default() -> Self {
         AppState::new()
     }
+}
+
+/// Ranks by default: the cores the browser reports, up to 8 (past that a
+/// rank's share of the page's networks is too small to pay for the
+/// all-reduce); 1 where it reports none.
+pub fn default_ranks() -> usize {
+    web_sys::window().map_or(1, |w| w.navigator().hardware_concurrency() as usize).clamp(1, 8)
 }

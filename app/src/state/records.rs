@@ -99,7 +99,8 @@ impl AppState {
         } else {
             Split::Readings
         };
-        let compute_ms: f64 = computed.iter().flatten().sum();
+        let communication_ms: f64 = metrics.iter().map(|m| m.phases.communication_ms).sum();
+        let compute_ms: f64 = computed.iter().flatten().sum::<f64>() + communication_ms;
         // The worker's frame less what its steps, checkpoint, views and
         // profiles took: the engine's own part.
         let claimed = compute_ms + frame.checkpoint_ms + frame.logging_ms + frame.profiling_ms;
@@ -110,11 +111,12 @@ impl AppState {
         // frame, as overlapping GPU time may, the frame is shared in
         // proportion to each step's compute.)
         let rest_ms = (frame.wall_ms - compute_ms).max(0.0);
-        let wall_of = |c: &[f64; 5]| {
+        let wall_of = |c: &[f64; 5], m: &StepMetrics| {
+            let own = c.iter().sum::<f64>() + m.phases.communication_ms;
             if compute_ms > frame.wall_ms {
-                frame.wall_ms * c.iter().sum::<f64>() / compute_ms
+                frame.wall_ms * own / compute_ms
             } else {
-                c.iter().sum::<f64>() + rest_ms / k
+                own + rest_ms / k
             }
         };
         self.charts.timeline_recorded.update_value(|(t, _, dirty)| {
@@ -132,8 +134,9 @@ impl AppState {
                     engine_ms / k,
                     frame.messaging_ms / k,
                     frame.page_ms / k,
+                    m.phases.communication_ms,
                 ];
-                let wall_ms = wall_of(c);
+                let wall_ms = wall_of(c, m);
                 t.push(StepTiming { step: m.step, wall_ms, parts: assign(wall_ms, measured), split });
             }
             let excess = t.len().saturating_sub(TIMELINE_LIMIT);

@@ -123,12 +123,20 @@ impl AppState {
                 running,
                 checkpoint_every: self.checkpoints.checkpoint_every.get_untracked(),
                 checkpoint_background: self.checkpoints.checkpoint_background.get_untracked(),
+                ranks: self.run.ranks_asked.get_untracked(),
                 ..FramePlan::default()
             };
             let clears = self.run.clears.get_value();
             let call = Instant::now();
             let (mut report, free_ms) = host.frame(plan).await;
             let call_ms = ms(call);
+            let ranks = host.status().ranks.clone();
+            if let Some(notice) = &ranks.notice {
+                self.run.notice.set(Some(notice.clone()));
+            }
+            if ranks != self.run.ranks.get_untracked() {
+                self.run.ranks.set(ranks);
+            }
             awaited_ms += free_ms;
             let parts = FrameParts {
                 wall_ms: 0.0,

@@ -65,6 +65,12 @@ struct Partial {
     layers_done: usize,
     loss_sum: f32,
     last_loss: f32,
+    /// A sharded run's shard under way, and its micro-batch's shard losses
+    /// (and z-losses) so far; the z-losses of the step's micro-batches.
+    shard: usize,
+    shard_loss: f32,
+    shard_z: f32,
+    z_sum: f32,
     phases: PhaseTimes,
     /// Where the data stood when the step began (`abandon_step`).
     start: Option<DataPosition>,
@@ -77,9 +83,35 @@ impl Default for Partial {
             layers_done: 0,
             loss_sum: 0.0,
             last_loss: 0.0,
+            shard: 0,
+            shard_loss: 0.0,
+            shard_z: 0.0,
+            z_sum: 0.0,
             phases: PhaseTimes::default(),
             start: None,
         }
+    }
+}
+
+impl Partial {
+    /// A forward's loss (and z-loss): into the step's sum, or for a
+    /// sharded run into its micro-batch's shard sums.
+    fn add_loss(&mut self, loss: f32, z: f32, sharded: bool) {
+        if sharded {
+            self.shard_loss += loss;
+            self.shard_z += z;
+        } else {
+            self.loss_sum += loss;
+        }
+        self.last_loss = loss;
+    }
+
+    /// A sharded micro-batch's last shard finished: its losses averaged
+    /// over the shards (in order, as `sharded_step`) into the step's.
+    fn end_micro_batch(&mut self, shards: usize) {
+        self.loss_sum += self.shard_loss / shards as f32;
+        self.z_sum += self.shard_z / shards as f32;
+        (self.shard, self.shard_loss, self.shard_z) = (0, 0.0, 0.0);
     }
 }
 
@@ -275,7 +307,7 @@ impl CpuEngine {
     /// parameters and optimizer state are left as they were. A step begun
     /// phase by phase (`step_phase`) is finished from where it stands.
     pub fn step(&mut self) -> Result<StepMetrics> {
-        if self.ranks.is_some() {
+        if self.ranks.is_some() && self.partial.is_none() {
             return self.sharded_step();
         }
         let mut partial = self.partial.take().unwrap_or_default();
@@ -296,7 +328,7 @@ impl CpuEngine {
     /// caller can yield between parts of a long step. On an error the step
     /// is abandoned, as `step` would.
     pub fn step_part(&mut self) -> Result<Option<StepMetrics>> {
-        if self.ranks.is_some() {
+        if self.ranks.is_some() && self.partial.is_none() {
             // A sharded step is one part: its ranks run it at once.
             return self.sharded_step().map(Some);
         }
@@ -341,11 +373,6 @@ impl CpuEngine {
     /// Runs one phase of the current step and summarises its tensors. On
     /// an error the step is abandoned, as `step` would.
     pub fn step_phase(&mut self) -> Result<PhaseReport> {
-        if self.ranks.is_some() {
-            return Err(Error::Experiment(
-                "stepping by phase shows one micro-batch whole: set shards to 1 to step this run by phase".into(),
-            ));
-        }
         let mut partial = self.partial.take().unwrap_or_default();
         let phase = partial.next;
         let step = self.optimizer.step;

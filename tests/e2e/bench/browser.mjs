@@ -12,24 +12,24 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 export const dist = process.env.STEPSCOPE_DIST ? path.resolve(process.env.STEPSCOPE_DIST) : path.resolve(here, '../../../dist');
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css', '.svg': 'image/svg+xml', '.png': 'image/png' };
 
-const serveFile = (file, res) => {
+const serveFile = (file, res, isolated) => {
   if (!fs.existsSync(file) || !fs.statSync(file).isFile()) return res.writeHead(404).end();
   // Cross-origin isolated, as Trunk.toml serves it: the page's and the
-  // worker's clocks resolve 5 µs instead of 100 µs (docs/page.md).
-  res.writeHead(200, {
-    'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream',
-    'cross-origin-opener-policy': 'same-origin',
-    'cross-origin-embedder-policy': 'require-corp',
-  });
+  // worker's clocks resolve 5 µs instead of 100 µs, and its workers may
+  // share memory (docs/page.md). `isolated: false`: a plain static host.
+  const isolation = isolated
+    ? { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp' }
+    : {};
+  res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream', ...isolation });
   fs.createReadStream(file).pipe(res);
 };
 
 // Serves dist/; `routes(pathname)` may name another file for a path.
-export async function serve(routes = () => null) {
+export async function serve(routes = () => null, { isolated = true } = {}) {
   if (!fs.existsSync(path.join(dist, 'index.html'))) throw new Error('dist/index.html missing: run `trunk build --release` first');
   const server = http.createServer((req, res) => {
     const p = path.normalize(new URL(req.url, 'http://localhost').pathname);
-    serveFile(routes(p) ?? path.join(dist, p === '/' ? 'index.html' : p), res);
+    serveFile(routes(p) ?? path.join(dist, p === '/' ? 'index.html' : p), res, isolated);
   });
   await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
   return { server, root: `http://127.0.0.1:${server.address().port}/` };

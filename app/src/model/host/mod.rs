@@ -14,6 +14,7 @@
 
 pub mod bytes;
 pub mod protocol;
+pub mod ranks;
 mod server;
 pub mod worker;
 

@@ -82,6 +82,20 @@ pub struct Status {
     /// under way.
     pub run_id: u64,
     pub racing: bool,
+    /// The run's ranks (`host::ranks`).
+    pub ranks: RankStatus,
+}
+
+/// How many ranks share the run's steps, why not as many as asked, and
+/// each one's part of the last step.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankStatus {
+    pub in_use: usize,
+    pub asked: usize,
+    pub reason: Option<String>,
+    pub last: Vec<stepscope_core::engine::RankTimes>,
+    /// A rank dropped since the last reply, and why.
+    pub notice: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ use stepscope_core::Error;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::spawn_local;
 
-use super::protocol::{Answer, Reply, Request, Start, Status};
+use super::protocol::{Answer, RankStatus, Reply, Request, Start, Status};
 use crate::model::runner::{CsvData, Runner};
 
 type Slot<T> = Rc<RefCell<Option<T>>>;
@@ -24,6 +24,10 @@ pub struct Server {
     arriving: Slot<Result<Arc<GpuContext>, String>>,
     gpu_started: bool,
     gpu: Option<Result<String, String>>,
+    /// The ranks last set up (or tried): for which experiment and how many,
+    /// and why fewer than asked.
+    ranks_tried: Option<(stepscope_core::Experiment, usize)>,
+    ranks: RankStatus,
 }
 
 impl Server {
@@ -49,6 +53,9 @@ impl Server {
     }
 
     async fn answer(&mut self, request: Request) -> Answer {
+        if let Request::Frame(plan) = &request {
+            self.sync_ranks(plan.ranks).await;
+        }
         if let Request::Start(start) = request {
             return Answer::Done(self.start(*start));
         }
@@ -85,6 +92,60 @@ impl Server {
         Ok(())
     }
 
+    /// Rank workers for the run as asked (`host::ranks`): as many as the
+    /// run's shards allow (rank 0 is this side), started again when the
+    /// run's shard work changed; none on the GPU, where the page is not
+    /// isolated, or on the page's own thread, each with its reason.
+    async fn sync_ranks(&mut self, asked: usize) {
+        let Some(runner) = self.runner.as_mut() else { return };
+        let e = runner.experiment().clone();
+        let asked = asked.max(1);
+        let mut reason = None;
+        let mut target = asked.min(e.shards);
+        if asked > 1 {
+            if runner.on_gpu() {
+                reason = Some("the GPU engine is one device: ranks share the CPU engine's steps".to_string());
+                target = 1;
+            } else if e.shards == 1 {
+                reason = Some(
+                    "this run's batch is one shard: the experiment's \"shards\" sets how many ranks can share a step"
+                        .to_string(),
+                );
+            } else if asked > e.shards {
+                reason = Some(format!("this run's batch has {} shards: one rank each at most", e.shards));
+            }
+            if target > 1 {
+                if let Err(why) = super::ranks::ranks_possible() {
+                    reason = Some(why);
+                    target = 1;
+                }
+            }
+        }
+        let same = self
+            .ranks_tried
+            .as_ref()
+            .is_some_and(|(tried, n)| *n == target && stepscope_core::trainer::same_shard_work(tried, &e));
+        let attached = runner.ranks_used();
+        if !same && (target > 1 || attached > 1) {
+            self.ranks_tried = Some((e.clone(), target));
+            runner.set_remote_ranks(None);
+            if target > 1 {
+                let (input_width, target_width) = runner.row_widths();
+                let base = super::worker::Client::base().unwrap_or_default();
+                match super::ranks::PageRanks::spawn(&base, target - 1, &e, input_width, target_width).await {
+                    Ok(ranks) => runner.set_remote_ranks(Some(Box::new(ranks))),
+                    Err(why) => reason = Some(why),
+                }
+            }
+        } else if !same {
+            self.ranks_tried = Some((e.clone(), target));
+        }
+        if reason.is_some() || self.ranks.asked != asked {
+            self.ranks.reason = reason;
+        }
+        self.ranks.asked = asked;
+    }
+
     fn start_gpu(&mut self) {
         if self.gpu_started {
             return;
@@ -106,9 +167,17 @@ impl Server {
         });
     }
 
-    fn status(&self) -> Status {
+    fn status(&mut self) -> Status {
         let mut status = Status { gpu: self.gpu.clone(), wasm_memory_bytes: wasm_memory_bytes(), ..Status::default() };
-        if let Some(r) = &self.runner {
+        if let Some(r) = &mut self.runner {
+            self.ranks.in_use = r.ranks_used();
+            self.ranks.last = r.rank_times();
+            if let Some(notice) = r.take_rank_notice() {
+                self.ranks.reason = Some(notice.clone());
+                self.ranks.notice = Some(notice);
+            }
+            let notice = self.ranks.notice.take();
+            status.ranks = RankStatus { notice, ..self.ranks.clone() };
             status.checkpoints = r.take_finished();
             status.checkpoint_in_flight = r.checkpoint_in_flight();
             status.started = true;

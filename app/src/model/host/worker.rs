@@ -84,6 +84,15 @@ pub fn run() {
         let mut server = Server::default();
         loop {
             let message = Next(inbox.clone()).await;
+            if let Some(part) = super::ranks::rank_part(&message) {
+                // A rank worker (`ranks`): its shards until told to stop.
+                let scope = replies.clone();
+                super::ranks::serve_rank(&part, move |m| {
+                    let _ = scope.post_message(m);
+                });
+                scope_close(&replies);
+                return;
+            }
             let reply = match decode::<Request>(&Uint8Array::new(&message).to_vec()) {
                 Ok(request) => server.serve(request).await,
                 Err(message) => Reply { answer: Answer::Failed(message), status: Status::default() },
@@ -97,6 +106,10 @@ pub fn run() {
     // Messages sent before the wasm module ran are lost: the page waits
     // for this one before its first request.
     let _ = scope.post_message(&JsValue::from_str("ready"));
+}
+
+fn scope_close(scope: &DedicatedWorkerGlobalScope) {
+    scope.close();
 }
 
 /// The page's end: the worker and the replies as they come.
@@ -114,9 +127,21 @@ impl Client {
     pub async fn spawn() -> Result<Client, String> {
         let origin = web_sys::window().ok_or("no window")?.location().href().map_err(|_| "no location")?;
         let base = web_sys::Url::new_with_base(".", &origin).map_err(|_| "no base URL")?.href();
+        Client::spawn_at(&base).await
+    }
+
+    /// The page's base URL, as the training worker was told it (rank
+    /// workers load the same files from there).
+    pub fn base() -> Option<String> {
+        js_sys::Reflect::get(&js_sys::global(), &"STEPSCOPE_BASE".into()).ok().and_then(|v| v.as_string())
+    }
+
+    /// `spawn` with the worker's files under `base` (from a worker, where
+    /// there is no window to ask).
+    pub async fn spawn_at(base: &str) -> Result<Client, String> {
         // trunk builds the worker for `no-modules`: it defines the global
         // `wasm_bindgen`, which loads the wasm and runs `main`.
-        let script = format!("importScripts('{base}stepscope-worker.js'); wasm_bindgen({{ module_or_path: '{base}stepscope-worker_bg.wasm' }});");
+        let script = format!("self.STEPSCOPE_BASE = '{base}'; importScripts('{base}stepscope-worker.js'); wasm_bindgen({{ module_or_path: '{base}stepscope-worker_bg.wasm' }});");
         let options = web_sys::BlobPropertyBag::new();
         options.set_type("text/javascript");
         let blob = web_sys::Blob::new_with_str_sequence_and_options(&Array::of1(&script.into()), &options)
@@ -145,6 +170,17 @@ impl Client {
                 Err(other.trim_start_matches("error: ").to_string())
             }
             None => Err("the training worker sent no greeting".into()),
+        }
+    }
+
+    /// Posts `message` (a plain object, not a request) and awaits the
+    /// worker's answer: Ok for "ranked", else what it said.
+    pub async fn answer(&self, message: &JsValue) -> Result<(), String> {
+        self.worker.post_message(message).map_err(|e| format!("{e:?}"))?;
+        match Next(self.inbox.clone()).await.as_string().as_deref() {
+            Some("ranked") => Ok(()),
+            Some(other) => Err(other.trim_start_matches("error: ").to_string()),
+            None => Err("an answer that was not text".into()),
         }
     }
 

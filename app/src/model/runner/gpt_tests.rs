@@ -34,6 +34,7 @@ fn a_transformer_trains_in_the_loop_with_its_views() {
     let g = e.model.gpt.as_mut().unwrap();
     (g.blocks, g.embed, g.context) = (1, 16, 16);
     e.batch_size = 2;
+    e.fit_shards();
     let mut runner = Runner::new(&e, None, None).unwrap();
     let spec = GptViewSpec { prompt: "KING".into(), temperature: 0.5, window: 7 };
     let mut seen = None;
@@ -110,6 +111,7 @@ fn an_uploaded_text_trains_or_is_refused_by_name() {
     let g = e.model.gpt.as_mut().unwrap();
     (g.blocks, g.embed, g.context) = (1, 16, 8);
     e.batch_size = 2;
+    e.fit_shards();
     let mut runner = Runner::new(&e, None, None).unwrap();
     until_a_step(&mut runner);
     let steps = runner.step_count();

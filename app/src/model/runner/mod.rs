@@ -227,6 +227,28 @@ impl Runner {
         self.trainer.data()
     }
 
+    /// Floats per row of the run's inputs and targets (what a rank worker's
+    /// share of a micro-batch holds).
+    pub fn row_widths(&self) -> (usize, usize) {
+        let train = &self.trainer.data().train;
+        (train.input_width, train.target_width)
+    }
+
+    /// The run's ranks (`host::ranks`): in use, each one's part of the last
+    /// step, and why one was dropped (taken once).
+    pub fn ranks_used(&self) -> usize {
+        self.trainer.ranks_used()
+    }
+    pub fn rank_times(&self) -> Vec<stepscope_core::engine::RankTimes> {
+        self.trainer.rank_times().to_vec()
+    }
+    pub fn take_rank_notice(&mut self) -> Option<String> {
+        self.trainer.take_rank_notice()
+    }
+    pub fn set_remote_ranks(&mut self, remote: Option<Box<dyn stepscope_core::engine::RemoteRanks>>) {
+        self.trainer.set_remote_ranks(remote);
+    }
+
     pub fn step_count(&self) -> u64 {
         self.trainer.step_count()
     }

@@ -179,6 +179,7 @@ mod tests {
         let g = base.model.gpt.as_mut().unwrap();
         (g.blocks, g.embed, g.context) = (1, 16, 8);
         base.batch_size = 2;
+        base.fit_shards();
         for (setting, values) in [("qk_layernorm", "off, on"), ("tie_embeddings", "on, off"), ("z_loss", "0, 0.001")] {
             let spec = RaceSpec::parse(setting, values, "6").unwrap();
             let variants = spec.variants(&base).unwrap();

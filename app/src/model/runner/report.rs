@@ -46,6 +46,9 @@ pub struct FramePlan {
     /// background or awaited.
     pub checkpoint_every: u64,
     pub checkpoint_background: bool,
+    /// Ranks the learner asks for (workers sharing a sharded run's steps;
+    /// `host::ranks`); 0 or 1: one.
+    pub ranks: usize,
 }
 
 /// What one frame did.

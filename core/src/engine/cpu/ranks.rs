@@ -133,6 +133,17 @@ impl Ranks {
         4 * self.shard_grads.len() as u64 + self.buffers.iter().map(RankBuffers::bytes).sum::<u64>()
     }
 
+    /// Shard `s`'s gradient buffer (P floats).
+    pub fn shard_grads_mut(&mut self, s: usize, p: usize) -> &mut [f32] {
+        &mut self.shard_grads[s * p..(s + 1) * p]
+    }
+
+    /// The all-reduce of a micro-batch stepped by phase: `grads` += each
+    /// shard's gradient in shard order (one rank, the same sums).
+    pub fn reduce_into(&self, grads: &mut [f32]) {
+        reduce(grads, &self.shard_grads, 1);
+    }
+
     /// Drops the other ranks' buffers (they are made again, as the engine's
     /// are, when next needed: after activation checkpointing changes).
     pub fn drop_buffers(&mut self) {

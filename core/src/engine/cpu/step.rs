@@ -22,13 +22,21 @@ impl CpuEngine {
     pub(super) fn advance(&mut self, partial: &mut Partial, one_layer: bool) -> Result<Option<StepMetrics>> {
         let e = self.experiment.clone();
         let e = &e;
-        let (batch, k) = (e.batch_size, e.grad_accumulation);
+        let (batch, k, shards) = (e.batch_size, e.grad_accumulation, e.shards);
+        // A sharded run steps by phase shard by shard (each shard's
+        // forward, then its backward into its own buffer; the all-reduce
+        // after the micro-batch's last shard), the same sums as
+        // `sharded_step`; otherwise the micro-batch whole, into `grads`.
+        let sharded = self.ranks.is_some();
+        let rows = batch / shards;
+        let shard = partial.shard;
+        let p = self.layout.parameter_count;
         let layers = self.layout.layers.len();
-        let phases = &mut partial.phases;
+        let step = self.optimizer.step + 1;
         match partial.next {
             StepPhase::Forward { micro } => {
                 let t0 = Instant::now();
-                if partial.layers_done == 0 {
+                if partial.layers_done == 0 && shard == 0 {
                     if micro == 0 {
                         partial.start = Some(self.batcher.position().clone());
                     }
@@ -38,109 +46,137 @@ impl CpuEngine {
                     self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
                 }
                 let t1 = Instant::now();
+                let (width, target_width) = (self.inputs.len() / batch, self.targets.len() / batch);
+                let inputs = &self.inputs[shard * rows * width..][..rows * width];
+                let targets = &self.targets[shard * rows * target_width..][..rows * target_width];
                 if let Some(gpt) = &mut self.gpt {
-                    if micro == 0 && partial.layers_done == 0 {
+                    if micro == 0 && partial.layers_done == 0 && shard == 0 {
                         gpt.begin_step();
                     }
                     // The micro-batch's forward, or (`one_layer`: step by
                     // phase) its next stage alone.
                     let mut loss = None;
                     while loss.is_none() {
-                        loss = gpt.forward_stage(&self.params, &self.inputs, &self.targets, partial.layers_done);
+                        loss = gpt.forward_stage(&self.params, inputs, targets, partial.layers_done);
                         partial.layers_done += 1;
                         if one_layer {
                             break;
                         }
                     }
-                    phases.data_ms += ms(t0, t1);
-                    phases.forward_ms += ms(t1, Instant::now());
+                    partial.phases.data_ms += ms(t0, t1);
+                    partial.phases.forward_ms += ms(t1, Instant::now());
                     let Some(loss) = loss else { return Ok(None) };
                     if !loss.is_finite() {
-                        return Err(non_finite_tensor(Phase::Loss, "the logits", self.optimizer.step + 1));
+                        return Err(non_finite_tensor(Phase::Loss, "the logits", step));
                     }
-                    partial.loss_sum += loss;
-                    partial.last_loss = loss;
+                    partial.add_loss(loss, gpt.last_z, sharded);
                     partial.next = partial.next.next(k);
                     partial.layers_done = 0;
                     return Ok(None);
                 }
                 loop {
                     let l = partial.layers_done;
-                    if !forward_layer(&mut self.acts, &self.params, &self.inputs, &self.layout, e, l) {
-                        return Err(non_finite(Phase::Forward, l, self.optimizer.step + 1));
+                    if !forward_layer(&mut self.acts, &self.params, inputs, &self.layout, e, l) {
+                        return Err(non_finite(Phase::Forward, l, step));
                     }
                     partial.layers_done += 1;
                     if partial.layers_done == layers || one_layer {
                         break;
                     }
                 }
-                phases.data_ms += ms(t0, t1);
-                phases.forward_ms += ms(t1, Instant::now());
+                partial.phases.data_ms += ms(t0, t1);
+                partial.phases.forward_ms += ms(t1, Instant::now());
                 if partial.layers_done < layers {
                     return Ok(None);
                 }
                 let t2 = Instant::now();
-                let loss = loss_forward(self.acts.output(), &self.targets, e.loss, batch, e.outputs());
+                let loss = loss_forward(self.acts.output(), targets, e.loss, rows, e.outputs());
                 if !loss.is_finite() {
-                    return Err(non_finite(Phase::Loss, layers - 1, self.optimizer.step + 1));
+                    return Err(non_finite(Phase::Loss, layers - 1, step));
                 }
-                partial.loss_sum += loss;
-                partial.last_loss = loss;
-                phases.forward_ms += ms(t2, Instant::now());
+                partial.add_loss(loss, 0.0, sharded);
+                partial.phases.forward_ms += ms(t2, Instant::now());
             }
             StepPhase::Backward { micro } => {
                 let t0 = Instant::now();
+                let scale = 1.0 / (k * shards) as f32;
+                let (width, target_width) = (self.inputs.len() / batch, self.targets.len() / batch);
+                let inputs = &self.inputs[shard * rows * width..][..rows * width];
+                let targets = &self.targets[shard * rows * target_width..][..rows * target_width];
+                let grads = match &mut self.ranks {
+                    Some(ranks) => {
+                        let g = ranks.shard_grads_mut(shard, p);
+                        if partial.layers_done == 0 {
+                            g.fill(0.0);
+                        }
+                        g
+                    }
+                    None => self.grads.as_mut_slice(),
+                };
+                let stages = match &self.gpt {
+                    Some(gpt) => gpt.stages(),
+                    None => layers,
+                };
                 if let Some(gpt) = &mut self.gpt {
-                    let stages = gpt.stages();
                     loop {
-                        let (z_loss, scale) = (e.z_loss as f32, 1.0 / k as f32);
-                        gpt.backward_stage(&mut self.grads, &self.params, z_loss, scale, partial.layers_done);
+                        gpt.backward_stage(grads, &self.params, e.z_loss as f32, scale, partial.layers_done);
                         partial.layers_done += 1;
                         if partial.layers_done == stages || one_layer {
                             break;
                         }
                     }
-                    let done = partial.layers_done == stages;
-                    if done && micro + 1 == k {
-                        if let Some(reg) = &e.regularization {
-                            regularization_backward(&mut self.grads, &self.params, &self.tensors, reg);
+                } else {
+                    if partial.layers_done == 0 {
+                        let out = self.acts.output();
+                        loss_backward(&mut self.grad[layers - 1], out, targets, e.loss, rows, e.outputs(), scale);
+                    }
+                    loop {
+                        let l = layers - 1 - partial.layers_done;
+                        let work = Work { acts: &mut self.acts, grad: &mut self.grad, gpt: &mut self.gpt };
+                        backward_layer(work, grads, &self.params, inputs, &self.layout, e, rows, l, step)?;
+                        partial.layers_done += 1;
+                        if partial.layers_done == layers || one_layer {
+                            break;
                         }
                     }
-                    phases.backward_ms += ms(t0, Instant::now());
-                    if !done {
+                }
+                let done = partial.layers_done == stages;
+                if done && self.gpt.is_some() {
+                    if let Some(t) = first_non_finite_tensor(grads, &self.tensors) {
+                        return Err(non_finite_tensor(Phase::Backward, t, step));
+                    }
+                }
+                if done && sharded {
+                    if shard + 1 < shards {
+                        // The micro-batch's next shard: its forward.
+                        partial.shard += 1;
+                        partial.next = StepPhase::Forward { micro };
+                        partial.layers_done = 0;
+                        partial.phases.backward_ms += ms(t0, Instant::now());
                         return Ok(None);
                     }
-                    if let Some(t) = first_non_finite_tensor(&self.grads, &self.tensors) {
-                        return Err(non_finite_tensor(Phase::Backward, t, self.optimizer.step + 1));
-                    }
-                    partial.next = partial.next.next(k);
-                    partial.layers_done = 0;
-                    return Ok(None);
+                    // The all-reduce, in shard order, as `sharded_step`.
+                    let t = Instant::now();
+                    let ranks = self.ranks.as_ref().expect("sharded");
+                    ranks.reduce_into(&mut self.grads);
+                    partial.phases.communication_ms += ms(t, Instant::now());
+                    partial.end_micro_batch(shards);
                 }
-                if partial.layers_done == 0 {
-                    let (out, targets) = (self.acts.output(), &self.targets);
-                    let scale = 1.0 / k as f32;
-                    loss_backward(&mut self.grad[layers - 1], out, targets, e.loss, batch, e.outputs(), scale);
-                }
-                loop {
-                    self.backward_layer(layers - 1 - partial.layers_done)?;
-                    partial.layers_done += 1;
-                    if partial.layers_done == layers || one_layer {
-                        break;
-                    }
-                }
-                if partial.layers_done == layers && micro + 1 == k {
+                if done && micro + 1 == k {
                     if let Some(reg) = &e.regularization {
                         regularization_backward(&mut self.grads, &self.params, &self.tensors, reg);
                     }
                 }
-                phases.backward_ms += ms(t0, Instant::now());
-                if partial.layers_done < layers {
+                partial.phases.backward_ms += ms(t0, Instant::now());
+                if !done {
                     return Ok(None);
                 }
             }
             StepPhase::Optimizer => {
                 let (loss_sum, phases) = (partial.loss_sum, partial.phases);
+                if let (true, Some(gpt)) = (sharded, &mut self.gpt) {
+                    gpt.z_sum = partial.z_sum;
+                }
                 return self.finish_step(e, loss_sum, phases).map(Some);
             }
         }

@@ -1,0 +1,78 @@
+// Ranks on the page (issue 40): the transformer's steps shared by rank
+// workers (each a replica, meeting in a SharedArrayBuffer), the same
+// losses as on one worker, the all-reduce and every rank in the anatomy,
+// and, where the host sends no isolation headers, one worker and why.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { setup, patience, text, number, stepCount } from './harness.mjs';
+import { serve } from './bench/browser.mjs';
+
+const ctx = setup();
+
+// The default transformer on `ranks` workers (the CPU engine), trained to
+// at least `steps` steps: the ranks readout and each step's loss from the
+// metrics download.
+async function train(url, steps) {
+  const { page, errors } = await ctx.open(url);
+  await page.getByTestId('model-kind').selectOption('gpt');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= n,
+    steps, { timeout: patience(180_000) });
+  await page.getByTestId('train-toggle').click();
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-metrics').click()]);
+  const lines = fs.readFileSync(await download.path(), 'utf8').split('\n').filter((l) => l && !l.startsWith('#'));
+  const header = lines[0].split(',');
+  const losses = new Map(lines.slice(1).map((l) => l.split(','))
+    .filter((r) => r[header.indexOf('batch_loss')] !== '')
+    .map((r) => [Number(r[header.indexOf('step')]), r[header.indexOf('batch_loss')]]));
+  return { page, errors, losses };
+}
+
+test('the transformer trains on two workers with the losses of one, and the anatomy shows the all-reduce and each rank', async () => {
+  const two = await train(`${ctx.root}?engine=cpu&ranks=2`, 12);
+  assert.equal(await two.page.getByTestId('ranks').getAttribute('data-value'), '2', await text(two.page, 'ranks'));
+  assert.equal(await two.page.getByTestId('ranks-reason').count(), 0);
+  // Each rank's part of the last step, the slowest named.
+  const rows = two.page.locator('[data-testid=rank-row]');
+  assert.equal(await rows.count(), 2);
+  for (let r = 0; r < 2; r++) {
+    const row = rows.nth(r);
+    assert.equal(await row.getAttribute('data-rank'), String(r));
+    assert.ok(Number(await row.getAttribute('data-compute-ms')) > 0);
+    assert.ok(Number(await row.getAttribute('data-wait-ms')) >= 0);
+  }
+  assert.match(await text(two.page, 'slowest-rank'), /^Slowest: rank [01], [\d.]+ ms of forward and backward/);
+  assert.ok(await number(two.page, 'phase-ms-communication') > 0, 'the all-reduce is a phase of its own');
+  assert.match(await text(two.page, 'rank-memory'), /Every rank holds a replica/);
+
+  const one = await train(`${ctx.root}?engine=cpu&ranks=1`, 12);
+  assert.equal(await one.page.getByTestId('ranks').getAttribute('data-value'), '1');
+  const common = [...one.losses.keys()].filter((s) => two.losses.has(s));
+  assert.ok(common.length >= 12, `${common.length} steps in common`);
+  for (const s of common) assert.equal(two.losses.get(s), one.losses.get(s), `step ${s}`);
+  console.log(`steps ${common[0]}..${common.at(-1)}: the same losses on 1 and 2 workers (${one.losses.get(common.at(-1))} at the last)`);
+  assert.deepEqual([...one.errors, ...two.errors], []);
+  await one.page.close();
+  await two.page.close();
+});
+
+test('a host without isolation headers: the page trains on one worker and says why', async () => {
+  const plain = await serve(() => null, { isolated: false });
+  try {
+    const { page, errors } = await ctx.open(`${plain.root}?engine=cpu&ranks=2`);
+    await page.getByTestId('model-kind').selectOption('gpt');
+    await page.getByTestId('train-toggle').click();
+    await page.waitForSelector('[data-testid=ranks-reason]', { timeout: patience(60_000) });
+    assert.match(await text(page, 'ranks-reason'), /not cross-origin isolated/);
+    assert.equal(await page.getByTestId('ranks').getAttribute('data-value'), '1');
+    await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 2,
+      null, { timeout: patience(60_000) });
+    assert.ok(await stepCount(page) >= 2, 'it trains on one');
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    plain.server.close();
+  }
+});
