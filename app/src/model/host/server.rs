@@ -28,6 +28,8 @@ pub struct Server {
     /// and why fewer than asked.
     ranks_tried: Option<(stepscope_core::Experiment, usize)>,
     ranks: RankStatus,
+    /// Why a rank worker was dropped, until ranks are set up again.
+    rank_dropped: Option<String>,
 }
 
 impl Server {
@@ -128,6 +130,7 @@ impl Server {
         let attached = runner.ranks_used();
         if !same && (target > 1 || attached > 1) {
             self.ranks_tried = Some((e.clone(), target));
+            self.rank_dropped = None;
             runner.set_remote_ranks(None);
             if target > 1 {
                 let (input_width, target_width) = runner.row_widths();
@@ -140,9 +143,7 @@ impl Server {
         } else if !same {
             self.ranks_tried = Some((e.clone(), target));
         }
-        if reason.is_some() || self.ranks.asked != asked {
-            self.ranks.reason = reason;
-        }
+        self.ranks.reason = reason.or_else(|| self.rank_dropped.clone());
         self.ranks.asked = asked;
     }
 
@@ -174,6 +175,7 @@ impl Server {
             self.ranks.last = r.rank_times();
             if let Some(notice) = r.take_rank_notice() {
                 self.ranks.reason = Some(notice.clone());
+                self.rank_dropped = Some(notice.clone());
                 self.ranks.notice = Some(notice);
             }
             let notice = self.ranks.notice.take();

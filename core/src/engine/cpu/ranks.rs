@@ -352,10 +352,16 @@ fn shard_range(r: usize, ranks: usize, shards: usize) -> (usize, usize) {
 /// element by element (over `ranks` slices of the parameters at once).
 fn reduce(grads: &mut [f32], shard_grads: &[f32], ranks: usize) {
     let p = grads.len();
+    // In blocks that stay in the first-level cache while every shard is
+    // added (each element still in shard order).
+    const BLOCK: usize = 2048;
     let add = |out: &mut [f32], start: usize| {
-        for g in shard_grads.chunks_exact(p) {
-            for (t, &v) in out.iter_mut().zip(&g[start..]) {
-                *t += v;
+        for (b, block) in out.chunks_mut(BLOCK).enumerate() {
+            let (at, len) = (start + b * BLOCK, block.len());
+            for g in shard_grads.chunks_exact(p) {
+                for (t, &v) in block.iter_mut().zip(&g[at..at + len]) {
+                    *t += v;
+                }
             }
         }
     };
