@@ -7,7 +7,10 @@
 #                                   transformer's GPU section first
 #                                   ($OUT/gpt-gpu.md: issue 27's 10x goal),
 #                                   every GPU test against its CPU twin, then
-#                                   the whole `stepscope bench` ($OUT/h200.md)
+#                                   the whole `stepscope bench` ($OUT/h200.md);
+#                                   after the GPU section, the CPU's ranks:
+#                                   the 0.8 M transformer in 12 shards on
+#                                   1, 2, 4, 6, 12 threads ($OUT/ranks.txt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=(gpu_backward gpu_dense_forward gpu_fused gpu_gpt gpu_gpt_training gpu_matmul_variants gpu_misc gpu_optim
@@ -16,10 +19,12 @@ D=$PWD/devicebin
 
 if [ "${1:-}" = pack ]; then
   cargo build --release -p stepscope-cli
+  cargo build --release -p stepscope-core --example gpt_step_bench
   cargo test --release -p stepscope-core --no-run "${tests[@]/#/--test=}"
   rm -rf "$D" && mkdir -p "$D/bin" "$D/lib"
   cp -L /usr/lib/x86_64-linux-gnu/libvulkan.so.1 "$D/lib/"
   cp target/release/stepscope "$D/bin/"
+  cp target/release/examples/gpt_step_bench "$D/bin/"
   for t in "${tests[@]}"; do
     cp "$(ls -t target/release/deps/"$t"-* | grep -v '\.d$' | head -1)" "$D/bin/$t"
   done
@@ -43,6 +48,11 @@ start=$(date +%s)
 # tokens/s beside the CPU engine's, then the twins, then the rest.
 timeout 150 "$D/bin/stepscope" bench --only gpt-gpu --out "$OUT/gpt-gpu.md" > "$OUT/gpt-gpu.log" 2>&1
 echo "gpt-gpu rc=$? in $(( $(date +%s) - start )) s" | tee -a "$OUT/gpt-gpu.log"
+# The CPU's scaling over ranks (issue 40): the same bits on every line.
+for r in 1 2 4 6 12; do
+  timeout 30 "$D/bin/gpt_step_bench" 4 4 128 64 12 4 0 12 "$r"
+done > "$OUT/ranks.txt" 2>&1
+echo "ranks done at $(( $(date +%s) - start )) s" | tee -a "$OUT/ranks.txt"
 for t in "${tests[@]}"; do
   echo "== $t"
   (cd core && timeout 120 "$D/bin/$t" --test-threads=8 2>&1 | grep -E "^test result|FAILED|panicked" | head -20)
