@@ -33,7 +33,8 @@ async function train(url, steps) {
 test('the transformer trains on two workers with the losses of one, and the anatomy shows the all-reduce and each rank', async () => {
   const two = await train(`${ctx.root}?engine=cpu&ranks=2`, 12);
   assert.equal(await two.page.getByTestId('ranks').getAttribute('data-value'), '2', await text(two.page, 'ranks'));
-  assert.equal(await two.page.getByTestId('ranks-reason').count(), 0);
+  assert.equal(await two.page.getByTestId('ranks-reason').count(), 0,
+    await two.page.getByTestId('ranks-reason').allTextContents().then((t) => t.join()));
   // Each rank's part of the last step, the slowest named.
   const rows = two.page.locator('[data-testid=rank-row]');
   assert.equal(await rows.count(), 2);
@@ -46,6 +47,19 @@ test('the transformer trains on two workers with the losses of one, and the anat
   assert.match(await text(two.page, 'slowest-rank'), /^Slowest: rank [01], [\d.]+ ms of forward and backward/);
   assert.ok(await number(two.page, 'phase-ms-communication') > 0, 'the all-reduce is a phase of its own');
   assert.match(await text(two.page, 'rank-memory'), /Every rank holds a replica/);
+  assert.match(await text(two.page, 'scaling-readout'), /^2 ranks busy \d+ % of the step's parallel part/);
+
+  // The straggler lesson: the last rank does its shards twice, for real,
+  // and the other waits for it.
+  await two.page.getByTestId('train-toggle').click();
+  await two.page.getByTestId('lesson-slow-rank').click();
+  await two.page.waitForFunction(() => {
+    const m = document.querySelector('[data-testid=lesson-slow-rank-readout]').textContent
+      .match(/The other ranks wait ([\d.]+) ms a step for it \(they waited ([\d.]+) ms before\)/);
+    return m && Number(m[1]) > Number(m[2]) + 1 && /^Slowest: rank 1,/.test(document.querySelector('[data-testid=slowest-rank]').textContent);
+  }, null, { timeout: patience(60_000) });
+  console.log(await text(two.page, 'lesson-slow-rank-readout'));
+  await two.page.getByTestId('train-toggle').click();
 
   const one = await train(`${ctx.root}?engine=cpu&ranks=1`, 12);
   assert.equal(await one.page.getByTestId('ranks').getAttribute('data-value'), '1');
@@ -64,8 +78,8 @@ test('a host without isolation headers: the page trains on one worker and says w
     const { page, errors } = await ctx.open(`${plain.root}?engine=cpu&ranks=2`);
     await page.getByTestId('model-kind').selectOption('gpt');
     await page.getByTestId('train-toggle').click();
-    await page.waitForSelector('[data-testid=ranks-reason]', { timeout: patience(60_000) });
-    assert.match(await text(page, 'ranks-reason'), /not cross-origin isolated/);
+    await page.waitForFunction(() => /not cross-origin isolated/.test(document.querySelector('[data-testid=ranks-reason]')?.textContent ?? ''),
+      null, { timeout: patience(60_000) });
     assert.equal(await page.getByTestId('ranks').getAttribute('data-value'), '1');
     await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 2,
       null, { timeout: patience(60_000) });

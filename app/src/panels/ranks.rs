@@ -53,15 +53,68 @@ pub fn RanksPanel() -> impl IntoView {
             bytes(m.optimizer * (n - 1))
         )
     };
+    // The ranks' busy share of the parallel part of the step, from their
+    // own readings: Σ compute ÷ (ranks × the slowest's compute + wait).
+    let scaling = move || {
+        let last = ranks.get().last;
+        let span = last.iter().map(|t| t.compute_ms() + t.wait_ms).fold(0.0, f64::max);
+        let busy: f64 = last.iter().map(|t| t.compute_ms()).sum();
+        (span > 0.0).then(|| {
+            let share = busy / (span * last.len() as f64);
+            format!(
+                "{} ranks busy {:.0} % of the step's parallel part: about {:.2}× one rank's speed on this work, before the all-reduce.",
+                last.len(),
+                100.0 * share,
+                share * last.len() as f64
+            )
+        })
+    };
+    // The straggler lesson: the last rank does its work twice (really),
+    // and every other rank waits for it.
+    let straggler = state.run.straggler;
+    let waited_before = RwSignal::new(None::<f64>);
+    let others_wait = move || {
+        let last = ranks.get_untracked().last;
+        let n = last.len().saturating_sub(1).max(1) as f64;
+        last.iter().take(last.len().saturating_sub(1)).map(|t| t.wait_ms).sum::<f64>() / n
+    };
+    let toggle = move |_| {
+        if straggler.get_untracked() == 0 {
+            waited_before.set(Some(others_wait()));
+            straggler.set(1);
+        } else {
+            straggler.set(0);
+        }
+    };
+    let lesson = move || {
+        let on = ranks.get().straggler;
+        let last = ranks.get().last;
+        let n = last.len().saturating_sub(1).max(1) as f64;
+        let now: f64 = last.iter().take(last.len().saturating_sub(1)).map(|t| t.wait_ms).sum::<f64>() / n;
+        match (on, waited_before.get()) {
+            (true, Some(before)) => format!(
+                "Rank {} now computes each of its shards twice. The other ranks wait {now:.2} ms a step for it (they waited {before:.2} ms before): a data-parallel step is as slow as its slowest rank.",
+                last.len() - 1
+            ),
+            _ => "Make the last rank do its shards twice (real work, the same results) and watch the others wait for it.".into(),
+        }
+    };
     view! {
         <Show when=move || !ranks.get().last.is_empty()>
             <div class="ranks-table">
                 <p class="note" data-testid="slowest-rank">{slowest}</p>
+                <p class="note" data-testid="scaling-readout">{scaling}</p>
                 <table>
                     <thead><tr><th>"rank"</th><th>"shards"</th><th>"forward ms"</th><th>"backward ms"</th><th>"wait ms"</th></tr></thead>
                     <tbody>{rows}</tbody>
                 </table>
                 <p class="note" data-testid="rank-memory">{memory}</p>
+                <p class="lesson">
+                    <button data-testid="lesson-slow-rank" on:click=toggle>
+                        {move || if straggler.get() == 0 { "Slow down the last rank" } else { "Back to even ranks" }}
+                    </button>
+                    " "<span data-testid="lesson-slow-rank-readout">{lesson}</span>
+                </p>
             </div>
         </Show>
     }

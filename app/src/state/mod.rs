@@ -94,6 +94,8 @@ pub struct Run {
     /// steps) and what the engine's side made of it.
     pub ranks_asked: RwSignal<usize>,
     pub ranks: RwSignal<crate::model::host::protocol::RankStatus>,
+    /// The straggler lesson: extra passes of the last rank's work.
+    pub straggler: RwSignal<u32>,
     pub commands: StoredValue<Commands>,
     /// Counts the page's clears of the run (reset, new data, a restore):
     /// a frame planned before a clear reports steps of the run that was
@@ -242,6 +244,7 @@ impl AppState {
                 in_worker: RwSignal::new(false),
                 ranks_asked: RwSignal::new(url::ranks().unwrap_or_else(default_ranks)),
                 ranks: RwSignal::new(Default::default()),
+                straggler: RwSignal::new(0),
                 commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
                 clears: StoredValue::new(0),
                 locked: RwSignal::new(url::classroom().lock.locked),

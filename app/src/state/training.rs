@@ -124,6 +124,7 @@ impl AppState {
                 checkpoint_every: self.checkpoints.checkpoint_every.get_untracked(),
                 checkpoint_background: self.checkpoints.checkpoint_background.get_untracked(),
                 ranks: self.run.ranks_asked.get_untracked(),
+                straggler: self.run.straggler.get_untracked(),
                 ..FramePlan::default()
             };
             let clears = self.run.clears.get_value();

@@ -192,6 +192,14 @@ impl Trainer {
         }
     }
 
+    /// The straggler lesson on the last remote rank (`CpuEngine::set_straggler`).
+    pub fn set_straggler(&mut self, extra: u32) -> bool {
+        match &mut self.inner {
+            Inner::Cpu(e) => e.set_straggler(extra),
+            Inner::Gpu(_) => false,
+        }
+    }
+
     /// Why the last step ran on fewer ranks than given, taken once.
     pub fn take_rank_notice(&mut self) -> Option<String> {
         match &mut self.inner {

@@ -96,6 +96,8 @@ pub struct RankStatus {
     pub last: Vec<stepscope_core::engine::RankTimes>,
     /// A rank dropped since the last reply, and why.
     pub notice: Option<String>,
+    /// The straggler lesson is on (the last rank repeats its work).
+    pub straggler: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -57,6 +57,9 @@ impl Server {
     async fn answer(&mut self, request: Request) -> Answer {
         if let Request::Frame(plan) = &request {
             self.sync_ranks(plan.ranks).await;
+            if let Some(runner) = self.runner.as_mut() {
+                self.ranks.straggler = plan.straggler > 0 && runner.set_straggler(plan.straggler);
+            }
         }
         if let Request::Start(start) = request {
             return Answer::Done(self.start(*start));

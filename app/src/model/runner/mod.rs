@@ -245,6 +245,9 @@ impl Runner {
     pub fn take_rank_notice(&mut self) -> Option<String> {
         self.trainer.take_rank_notice()
     }
+    pub fn set_straggler(&mut self, extra: u32) -> bool {
+        self.trainer.set_straggler(extra)
+    }
     pub fn set_remote_ranks(&mut self, remote: Option<Box<dyn stepscope_core::engine::RemoteRanks>>) {
         self.trainer.set_remote_ranks(remote);
     }

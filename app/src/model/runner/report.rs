@@ -49,6 +49,8 @@ pub struct FramePlan {
     /// Ranks the learner asks for (workers sharing a sharded run's steps;
     /// `host::ranks`); 0 or 1: one.
     pub ranks: usize,
+    /// The straggler lesson: extra passes of the last rank's work (0: off).
+    pub straggler: u32,
 }
 
 /// What one frame did.

@@ -184,6 +184,10 @@ pub trait RemoteRanks {
     ) -> Vec<std::result::Result<f64, String>>;
     /// Stops using remote ranks `dropped` (indices among them).
     fn drop_ranks(&mut self, dropped: &[usize]);
+    /// The straggler lesson: remote rank `rank` (an index among them)
+    /// computes each of its shards `1 + extra` times (real work, the same
+    /// results), so that every other rank waits for it; 0 ends it.
+    fn set_extra_work(&mut self, _rank: usize, _extra: u32) {}
 }
 
 /// One shard's results as a remote rank reports them; `ok` false where it
@@ -409,6 +413,19 @@ impl CpuEngine {
     /// most the shards; 1 without shards.
     pub fn ranks_used(&self) -> usize {
         self.ranks.as_ref().map_or(1, |r| r.local(self.experiment.shards) + r.remote_count(self.experiment.shards))
+    }
+
+    /// The straggler lesson (`RemoteRanks::set_extra_work`) on the last
+    /// remote rank; false where there is none.
+    pub fn set_straggler(&mut self, extra: u32) -> bool {
+        match self.ranks.as_mut().and_then(|r| r.remote.as_mut()).filter(|r| r.count() > 0) {
+            Some(remote) => {
+                let last = remote.count() - 1;
+                remote.set_extra_work(last, extra);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Each rank's part of the last step (empty without shards).
