@@ -604,19 +604,19 @@ impl CpuEngine {
             let t2 = Instant::now();
             reduce(&mut self.grads, &ranks.shard_grads, local);
             let t3 = Instant::now();
-            // Phases as the slowest rank lived them: its forward and
-            // backward; the wait for it and the all-reduce are
-            // communication.
-            let critical = (0..all).max_by(|&a, &b| finished[a].total_cmp(&finished[b])).unwrap_or(0);
-            let mut crit = RankTimes::default();
-            let (first, end) = shard_range(critical, all, shards);
+            // Phases as rank 0 lived them (as a DDP rank's trace shows its
+            // own step): its shards' forward and backward, whose ops the
+            // op table reads; its wait for the slowest rank and the
+            // all-reduce are communication.
+            let mut own = RankTimes::default();
+            let (first, end) = shard_range(0, all, shards);
             for o in &outs[first..end] {
-                crit.forward_ms += o.forward_ms;
-                crit.backward_ms += o.backward_ms;
+                own.forward_ms += o.forward_ms;
+                own.backward_ms += o.backward_ms;
             }
-            phases.forward_ms += crit.forward_ms;
-            phases.backward_ms += crit.backward_ms;
-            phases.communication_ms += ms(t2, t3) + (ms(t1, t2) - crit.compute_ms()).max(0.0);
+            phases.forward_ms += own.forward_ms;
+            phases.backward_ms += own.backward_ms;
+            phases.communication_ms += ms(t2, t3) + (ms(t1, t2) - own.compute_ms()).max(0.0);
             let (mut loss, mut z) = (0.0f32, 0.0f32);
             for o in &outs {
                 loss += o.loss;
