@@ -141,7 +141,8 @@ pub struct RunBytes {
     pub training: MemoryBytes,
     /// The engine's buffers besides `training`: the last update (4·P), a
     /// micro-batch's rows (and the transformer's token ids), the shuffle's
-    /// permutation (two while a new epoch's is drawn).
+    /// permutation (two while a new epoch's is drawn), a sharded run's
+    /// shard gradients (4·P·S).
     pub engine: u64,
     /// The train and test tables (and a built-in's points).
     pub data: u64,
@@ -180,6 +181,9 @@ impl RunBytes {
         let (train, test, n) = (train as u64, test as u64, (train + test) as u64);
         let training = MemoryBytes::estimate(e, false);
         let batch = e.batch_size.min(MAX_BATCH) as u64;
+        // A sharded run's S shard gradients (its ranks' activations, R ×
+        // B/S rows with R ≤ S, stay within the batch's counted above).
+        let shard_grads = if e.shards > 1 { training.params.saturating_mul(e.shards as u64) } else { 0 };
         // Two permutations of u32 while a new epoch's is drawn.
         let permutation = if e.data.shuffle { 2 * 4 * train } else { 0 };
         // `split_rows`: a permutation of u32 collected into indices.
@@ -195,7 +199,7 @@ impl RunBytes {
             return RunBytes {
                 training,
                 // The rows as f32 and as token ids (u32).
-                engine: training.params + 2 * batch * row + permutation,
+                engine: training.params + 2 * batch * row + permutation + shard_grads,
                 data: n * row,
                 loading: file_bytes.max(test * row + order),
                 evaluation: 4 * (acts as u64 + att as u64) + windows * row,
@@ -215,7 +219,7 @@ impl RunBytes {
         };
         RunBytes {
             training,
-            engine: training.params + batch * row + permutation,
+            engine: training.params + batch * row + permutation + shard_grads,
             data,
             loading,
             evaluation: 2 * 4 * chunk * units,

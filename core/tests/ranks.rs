@@ -280,3 +280,23 @@ fn a_sharded_run_stepped_by_phase_or_in_parts_gives_the_same_bits() {
         assert_eq!(trace(&mut mixed, 3), want, "begun by phase, finished whole");
     }
 }
+
+/// The memory budget counts a sharded run's shard gradients (S × P
+/// floats), and the engine holds no more than counted.
+#[test]
+fn the_budget_counts_the_shard_gradients() {
+    use stepscope_core::limits::RunBytes;
+    let (whole, data) = mlp(1);
+    let (sharded, _) = mlp(6);
+    let p = stepscope_core::model::Layout::new(&whole).parameter_count as u64;
+    let rows = Some((data.train.rows(), data.test.rows()));
+    assert_eq!(RunBytes::of(&sharded, rows).engine - RunBytes::of(&whole, rows).engine, 4 * p * 6);
+    let mut engine = CpuEngine::new(&sharded, data).unwrap();
+    engine.set_threads(3);
+    engine.step().unwrap();
+    let held = engine.memory().peak_backward() + engine.other_bytes();
+    let counted = RunBytes::of(&sharded, rows);
+    let t = counted.training;
+    let budget = t.params + t.grads + t.optimizer + t.activations + t.backward_scratch + counted.engine;
+    assert!(held <= budget + 4096, "held {held} bytes, counted {budget}");
+}
