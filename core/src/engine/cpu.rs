@@ -71,6 +71,9 @@ struct Partial {
     shard_loss: f32,
     shard_z: f32,
     z_sum: f32,
+    /// The shard whose gradient buffer the last backward wrote, until the
+    /// all-reduce (what step-by-phase shows); None: `grads`.
+    shown_shard: Option<usize>,
     phases: PhaseTimes,
     /// Where the data stood when the step began (`abandon_step`).
     start: Option<DataPosition>,
@@ -87,6 +90,7 @@ impl Default for Partial {
             shard_loss: 0.0,
             shard_z: 0.0,
             z_sum: 0.0,
+            shown_shard: None,
             phases: PhaseTimes::default(),
             start: None,
         }
@@ -370,6 +374,15 @@ impl CpuEngine {
         self.partial.as_ref().map_or(StepPhase::Forward { micro: 0 }, |p| p.next)
     }
 
+    /// The gradients step-by-phase shows: the shard's own while a sharded
+    /// micro-batch's shards are under way, else the step's.
+    fn shown_grads(&self, partial: &Partial) -> &[f32] {
+        match (partial.shown_shard, &self.ranks) {
+            (Some(s), Some(ranks)) => ranks.shard_grads(s, self.layout.parameter_count),
+            _ => &self.grads,
+        }
+    }
+
     /// Runs one phase of the current step and summarises its tensors. On
     /// an error the step is abandoned, as `step` would.
     pub fn step_phase(&mut self) -> Result<PhaseReport> {
@@ -384,7 +397,7 @@ impl CpuEngine {
         let layers = match (phase, &self.gpt) {
             (StepPhase::Forward { .. } | StepPhase::Backward { .. }, Some(gpt)) => {
                 let i = if finished { gpt.stages() - 1 } else { partial.layers_done - 1 };
-                let (layers, stop) = gpt.phase_rows(&self.layout, phase, i, &self.grads);
+                let (layers, stop) = gpt.phase_rows(&self.layout, phase, i, self.shown_grads(&partial));
                 part = Some(stop);
                 layers
             }
@@ -393,7 +406,7 @@ impl CpuEngine {
                 summarise(&self.layout, &PhaseTensors::Forward { z: self.acts.stored_z(), a: &self.acts.a })
             }
             (StepPhase::Backward { .. }, None) => {
-                summarise(&self.layout, &PhaseTensors::Backward { grads: &self.grads })
+                summarise(&self.layout, &PhaseTensors::Backward { grads: self.shown_grads(&partial) })
             }
             (StepPhase::Optimizer, _) => {
                 let moments = self.optimizer.buffers().into_iter().map(|(n, b)| (n, b.as_slice())).collect();

@@ -133,6 +133,11 @@ impl Ranks {
         4 * self.shard_grads.len() as u64 + self.buffers.iter().map(RankBuffers::bytes).sum::<u64>()
     }
 
+    /// Shard `s`'s gradient (P floats).
+    pub fn shard_grads(&self, s: usize, p: usize) -> &[f32] {
+        &self.shard_grads[s * p..(s + 1) * p]
+    }
+
     /// Shard `s`'s gradient buffer (P floats).
     pub fn shard_grads_mut(&mut self, s: usize, p: usize) -> &mut [f32] {
         &mut self.shard_grads[s * p..(s + 1) * p]

@@ -141,6 +141,7 @@ impl CpuEngine {
                     }
                 }
                 let done = partial.layers_done == stages;
+                partial.shown_shard = sharded.then_some(shard);
                 if done && self.gpt.is_some() {
                     if let Some(t) = first_non_finite_tensor(grads, &self.tensors) {
                         return Err(non_finite_tensor(Phase::Backward, t, step));
@@ -161,6 +162,7 @@ impl CpuEngine {
                     ranks.reduce_into(&mut self.grads);
                     partial.phases.communication_ms += ms(t, Instant::now());
                     partial.end_micro_batch(shards);
+                    partial.shown_shard = None;
                 }
                 if done && micro + 1 == k {
                     if let Some(reg) = &e.regularization {
