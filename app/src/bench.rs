@@ -159,6 +159,7 @@ fn gpt_experiment(name: &str) -> Result<stepscope_core::Experiment, JsValue> {
 #[wasm_bindgen]
 pub async fn stepscope_bench_gpt(name: String, engine: String, seconds: f64) -> Result<JsValue, JsValue> {
     let e = gpt_experiment(&name)?;
+    crate::model::host::fetch_shakespeare().await.map_err(|why| JsValue::from_str(&why))?;
     let data = stepscope_core::data::Dataset::load(&e, None).map_err(js_err)?;
     let out = Object::new();
     let gpu = if engine == "cpu" {

@@ -174,7 +174,7 @@ impl RunBytes {
         let source = e.data.source;
         let (train, test) = rows.unwrap_or_else(|| match source {
             DataSource::Csv | DataSource::Text => (0, 0),
-            DataSource::Shakespeare => (crate::data::SHAKESPEARE.len() / e.gpt().map_or(1, |g| g.context.max(1)), 0),
+            DataSource::Shakespeare => (crate::data::SHAKESPEARE_BYTES / e.gpt().map_or(1, |g| g.context.max(1)), 0),
             DataSource::Digits => (DIGITS_ROWS, 0),
             _ => (e.data.samples(), 0),
         });

@@ -18,7 +18,10 @@ pub use csv::{
     MAX_CSV_CLASSES, MAX_CSV_ROWS,
 };
 pub use digits::{digits_table, DIGITS_CLASSES, DIGITS_MAX_PIXEL, DIGITS_PIXELS, DIGITS_ROWS, DIGITS_SIDE};
-pub use text::{CheckedText, TokenText, Vocabulary, MAX_TEXT_BYTES, MAX_VOCABULARY, SHAKESPEARE};
+pub use text::{
+    set_shakespeare, shakespeare, use_built_in_shakespeare, CheckedText, TokenText, Vocabulary, MAX_TEXT_BYTES,
+    MAX_VOCABULARY, SHAKESPEARE_BYTES,
+};
 
 use crate::error::{room, Result};
 use crate::experiment::{DataSource, Experiment, Loss};
@@ -134,7 +137,14 @@ impl Dataset {
     pub fn load(experiment: &Experiment, csv: Option<&CsvTable>) -> Result<Dataset> {
         let spec = &experiment.data;
         match spec.source {
-            DataSource::Shakespeare => Dataset::from_text(experiment, std::borrow::Cow::Borrowed(SHAKESPEARE)),
+            DataSource::Shakespeare => {
+                let text = shakespeare().ok_or_else(|| {
+                    crate::Error::Experiment(
+                        "Tiny Shakespeare is not here yet: the built-in text is fetched with the page (tinyshakespeare.txt), and it did not arrive".into(),
+                    )
+                })?;
+                Dataset::from_text(experiment, std::borrow::Cow::Borrowed(text))
+            }
             DataSource::Text => {
                 Err(crate::Error::Experiment("data.source is \"text\" but no text file was given (--data FILE)".into()))
             }

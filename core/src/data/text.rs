@@ -20,8 +20,45 @@ pub const MAX_VOCABULARY: usize = 4096;
 /// (`Limits`) then checks the whole run.
 pub const MAX_TEXT_BYTES: usize = 256 << 20;
 
+/// Tiny Shakespeare's length in bytes (a test holds it to the file): what
+/// the memory budget counts before the text is at hand.
+pub const SHAKESPEARE_BYTES: usize = 1_115_394;
+
 /// Tiny Shakespeare (core/data/README.md): built in, as the digits are.
-pub static SHAKESPEARE: &[u8] = include_bytes!("../../data/tinyshakespeare.txt");
+static EMBEDDED: &[u8] = include_bytes!("../../data/tinyshakespeare.txt");
+
+#[cfg(target_arch = "wasm32")]
+static GIVEN: std::sync::OnceLock<&'static [u8]> = std::sync::OnceLock::new();
+
+/// The built-in text, where this module has it. Natively always; in
+/// WebAssembly only once `use_built_in_shakespeare` or `set_shakespeare`
+/// gave it, so that a module that never trains on it (the page's, whose
+/// training runs in its worker) does not carry its megabyte.
+pub fn shakespeare() -> Option<&'static [u8]> {
+    #[cfg(not(target_arch = "wasm32"))]
+    return Some(EMBEDDED);
+    #[cfg(target_arch = "wasm32")]
+    return GIVEN.get().copied();
+}
+
+/// Links the text into this module and makes it the built-in one (the
+/// training worker's entry point calls it; natively it always is).
+pub fn use_built_in_shakespeare() {
+    set_shakespeare(EMBEDDED);
+}
+
+/// The built-in text from elsewhere (the page fetches `tinyshakespeare.txt`
+/// next to it where it trains on its own thread); checked to be the file.
+/// False where it is not, or was already given.
+pub fn set_shakespeare(bytes: &'static [u8]) -> bool {
+    if bytes.len() != SHAKESPEARE_BYTES {
+        return false;
+    }
+    #[cfg(target_arch = "wasm32")]
+    return GIVEN.set(bytes).is_ok();
+    #[cfg(not(target_arch = "wasm32"))]
+    return bytes == EMBEDDED;
+}
 
 /// The characters of a text, sorted by code point: token i is `chars[i]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -284,7 +321,8 @@ mod tests {
         assert_eq!((t.ids.len(), t.vocabulary.len(), t.windows(64)), (1_115_394, 65, 17_428));
         let chars: String = t.vocabulary.chars().iter().collect();
         assert_eq!(chars, "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
-        assert_eq!(bytes, SHAKESPEARE, "the built-in text is the file");
+        assert_eq!(Some(bytes.as_slice()), shakespeare(), "the built-in text is the file");
+        assert_eq!(bytes.len(), SHAKESPEARE_BYTES);
         let table = t.table(64);
         assert_eq!((table.rows(), table.input_width, table.target_width), (17_428, 64, 64));
         assert_eq!(table.targets[..63], table.inputs[1..64]);

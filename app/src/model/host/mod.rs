@@ -43,6 +43,33 @@ pub fn worker_memory_bytes() -> f64 {
     WORKER_MEMORY.with(Cell::get)
 }
 
+/// Fetches `tinyshakespeare.txt` from beside the page and makes it the
+/// built-in text of this module (`stepscope_core::data::set_shakespeare`),
+/// unless it has it already.
+pub async fn fetch_shakespeare() -> Result<(), String> {
+    use wasm_bindgen::JsCast;
+    use wasm_bindgen_futures::JsFuture;
+    if stepscope_core::data::shakespeare().is_some() {
+        return Ok(());
+    }
+    let window = web_sys::window().ok_or("no window")?;
+    let response = JsFuture::from(window.fetch_with_str("tinyshakespeare.txt")).await.map_err(|e| format!("{e:?}"))?;
+    let get = |name: &str| js_sys::Reflect::get(&response, &name.into()).unwrap_or(wasm_bindgen::JsValue::UNDEFINED);
+    if get("ok").as_bool() != Some(true) {
+        return Err(format!("status {}", get("status").as_f64().unwrap_or(0.0)));
+    }
+    let read = get("arrayBuffer").dyn_into::<js_sys::Function>().map_err(|_| "no arrayBuffer")?;
+    let promise =
+        read.call0(&response).map_err(|e| format!("{e:?}"))?.dyn_into::<js_sys::Promise>().map_err(|_| "no promise")?;
+    let buffer = JsFuture::from(promise).await.map_err(|e| format!("{e:?}"))?;
+    let bytes: &'static [u8] = Box::leak(js_sys::Uint8Array::new(&buffer).to_vec().into_boxed_slice());
+    if stepscope_core::data::set_shakespeare(bytes) {
+        Ok(())
+    } else {
+        Err("the file fetched is not Tiny Shakespeare".into())
+    }
+}
+
 /// Called by the page's entry point before mounting: train in the worker.
 pub fn use_worker() {
     USE_WORKER.with(|w| w.set(true));
@@ -66,7 +93,7 @@ impl Host {
     /// Starts the training loop, in the worker when the page asked for one
     /// (`use_worker`) and it starts, else in the page.
     pub async fn start(start: Start) -> Result<Host, Error> {
-        let (link, fallback) = if USE_WORKER.with(Cell::get) {
+        let (link, fallback): (Link, Option<String>) = if USE_WORKER.with(Cell::get) {
             match worker::Client::spawn().await {
                 Ok(client) => (Link::Worker(client), None),
                 Err(why) => (
@@ -79,6 +106,15 @@ impl Host {
         } else {
             (Link::Local(Box::default()), None)
         };
+        if matches!(link, Link::Local(_)) {
+            // Training on the page's own thread: the built-in text comes
+            // from the file beside the page (the page's module does not
+            // carry it; the worker's does). Without it a transformer on
+            // Tiny Shakespeare is refused by name, and the rest trains.
+            if let Err(why) = fetch_shakespeare().await {
+                web_sys::console::warn_1(&format!("Tiny Shakespeare was not fetched: {why}").into());
+            }
+        }
         let mut host = Host { link, status: Status::default(), finished: Vec::new(), fallback };
         match host.call(Request::Start(Box::new(start))).await.0 {
             Answer::Done(result) => result.map(|()| host),
