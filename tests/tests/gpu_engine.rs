@@ -179,6 +179,9 @@ async fn every_optimizer_loss_and_schedule_trains_as_on_the_cpu() {
 /// micro-batches, z-loss and the untied head, as natively on lavapipe.
 #[wasm_bindgen_test]
 async fn transformer_runs_train_as_on_the_cpu() {
+    // Tiny Shakespeare: a module links it where it trains on it (the
+    // worker's does; so does this test's).
+    stepscope_core::data::use_built_in_shakespeare();
     for (name, e) in conformance::gpt_training_matrix() {
         compare(&name, &e, &[1, 3, 2], false).await;
     }
