@@ -183,7 +183,14 @@ impl RunBytes {
         let batch = e.batch_size.min(MAX_BATCH) as u64;
         // A sharded run's S shard gradients (its ranks' activations, R ×
         // B/S rows with R ≤ S, stay within the batch's counted above).
-        let shard_grads = if e.shards > 1 { training.params.saturating_mul(e.shards as u64) } else { 0 };
+        let shard_grads = if e.shards > 1 {
+            // …and the other ranks' buffers for a shard's rows, at most
+            // shards − 1 of them.
+            let own = training.activations + training.attention + training.backward_scratch;
+            training.params.saturating_mul(e.shards as u64) + own.saturating_mul(e.shards as u64 - 1)
+        } else {
+            0
+        };
         // Two permutations of u32 while a new epoch's is drawn.
         let permutation = if e.data.shuffle { 2 * 4 * train } else { 0 };
         // `split_rows`: a permutation of u32 collected into indices.
@@ -259,11 +266,15 @@ impl RunBytes {
 impl MemoryBytes {
     /// The bytes an engine's training buffers take for `e`, from the
     /// experiment alone (what `CpuEngine::memory` reports once built).
+    ///
+    /// A sharded run's engine keeps one shard's rows (B/shards) in its
+    /// activations and backward buffers: each rank computes a shard at a
+    /// time (`RunBytes` adds the other ranks' own).
     pub fn estimate(e: &Experiment, checkpointing: bool) -> MemoryBytes {
         let p = Layout::new(e).parameter_count as u64;
+        let rows = e.batch_size.min(MAX_BATCH) / e.shards.max(1);
         if let Some(gpt) = e.gpt() {
-            let (acts, att, scratch) =
-                crate::model::gpt::memory_floats(&gpt.shape(), e.batch_size.min(MAX_BATCH), checkpointing);
+            let (acts, att, scratch) = crate::model::gpt::memory_floats(&gpt.shape(), rows, checkpointing);
             return MemoryBytes {
                 params: 4 * p,
                 grads: 4 * p,
@@ -273,7 +284,7 @@ impl MemoryBytes {
                 backward_scratch: 4 * scratch as u64,
             };
         }
-        let batch = e.batch_size.min(MAX_BATCH) as u64;
+        let batch = rows as u64;
         let units: u64 = e.model.layers.iter().map(|l| l.units as u64).sum();
         let widest = e.model.layers.iter().map(|l| l.units as u64).max().unwrap_or(0);
         MemoryBytes {

@@ -290,7 +290,10 @@ fn the_budget_counts_the_shard_gradients() {
     let (sharded, _) = mlp(6);
     let p = stepscope_core::model::Layout::new(&whole).parameter_count as u64;
     let rows = Some((data.train.rows(), data.test.rows()));
-    assert_eq!(RunBytes::of(&sharded, rows).engine - RunBytes::of(&whole, rows).engine, 4 * p * 6);
+    let shard = RunBytes::of(&sharded, rows).training;
+    let others = 5 * (shard.activations + shard.attention + shard.backward_scratch);
+    assert_eq!(RunBytes::of(&sharded, rows).engine - RunBytes::of(&whole, rows).engine, 4 * p * 6 + others);
+    assert_eq!(6 * shard.activations, RunBytes::of(&whole, rows).training.activations, "one shard's rows");
     let mut engine = CpuEngine::new(&sharded, data).unwrap();
     engine.set_threads(3);
     engine.step().unwrap();

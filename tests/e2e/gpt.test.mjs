@@ -91,9 +91,10 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
     + `words of the sample found in the text: ${(100 * share.found).toFixed(0)} % of ${share.words}\n${sample}`);
 
   // Memory: the attention probabilities on their own line, B·H·T² floats
-  // per block, from the buffers; at twice the context four times as many.
+  // per block, from the buffers (B: one shard's rows, which each rank
+  // holds); at twice the context four times as many.
   const attentionBytes = await number(page, 'memory-attention-bytes');
-  assert.equal(attentionBytes, 4 * e.batch_size * g.heads * g.context ** 2 * g.blocks);
+  assert.equal(attentionBytes, 4 * (e.batch_size / (e.shards ?? 1)) * g.heads * g.context ** 2 * g.blocks);
   const doubledAttention = await page.locator('[data-testid=memory-attention-bytes]').locator('xpath=..')
     .getByTestId('memory-doubled').textContent();
   console.log(`attention probabilities ${attentionBytes} bytes; at twice the context ${doubledAttention}`);

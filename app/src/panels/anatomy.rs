@@ -324,6 +324,12 @@ pub fn AnatomyPanel() -> impl IntoView {
                 </Show>
                 <tr><td>"Peak during backward"</td><td data-testid="memory-peak-bytes">{move || memory.get().peak_backward()}</td><td>{move || bytes(memory.get().peak_backward())}</td>{doubled(|m| m.peak_backward())}</tr>
             </table>
+            {move || {
+                let e = state.run.experiment.get();
+                (e.shards > 1).then(|| view! { <p class="note" data-testid="memory-shard-note">{format!(
+                    "A sharded run's activations, attention probabilities and backward buffers are one shard's: {} of the batch's {} rows, which each rank holds for the shard it computes.",
+                    e.batch_size / e.shards, e.batch_size)}</p> })
+            }}
             <label class="field check">
                 <input type="checkbox" data-testid="activation-checkpointing" prop:checked=move || state.lessons.activation_checkpointing.get() on:change=on_checkpointing/>
                 <span>{move || if is_gpt() {
