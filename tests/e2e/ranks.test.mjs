@@ -17,6 +17,14 @@ async function train(url, steps) {
   const { page, errors } = await ctx.open(url);
   await page.getByTestId('model-kind').selectOption('gpt');
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
+  // The default transformer in 8 shards of 2 windows, as a link gives it.
+  const e = await page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
+  e.shards = 8;
+  await page.goto(`${url}#e=${encodeURIComponent(JSON.stringify(e))}`);
+  await page.reload();
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).shards === 8);
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true',
+    null, { timeout: patience(90_000) });
   await page.getByTestId('train-toggle').click();
   await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= n,
     steps, { timeout: patience(180_000) });
@@ -77,6 +85,13 @@ test('a host without isolation headers: the page trains on one worker and says w
   try {
     const { page, errors } = await ctx.open(`${plain.root}?engine=cpu&ranks=2`);
     await page.getByTestId('model-kind').selectOption('gpt');
+    await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
+    const e = await page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
+    e.shards = 8;
+    await page.goto(`${plain.root}?engine=cpu&ranks=2#e=${encodeURIComponent(JSON.stringify(e))}`);
+    await page.reload();
+    await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true',
+      null, { timeout: patience(90_000) });
     await page.getByTestId('train-toggle').click();
     await page.waitForFunction(() => /not cross-origin isolated/.test(document.querySelector('[data-testid=ranks-reason]')?.textContent ?? ''),
       null, { timeout: patience(60_000) });
