@@ -1,4 +1,4 @@
-// The page's default transformer on 1 and on R ranks (rank workers, issue
+// The page's default transformer, in 8 shards, on 1 and on R ranks (rank workers, issue
 // 40), alternating in one browser session: steps and tokens/s after
 // SECONDS of training each (default 30), the losses compared where both
 // runs reached the same step. A measurement, not a test:
@@ -19,6 +19,12 @@ async function run(r) {
   await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
   await page.getByTestId('model-kind').selectOption('gpt');
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
+  // The default transformer in 8 shards of 2 windows, as a link gives it.
+  const e = await page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
+  e.shards = 8;
+  await page.goto(`${root}?engine=cpu&ranks=${r}#e=${encodeURIComponent(JSON.stringify(e))}`);
+  await page.reload();
+  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
   await page.getByTestId('train-toggle').click();
   const started = Date.now();
   const step = () => page.evaluate(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')));
@@ -34,8 +40,8 @@ async function run(r) {
   }));
   await page.getByTestId('train-toggle').click();
   await page.close();
-  const e = { context: 64, batch: 16 };
-  const tokens = ((s1 - s0) * e.context * e.batch) / ((t1 - t0) / 1000);
+  const shape = { context: 64, batch: 16 };
+  const tokens = ((s1 - s0) * shape.context * shape.batch) / ((t1 - t0) / 1000);
   console.error(`ranks ${r} (in use ${read.ranks}${read.reason ? `: ${read.reason}` : ''}): ${s1 - s0} steps in ${((t1 - t0) / 1000).toFixed(1)} s, ${tokens.toFixed(0)} tokens/s, communication ${read.comm.toFixed(2)} ms a step; ${Date.now() - started} ms in all`);
   return { r, inUse: read.ranks, tokens, comm: read.comm };
 }
