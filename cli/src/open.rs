@@ -74,7 +74,14 @@ pub fn run(paths: &[String]) -> Result<(), Failure> {
     if run.ranks.len() > 1 {
         for r in run.rank_rows() {
             let flag = if r.straggler { "  straggler" } else { "" };
-            say!("  rank {:<4} median step {:.3} ms, {:.2}× the median{flag}", r.rank, r.step_ms, r.ratio);
+            say!(
+                "  rank {:<4} median step {:.3} ms, before the all-reduce {:.3} ms ({:.2}× the median), communication {:.1} %{flag}",
+                r.rank,
+                r.step_ms,
+                r.compute_ms,
+                r.ratio,
+                100.0 * r.communication_share
+            );
         }
         let communication: f64 = phases.iter().filter(|(n, _)| *n == "communication").map(|(_, ms)| ms).sum();
         if communication > 0.0 {

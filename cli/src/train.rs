@@ -69,7 +69,14 @@ fn check_outputs(args: &TrainArgs) -> Result<(), Failure> {
         .into_iter()
         .filter_map(|(f, p)| Some((f, p.as_deref()?)))
         .collect();
-    files::distinct(&outputs, &inputs, &[("--out", "--init")])?;
+    // A run on ranks writes a trace per rank beside `--trace`'s.
+    let rank_traces: Vec<String> = match &args.trace {
+        Some(path) => (1..stepscope_core::experiment::MAX_SHARDS as u32).map(|r| trace::rank_path(path, r)).collect(),
+        None => Vec::new(),
+    };
+    let mut all = outputs.clone();
+    all.extend(rank_traces.iter().map(|p| ("--trace (a rank's)", p.as_str())));
+    files::distinct(&all, &inputs, &[("--out", "--init")])?;
     for (flag, path) in &outputs {
         match *flag {
             "--tensorboard" => files::check_directory(path, flag)?,

@@ -341,9 +341,17 @@ fn open_reads_a_run_from_outside() {
     assert!(stdout.starts_with("metrics: 2 ranks, 8 steps"), "{stdout}");
     // Steps of 8 and 14 ms, 1 and 7 of them waiting for data: 32 of 88 ms.
     assert!(stdout.contains("waiting for data: 36.4 % of step time (the data loader is the bottleneck"), "{stdout}");
-    // The median rank's step is 11 ms.
-    assert!(stdout.contains("rank 1    median step 14.000 ms, 1.27× the median  straggler"), "{stdout}");
-    assert!(stdout.contains("rank 0    median step 8.000 ms, 0.73× the median\n"), "{stdout}");
+    // Before the all-reduce: 7 and 13 ms, their median 10 ms.
+    assert!(
+        stdout.contains("rank 1    median step 14.000 ms, before the all-reduce 13.000 ms (1.30× the median), communication 0.0 %  straggler"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "rank 0    median step 8.000 ms, before the all-reduce 7.000 ms (0.70× the median), communication 0.0 %\n"
+        ),
+        "{stdout}"
+    );
     std::fs::write(dir.join("bad.jsonl"), "{\"step\": 2, \"forward_ms\": 1}\n{\"step\": 1, \"forward_ms\": 1}\n")
         .unwrap();
     let out = stepscope(&dir, &["open", "bad.jsonl"]);

@@ -50,8 +50,17 @@ fn threads_change_the_speed_not_the_numbers() {
         assert!(v["communication_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{line}");
         assert_eq!(v["ranks"].as_array().map(Vec::len), Some(2), "{line}");
     }
+    // One trace per rank, as torchrun's, that `open` reads as two ranks.
     let trace = std::fs::read_to_string(dir.join("t2.json")).unwrap();
     assert!(trace.contains("\"communication\""), "the trace has the all-reduce");
+    assert!(trace.contains(r#""rank": 0, "world_size": 2"#), "{}", &trace[..300]);
+    let other = std::fs::read_to_string(dir.join("t2.rank1.json")).unwrap();
+    assert!(other.contains(r#""rank": 1, "world_size": 2"#), "{}", &other[..300]);
+    let out = stepscope(&dir, &["open", "t2.json", "t2.rank1.json"]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.starts_with("stepscope-trace: 2 ranks, 50 steps"), "{said}");
+    assert!(said.contains("rank 1    median step ") && said.contains("before the all-reduce"), "{said}");
     // An unsharded run names no ranks.
     let out = stepscope(&dir, &["train", "--config", "config.json", "--steps", "3", "--threads", "4"]);
     let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);

@@ -96,7 +96,8 @@ const MAX_MS: f64 = 86_400_000.0;
 /// shares of step time the slow-loader lesson teaches).
 pub const DATA_NOTICEABLE: f64 = 0.05;
 pub const DATA_BOTTLENECK: f64 = 0.2;
-/// A rank this much slower than the median rank is a straggler.
+/// A rank whose compute is this much slower than the median rank's is a
+/// straggler.
 pub const STRAGGLER: f64 = 1.1;
 
 /// What a share of step time spent waiting for data means.
@@ -110,12 +111,18 @@ pub fn data_verdict(share: f64) -> &'static str {
     }
 }
 
-/// One rank against the others.
+/// One rank against the others. Synchronised ranks (DDP's, or
+/// Stepscope's) end each step together, so their step times agree and a
+/// straggler shows in its work before the all-reduce (data, forward and
+/// backward), which the others make up for by waiting in communication.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RankRow {
     pub rank: u32,
-    /// Its median step, ms, and that against the median over ranks.
+    /// Its median step, ms.
     pub step_ms: f64,
+    /// Its median work before the all-reduce (data, forward and backward),
+    /// ms, and that against the median over ranks.
+    pub compute_ms: f64,
     pub ratio: f64,
     pub straggler: bool,
     /// Its share of step time in communication.
@@ -338,21 +345,24 @@ impl OpenedRun {
         self.ranks.iter().map(|r| (r.rank, median(r.steps.iter().map(|s| s.wall_ms).collect()))).collect()
     }
 
-    /// Each rank's median step against the median over ranks, and its
+    /// Each rank's median work before the all-reduce against the median
+    /// over ranks, and its
     /// share of time in communication.
     pub fn rank_rows(&self) -> Vec<RankRow> {
-        let per_rank = self.rank_step_ms();
-        let median_ms = median(per_rank.iter().map(|r| r.1).collect());
-        per_rank
+        let computes: Vec<f64> = self.ranks.iter().map(|r| median(r.steps.iter().map(compute_ms).collect())).collect();
+        let median_ms = median(computes.clone());
+        self.rank_step_ms()
             .into_iter()
             .zip(&self.ranks)
-            .map(|((rank, step_ms), r)| {
-                let ratio = step_ms / median_ms.max(f64::MIN_POSITIVE);
+            .zip(computes)
+            .map(|(((rank, step_ms), r), compute_ms)| {
+                let ratio = compute_ms / median_ms.max(f64::MIN_POSITIVE);
                 let wall: f64 = r.steps.iter().map(|s| s.wall_ms).sum();
                 let communication: f64 = r.steps.iter().map(|s| s.phase_ms("communication")).sum();
                 RankRow {
                     rank,
                     step_ms,
+                    compute_ms,
                     ratio,
                     straggler: ratio >= STRAGGLER,
                     communication_share: if wall > 0.0 { communication / wall } else { 0.0 },
@@ -376,6 +386,17 @@ impl OpenedRun {
         let n = self.steps().max(1) as f64;
         sums.into_iter().map(|(p, ms)| (p, ms / n)).collect()
     }
+}
+
+/// A step's work before its all-reduce: its data, forward and backward
+/// (what a rank does before it can join the others), or where the file
+/// has none of them, its wall time less its communication.
+fn compute_ms(s: &OpenedStep) -> f64 {
+    let before = s.phase_ms("data") + s.phase_ms("forward") + s.phase_ms("backward");
+    if before > 0.0 {
+        return before;
+    }
+    (s.wall_ms - s.phase_ms("communication")).max(0.0)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -35,8 +35,8 @@ export function setup() {
   });
   // Opens `url` and waits until the engine is chosen (the GPU device
   // created and, on auto, both engines measured).
-  ctx.open = async (url, { viewport = { width: 1400, height: 1000 }, colorScheme } = {}) => {
-    const page = await ctx.browser.newPage({ viewport, colorScheme });
+  ctx.open = async (url, { viewport = { width: 1400, height: 1000 }, colorScheme, ...context } = {}) => {
+    const page = await ctx.browser.newPage({ viewport, colorScheme, ...context });
     const errors = [];
     page.on('pageerror', (e) => errors.push(String(e)));
     await page.goto(url);

@@ -5,10 +5,24 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { setup, patience, text, number, stepCount } from './harness.mjs';
 import { serve } from './bench/browser.mjs';
 
 const ctx = setup();
+
+// The files of a tar archive (ustar: 512-byte headers, sizes in octal).
+function untar(buf) {
+  const files = [];
+  for (let at = 0; at + 512 <= buf.length && buf[at] !== 0;) {
+    const name = buf.subarray(at, at + 100).toString('latin1').replace(/\0.*$/s, '');
+    const size = parseInt(buf.subarray(at + 124, at + 136).toString('latin1').replace(/\0.*$/s, '').trim(), 8);
+    if (buf[at + 156] === 0x30) files.push({ name, bytes: buf.subarray(at + 512, at + 512 + size) });
+    at += 512 + Math.ceil(size / 512) * 512;
+  }
+  return files;
+}
 
 // The default transformer on `ranks` workers (the CPU engine), trained to
 // at least `steps` steps: the ranks readout and each step's loss from the
@@ -71,6 +85,29 @@ test('the transformer trains on two workers with the losses of one, and the anat
   console.log(await text(two.page, 'lesson-slow-rank-readout'));
   await two.page.getByTestId('train-toggle').click();
 
+  // The trace: one per rank, as torchrun's, in one folder (a tar); the
+  // page opens them as a run on two ranks, the slowest named.
+  const [tarball] = await Promise.all([two.page.waitForEvent('download'), two.page.getByTestId('download-trace').click()]);
+  assert.match(tarball.suggestedFilename(), /^stepscope-page-step\d+\.tar$/);
+  const files = untar(fs.readFileSync(await tarball.path()));
+  assert.deepEqual(files.map((f) => f.name.replace(/^[^/]+\//, '')), ['rank0.pt.trace.json', 'rank1.pt.trace.json']);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stepscope-ranks-'));
+  const paths = files.map((f, r) => {
+    const info = JSON.parse(f.bytes.toString('utf8')).distributedInfo;
+    assert.deepEqual([info.rank, info.world_size], [r, 2]);
+    const p = path.join(dir, `rank${r}.pt.trace.json`);
+    fs.writeFileSync(p, f.bytes);
+    return p;
+  });
+  await two.page.getByTestId('open-run').setInputFiles(paths);
+  await two.page.waitForFunction(() => document.querySelectorAll('[data-testid=opened-run-ranks] tr[data-rank]').length === 2
+    || document.querySelector('[data-testid=alert]'), null, { timeout: patience(60_000) });
+  assert.equal(await two.page.locator('[data-testid=alert]').count(), 0);
+  const opened = await two.page.locator('[data-testid=opened-run-ranks] tr[data-rank]').evaluateAll((rows) =>
+    rows.map((r) => [r.dataset.rank, Number(r.dataset.stepMs), Number(r.dataset.computeMs), r.classList.contains('straggler')]));
+  t.diagnostic(`opened ranks: ${JSON.stringify(opened)}`);
+  assert.ok(opened.every(([, step, compute]) => step > 0 && compute > 0 && compute <= step * 1.000001), JSON.stringify(opened));
+
   const one = await train(`${ctx.root}?engine=cpu&ranks=1`, 12);
   assert.equal(await one.page.getByTestId('ranks').getAttribute('data-value'), '1');
   const common = [...one.losses.keys()].filter((s) => two.losses.has(s));
@@ -82,27 +119,46 @@ test('the transformer trains on two workers with the losses of one, and the anat
   await two.page.close();
 });
 
-test('a host without isolation headers: the page trains on one worker and says why', async () => {
+// A plain static host (no COOP/COEP headers): the page isolates itself
+// with its service worker (app/isolate-sw.js, one reload) and trains on
+// two workers; where service workers are blocked, it trains on one and
+// says why.
+test('a host without isolation headers: the page isolates itself, or trains on one worker and says why', async (t) => {
   const plain = await serve(() => null, { isolated: false });
-  try {
-    const { page, errors } = await ctx.open(`${plain.root}?engine=cpu&ranks=2`);
+  const open = async (options) => {
+    const { page, errors } = await ctx.open(`${plain.root}?engine=cpu&ranks=2`, options);
+    if (options.serviceWorkers !== 'block') {
+      // The service worker's one reload, then the page settled again.
+      await page.waitForFunction(() => window.crossOriginIsolated, null, { timeout: patience(60_000) });
+      await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true',
+        null, { timeout: patience(90_000) });
+    }
     await page.getByTestId('model-kind').selectOption('gpt');
     await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
-    const e = await page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
-    e.shards = 8;
-    await page.goto(`${plain.root}?engine=cpu&ranks=2#e=${encodeURIComponent(JSON.stringify(e))}`);
-    await page.reload();
     await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true',
       null, { timeout: patience(90_000) });
     await page.getByTestId('train-toggle').click();
-    await page.waitForFunction(() => /not cross-origin isolated/.test(document.querySelector('[data-testid=ranks-reason]')?.textContent ?? ''),
+    await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 3,
+      null, { timeout: patience(120_000) });
+    return { page, errors };
+  };
+  try {
+    const isolated = await open({});
+    assert.equal(await isolated.page.evaluate(() => [window.crossOriginIsolated, !!navigator.serviceWorker.controller].join()), 'true,true');
+    await isolated.page.waitForFunction(() => document.querySelector('[data-testid=ranks]')?.dataset.value === '2',
       null, { timeout: patience(60_000) });
-    assert.equal(await page.getByTestId('ranks').getAttribute('data-value'), '1');
-    await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 2,
+    assert.equal(await isolated.page.getByTestId('ranks-reason').count(), 0);
+    t.diagnostic(`plain host, service worker: ${await text(isolated.page, 'ranks')}`);
+    assert.deepEqual(isolated.errors, []);
+    await isolated.page.close();
+
+    const blocked = await open({ serviceWorkers: 'block' });
+    await blocked.page.waitForFunction(() => /not cross-origin isolated/.test(document.querySelector('[data-testid=ranks-reason]')?.textContent ?? ''),
       null, { timeout: patience(60_000) });
-    assert.ok(await stepCount(page) >= 2, 'it trains on one');
-    assert.deepEqual(errors, []);
-    await page.close();
+    assert.equal(await blocked.page.getByTestId('ranks').getAttribute('data-value'), '1');
+    assert.ok(await stepCount(blocked.page) >= 3, 'it trains on one');
+    assert.deepEqual(blocked.errors, []);
+    await blocked.page.close();
   } finally {
     plain.server.close();
   }

@@ -55,11 +55,11 @@ pub fn default_experiment() -> Experiment {
 /// of its sample's words are real ones at 20–30 s, half from 90 s; its
 /// validation loss is 1.998 at 130 s and 1.87 at 180 s). The learning rate warms up
 /// and then stays, so the run keeps learning for as long as it is left.
-/// One shard: its lessons (step by phase, the high rate's attention)
-/// were built on the micro-batch whole; a link with "shards" (e.g. 8, two
-/// windows each) trains on several ranks (`host::ranks`) with the same
-/// losses on any number (natively, 4 × 96 at B 16: 14,400 tokens/s whole on
-/// one thread, 15,900 in 8 shards on one, 28,400 on two).
+/// Its batch is 8 shards of 2 windows, so that up to 8 ranks (workers,
+/// `host::ranks`) share each step with the same losses on any number
+/// (natively, 4 × 96 at B 16: 14,400 tokens/s whole on one thread, 15,900
+/// in 8 shards on one, 28,400 on two; a shard's smaller buffers stay in
+/// cache).
 pub fn default_gpt_experiment() -> Experiment {
     Experiment::from_json(
         r#"{"seed": 1337,
@@ -67,7 +67,7 @@ pub fn default_gpt_experiment() -> Experiment {
             "loss": "cross_entropy",
             "optimizer": {"kind": "adamw", "lr": 0.006, "betas": [0.9, 0.99], "eps": 1e-8, "weight_decay": 0.1},
             "schedule": {"kind": "warmup_cosine", "warmup_steps": 20, "total_steps": 100000, "min_lr": 0.0006},
-            "batch_size": 16,
+            "batch_size": 16, "shards": 8,
             "clip_grad_norm": 1.0,
             "data": {"source": "shakespeare", "train_fraction": 0.9}}"#,
     )

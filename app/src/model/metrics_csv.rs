@@ -26,7 +26,7 @@ pub const MAX_ROWS: usize = 10_000;
 const MAX_PASSES_PER_STEP: usize = 16;
 
 /// The columns, in order.
-pub const COLUMNS: [&str; 18] = [
+pub const COLUMNS: [&str; 19] = [
     "step",
     "batch_loss",
     "train_loss",
@@ -40,6 +40,7 @@ pub const COLUMNS: [&str; 18] = [
     "forward_ms",
     "backward_ms",
     "optimizer_ms",
+    "communication_ms",
     "checkpoint_ms",
     "logging_ms",
     "gpu_ms",
@@ -282,9 +283,11 @@ impl MetricsLog {
     /// kernels on the GPU's track, as far apart as the GPU's clock put
     /// them, the last ending with its step (a step's place is the page's
     /// reckoning back from the download, not a clock), never overlapping
-    /// the passes before them.
-    pub fn to_trace(&self, end_s: f64, device: Option<String>) -> String {
-        use stepscope_core::export::trace::{tile, trace_json, Span, TraceInfo, TraceStep, DATA_EVENT};
+    /// the passes before them. A step on several ranks has its all-reduce
+    /// (`communication`) after its backward, and each rank a trace of its
+    /// own (`export::trace::rank_traces`): (rank, JSON), rank 0 first.
+    pub fn to_traces(&self, end_s: f64, device: Option<String>) -> Vec<(u32, String)> {
+        use stepscope_core::export::trace::{rank_traces, tile, Span, TraceInfo, TraceStep, DATA_EVENT};
         let (ends_s, origin_s) = self.row_ends(end_s);
         let ends: Vec<f64> = ends_s.iter().map(|e| e * 1e6).collect();
         let origin = origin_s * 1e6;
@@ -294,6 +297,7 @@ impl MetricsLog {
         // ended, so steps never overlap on the track.
         let mut prev_end = f64::NEG_INFINITY;
         let mut gpu_free = f64::NEG_INFINITY;
+        let mut ranks = Vec::new();
         for (row, &end) in self.rows.iter().zip(&ends) {
             let (Some(m), Some(frame)) = (&row.metrics, row.frame) else { continue };
             let p = &m.phases;
@@ -301,6 +305,7 @@ impl MetricsLog {
                 (DATA_EVENT, p.data_ms),
                 ("forward", p.forward_ms),
                 ("backward", p.backward_ms),
+                ("communication", p.communication_ms),
                 ("optimizer", p.optimizer_ms),
                 ("checkpoint", frame.checkpoint_ms),
                 ("logging", frame.logging_ms),
@@ -324,6 +329,7 @@ impl MetricsLog {
                 })
                 .collect();
             gpu_free = gpu.iter().map(|g| g.end_us).fold(gpu_free, f64::max);
+            ranks.push(m.ranks.clone());
             steps.push(TraceStep {
                 step: m.step,
                 start_us: start,
@@ -336,7 +342,7 @@ impl MetricsLog {
                 lr: m.lr,
             });
         }
-        trace_json(&TraceInfo { pid: 1, rank: 0, world_size: 1, device }, &steps)
+        rank_traces(&TraceInfo { pid: 1, rank: 0, world_size: 1, device }, &steps, &ranks)
     }
 
     /// The CSV: `#` comment lines saying what a row is (after `about`, the
@@ -406,6 +412,7 @@ fn line(row: &Row) -> String {
         phase(|m| m.phases.forward_ms),
         phase(|m| m.phases.backward_ms),
         phase(|m| m.phases.optimizer_ms),
+        phase(|m| m.phases.communication_ms),
         num(row.frame.map(|f| f.checkpoint_ms)),
         num(row.frame.map(|f| f.logging_ms)),
         num(gpu_ms),

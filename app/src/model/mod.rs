@@ -20,6 +20,7 @@ pub mod runs;
 pub mod runs_store;
 pub mod spikes;
 pub mod store;
+pub mod tar;
 pub mod timeline;
 pub mod url;
 pub mod views;

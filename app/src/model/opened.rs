@@ -75,6 +75,8 @@ pub struct RankLine {
     pub rank: u32,
     pub steps: usize,
     pub step_ms: f64,
+    /// Its median data, forward and backward (`runs::RankRow`).
+    pub compute_ms: f64,
     pub ratio: f64,
     pub straggler: bool,
     pub communication_share: f64,
@@ -146,6 +148,7 @@ impl OpenedView {
                     rank: r.rank,
                     steps: rank.steps.len(),
                     step_ms: r.step_ms,
+                    compute_ms: r.compute_ms,
                     ratio: r.ratio,
                     straggler: r.straggler,
                     communication_share: r.communication_share,

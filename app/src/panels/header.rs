@@ -141,8 +141,12 @@ fn why(b: &BackendInfo) -> Option<String> {
         Some(n) => format!("fused step, a workgroup of {n}"),
         None => "phased kernels".into(),
     };
+    let workers = match race.cpu_ranks {
+        1 => String::new(),
+        n => format!(" on {n} workers"),
+    };
     let figures = format!(
-        "CPU (WebAssembly) {} steps/s; WebGPU ({}, {path}) {} steps/s for this network",
+        "CPU (WebAssembly{workers}) {} steps/s; WebGPU ({}, {path}) {} steps/s for this network",
         thousands(race.cpu_steps_per_s),
         friendly_adapter(&b.adapter),
         thousands(race.gpu_steps_per_s)

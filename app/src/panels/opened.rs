@@ -162,10 +162,12 @@ fn OpenedRun(view: OpenedView) -> impl IntoView {
         .iter()
         .map(|r| {
             view! {
-                <tr data-rank=r.rank.to_string() data-step-ms=r.step_ms.to_string() class:straggler=r.straggler>
+                <tr data-rank=r.rank.to_string() data-step-ms=r.step_ms.to_string() data-compute-ms=r.compute_ms.to_string()
+                    class:straggler=r.straggler>
                     <td>{format!("rank {}", r.rank)}</td>
                     <td class="num">{count(r.steps as u64)}</td>
                     <td class="num">{format!("{:.3} ms", r.step_ms)}</td>
+                    <td class="num">{format!("{:.3} ms", r.compute_ms)}</td>
                     <td class="num">{format!("{:.2}×", r.ratio)}</td>
                     <td class="num">{percent(r.communication_share)}</td>
                     <td>{if r.straggler { "straggler" } else { "" }}</td>
@@ -203,7 +205,7 @@ fn OpenedRun(view: OpenedView) -> impl IntoView {
             </p>
             {gpu}
             <table class="memory opened-ranks" data-testid="opened-run-ranks">
-                <thead><tr><th>"rank"</th><th>"steps"</th><th>"median step"</th><th>"against the median"</th><th>"communication"</th><th></th></tr></thead>
+                <thead><tr><th>"rank"</th><th>"steps"</th><th>"median step"</th><th title="data, forward and backward: what a rank does before the others can reduce with it">"before the all-reduce"</th><th>"against the median"</th><th>"communication"</th><th></th></tr></thead>
                 <tbody>{ranks}</tbody>
             </table>
         </div>

@@ -90,14 +90,39 @@ pub fn Share() -> impl IntoView {
         let end_s = js_sys::Date::now() / 1e3;
         let backend = state.run.backend.get_untracked();
         let device = (backend.gpu && !backend.adapter.is_empty()).then_some(backend.adapter);
-        let (trace, rows) = state.charts.metrics_log.with_value(|log| (log.to_trace(end_s, device), log.rows().len()));
+        let (traces, rows) =
+            state.charts.metrics_log.with_value(|log| (log.to_traces(end_s, device), log.rows().len()));
         if rows == 0 {
             status.set("No steps recorded yet: train first.".into());
             return;
         }
-        let name = format!("stepscope-page-step{}.pt.trace.json", state.run.step.get_untracked());
-        match download(trace.as_bytes(), &name) {
-            Ok(()) => status.set(format!("Downloaded a trace of {rows} steps (open it in ui.perfetto.dev)")),
+        let step = state.run.step.get_untracked();
+        // One trace per rank, as torchrun's: several in one folder, as a
+        // tar archive.
+        let (bytes, name, said) = match &traces[..] {
+            [(_, one)] => (
+                one.clone().into_bytes(),
+                format!("stepscope-page-step{step}.pt.trace.json"),
+                format!("Downloaded a trace of {rows} steps (open it in ui.perfetto.dev)"),
+            ),
+            _ => {
+                let folder = format!("stepscope-page-step{step}");
+                let files: Vec<(String, Vec<u8>)> = traces
+                    .iter()
+                    .map(|(r, json)| (format!("rank{r}.pt.trace.json"), json.clone().into_bytes()))
+                    .collect();
+                (
+                    crate::model::tar::tar(&folder, &files, end_s as u64),
+                    format!("{folder}.tar"),
+                    format!(
+                        "Downloaded {} ranks' traces of {rows} steps, one per rank as torchrun's (tar xf it; open the folder's files together, or give it to HTA)",
+                        traces.len()
+                    ),
+                )
+            }
+        };
+        match download(&bytes, &name) {
+            Ok(()) => status.set(said),
             Err(message) => state.run.alert.set(Some(message)),
         }
     };

@@ -118,7 +118,7 @@ impl AppState {
                 false
             }
             Pin::Gpu => true,
-            Pin::Auto => match host.race().await {
+            Pin::Auto => match host.race(self.run.ranks_asked.get_untracked()).await {
                 Ok(race) => {
                     let gpu = race.gpu_wins();
                     info.race = Some(race);

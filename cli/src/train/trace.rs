@@ -1,14 +1,17 @@
 //! `stepscope train --trace FILE`: each step's phases on the host clock,
 //! and on the GPU engine its timed passes, recorded as the run goes and
 //! written as a Kineto-shaped trace (`stepscope_core::export::trace`) when
-//! it ends: `.json`, or gzip-compressed for `.json.gz`.
+//! it ends: `.json`, or gzip-compressed for `.json.gz`. A run on several
+//! ranks writes one trace per rank, as torchrun's ranks do: rank 0's at the
+//! path given, rank r's beside it with `.rank{r}` before the extension
+//! (`rank_path`), so `stepscope open` and HTA read them as a torchrun run's.
 
 use std::io::Write;
 
 use web_time::Instant;
 
-use stepscope_core::engine::PhaseTimes;
-use stepscope_core::export::trace::{tile, trace_json, Part, Span, TraceInfo, TraceStep, DATA_EVENT};
+use stepscope_core::engine::{PhaseTimes, RankTimes};
+use stepscope_core::export::trace::{rank_traces, tile, Part, Span, TraceInfo, TraceStep, DATA_EVENT};
 use stepscope_core::gpu::{GpuPass, PassKind};
 use stepscope_core::StepMetrics;
 
@@ -18,10 +21,26 @@ use crate::{files, say, Failure};
 /// about a megabyte of JSON per thousand steps.
 pub(crate) const MAX_TRACE_STEPS: usize = 10_000;
 
+/// Where rank `rank`'s trace goes, for a run traced to `path`: the path
+/// itself for rank 0, else `.rank{rank}` before its `.json` or `.json.gz`
+/// (or at its end).
+pub(crate) fn rank_path(path: &str, rank: u32) -> String {
+    if rank == 0 {
+        return path.to_string();
+    }
+    let at = [".json.gz", ".json"].iter().find_map(|ext| path.strip_suffix(ext).map(|stem| stem.len()));
+    match at {
+        Some(at) => format!("{}.rank{rank}{}", &path[..at], &path[at..]),
+        None => format!("{path}.rank{rank}"),
+    }
+}
+
 pub(crate) struct TraceRecorder {
     path: String,
     origin: Instant,
     steps: Vec<TraceStep>,
+    /// Each kept step's ranks (`StepMetrics::ranks`).
+    ranks: Vec<Vec<RankTimes>>,
     parts: Vec<Part>,
     gpu: Vec<Span>,
     submit_us: Option<f64>,
@@ -51,6 +70,7 @@ impl TraceRecorder {
             path: path.to_string(),
             origin,
             steps: Vec::new(),
+            ranks: Vec::new(),
             parts: Vec::new(),
             gpu: Vec::new(),
             submit_us: None,
@@ -125,6 +145,7 @@ impl TraceRecorder {
             let next = phases.get(i + 1).map_or(end, |p| p.start_us);
             phases[i].end_us = phases[i].end_us.max(next);
         }
+        self.ranks.push(m.ranks.clone());
         self.steps.push(TraceStep {
             step: m.step,
             start_us: start,
@@ -138,25 +159,38 @@ impl TraceRecorder {
         });
     }
 
-    /// Writes the trace (gzip for a name ending in `.gz`).
+    /// Writes the trace, one file per rank (gzip for a name ending in
+    /// `.gz`).
     pub(crate) fn finish(self, device: Option<String>) -> Result<(), Failure> {
         let info = TraceInfo { pid: std::process::id(), rank: 0, world_size: 1, device };
-        let json = trace_json(&info, &self.steps);
-        let bytes = if self.path.ends_with(".gz") {
-            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-            gz.write_all(json.as_bytes())
-                .and_then(|()| gz.finish())
-                .map_err(|e| Failure { message: format!("--trace: compressing: {e}"), status: 1 })?
-        } else {
-            json.into_bytes()
-        };
-        files::write_atomic(&self.path, &bytes)?;
+        let traces = rank_traces(&info, &self.steps, &self.ranks);
+        let mut written = Vec::new();
+        for (rank, json) in traces {
+            let bytes = if self.path.ends_with(".gz") {
+                let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                gz.write_all(json.as_bytes())
+                    .and_then(|()| gz.finish())
+                    .map_err(|e| Failure { message: format!("--trace: compressing: {e}"), status: 1 })?
+            } else {
+                json.into_bytes()
+            };
+            let path = rank_path(&self.path, rank);
+            files::write_atomic(&path, &bytes)?;
+            written.push(path);
+        }
         let more = if self.dropped > 0 {
             format!(" (the first {MAX_TRACE_STEPS}; later steps not kept)")
         } else {
             String::new()
         };
-        say!("trace of {} steps{more} written to {}", self.steps.len(), self.path);
+        match written.len() {
+            1 => say!("trace of {} steps{more} written to {}", self.steps.len(), self.path),
+            n => say!(
+                "traces of {} steps{more} on {n} ranks written to {} (one per rank, as torchrun's: `stepscope open` them together)",
+                self.steps.len(),
+                written.join(", ")
+            ),
+        }
         Ok(())
     }
 }

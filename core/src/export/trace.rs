@@ -16,12 +16,26 @@
 //!   keeps only the kernels it can link so);
 //! - counters (`ph: "C"`) for the loss, the gradient norm and the learning
 //!   rate;
-//! - `deviceProperties` and `distributedInfo` (written `"rank": 0`, with the
-//!   space HTA's rank pattern needs).
+//! - `deviceProperties` and `distributedInfo` (`"rank"` and `"world_size"`,
+//!   with the space HTA's rank pattern needs).
+//!
+//! A run on several ranks is one trace per rank, as torchrun's ranks each
+//! write their own (`rank_traces`): rank 0's is the engine's step as it
+//! lived it (it loads the rows, computes its shards, waits for the others
+//! and reduces, then steps the optimizer); rank r's has the same
+//! `ProfilerStep` spans, its own forward and backward from when rank 0's
+//! forward began, and `communication` from its end until rank 0's
+//! all-reduce ended (its wait for the slowest, then the reduce). Ranks past
+//! the first do nothing else in a step (they are sent the parameters at
+//! the next), so the rest of their step is empty track. HTA and `stepscope
+//! open` read the files as a torchrun run's: the straggler is the rank the
+//! others waited for.
 //!
 //! Times are microseconds from the trace's start on the host clock.
 
 use std::fmt::Write;
+
+use crate::engine::RankTimes;
 
 /// One span of a track: [start, end) in µs.
 #[derive(Clone, Debug, PartialEq)]
@@ -155,6 +169,50 @@ fn complete(cat: &str, name: &str, pid: u32, tid: u32, start: f64, end: f64, arg
 
 fn quoted(s: &str) -> String {
     serde_json::to_string(s).expect("a string serialises")
+}
+
+/// Each rank's trace of `steps` (rank 0's, as the engine lived them),
+/// `ranks[i]` the ranks' parts of `steps[i]` (`StepMetrics::ranks`, empty
+/// for a step on one rank): (rank, its trace JSON), one per rank that any
+/// step had, rank 0 first. `info.rank` and `info.world_size` are set per
+/// trace; rank r's process id is `info.pid + r`.
+pub fn rank_traces(info: &TraceInfo, steps: &[TraceStep], ranks: &[Vec<RankTimes>]) -> Vec<(u32, String)> {
+    let world = ranks.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    (0..world)
+        .map(|r| {
+            let info = TraceInfo {
+                pid: info.pid + r as u32,
+                rank: r as u32,
+                world_size: world as u32,
+                device: if r == 0 { info.device.clone() } else { None },
+            };
+            let own: Vec<TraceStep> = if r == 0 {
+                steps.to_vec()
+            } else {
+                steps.iter().zip(ranks).filter_map(|(s, parts)| rank_step(s, parts.get(r)?)).collect()
+            };
+            (r as u32, trace_json(&info, &own))
+        })
+        .collect()
+}
+
+/// Rank r's part of rank 0's step `s`: the same step span, its forward and
+/// backward from where rank 0's forward began, then communication until
+/// rank 0's ended (never past the step's end).
+fn rank_step(s: &TraceStep, part: &RankTimes) -> Option<TraceStep> {
+    let start = s.phases.iter().find(|p| p.name == "forward").map_or(s.start_us, |p| p.start_us);
+    let reduced = s.phases.iter().rev().find(|p| p.name == "communication").map(|p| p.end_us)?;
+    let forward_end = (start + part.forward_ms * 1e3).min(s.end_us);
+    let backward_end = (forward_end + part.backward_ms * 1e3).min(s.end_us);
+    let mut phases = vec![
+        Span { name: "forward".into(), start_us: start, end_us: forward_end },
+        Span { name: "backward".into(), start_us: forward_end, end_us: backward_end },
+    ];
+    if reduced > backward_end {
+        phases.push(Span { name: "communication".into(), start_us: backward_end, end_us: reduced.min(s.end_us) });
+    }
+    phases.retain(|p| p.end_us > p.start_us);
+    Some(TraceStep { phases, gpu: Vec::new(), submit_us: None, ..s.clone() })
 }
 
 /// A part of a step: its span (µs) and the phases measured inside it,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::export::trace::{tile, trace_json, Span, TraceInfo, TraceStep, DATA_EVENT};
+use crate::export::trace::{rank_traces, tile, trace_json, Span, TraceInfo, TraceStep, DATA_EVENT};
 
 fn gz(bytes: &[u8]) -> Vec<u8> {
     use std::io::Write;
@@ -67,6 +67,65 @@ fn a_stepscope_trace_reads_back() {
     // last before the last step (which HTA leaves out too).
     let gpu = run.ranks[0].gpu.unwrap();
     assert!((gpu.busy_ms - 0.8).abs() < 1e-9 && (gpu.span_ms - 1.4).abs() < 1e-9, "{gpu:?}");
+}
+
+/// A run on three ranks written as torchrun's are, one trace per rank
+/// (`rank_traces`), opens as three ranks: every rank's step as long as
+/// rank 0's, the slow rank named by its work before the all-reduce, and
+/// the others' wait in communication.
+#[test]
+fn a_run_on_ranks_opens_with_its_straggler() {
+    use crate::engine::RankTimes;
+    let steps: Vec<TraceStep> = (0..4)
+        .map(|k| {
+            let t0 = 10_000.0 * k as f64;
+            let parts = vec![
+                (DATA_EVENT, 0.1),
+                ("forward", 2.0),
+                ("backward", 4.0),
+                ("communication", 3.0),
+                ("optimizer", 0.9),
+            ];
+            TraceStep {
+                step: k,
+                start_us: t0,
+                end_us: t0 + 10_000.0,
+                phases: tile(&[(t0, t0 + 10_000.0, parts)]),
+                gpu: Vec::new(),
+                submit_us: None,
+                loss: 1.0,
+                grad_norm: 1.0,
+                lr: 0.1,
+            }
+        })
+        .collect();
+    let part = |f: f64, b: f64, w: f64| RankTimes { shards: 1, forward_ms: f, backward_ms: b, wait_ms: w };
+    let ranks: Vec<Vec<RankTimes>> =
+        (0..4).map(|_| vec![part(2.0, 4.0, 2.9), part(2.1, 3.9, 2.9), part(3.0, 5.9, 0.0)]).collect();
+    let traces = rank_traces(&TraceInfo { pid: 10, rank: 0, world_size: 1, device: None }, &steps, &ranks);
+    assert_eq!(traces.iter().map(|t| t.0).collect::<Vec<_>>(), [0, 1, 2]);
+    for (r, text) in &traces {
+        assert!(text.contains(&format!(r#""rank": {r}, "world_size": 3"#)), "HTA's pattern");
+    }
+    let files: Vec<(String, Vec<u8>)> =
+        traces.iter().map(|(r, t)| (format!("t.rank{r}.json"), t.clone().into_bytes())).collect();
+    let files: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (n.as_str(), &b[..])).collect();
+    let run = open_run(&files).unwrap();
+    assert_eq!(run.ranks.len(), 3);
+    let rows = run.rank_rows();
+    for row in &rows {
+        assert!((row.step_ms - 10.0).abs() < 1e-9, "synchronised steps: {row:?}");
+    }
+    let slow: Vec<u32> = rows.iter().filter(|r| r.straggler).map(|r| r.rank).collect();
+    assert_eq!(slow, [2], "{rows:?}");
+    // Rank 1 computed 6 ms from rank 0's forward (at 0.1 ms) and waited
+    // until rank 0's all-reduce ended (at 9.1 ms).
+    let one = &run.ranks[1].steps[0];
+    assert!(
+        (one.phase_ms("forward") - 2.1).abs() < 1e-9 && (one.phase_ms("communication") - 3.0).abs() < 1e-9,
+        "{one:?}"
+    );
+    assert!(rows[2].communication_share < 0.05 && rows[1].communication_share > 0.25, "{rows:?}");
 }
 
 /// A real torch.profiler trace of the exported script on an H200

@@ -192,6 +192,15 @@ impl Trainer {
         }
     }
 
+    /// Takes the remote ranks back (to lend them to another trainer of the
+    /// same shard work, as the engine race's probe is).
+    pub fn take_remote_ranks(&mut self) -> Option<Box<dyn crate::engine::RemoteRanks>> {
+        match &mut self.inner {
+            Inner::Cpu(e) => e.take_remote_ranks(),
+            Inner::Gpu(_) => None,
+        }
+    }
+
     /// The straggler lesson on the last remote rank (`CpuEngine::set_straggler`).
     pub fn set_straggler(&mut self, extra: u32) -> bool {
         match &mut self.inner {

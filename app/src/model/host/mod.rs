@@ -212,8 +212,8 @@ impl Host {
         }
     }
 
-    pub async fn race(&mut self) -> Result<Race, Error> {
-        match self.call(Request::Race).await.0 {
+    pub async fn race(&mut self, ranks: usize) -> Result<Race, Error> {
+        match self.call(Request::Race(ranks)).await.0 {
             Answer::Race(result) => result,
             other => Err(unexpected(other)),
         }

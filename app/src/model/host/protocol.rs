@@ -34,7 +34,9 @@ pub enum Request {
     /// on meanwhile); `Status::gpu` says when it is there.
     StartGpu,
     Calibrate,
-    Race,
+    /// The engine race, the CPU engine on the ranks asked for (as many as
+    /// the run's shards allow and the page can start).
+    Race(usize),
     SwitchEngine(bool),
     /// One frame of the loop (`Runner::frame`): commands, training,
     /// checkpoints and views as due.

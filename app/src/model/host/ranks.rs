@@ -135,7 +135,7 @@ pub fn ranks_possible() -> Result<(), String> {
     }
     let isolated = Reflect::get(&global, &"crossOriginIsolated".into()).ok().and_then(|v| v.as_bool());
     if isolated != Some(true) {
-        return Err("the page is not cross-origin isolated (its host sends no COOP/COEP headers), so its workers cannot share memory".into());
+        return Err("the page is not cross-origin isolated (its host sends no COOP/COEP headers, and this browser ran no service worker to add them), so its workers cannot share memory".into());
     }
     Ok(())
 }

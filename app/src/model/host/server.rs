@@ -61,6 +61,10 @@ impl Server {
                 self.ranks.straggler = plan.straggler > 0 && runner.set_straggler(plan.straggler);
             }
         }
+        // The race measures the CPU engine on the ranks the run will use.
+        if let Request::Race(ranks) = &request {
+            self.sync_ranks(*ranks).await;
+        }
         if let Request::Start(start) = request {
             return Answer::Done(self.start(*start));
         }
@@ -74,7 +78,7 @@ impl Server {
         match request {
             Request::Start(_) | Request::StartGpu => unreachable!("answered above"),
             Request::Calibrate => Answer::Done(runner.calibrate().await),
-            Request::Race => Answer::Race(runner.race().await),
+            Request::Race(_) => Answer::Race(runner.race().await),
             Request::SwitchEngine(to_gpu) => Answer::Switched(runner.switch_engine(to_gpu).await),
             Request::Frame(plan) => Answer::Frame(Box::new(runner.frame(*plan).await)),
             Request::RecoverDevice => Answer::Recovered(runner.recover_device().await),

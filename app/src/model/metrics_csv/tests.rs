@@ -55,8 +55,11 @@ fn header_rows_and_full_precision() {
     assert_eq!(first[6].parse::<f32>().unwrap(), 1.0f32 / 3.0);
     assert_eq!(first[7].parse::<f64>().unwrap(), 0.02 * (1.0 + 1e-12));
     assert_eq!(first[10].parse::<f64>().unwrap(), 1.0 / 7.0);
-    assert_eq!(first[16].parse::<f64>().unwrap(), 10.0 / 3.0);
-    assert_eq!((first[8], first[9], first[14], first[15], first[17]), ("0", "0.125", "0.75", "", "cpu"));
+    assert_eq!(first[17].parse::<f64>().unwrap(), 10.0 / 3.0);
+    assert_eq!(
+        (first[8], first[9], first[13], first[15], first[16], first[18]),
+        ("0", "0.125", "0", "0.75", "", "cpu")
+    );
     assert_eq!(cells(lines[3])[8], "1", "clipped");
     assert_eq!(cells(lines[2])[2], "", "no evaluation after step 1");
     let last = cells(lines[4]);
@@ -70,8 +73,8 @@ fn unsplit_gpu_phases_stay_empty() {
     log.record_steps(&[step(0, Timing::GpuFused), step(1, Timing::GpuCoarse)], None);
     let csv = log.to_csv("x");
     let lines: Vec<Vec<&str>> = csv.lines().filter(|l| !l.starts_with('#')).skip(1).map(cells).collect();
-    assert_eq!(&lines[0][9..18], ["0.125", "", "", "", "", "", "2.5", "", "gpu_fused"]);
-    assert_eq!(lines[1][15].parse::<f64>().unwrap(), 1.0 / 7.0, "coarse: the submit's wall time per step");
+    assert_eq!(&lines[0][9..19], ["0.125", "", "", "", "", "", "", "2.5", "", "gpu_fused"]);
+    assert_eq!(lines[1][16].parse::<f64>().unwrap(), 1.0 / 7.0, "coarse: the submit's wall time per step");
     assert_eq!(lines[1][10], "");
 }
 
@@ -159,7 +162,7 @@ fn the_log_as_a_trace() {
     let share = FrameShare { wall_ms: 4.0, checkpoint_ms: 0.5, logging_ms: 0.25 };
     log.record_evaluation(0, None, Some(Evaluation { loss: 0.7, accuracy: Some(0.5) }));
     log.record_steps(&[step(0, Timing::Cpu), step(1, Timing::Cpu)], Some(share));
-    let json: serde_json::Value = serde_json::from_str(&log.to_trace(100.0, None)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&log.to_traces(100.0, None)[0].1).unwrap();
     let events = json["traceEvents"].as_array().unwrap();
     let spans: Vec<(&str, f64, f64)> = events
         .iter()
@@ -194,7 +197,7 @@ fn the_log_as_a_trace() {
     let mut log = MetricsLog::default();
     log.record_steps(&[step(0, Timing::Cpu)], Some(FrameShare { wall_ms: 1.0, checkpoint_ms: 5.0, logging_ms: 0.0 }));
     log.record_steps(&[step(1, Timing::Cpu)], Some(share));
-    let json: serde_json::Value = serde_json::from_str(&log.to_trace(100.0, None)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&log.to_traces(100.0, None)[0].1).unwrap();
     let steps: Vec<(f64, f64)> = json["traceEvents"]
         .as_array()
         .unwrap()
@@ -224,7 +227,7 @@ fn gpu_passes_are_kernels_on_the_gpu_track() {
         pass(1, PassKind::Forward, 20.0, 26.0),
         pass(7, PassKind::Forward, 0.0, 1.0),
     ]);
-    let json: serde_json::Value = serde_json::from_str(&log.to_trace(100.0, None)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&log.to_traces(100.0, None)[0].1).unwrap();
     let events = json["traceEvents"].as_array().unwrap();
     let kernels: Vec<(&str, f64, f64)> = events
         .iter()

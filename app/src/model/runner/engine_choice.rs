@@ -49,11 +49,18 @@ impl Pin {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Race {
     pub cpu_steps_per_s: f64,
+    /// Ranks the CPU engine's probe stepped on (the run's rank workers).
+    #[serde(default = "one")]
+    pub cpu_ranks: usize,
     pub gpu_steps_per_s: f64,
     /// Invocations in the fused step's workgroup (64 or 4, the width the
     /// calibration measured faster) when the GPU runs the fused step;
     /// None on the phased kernels.
     pub fused_invocations: Option<usize>,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Race {
@@ -114,7 +121,12 @@ impl Runner {
             return Ok(race.clone());
         }
         let data = self.data().clone();
-        let cpu_steps_per_s = cpu_speed(&e, data.clone()).await?;
+        // The CPU probe borrows the run's rank workers (they keep no state
+        // of a run: each step sends them its parameters).
+        let remote = self.trainer.take_remote_ranks();
+        let (cpu, remote) = cpu_speed(&e, data.clone(), remote).await;
+        self.trainer.set_remote_ranks(remote);
+        let (cpu_steps_per_s, cpu_ranks) = cpu?;
         if e.gpt().is_some() {
             // A transformer's calibration (every linear layer's matmul
             // variants, both attention variants, 19 timed steps) takes over
@@ -127,7 +139,7 @@ impl Runner {
             quick.run(2, 2).await?;
             let gpu_steps_per_s = 2.0 / started.elapsed().as_secs_f64().max(1e-9);
             if gpu_steps_per_s * CLEARLY_SLOWER < cpu_steps_per_s {
-                let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused_invocations: None };
+                let race = Race { cpu_steps_per_s, cpu_ranks, gpu_steps_per_s, fused_invocations: None };
                 self.races.push((key, race.clone()));
                 return Ok(race);
             }
@@ -142,7 +154,7 @@ impl Runner {
         let gpu_steps_per_s = best.steps_per_second(best.steps_for(GPU_SUBMIT_MS, calibration.max_steps));
         let fused = self.fused_allowed && calibration.fused_wins();
         let fused_invocations = calibration.fused_width().filter(|_| fused).map(|w| w.invocations());
-        let race = Race { cpu_steps_per_s, gpu_steps_per_s, fused_invocations };
+        let race = Race { cpu_steps_per_s, cpu_ranks, gpu_steps_per_s, fused_invocations };
         self.races.push((key, race.clone()));
         Ok(race)
     }
@@ -194,23 +206,44 @@ impl Runner {
     }
 }
 
-/// Steps per second of the CPU engine on a probe of `e`, stepping in
-/// slices with a yield to the event loop between them, so that the page
-/// keeps drawing (and a worker keeps taking messages).
-async fn cpu_speed(e: &Experiment, data: Dataset) -> Result<f64, Error> {
-    let mut probe = Trainer::fresh(e, data, None)?;
-    let (mut steps, mut stepping_ms) = (0usize, 0.0);
-    while stepping_ms < CPU_BUDGET_MS {
+/// Remote ranks, lent to a probe and given back.
+type Lent = Option<Box<dyn stepscope_core::engine::RemoteRanks>>;
+
+/// Steps per second of the CPU engine on a probe of `e`, on the rank
+/// workers `remote` where there are some, and the ranks it used; stepping
+/// in slices with a yield to the event loop between them, so that the
+/// page keeps drawing (and a worker keeps taking messages). The rank
+/// workers come back whatever happened.
+async fn cpu_speed(e: &Experiment, data: Dataset, remote: Lent) -> (Result<(f64, usize), Error>, Lent) {
+    let mut probe = match Trainer::fresh(e, data, None) {
+        Ok(probe) => probe,
+        Err(err) => return (Err(err), remote),
+    };
+    probe.set_remote_ranks(remote);
+    let (mut steps, mut stepping_ms, mut ranks) = (0usize, 0.0, 1);
+    let mut failed = None;
+    'measure: while stepping_ms < CPU_BUDGET_MS {
         let slice = Instant::now();
         while slice.elapsed().as_secs_f64() * 1e3 < CPU_SLICE_MS {
-            probe.submit(1)?;
+            if let Err(err) = probe.submit(1) {
+                failed = Some(err);
+                break 'measure;
+            }
             match probe.collect().await {
                 Ok(_) | Err(Error::NonFinite(_)) => steps += 1,
-                Err(err) => return Err(err),
+                Err(err) => {
+                    failed = Some(err);
+                    break 'measure;
+                }
             }
+            ranks = ranks.max(probe.ranks_used());
         }
         stepping_ms += slice.elapsed().as_secs_f64() * 1e3;
         yield_now().await;
     }
-    Ok(steps as f64 * 1e3 / stepping_ms)
+    let remote = probe.take_remote_ranks();
+    match failed {
+        Some(err) => (Err(err), remote),
+        None => (Ok((steps as f64 * 1e3 / stepping_ms, ranks)), remote),
+    }
 }
