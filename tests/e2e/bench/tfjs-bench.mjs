@@ -8,11 +8,14 @@ import * as tf from '@tensorflow/tfjs-core';
 // The gradients of every op (tfjs-core alone registers none).
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import '@tensorflow/tfjs-backend-webgpu';
-import { setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
+import { getThreadsCount, setThreadsCount, setWasmPaths } from '@tensorflow/tfjs-backend-wasm';
 
 setWasmPaths('/tfjs-wasm/');
 
-window.tfBench = async ({ backend, workload, seconds }) => {
+// `threads`: the wasm backend's thread pool (set before it first starts;
+// its threaded build loads only where the page is cross-origin isolated).
+window.tfBench = async ({ backend, workload, seconds, threads }) => {
+  if (backend === 'wasm' && threads) setThreadsCount(threads);
   if (!(await tf.setBackend(backend))) throw new Error(`no TF.js backend ${backend}`);
   await tf.ready();
   const { widths, batch, activation, loss, rows, inputs, targets } = workload;
@@ -58,5 +61,8 @@ window.tfBench = async ({ backend, workload, seconds }) => {
   const elapsed = (performance.now() - started) / 1000;
   tf.disposeVariables();
   batches.flat().forEach((t) => t.dispose());
-  return { steps_per_second: steps / elapsed, steps };
+  // The threads XNNPACK's pool has (1 on the single-threaded build).
+  const threadsUsed = backend === 'wasm' ? getThreadsCount() : undefined;
+  const multithread = backend === 'wasm' ? await tf.env().getAsync('WASM_HAS_MULTITHREAD_SUPPORT') : undefined;
+  return { steps_per_second: steps / elapsed, steps, threads: threadsUsed, multithread };
 };
