@@ -54,7 +54,7 @@ pub struct SharedLayout {
 
 /// f64 words: each rank worker's finish time, then the start time.
 const TIMES: usize = MAX_RANK_WORKERS + 1;
-const RESULT_FLOATS: usize = 5;
+const RESULT_FLOATS: usize = ShardResult::FLOATS;
 
 impl SharedLayout {
     fn times_byte(&self) -> usize {
@@ -272,13 +272,7 @@ impl RemoteRanks for PageRanks {
                 let mut raw = vec![0.0f32; (end - first) * RESULT_FLOATS];
                 v.part(l.results_at() + first * RESULT_FLOATS, raw.len()).copy_to(&mut raw);
                 for (r, out) in raw.chunks_exact(RESULT_FLOATS).zip(&mut results[first - base..end - base]) {
-                    *out = ShardResult {
-                        ok: r[0] == 1.0,
-                        loss: r[1],
-                        z: r[2],
-                        forward_ms: f64::from(r[3]),
-                        backward_ms: f64::from(r[4]),
-                    };
+                    *out = ShardResult::from_floats(r);
                 }
                 Ok(v.times.get_index(s as u32) - self.started_at)
             })
@@ -386,10 +380,7 @@ pub fn serve_rank(part: &JsValue, reply: impl Fn(&JsValue)) {
             }
         }
         v.part(layout.grads_at() + first * p, mine.len()).copy_from(mine);
-        let raw: Vec<f32> = results
-            .iter()
-            .flat_map(|r| [f32::from(u8::from(r.ok)), r.loss, r.z, r.forward_ms as f32, r.backward_ms as f32])
-            .collect();
+        let raw: Vec<f32> = results.iter().flat_map(ShardResult::to_floats).collect();
         v.part(layout.results_at() + first * RESULT_FLOATS, raw.len()).copy_from(&raw);
         v.times.set_index(slot_index as u32, now_ms());
         v.store(at + 2, generation);
