@@ -10,7 +10,8 @@
 #                                   the whole `stepscope bench` ($OUT/h200.md);
 #                                   after the GPU section, the CPU's ranks:
 #                                   the 0.8 M transformer in 12 shards on
-#                                   1, 2, 4, 6, 12 threads ($OUT/ranks.txt)
+#                                   1, 2, 4, 6, 12 threads ($OUT/ranks.txt), and
+#                                   `stepscope bench --only ranks` ($OUT/ranks.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=(gpu_backward gpu_dense_forward gpu_fused gpu_gpt gpu_gpt_training gpu_matmul_variants gpu_misc gpu_optim
@@ -53,6 +54,9 @@ for r in 1 2 4 6 12; do
   timeout 30 "$D/bin/gpt_step_bench" 4 4 128 64 12 4 0 12 "$r"
 done > "$OUT/ranks.txt" 2>&1
 echo "ranks done at $(( $(date +%s) - start )) s" | tee -a "$OUT/ranks.txt"
+# The MLPs W2, W3 and the 0.8 M transformer on 1, 2, 4, 8, 16 threads.
+timeout 150 "$D/bin/stepscope" bench --only ranks --out "$OUT/ranks.md" > "$OUT/ranks-bench.log" 2>&1
+echo "bench ranks rc=$? at $(( $(date +%s) - start )) s" | tee -a "$OUT/ranks-bench.log"
 for t in "${tests[@]}"; do
   echo "== $t"
   (cd core && timeout 120 "$D/bin/$t" --test-threads=8 2>&1 | grep -E "^test result|FAILED|panicked" | head -20)

@@ -120,6 +120,8 @@ pub enum Section {
     Gpt,
     /// The transformer on the GPU engine beside the CPU engine.
     GptGpu,
+    /// Ranks (threads) on the CPU engine (no GPU needed).
+    Ranks,
 }
 
 #[derive(Debug, Default, Args)]

@@ -19,12 +19,17 @@
 //!    checkpointing's memory against time, attention's share against T
 //!    (`gpt.rs`).
 //!
-//! `--only matmul|steps|checkpointing|anatomy|gpt-gpu|gpt` runs one
-//! section; `--only gpt` needs no GPU.
+//! 9. Ranks (threads) on the CPU engine: the MLPs W2 and W3 and the 0.8 M
+//!    transformer in shards on 1, 2, 4, … threads (`ranks.rs`,
+//!    `--only ranks`).
+//!
+//! `--only matmul|steps|checkpointing|anatomy|gpt-gpu|gpt|ranks` runs one
+//! section; `--only gpt` and `--only ranks` need no GPU.
 
 mod anatomy;
 mod checkpointing;
 mod gpt;
+mod ranks;
 
 use std::sync::Arc;
 
@@ -57,14 +62,17 @@ pub fn run(out: Option<String>, only: Option<Section>) -> Result<(), Failure> {
     line("# Stepscope benchmark".into());
     line(String::new());
     line(format!(
-        "- CPU: {} ({} threads available; the CPU engine uses one)",
+        "- CPU: {} ({} threads available; the CPU engine uses one, or with shards as many as `--threads` gives it)",
         cpu_name(),
         std::thread::available_parallelism().map_or(1, |n| n.get())
     ));
     line(format!("- build: {}", if cfg!(debug_assertions) { "debug (numbers not meaningful)" } else { "release" }));
-    if only == Some(Section::Gpt) {
+    if matches!(only, Some(Section::Gpt | Section::Ranks)) {
         line(String::new());
-        gpt::section(&mut line)?;
+        match only {
+            Some(Section::Gpt) => gpt::section(&mut line)?,
+            _ => ranks::section(&mut line)?,
+        }
         if let Some(path) = out {
             files::write_atomic(&path, report.as_bytes())?;
         }
@@ -100,6 +108,9 @@ pub fn run(out: Option<String>, only: Option<Section>) -> Result<(), Failure> {
     }
     if runs(Section::Gpt) {
         gpt::section(&mut line)?;
+    }
+    if runs(Section::Ranks) {
+        ranks::section(&mut line)?;
     }
     if let Some(path) = out {
         files::write_atomic(&path, report.as_bytes())?;

@@ -52,7 +52,7 @@ async function train(url, steps) {
   return { page, errors, losses };
 }
 
-test('the transformer trains on two workers with the losses of one, and the anatomy shows the all-reduce and each rank', async (t) => {
+test('the transformer trains on two workers with the losses of one (and on three and four), and the anatomy shows the all-reduce and each rank', async (t) => {
   const two = await train(`${ctx.root}?engine=cpu&ranks=2`, 12);
   assert.equal(await two.page.getByTestId('ranks').getAttribute('data-value'), '2', await text(two.page, 'ranks'));
   assert.equal(await two.page.getByTestId('ranks-reason').count(), 0,
@@ -70,6 +70,7 @@ test('the transformer trains on two workers with the losses of one, and the anat
   assert.ok(await number(two.page, 'phase-ms-communication') > 0, 'the all-reduce is a phase of its own');
   assert.match(await text(two.page, 'rank-memory'), /Every rank holds a replica/);
   assert.match(await text(two.page, 'scaling-readout'), /^2 ranks busy \d+ % of the step's parallel part/);
+  t.diagnostic(`scaling: ${await text(two.page, 'scaling-readout')}`);
 
   // The straggler lesson: the last rank does its shards twice, for real,
   // and the other waits for it.
@@ -117,6 +118,18 @@ test('the transformer trains on two workers with the losses of one, and the anat
   assert.deepEqual([...one.errors, ...two.errors], []);
   await one.page.close();
   await two.page.close();
+
+  // Three and four workers (more than this machine's cores: the bits do
+  // not depend on them either).
+  for (const r of [3, 4]) {
+    const more = await train(`${ctx.root}?engine=cpu&ranks=${r}`, 8);
+    assert.equal(await more.page.getByTestId('ranks').getAttribute('data-value'), String(r), await text(more.page, 'ranks'));
+    const shared = [...more.losses.keys()].filter((s) => one.losses.has(s));
+    assert.ok(shared.length >= 8, `${shared.length} steps in common on ${r} workers`);
+    for (const s of shared) assert.equal(more.losses.get(s), one.losses.get(s), `${r} workers, step ${s}`);
+    assert.deepEqual(more.errors, []);
+    await more.page.close();
+  }
 });
 
 // A plain static host (no COOP/COEP headers): the page isolates itself

@@ -18,6 +18,7 @@ pub mod race;
 pub mod runner;
 pub mod runs;
 pub mod runs_store;
+pub mod scaling;
 pub mod spikes;
 pub mod store;
 pub mod tar;

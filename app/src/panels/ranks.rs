@@ -4,6 +4,7 @@
 
 use leptos::prelude::*;
 
+use crate::model::scaling::Scaling;
 use crate::model::words::{bytes, count};
 use crate::state::AppState;
 
@@ -53,13 +54,30 @@ pub fn RanksPanel() -> impl IntoView {
             bytes(m.optimizer * (n - 1))
         )
     };
+    // The page's own rate at each number of ranks this run has used
+    // (none while the straggler lesson slows a rank).
+    let measured = RwSignal::new(Scaling::default());
+    let unit = move || if state.run.experiment.with(|e| e.gpt().is_some()) { "tokens/s" } else { "steps/s" };
+    Effect::new(move || {
+        let rate = state.run.steps_per_second.get();
+        if !state.run.running.get_untracked() || state.run.straggler.get_untracked() > 0 {
+            return;
+        }
+        let (key, per_step) = state.run.experiment.with_untracked(|e| {
+            let per_step = e.gpt().map_or(1.0, |g| (e.batch_size * e.grad_accumulation * g.context) as f64);
+            (format!("{}|S{}", crate::model::runner::shape_key(e), e.shards), per_step)
+        });
+        let in_use = ranks.get_untracked().in_use.max(1);
+        measured.update(|m| m.record(&key, in_use, rate * per_step));
+    });
     // The ranks' busy share of the parallel part of the step, from their
-    // own readings: Σ compute ÷ (ranks × the slowest's compute + wait).
+    // own readings: Σ compute ÷ (ranks × the slowest's compute + wait);
+    // then the rates measured at each number of ranks.
     let scaling = move || {
         let last = ranks.get().last;
         let span = last.iter().map(|t| t.compute_ms() + t.wait_ms).fold(0.0, f64::max);
         let busy: f64 = last.iter().map(|t| t.compute_ms()).sum();
-        (span > 0.0).then(|| {
+        let share = (span > 0.0).then(|| {
             let share = busy / (span * last.len() as f64);
             format!(
                 "{} ranks busy {:.0} % of the step's parallel part: about {:.2}× one rank's speed on this work, before the all-reduce.",
@@ -67,7 +85,11 @@ pub fn RanksPanel() -> impl IntoView {
                 100.0 * share,
                 share * last.len() as f64
             )
-        })
+        });
+        let rates = measured
+            .with(|m| m.readout(unit()))
+            .map(|r| format!("{r} Ask for another number of ranks in the header to measure it beside these."));
+        [share, rates].into_iter().flatten().collect::<Vec<_>>().join(" ")
     };
     // The straggler lesson: the last rank does its work twice (really),
     // and every other rank waits for it.
