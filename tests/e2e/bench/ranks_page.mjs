@@ -6,6 +6,7 @@
 //   node tests/e2e/bench/ranks_page.mjs [SECONDS] [R] [ROUNDS]
 // prints a Markdown table for bench/ranks.md.
 import { serve, launch } from './browser.mjs';
+import { pageTokensPerSecond } from './page_rate.mjs';
 import os from 'node:os';
 
 const seconds = Number(process.argv[2] ?? 30);
@@ -14,48 +15,7 @@ const rounds = Number(process.argv[4] ?? 2);
 const { server, root } = await serve();
 const browser = await launch();
 
-async function run(r, shards = 8) {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-  await page.goto(`${root}?engine=cpu&ranks=${r}`);
-  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
-  await page.getByTestId('model-kind').selectOption('gpt');
-  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
-  // The default transformer (8 shards of 2 windows), or in `shards`.
-  const e = await page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
-  e.shards = shards;
-  await page.goto(`${root}?engine=cpu&ranks=${r}#e=${encodeURIComponent(JSON.stringify(e))}`);
-  await page.reload();
-  await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 90_000 });
-  await page.getByTestId('train-toggle').click();
-  const started = Date.now();
-  const step = () => page.evaluate(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')));
-  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 3, null, { timeout: 90_000 });
-  // The page's main thread while it trains: every task over 50 ms (the
-  // Long Tasks API's threshold) in the measured window.
-  await page.evaluate(() => {
-    window.stepscopeLongTasks = [];
-    new PerformanceObserver((list) => {
-      for (const e of list.getEntries()) window.stepscopeLongTasks.push(e.duration);
-    }).observe({ type: 'longtask' });
-  });
-  const [s0, t0] = [await step(), Date.now()];
-  await page.waitForTimeout(seconds * 1000);
-  const [s1, t1] = [await step(), Date.now()];
-  const long = await page.evaluate(() => window.stepscopeLongTasks);
-  const read = await page.evaluate(() => ({
-    ranks: document.querySelector('[data-testid=ranks]')?.dataset.value,
-    reason: document.querySelector('[data-testid=ranks-reason]')?.textContent ?? '',
-    loss: document.querySelector('[data-testid=train-loss]')?.textContent,
-    comm: Number(document.querySelector('[data-testid=phase-ms-communication]')?.dataset.value),
-  }));
-  await page.getByTestId('train-toggle').click();
-  await page.close();
-  const shape = { context: 64, batch: 16 };
-  const tokens = ((s1 - s0) * shape.context * shape.batch) / ((t1 - t0) / 1000);
-  const longest = long.length ? Math.max(...long) : 0;
-  console.error(`shards ${shards}, ranks ${r} (in use ${read.ranks}${read.reason ? `: ${read.reason}` : ''}): ${s1 - s0} steps in ${((t1 - t0) / 1000).toFixed(1)} s, ${tokens.toFixed(0)} tokens/s, communication ${read.comm.toFixed(2)} ms a step; main thread: ${long.length} tasks over 50 ms, longest ${longest.toFixed(0)} ms; ${Date.now() - started} ms in all`);
-  return { r, shards, inUse: read.ranks, tokens, comm: read.comm, long: long.length, longest };
-}
+const run = (r, shards) => pageTokensPerSecond(browser, root, { ranks: r, shards, seconds });
 
 const results = [];
 const configs = [[1, 1], [1, 8], [ranks, 8]];

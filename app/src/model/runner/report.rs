@@ -22,6 +22,10 @@ use crate::model::race::RaceReport;
 use crate::model::spikes::Verdict;
 use crate::model::views::Snapshot;
 
+/// The views' time in a frame is at least its training time over this
+/// (beside the plan's budget): at most about an eighth more per frame.
+const VIEWS_SHARE_OF_TRAINING: f64 = 8.0;
+
 /// Least time between per-layer samples (ms; and one at every log of a
 /// lesson's fixed steps per log): each costs a GPU pass and a readback,
 /// counted under logging in the timeline.
@@ -178,7 +182,11 @@ impl Runner {
         let log_now = self.steps_per_log.is_some() && matches!(&report.trained, Some(Ok(m)) if !m.is_empty());
         if self.views_dirty && (log_now || self.views_due()) {
             let started = Instant::now();
-            let (views, waited) = self.views(plan.views_budget_ms, log_now).await;
+            // A frame whose training was one long step (a sharded step is
+            // taken whole) gives the views an eighth of that, so they keep
+            // coming every few steps, not every hundred.
+            let budget = plan.views_budget_ms.max(report.train_ms / VIEWS_SHARE_OF_TRAINING);
+            let (views, waited) = self.views(budget, log_now).await;
             report.gpu_wait_ms += waited;
             match views {
                 Ok(Some(snap)) => {
