@@ -73,30 +73,22 @@ export async function trainUntil(page, steps, timeout = 60_000) {
 }
 
 // After a pause, steps already in flight still land (the GPU engine takes
-// several steps per submit): waits until the step count holds still, and
-// returns it.
-export async function settle(page) {
-  let last = await stepCount(page);
-  for (;;) {
-    await page.waitForTimeout(400);
-    const now = await stepCount(page);
-    if (now === last) return now;
-    last = now;
-  }
+// several steps per submit, a frame of sharded steps may take seconds on a
+// loaded machine): waits until the page says the run is at rest (paused,
+// and its last frame took no step, ran no command and wrote no background
+// checkpoint), and returns the step count.
+export async function settle(page, timeout = 60_000) {
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').dataset.atRest === 'true',
+    null, { timeout: patience(timeout) });
+  return stepCount(page);
 }
 
-// The step of the newest automatic checkpoint, from its status line,
-// once the line holds still (a checkpoint begun on the last step of a
-// submit reports when it is stored).
+// The step of the newest automatic checkpoint, from its status line, once
+// the run is at rest (a checkpoint begun on the last step of a submit
+// reports when it is stored).
 export async function lastCheckpointStep(page) {
-  let last = await text(page, 'checkpoint-status');
-  for (;;) {
-    await page.waitForTimeout(400);
-    const now = await text(page, 'checkpoint-status');
-    if (now === last) break;
-    last = now;
-  }
-  const m = last.match(/^Step ([\d,]+)/);
+  await settle(page);
+  const m = (await text(page, 'checkpoint-status')).match(/^Step ([\d,]+)/);
   return m ? Number(m[1].replace(/,/g, '')) : null;
 }
 

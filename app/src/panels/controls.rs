@@ -35,7 +35,8 @@ pub fn Controls() -> impl IntoView {
                 <button data-testid="step-once" aria-label="One step" on:click=step_once>"Step"</button>
                 <button data-testid="reset" aria-label="Reset the run" on:click=reset>"Reset"</button>
                 <div class="counter">
-                    <span>"Step " <b class="big" data-testid="step-count">{move || state.run.step.get()}</b></span>
+                    <span>"Step " <b class="big" data-testid="step-count"
+                        data-at-rest=move || (state.run.at_rest.get() && !running.get()).to_string()>{move || state.run.step.get()}</b></span>
                     <span class="rate" title="Optimizer steps per second over the last half second of training">
                         <b data-testid="steps-per-second">{move || crate::model::words::thousands(state.run.steps_per_second.get())}</b>" steps/s"
                     </span>

@@ -64,6 +64,11 @@ pub use crate::model::views::LinkMode;
 pub struct Run {
     pub experiment: RwSignal<Experiment>,
     pub running: RwSignal<bool>,
+    /// Paused, and the last frame did nothing: no step landed or was
+    /// under way, no command waited and no background checkpoint was
+    /// being written. What the step counter shows is then final (tests
+    /// and scripts wait for it instead of for a quiet interval).
+    pub at_rest: RwSignal<bool>,
     pub step: RwSignal<u64>,
     pub last_metrics: RwSignal<Option<StepMetrics>>,
     pub backend: RwSignal<BackendInfo>,
@@ -227,6 +232,7 @@ impl AppState {
             run: Run {
                 experiment: RwSignal::new(experiment),
                 running: RwSignal::new(false),
+                at_rest: RwSignal::new(false),
                 step: RwSignal::new(0),
                 last_metrics: RwSignal::new(None),
                 backend: RwSignal::new(BackendInfo { name: "starting…".into(), ..BackendInfo::default() }),
@@ -285,6 +291,7 @@ impl AppState {
     }
 
     pub fn command(&self, command: Command) {
+        self.run.at_rest.set(false);
         push(&self.run.commands.get_value(), command);
     }
 

@@ -111,6 +111,7 @@ impl AppState {
             let mut awaited_ms = ms(t);
             let commands: Vec<Command> =
                 self.run.commands.get_value().lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+            let had_commands = !commands.is_empty();
             let running = self.run.running.get_untracked();
             if running && !was_running {
                 self.run.frame_busy_ms.set((0.0, 0.0));
@@ -162,6 +163,7 @@ impl AppState {
             let mid_step = matches!(&report.trained, Some(Ok(m)) if m.is_empty());
             let failed = matches!(&report.trained, Some(Err(_)));
             let (frame_metrics, recovery_ms) = self.draw_frame(report, stale, &mut host, &mut recoveries).await;
+            let idle = !running && !had_commands && frame_metrics.is_empty() && !mid_step && !failed;
             awaited_ms += recovery_ms;
             let wall_ms = ms(frame_start);
             let frame = FrameParts { wall_ms, page_ms: wall_ms - call_ms, ..parts };
@@ -186,6 +188,9 @@ impl AppState {
                 // After the steps' rows: the GPU's passes of each, for the trace.
                 self.charts.metrics_log.update_value(|log| log.record_gpu_passes(&passes));
             }
+            self.run
+                .at_rest
+                .set(idle && !self.commands_pending() && !self.checkpoints.checkpoint_in_flight.get_untracked());
             if !running {
                 // Paused: the last steps' timeline at once.
                 self.draw_timeline(true);

@@ -110,22 +110,22 @@ pub(crate) fn evaluate(
     beat: &mut Heartbeat,
 ) -> Result<Option<Evaluation>, Failure> {
     let (e, layout) = (engine.experiment().clone(), engine.layout().clone());
-    let done = block_on(engine.with_tensors_and_data(|[params, _, _], data| {
+    let done = block_on(engine.with_tensors_and_data(|[params, _, _], data| -> stepscope_core::error::Result<_> {
         let table = rows(data);
-        let mut evaluator = Evaluator::new(&layout, table.rows(), EVAL_CHUNK_ROWS);
+        let mut evaluator = Evaluator::try_new(&layout, table.rows(), EVAL_CHUNK_ROWS)?;
         let mut evaluated = 0;
         while !evaluator.advance(params, &layout, &e, table, EVAL_CHUNK_ROWS) {
             evaluated += EVAL_CHUNK_ROWS;
             if stopped() {
-                return None;
+                return Ok(None);
             }
             if beat.due() {
                 say!("evaluating the {what} rows: {evaluated} of {}", table.rows());
             }
         }
-        evaluator.result()
+        Ok(evaluator.result())
     }))?;
-    Ok(done)
+    Ok(done?)
 }
 
 /// Set by Ctrl-C (SIGINT): reading, training and evaluating look at it

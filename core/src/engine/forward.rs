@@ -173,18 +173,31 @@ pub fn gpt_eval_windows(context: usize) -> usize {
 
 impl Evaluator {
     /// For a table of `rows` rows, at most `chunk` rows at once.
+    /// Where memory runs out this panics: callers that can report it use
+    /// `try_new`.
     pub fn new(layout: &Layout, rows: usize, chunk: usize) -> Evaluator {
+        Evaluator::try_new(layout, rows, chunk).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `new`, its buffers allocated now and fallibly: a machine without
+    /// the memory gets an error naming them, not an abort mid-evaluation.
+    pub fn try_new(layout: &Layout, rows: usize, chunk: usize) -> crate::error::Result<Evaluator> {
         let chunk = match &layout.gpt {
             Some(shape) => gpt_eval_windows(shape.context),
             None => chunk,
         };
         let chunk = chunk.clamp(1, EVAL_CHUNK_ROWS).min(rows.max(1));
-        let acts = Activations::new(layout, chunk);
         // Evaluation keeps no activations for a backward: one block's at a
         // time and each block's output (the checkpointing layout), the same
         // bits as keeping them all, a fraction of the memory.
-        let gpt = layout.gpt.map(|shape| Box::new((Gpt::new(shape), GptActivations::new(true))));
-        Evaluator { rows, done: 0, chunk, acts, loss_sum: 0.0, correct: 0.0, classified: false, whole: None, gpt }
+        let (acts, gpt) = match layout.gpt {
+            Some(shape) => (
+                Activations::try_new(layout, 0)?,
+                Some(Box::new((Gpt::new(shape), GptActivations::allocate(&shape, chunk, true)?))),
+            ),
+            None => (Activations::try_new(layout, chunk)?, None),
+        };
+        Ok(Evaluator { rows, done: 0, chunk, acts, loss_sum: 0.0, correct: 0.0, classified: false, whole: None, gpt })
     }
 
     /// Evaluates up to `max_rows` more rows (at least one chunk's worth
