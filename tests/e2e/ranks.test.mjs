@@ -26,9 +26,16 @@ function untar(buf) {
 
 // The default transformer on `ranks` workers (the CPU engine), trained to
 // at least `steps` steps: the ranks readout and each step's loss from the
-// metrics download.
-async function train(url, steps) {
+// metrics download. `during(page, workers)`, if given, runs once the run
+// has taken 3 steps (`workers`: the page's live workers, in the order they
+// started: the training worker, then its rank workers).
+async function train(url, steps, during) {
   const { page, errors } = await ctx.open(url);
+  const workers = [];
+  page.on('worker', (w) => {
+    workers.push(w);
+    w.on('close', () => workers.splice(workers.indexOf(w), 1));
+  });
   await page.getByTestId('model-kind').selectOption('gpt');
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
   // The default transformer in 8 shards of 2 windows, as a link gives it.
@@ -40,6 +47,11 @@ async function train(url, steps) {
   await page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true',
     null, { timeout: patience(90_000) });
   await page.getByTestId('train-toggle').click();
+  if (during) {
+    await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 3,
+      null, { timeout: patience(180_000) });
+    await during(page, workers);
+  }
   await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= n,
     steps, { timeout: patience(180_000) });
   await page.getByTestId('train-toggle').click();
@@ -130,6 +142,29 @@ test('the transformer trains on two workers with the losses of one (and on three
     assert.deepEqual(more.errors, []);
     await more.page.close();
   }
+
+  // A rank worker that stops answering (its script terminated through the
+  // DevTools protocol, as a crashed or hung worker would stop): named, its
+  // shards run on the others, the run goes on with the same losses.
+  const stalled = await train(`${ctx.root}?engine=cpu&ranks=2`, 14, async (page, workers) => {
+    assert.equal(workers.length, 2, workers.map((w) => w.url()).join());
+    const cdp = await ctx.browser.newBrowserCDPSession();
+    const { targetInfos } = await cdp.send('Target.getTargets');
+    const target = targetInfos.find((i) => i.type === 'worker' && i.url === workers[1].url());
+    assert.ok(target, 'the rank worker is a DevTools target');
+    const { sessionId } = await cdp.send('Target.attachToTarget', { targetId: target.targetId, flatten: false });
+    await cdp.send('Target.sendMessageToTarget', { sessionId, message: JSON.stringify({ id: 1, method: 'Runtime.terminateExecution' }) });
+    await page.waitForFunction(() => /rank 1 stopped \(rank worker 1 did not answer within 20 s\); its shards ran on the other ranks/
+      .test(document.querySelector('[data-testid=notice]')?.textContent ?? ''), null, { timeout: patience(60_000) });
+    await page.waitForFunction(() => document.querySelector('[data-testid=ranks]').dataset.value === '1');
+    await cdp.detach();
+  });
+  const after = [...stalled.losses.keys()].filter((s) => one.losses.has(s));
+  assert.ok(after.length >= 12, `${after.length} steps in common after the stall`);
+  for (const s of after) assert.equal(stalled.losses.get(s), one.losses.get(s), `a rank stalled, step ${s}`);
+  console.log(`a rank worker stalled: steps ${after[0]}..${after.at(-1)} the same losses as on one worker`);
+  assert.deepEqual(stalled.errors, []);
+  await stalled.page.close();
 });
 
 // A plain static host (no COOP/COEP headers): the page isolates itself
