@@ -4,6 +4,7 @@
 //! model kind, built up in issue 26).
 
 mod activation;
+pub mod conv;
 mod dense;
 mod gemm;
 pub mod gpt;

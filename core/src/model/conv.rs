@@ -1,0 +1,368 @@
+//! Convolution and pooling over a batch of images, each row one image in
+//! (C, H, W) order (`x.view(N, C, H, W)`): PyTorch's `nn.Conv2d` (a square
+//! kernel, a stride, zero padding), `F.max_pool2d` and `F.avg_pool2d` (no
+//! padding, floor mode). Each op is a `_forward` / `_backward` pair.
+//!
+//! The convolution is lowered to the one matrix product (`gemm`), image by
+//! image, through a patch matrix (im2col): for image b,
+//!
+//!   z_b (F, P) = bias + W (F, C·K·K) · cols_b (C·K·K, P),
+//!
+//! P = OH·OW the output positions. So every z[b, f, p] is summed as
+//! bias[f] + Σ W[f, c, ki, kj]·x[b, c, oy·S + ki − pad, ox·S + kj − pad]
+//! over (c, ki, kj) in row-major order, the padding's zeros included as
+//! terms; `conv2d_forward_reference` is that sum written out, and the tests
+//! hold the two equal bit for bit. The order depends on the shape alone,
+//! never on the CPU's vector width, so natively and in the browser the bits
+//! are the same. The patch matrix costs C·K·K·P floats, one image at a
+//! time (`Conv2d::scratch_floats`); backward builds it again rather than
+//! keeping one per image.
+
+use super::gemm::{gemm, gemm_from, Lhs, Start};
+
+/// A convolution's shape: `c_in` channels of `h` × `w` in, `filters`
+/// channels out, a `kernel` × `kernel` window moved by `stride`, over the
+/// image with `padding` zeros on every side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2d {
+    pub c_in: usize,
+    pub h: usize,
+    pub w: usize,
+    pub filters: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub padding: usize,
+}
+
+/// Output size along one side: ⌊(n + 2·padding − kernel) / stride⌋ + 1, or
+/// None where the window does not fit once (or the stride is 0).
+pub fn out_side(n: usize, kernel: usize, stride: usize, padding: usize) -> Option<usize> {
+    let padded = n.checked_add(padding.checked_mul(2)?)?;
+    if stride == 0 || kernel == 0 || padded < kernel {
+        return None;
+    }
+    Some((padded - kernel) / stride + 1)
+}
+
+impl Conv2d {
+    /// Output height (the shape is assumed valid: `out_side` is Some).
+    pub fn out_h(&self) -> usize {
+        out_side(self.h, self.kernel, self.stride, self.padding).unwrap_or(0)
+    }
+
+    pub fn out_w(&self) -> usize {
+        out_side(self.w, self.kernel, self.stride, self.padding).unwrap_or(0)
+    }
+
+    /// Output positions per image, P = OH·OW.
+    pub fn positions(&self) -> usize {
+        self.out_h() * self.out_w()
+    }
+
+    /// Weights per filter, C·K·K (the patch matrix's rows).
+    pub fn patch(&self) -> usize {
+        self.c_in * self.kernel * self.kernel
+    }
+
+    /// Floats of one input image, C·H·W.
+    pub fn in_len(&self) -> usize {
+        self.c_in * self.h * self.w
+    }
+
+    /// Floats of one output image, F·P.
+    pub fn out_len(&self) -> usize {
+        self.filters * self.positions()
+    }
+
+    /// The scratch backward needs (forward, the first third): the patch
+    /// matrix of one image (C·K·K·P), its transpose and ∂cols.
+    pub fn scratch_floats(&self) -> usize {
+        3 * self.patch() * self.positions()
+    }
+
+    /// Multiply-adds of one image's forward (F·C·K·K·P).
+    pub fn macs(&self) -> usize {
+        self.filters * self.patch() * self.positions()
+    }
+}
+
+/// The patch matrix of one image, (C·K·K, P): row (c, ki, kj), column
+/// (oy, ox) holds x[c, oy·S + ki − pad, ox·S + kj − pad], 0 outside.
+fn im2col(cols: &mut [f32], x: &[f32], s: &Conv2d) {
+    let (oh, ow, k) = (s.out_h(), s.out_w(), s.kernel);
+    let p = oh * ow;
+    for c in 0..s.c_in {
+        let plane = &x[c * s.h * s.w..(c + 1) * s.h * s.w];
+        for ki in 0..k {
+            for kj in 0..k {
+                let row = &mut cols[((c * k + ki) * k + kj) * p..][..p];
+                for oy in 0..oh {
+                    let y = (oy * s.stride + ki).wrapping_sub(s.padding);
+                    let out = &mut row[oy * ow..(oy + 1) * ow];
+                    if y >= s.h {
+                        out.fill(0.0);
+                        continue;
+                    }
+                    let line = &plane[y * s.w..(y + 1) * s.w];
+                    for (ox, v) in out.iter_mut().enumerate() {
+                        let xx = (ox * s.stride + kj).wrapping_sub(s.padding);
+                        *v = if xx < s.w { line[xx] } else { 0.0 };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The transpose of `im2col`'s matrix, (P, C·K·K): for ∂W = ∂z·colsᵀ.
+fn im2col_t(cols_t: &mut [f32], cols: &[f32], patch: usize, p: usize) {
+    for (j, row) in cols.chunks_exact(p).take(patch).enumerate() {
+        for (q, &v) in row.iter().enumerate() {
+            cols_t[q * patch + j] = v;
+        }
+    }
+}
+
+/// z (B, F, OH, OW) = conv2d(x (B, C, H, W), weight (F, C, K, K)) + bias
+/// (F), in the order of the module doc. `scratch` holds at least
+/// `Conv2d::scratch_floats` floats (reused between calls).
+pub fn conv2d_forward(
+    z: &mut [f32],
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    batch: usize,
+    s: &Conv2d,
+    scratch: &mut Vec<f32>,
+) {
+    let (p, patch, f) = (s.positions(), s.patch(), s.filters);
+    if scratch.len() < patch * p {
+        scratch.resize(patch * p, 0.0);
+    }
+    let cols = &mut scratch[..patch * p];
+    let w = Lhs { data: weight, row_stride: patch, k_stride: 1 };
+    for b in 0..batch {
+        im2col(cols, &x[b * s.in_len()..(b + 1) * s.in_len()], s);
+        let out = &mut z[b * f * p..(b + 1) * f * p];
+        // Each filter's row starts at its bias.
+        for (row, &bf) in out.chunks_exact_mut(p.max(1)).zip(bias) {
+            row.fill(bf);
+        }
+        gemm_from(Start::C, out, p, w, cols, p, f, p, patch);
+    }
+}
+
+/// `conv2d_forward` as the sums of the module doc, written out.
+pub fn conv2d_forward_reference(z: &mut [f32], x: &[f32], weight: &[f32], bias: &[f32], batch: usize, s: &Conv2d) {
+    let (oh, ow, k) = (s.out_h(), s.out_w(), s.kernel);
+    for b in 0..batch {
+        let img = &x[b * s.in_len()..];
+        for f in 0..s.filters {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut sum = bias[f];
+                    for c in 0..s.c_in {
+                        for ki in 0..k {
+                            for kj in 0..k {
+                                let (y, xx) = (
+                                    (oy * s.stride + ki).wrapping_sub(s.padding),
+                                    (ox * s.stride + kj).wrapping_sub(s.padding),
+                                );
+                                let v = if y < s.h && xx < s.w { img[(c * s.h + y) * s.w + xx] } else { 0.0 };
+                                sum += weight[((f * s.c_in + c) * k + ki) * k + kj] * v;
+                            }
+                        }
+                    }
+                    z[((b * s.filters + f) * oh + oy) * ow + ox] = sum;
+                }
+            }
+        }
+    }
+}
+
+/// Given dz = ∂L/∂z (B, F, OH, OW):
+///   dweight += Σ_b dz_b · cols_bᵀ   (F, C·K·K), each element summed over
+///                                   (b, oy, ox) in order onto its value;
+///   dbias   += Σ_{b, p} dz          (F), summed in order from 0, then added;
+///   dx       = the transposed convolution of dz (B, C, H, W), overwritten:
+///              ∂cols = Wᵀ·dz_b (each element summed over f in order),
+///              scattered onto x's positions in (c, ki, kj) then (oy, ox)
+///              order; skipped when `dx` is None (the first layer).
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_backward(
+    dx: Option<&mut [f32]>,
+    dweight: &mut [f32],
+    dbias: &mut [f32],
+    dz: &[f32],
+    x: &[f32],
+    weight: &[f32],
+    batch: usize,
+    s: &Conv2d,
+    scratch: &mut Vec<f32>,
+) {
+    let (p, patch, f) = (s.positions(), s.patch(), s.filters);
+    if scratch.len() < 3 * patch * p {
+        scratch.resize(3 * patch * p, 0.0);
+    }
+    let (cols, rest) = scratch.split_at_mut(patch * p);
+    let (cols_t, rest) = rest.split_at_mut(patch * p);
+    let dcols = &mut rest[..patch * p];
+    let mut sums = vec![0.0f32; f];
+    let mut dx = dx;
+    for b in 0..batch {
+        let dz_b = &dz[b * f * p..(b + 1) * f * p];
+        im2col(cols, &x[b * s.in_len()..(b + 1) * s.in_len()], s);
+        im2col_t(cols_t, cols, patch, p);
+        // ∂W (F, C·K·K) += dz_b (F, P) · cols_bᵀ (P, C·K·K).
+        let a = Lhs { data: dz_b, row_stride: p, k_stride: 1 };
+        gemm(dweight, patch, a, cols_t, patch, f, patch, p);
+        for (sum, row) in sums.iter_mut().zip(dz_b.chunks_exact(p.max(1))) {
+            for &d in row {
+                *sum += d;
+            }
+        }
+        if let Some(dx) = dx.as_deref_mut() {
+            // ∂cols (C·K·K, P) = Wᵀ (C·K·K, F) · dz_b (F, P).
+            let wt = Lhs { data: weight, row_stride: 1, k_stride: patch };
+            gemm_from(Start::Zero, dcols, p, wt, dz_b, p, patch, p, f);
+            col2im(&mut dx[b * s.in_len()..(b + 1) * s.in_len()], dcols, s);
+        }
+    }
+    for (db, sum) in dbias[..f].iter_mut().zip(sums) {
+        *db += sum;
+    }
+}
+
+/// dx (C, H, W) = 0, then += ∂cols[(c, ki, kj), (oy, ox)] at the position
+/// it was read from, rows in order, each row's columns in order.
+fn col2im(dx: &mut [f32], dcols: &[f32], s: &Conv2d) {
+    let (oh, ow, k) = (s.out_h(), s.out_w(), s.kernel);
+    let p = oh * ow;
+    dx.fill(0.0);
+    for c in 0..s.c_in {
+        let plane = &mut dx[c * s.h * s.w..(c + 1) * s.h * s.w];
+        for ki in 0..k {
+            for kj in 0..k {
+                let row = &dcols[((c * k + ki) * k + kj) * p..][..p];
+                for oy in 0..oh {
+                    let y = (oy * s.stride + ki).wrapping_sub(s.padding);
+                    if y >= s.h {
+                        continue;
+                    }
+                    for ox in 0..ow {
+                        let xx = (ox * s.stride + kj).wrapping_sub(s.padding);
+                        if xx < s.w {
+                            plane[y * s.w + xx] += row[oy * ow + ox];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A pooling window: `kernel` × `kernel`, moved by `stride`, over `c`
+/// channels of `h` × `w` (no padding, floor mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2d {
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub kernel: usize,
+    pub stride: usize,
+}
+
+impl Pool2d {
+    pub fn out_h(&self) -> usize {
+        out_side(self.h, self.kernel, self.stride, 0).unwrap_or(0)
+    }
+
+    pub fn out_w(&self) -> usize {
+        out_side(self.w, self.kernel, self.stride, 0).unwrap_or(0)
+    }
+
+    pub fn in_len(&self) -> usize {
+        self.c * self.h * self.w
+    }
+
+    pub fn out_len(&self) -> usize {
+        self.c * self.out_h() * self.out_w()
+    }
+}
+
+/// Calls `each(out_index, window_start)` for every output of a batch, in
+/// order; a window's element (ki, kj) is at window_start + ki·W + kj.
+fn windows(batch: usize, s: &Pool2d, mut each: impl FnMut(usize, usize)) {
+    let (oh, ow) = (s.out_h(), s.out_w());
+    let mut out = 0;
+    for plane in 0..batch * s.c {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                each(out, plane * s.h * s.w + oy * s.stride * s.w + ox * s.stride);
+                out += 1;
+            }
+        }
+    }
+}
+
+/// out = the maximum of each window, and `argmax` the index in x of the
+/// value taken: the first maximum in row-major order, or the last NaN (as
+/// PyTorch's CPU kernel: a value replaces the maximum when it is greater or
+/// NaN).
+pub fn max_pool2d_forward(out: &mut [f32], argmax: &mut [u32], x: &[f32], batch: usize, s: &Pool2d) {
+    windows(batch, s, |o, at| {
+        let (mut best, mut index) = (f32::NEG_INFINITY, at);
+        for ki in 0..s.kernel {
+            for kj in 0..s.kernel {
+                let i = at + ki * s.w + kj;
+                if x[i] > best || x[i].is_nan() {
+                    (best, index) = (x[i], i);
+                }
+            }
+        }
+        out[o] = best;
+        argmax[o] = index as u32;
+    });
+}
+
+/// dx = 0, then each output's gradient added at its `argmax`, outputs in
+/// order (overlapping windows that chose the same input add up).
+pub fn max_pool2d_backward(dx: &mut [f32], dout: &[f32], argmax: &[u32], batch: usize, s: &Pool2d) {
+    dx[..batch * s.in_len()].fill(0.0);
+    for (&d, &i) in dout[..batch * s.out_len()].iter().zip(argmax) {
+        dx[i as usize] += d;
+    }
+}
+
+/// out = each window's sum, row-major from 0, divided by K² (PyTorch's
+/// `sum / divide_factor`).
+pub fn avg_pool2d_forward(out: &mut [f32], x: &[f32], batch: usize, s: &Pool2d) {
+    let area = (s.kernel * s.kernel) as f32;
+    windows(batch, s, |o, at| {
+        let mut sum = 0.0f32;
+        for ki in 0..s.kernel {
+            for kj in 0..s.kernel {
+                sum += x[at + ki * s.w + kj];
+            }
+        }
+        out[o] = sum / area;
+    });
+}
+
+/// dx = 0, then dout / K² added to each element of its window, outputs in
+/// order, each window row-major.
+pub fn avg_pool2d_backward(dx: &mut [f32], dout: &[f32], batch: usize, s: &Pool2d) {
+    let area = (s.kernel * s.kernel) as f32;
+    dx[..batch * s.in_len()].fill(0.0);
+    windows(batch, s, |o, at| {
+        let share = dout[o] / area;
+        for ki in 0..s.kernel {
+            for kj in 0..s.kernel {
+                dx[at + ki * s.w + kj] += share;
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests;
