@@ -97,6 +97,18 @@ CASES = {
         "loss": "cross_entropy", "optimizer": {"kind": "adam", "lr": 0.01},
         "batch_size": 32, "clip_grad_norm": 0.6,
         "data": {"source": "digits", "train_fraction": 0.8}},
+    # A conv net (issue 41) on the 8x8 digits: both pools, padding, a stride,
+    # L2 counting the conv kernels as weights, clipping.
+    "adam_conv_digits_l2": {
+        "seed": 14, "model": {"input_shape": [1, 8, 8], "layers": [
+            {"kind": "conv2d", "filters": 4, "kernel": 3, "padding": 1, "activation": "relu"},
+            {"kind": "max_pool2d", "kernel": 2},
+            {"kind": "conv2d", "filters": 6, "kernel": 2, "stride": 2, "activation": "tanh"},
+            {"kind": "avg_pool2d", "kernel": 2, "stride": 1},
+            {"units": 10, "activation": "linear"}]},
+        "loss": "cross_entropy", "optimizer": {"kind": "adam", "lr": 0.01},
+        "batch_size": 16, "clip_grad_norm": 0.3, "regularization": {"kind": "l2", "rate": 0.001},
+        "data": {"source": "digits", "train_fraction": 0.8}},
     # A CSV with a test split: the script trains on the split's training rows.
     "adam_csv_split_shuffled": {
         "seed": 13, "model": {"inputs": 2, "layers": layers((8, "tanh"), (1, "linear"))},

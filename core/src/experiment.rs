@@ -21,6 +21,17 @@ pub use optimizer_spec::*;
 /// `"units": 1600000` from allocating gigabytes in the browser.
 pub const MAX_UNITS: usize = 4096;
 pub const MAX_LAYERS: usize = 17;
+/// An input image's channels and sides (`model.input_shape`).
+pub const MAX_CHANNELS: usize = 64;
+pub const MAX_SIDE: usize = 512;
+/// Floats of one row's image, at the input and after any conv or pool
+/// layer (a 16 × 512 × 512 image); the memory budget decides the rest.
+pub const MAX_IMAGE_FLOATS: usize = 1 << 22;
+/// A conv layer's filters, and a conv or pool window's side and stride.
+pub const MAX_FILTERS: usize = 256;
+pub const MAX_KERNEL: usize = 16;
+/// A conv layer's patch matrix (C·K·K × OH·OW floats, one image's).
+pub const MAX_PATCH_FLOATS: usize = 1 << 24;
 pub const MAX_BATCH: usize = 65_536;
 /// Shards of a micro-batch (`Experiment::shards`): more ranks than this
 /// would each get too little of a step to pay for the all-reduce.
@@ -86,6 +97,9 @@ fn is_one(v: &usize) -> bool {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelSpec {
     pub inputs: usize,
+    /// [C, H, W]: each row's inputs are an image in (C, H, W) order, for
+    /// conv and pool layers (ARCHITECTURE.md, "Convolutional layers").
+    pub input_shape: Option<[usize; 3]>,
     pub layers: Vec<LayerSpec>,
     pub gpt: Option<GptSpec>,
 }
@@ -94,7 +108,10 @@ pub struct ModelSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MlpFields {
-    inputs: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    inputs: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    input_shape: Option<[usize; 3]>,
     layers: Vec<LayerSpec>,
 }
 
@@ -156,7 +173,8 @@ impl Serialize for ModelSpec {
         }
         match &self.gpt {
             Some(gpt) => Tagged { kind: "gpt", gpt }.serialize(s),
-            None => MlpFields { inputs: self.inputs, layers: self.layers.clone() }.serialize(s),
+            None => MlpFields { inputs: Some(self.inputs), input_shape: self.input_shape, layers: self.layers.clone() }
+                .serialize(s),
         }
     }
 }
@@ -177,11 +195,25 @@ impl<'de> Deserialize<'de> for ModelSpec {
             "mlp" => {
                 let m: MlpFields =
                     serde_json::from_value(value).map_err(|e| D::Error::custom(format!("model: {e}")))?;
-                Ok(ModelSpec { inputs: m.inputs, layers: m.layers, gpt: None })
+                let inputs = match (m.inputs, m.input_shape) {
+                    (Some(inputs), None) => inputs,
+                    (inputs, Some([c, h, w])) => {
+                        let pixels = c.checked_mul(h).and_then(|ch| ch.checked_mul(w)).unwrap_or(usize::MAX);
+                        if inputs.is_some_and(|i| i != pixels) {
+                            return Err(D::Error::custom(format!(
+                                "model.inputs is {} but model.input_shape [{c}, {h}, {w}] holds C·H·W = {pixels}",
+                                inputs.unwrap_or(0)
+                            )));
+                        }
+                        pixels
+                    }
+                    (None, None) => return Err(D::Error::custom("model: missing field `inputs`")),
+                };
+                Ok(ModelSpec { inputs, input_shape: m.input_shape, layers: m.layers, gpt: None })
             }
             "gpt" => {
                 let g: GptSpec = serde_json::from_value(value).map_err(|e| D::Error::custom(format!("model: {e}")))?;
-                Ok(ModelSpec { inputs: 0, layers: Vec::new(), gpt: Some(g) })
+                Ok(ModelSpec { inputs: 0, input_shape: None, layers: Vec::new(), gpt: Some(g) })
             }
             other => {
                 Err(D::Error::custom(format!("unknown variant `{other}` for model.kind, expected `mlp` or `gpt`")))
@@ -190,11 +222,153 @@ impl<'de> Deserialize<'de> for ModelSpec {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One layer of the MLP's model: a dense layer (`units`, `activation`:
+/// `{"units": N, "activation": A}`, its `"kind": "dense"` never written),
+/// or a conv or pool layer (`kind`). For those, `units` is 0: a layer's
+/// output width comes from the shapes (`Experiment::widths`), and a pool's
+/// activation is `linear`.
+#[derive(Clone, Debug, PartialEq)]
 pub struct LayerSpec {
     pub units: usize,
     pub activation: Activation,
+    pub kind: LayerKind,
+}
+
+/// What a layer computes: `torch.nn.Linear`, `torch.nn.Conv2d` (a square
+/// kernel, zero padding), `F.max_pool2d` or `F.avg_pool2d` (no padding,
+/// floor mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LayerKind {
+    #[default]
+    Dense,
+    Conv2d {
+        filters: usize,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    },
+    MaxPool2d {
+        kernel: usize,
+        stride: usize,
+    },
+    AvgPool2d {
+        kernel: usize,
+        stride: usize,
+    },
+}
+
+impl LayerKind {
+    /// The `kind` written in the experiment.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LayerKind::Dense => "dense",
+            LayerKind::Conv2d { .. } => "conv2d",
+            LayerKind::MaxPool2d { .. } => "max_pool2d",
+            LayerKind::AvgPool2d { .. } => "avg_pool2d",
+        }
+    }
+
+    /// Conv and pool layers (they read and write images).
+    pub fn is_spatial(&self) -> bool {
+        !matches!(self, LayerKind::Dense)
+    }
+}
+
+impl LayerSpec {
+    /// A dense layer.
+    pub fn dense(units: usize, activation: Activation) -> LayerSpec {
+        LayerSpec { units, activation, kind: LayerKind::Dense }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DenseFields {
+    units: usize,
+    activation: Activation,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConvFields {
+    kind: String,
+    filters: usize,
+    kernel: usize,
+    #[serde(default = "one")]
+    stride: usize,
+    #[serde(default)]
+    padding: usize,
+    activation: Activation,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolFields {
+    kind: String,
+    kernel: usize,
+    #[serde(default)]
+    stride: Option<usize>,
+}
+
+impl Serialize for LayerSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let kind = self.kind.name().to_string();
+        match self.kind {
+            LayerKind::Dense => DenseFields { units: self.units, activation: self.activation }.serialize(s),
+            LayerKind::Conv2d { filters, kernel, stride, padding } => {
+                ConvFields { kind, filters, kernel, stride, padding, activation: self.activation }.serialize(s)
+            }
+            LayerKind::MaxPool2d { kernel, stride } | LayerKind::AvgPool2d { kernel, stride } => {
+                PoolFields { kind, kernel, stride: Some(stride) }.serialize(s)
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LayerSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<LayerSpec, D::Error> {
+        use serde::de::Error as _;
+        let mut map = crate::json::UniqueMap::deserialize(d)?.0;
+        let kind = match map.get("kind") {
+            None => "dense".to_string(),
+            Some(serde_json::Value::String(kind)) => kind.clone(),
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "a layer's kind must be \"dense\", \"conv2d\", \"max_pool2d\" or \"avg_pool2d\", got {other}"
+                )))
+            }
+        };
+        let fields = |what: &str, e: serde_json::Error| D::Error::custom(format!("a {what} layer: {e}"));
+        match kind.as_str() {
+            "dense" => {
+                map.remove("kind");
+                let f: DenseFields =
+                    serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| fields("dense", e))?;
+                Ok(LayerSpec::dense(f.units, f.activation))
+            }
+            "conv2d" => {
+                let f: ConvFields =
+                    serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| fields("conv2d", e))?;
+                let kind =
+                    LayerKind::Conv2d { filters: f.filters, kernel: f.kernel, stride: f.stride, padding: f.padding };
+                Ok(LayerSpec { units: 0, activation: f.activation, kind })
+            }
+            "max_pool2d" | "avg_pool2d" => {
+                let f: PoolFields =
+                    serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| fields(&kind, e))?;
+                let stride = f.stride.unwrap_or(f.kernel);
+                let kind = if kind == "max_pool2d" {
+                    LayerKind::MaxPool2d { kernel: f.kernel, stride }
+                } else {
+                    LayerKind::AvgPool2d { kernel: f.kernel, stride }
+                };
+                Ok(LayerSpec { units: 0, activation: Activation::Linear, kind })
+            }
+            other => Err(D::Error::custom(format!(
+                "unknown layer kind `{other}`, expected `dense`, `conv2d`, `max_pool2d` or `avg_pool2d`"
+            ))),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,12 +478,43 @@ impl Experiment {
         let rows = self.batch_size * self.grad_accumulation;
         match self.gpt() {
             Some(g) => g.shape().step_flops(rows),
-            None => crate::engine::profile::step_flops(&self.widths(), self.batch_size, self.grad_accumulation),
+            None => {
+                let macs: Vec<usize> = crate::model::Layout::new(self).layers.iter().map(|l| l.macs()).collect();
+                crate::engine::profile::layers_step_flops(&macs, self.batch_size, self.grad_accumulation)
+            }
         }
     }
 
+    /// The floats each row holds at the input and after each layer: a
+    /// dense layer's units, a conv or pool layer's C·H·W (0 where the shape
+    /// does not fit, which validation refuses).
     pub fn widths(&self) -> Vec<usize> {
-        std::iter::once(self.model.inputs).chain(self.model.layers.iter().map(|l| l.units)).collect()
+        let mut widths = vec![self.model.inputs];
+        let mut image = self.model.input_shape;
+        for layer in &self.model.layers {
+            let next = image.and_then(|chw| crate::model::conv::layer_output(&layer.kind, chw));
+            widths.push(match layer.kind {
+                LayerKind::Dense => layer.units,
+                _ => next.map_or(0, |[c, h, w]| c * h * w),
+            });
+            image = next;
+        }
+        widths
+    }
+
+    /// Each layer's input image [C, H, W], for the conv and pool layers
+    /// (None for a dense layer, or where the shapes do not fit).
+    pub fn images(&self) -> Vec<Option<[usize; 3]>> {
+        let mut image = self.model.input_shape;
+        self.model
+            .layers
+            .iter()
+            .map(|layer| {
+                let at = image.filter(|_| layer.kind.is_spatial());
+                image = image.and_then(|chw| crate::model::conv::layer_output(&layer.kind, chw));
+                at
+            })
+            .collect()
     }
 
     pub fn validate(&self) -> Result<()> {

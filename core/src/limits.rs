@@ -78,6 +78,14 @@ impl Limits {
             }
             return self.check_memory(e, rows);
         }
+        if let (true, Some((i, l))) =
+            (*self == Limits::PAGE, e.model.layers.iter().enumerate().find(|(_, l)| l.kind.is_spatial()))
+        {
+            return refuse(format!(
+                "model.layers[{i}] is {}: this page does not train conv or pool layers yet (`stepscope train` does)",
+                l.kind.name()
+            ));
+        }
         let hidden = &e.model.layers[..e.model.layers.len().saturating_sub(1)];
         if hidden.len() > self.hidden_layers {
             return refuse(format!(
@@ -285,17 +293,28 @@ impl MemoryBytes {
             };
         }
         let batch = rows as u64;
-        let units: u64 = e.model.layers.iter().map(|l| l.units as u64).sum();
-        let widest = e.model.layers.iter().map(|l| l.units as u64).max().unwrap_or(0);
+        let layout = Layout::new(e);
+        let units: u64 = layout.layers.iter().map(|l| l.units as u64).sum();
+        let widest = layout.layers.iter().map(|l| l.units as u64).max().unwrap_or(0);
+        // Max pooling keeps its choice per output; the conv layers share
+        // one patch-matrix scratch.
+        let choices: u64 = layout
+            .layers
+            .iter()
+            .filter(|l| matches!(l.op, crate::model::LayerOp::MaxPool(_)))
+            .map(|l| l.units as u64)
+            .sum();
+        let conv_scratch = crate::engine::conv_scratch_floats(&layout) as u64;
         MemoryBytes {
             params: 4 * p,
             grads: 4 * p,
             optimizer: 4 * p * e.optimizer.state_copies() as u64,
-            activations: match checkpointing {
-                false => 2 * 4 * batch * units,
-                true => 4 * batch * (units + widest),
-            },
-            backward_scratch: 4 * batch * units,
+            activations: 4 * batch * choices
+                + match checkpointing {
+                    false => 2 * 4 * batch * units,
+                    true => 4 * batch * (units + widest),
+                },
+            backward_scratch: 4 * batch * units + 4 * conv_scratch,
             attention: 0,
         }
     }

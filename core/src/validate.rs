@@ -137,14 +137,15 @@ fn model(e: &Experiment) -> Result<()> {
         ));
     }
     let m = &e.model;
-    if m.inputs == 0 || m.inputs > MAX_UNITS {
+    if m.input_shape.is_none() && (m.inputs == 0 || m.inputs > MAX_UNITS) {
         return bad(format!("model.inputs must be in 1..={MAX_UNITS}, got {}", m.inputs));
     }
     if m.layers.is_empty() || m.layers.len() > MAX_LAYERS {
         return bad(format!("model.layers must hold 1..={MAX_LAYERS} layers, got {}", m.layers.len()));
     }
+    images(e)?;
     for (i, layer) in m.layers.iter().enumerate() {
-        if layer.units == 0 || layer.units > MAX_UNITS {
+        if layer.kind == LayerKind::Dense && (layer.units == 0 || layer.units > MAX_UNITS) {
             return bad(format!("model.layers[{i}].units must be in 1..={MAX_UNITS}, got {}", layer.units));
         }
     }
@@ -155,6 +156,88 @@ fn model(e: &Experiment) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// The image model: `input_shape` in range, conv and pool layers before the
+/// first dense layer and a dense layer last, every field in range, every
+/// layer's output at least 1 × 1 (the error names the layer and its input).
+fn images(e: &Experiment) -> Result<()> {
+    let m = &e.model;
+    let spatial = m.layers.iter().position(|l| l.kind.is_spatial());
+    let Some([c, h, w]) = m.input_shape else {
+        return match spatial {
+            Some(i) => bad(format!(
+                "model.layers[{i}] is {}: it needs model.input_shape [C, H, W] (each row an image in C, H, W order)",
+                m.layers[i].kind.name()
+            )),
+            None => Ok(()),
+        };
+    };
+    if !(1..=MAX_CHANNELS).contains(&c) || !(1..=MAX_SIDE).contains(&h) || !(1..=MAX_SIDE).contains(&w) {
+        return bad(format!(
+            "model.input_shape must be [C, H, W] with C in 1..={MAX_CHANNELS} and H, W in 1..={MAX_SIDE}, got [{c}, {h}, {w}]"
+        ));
+    }
+    if m.inputs > MAX_IMAGE_FLOATS {
+        return bad(format!("model.input_shape holds {} floats a row, more than {MAX_IMAGE_FLOATS}", m.inputs));
+    }
+    if let Some(first_dense) = m.layers.iter().position(|l| !l.kind.is_spatial()) {
+        if let Some(i) = m.layers.iter().skip(first_dense).position(|l| l.kind.is_spatial()) {
+            let i = i + first_dense;
+            return bad(format!(
+                "model.layers[{i}] is {} after the dense model.layers[{first_dense}]: conv and pool layers come before the first dense layer",
+                m.layers[i].kind.name()
+            ));
+        }
+    }
+    if m.layers.last().is_some_and(|l| l.kind.is_spatial()) {
+        return bad(format!("model.layers[{}]: the last layer must be dense (the outputs)", m.layers.len() - 1));
+    }
+    let mut image = [c, h, w];
+    for (i, layer) in m.layers.iter().enumerate() {
+        let (kernel, stride, padding) = match layer.kind {
+            LayerKind::Dense => break,
+            LayerKind::Conv2d { filters, kernel, stride, padding } => {
+                if !(1..=MAX_FILTERS).contains(&filters) {
+                    return bad(format!("model.layers[{i}].filters must be in 1..={MAX_FILTERS}, got {filters}"));
+                }
+                if padding >= kernel.max(1) {
+                    return bad(format!(
+                        "model.layers[{i}].padding must be less than the kernel ({kernel}), got {padding}"
+                    ));
+                }
+                (kernel, stride, padding)
+            }
+            LayerKind::MaxPool2d { kernel, stride } | LayerKind::AvgPool2d { kernel, stride } => (kernel, stride, 0),
+        };
+        if !(1..=MAX_KERNEL).contains(&kernel) {
+            return bad(format!("model.layers[{i}].kernel must be in 1..={MAX_KERNEL}, got {kernel}"));
+        }
+        if !(1..=MAX_KERNEL).contains(&stride) {
+            return bad(format!("model.layers[{i}].stride must be in 1..={MAX_KERNEL}, got {stride}"));
+        }
+        let Some(next) = crate::model::conv::layer_output(&layer.kind, image) else {
+            let reach = if padding > 0 { format!(" with padding {padding}") } else { String::new() };
+            return bad(format!(
+                "model.layers[{i}] ({}, kernel {kernel}{reach}) needs an input of at least {kernel} × {kernel}, got {} × {}: its output would be empty",
+                layer.kind.name(),
+                image[1] + 2 * padding,
+                image[2] + 2 * padding
+            ));
+        };
+        let floats = next[0] * next[1] * next[2];
+        if floats > MAX_IMAGE_FLOATS {
+            return bad(format!("model.layers[{i}] makes {floats} floats a row, more than {MAX_IMAGE_FLOATS}"));
+        }
+        let patch = image[0] * kernel * kernel * next[1] * next[2];
+        if matches!(layer.kind, LayerKind::Conv2d { .. }) && patch > MAX_PATCH_FLOATS {
+            return bad(format!(
+                "model.layers[{i}]'s patch matrix would hold {patch} floats an image (C·K·K × output positions), more than {MAX_PATCH_FLOATS}"
+            ));
+        }
+        image = next;
+    }
+    Ok(())
 }
 
 fn optimizer(o: &OptimizerSpec) -> Result<()> {

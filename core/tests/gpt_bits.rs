@@ -13,3 +13,8 @@ fn the_native_engine_gives_the_pinned_bits() {
 fn the_native_mlp_gives_the_pinned_bits() {
     assert_eq!(run::mlp_digest(), run::MLP_EXPECTED);
 }
+
+#[test]
+fn the_conv_net_gives_the_pinned_bits() {
+    assert_eq!(run::conv_digest(), run::CONV_EXPECTED);
+}

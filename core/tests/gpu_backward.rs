@@ -17,7 +17,7 @@ use stepscope_core::gpu::harness::{f32_bytes, to_f32, to_u32, Arg};
 use stepscope_core::gpu::launch;
 use stepscope_core::gpu::matmul::{self, MatmulVariant};
 use stepscope_core::gpu::params::*;
-use stepscope_core::model::{activation_backward, activation_forward, dense_backward, LayerShape};
+use stepscope_core::model::{activation_backward, activation_forward, dense_backward, LayerOp, LayerShape};
 use stepscope_core::model::{loss_backward, loss_forward};
 
 const EPS: f32 = f32::EPSILON;
@@ -268,7 +268,7 @@ async fn dense_backward_input_matches_cpu() {
         let mut cpu = sums.clone();
         activation_backward(&mut cpu, &z_in, &a_in, act);
         let derivative = activation_derivatives(&z_in, &a_in, act);
-        let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset: offset + len };
+        let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset: offset + len, op: LayerOp::Dense };
         let dx = f32_bytes(&vec![f32::NAN; batch * inputs]);
         let ins = [f32_bytes(&dz), f32_bytes(&params), f32_bytes(&z_in), f32_bytes(&a_in)];
         let mut first: Option<Vec<f32>> = None;
@@ -308,7 +308,7 @@ async fn dense_backward_weight_gpu(
     layer: u32,
 ) -> (Vec<f32>, u32) {
     let (inputs, units, batch) = shape;
-    let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset };
+    let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset, op: LayerOp::Dense };
     let l = matmul::backward_weight(v, batch, &shape, layer as usize);
     let (grads, dz, x) = (f32_bytes(grads), f32_bytes(dz), f32_bytes(x));
     let out = run_launch(&l, [Arg::Out(&grads), Arg::Out(flags), Arg::In(&dz), Arg::In(&x)]).await;
@@ -379,7 +379,7 @@ async fn bias_backward_gpu(
     layer: u32,
 ) -> (Vec<f32>, u32) {
     let units = dz.len() / batch;
-    let shape = LayerShape { inputs: 1, units, weight_offset: offset, bias_offset: offset };
+    let shape = LayerShape { inputs: 1, units, weight_offset: offset, bias_offset: offset, op: LayerOp::Dense };
     let l = matmul::bias_backward(batch, &shape, layer as usize);
     let (grads, dz) = (f32_bytes(grads), f32_bytes(dz));
     let out = run_launch(&l, [Arg::Out(&grads), Arg::Out(flags), Arg::In(&dz)]).await;

@@ -12,7 +12,7 @@ use stepscope_core::experiment::Activation;
 use stepscope_core::gpu::harness::{f32_bytes, to_f32, to_u32, Arg};
 use stepscope_core::gpu::matmul::{self, MatmulVariant};
 use stepscope_core::gpu::params::*;
-use stepscope_core::model::{activation_forward, dense_forward, LayerShape};
+use stepscope_core::model::{activation_forward, dense_forward, LayerOp, LayerShape};
 
 /// dense_forward against dense_forward + activation_forward. The two sum
 /// the I products in different orders (and the GPU fuses multiply-adds),
@@ -50,7 +50,7 @@ async fn dense_forward_matches_cpu() {
                 let mut a_cpu = vec![0.0; batch * units];
                 activation_forward(&mut a_cpu, &z_cpu, act);
                 let bias_offset = offset + units * inputs;
-                let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset };
+                let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset, op: LayerOp::Dense };
                 let zeros = vec![0u8; 4 * batch * units];
                 let (x_bytes, params_bytes, flags) = (f32_bytes(&x), f32_bytes(&params), flags());
                 let mut first: Option<Vec<Vec<u8>>> = None;
@@ -105,7 +105,7 @@ async fn dense_forward_flags_first_non_finite_layer() {
     let mut x = random(batch * inputs, 1, 1.0);
     x[6] = f32::INFINITY;
     let params = random(units * inputs + units, 2, 0.5);
-    let shape = LayerShape { inputs, units, weight_offset: 0, bias_offset: 20 };
+    let shape = LayerShape { inputs, units, weight_offset: 0, bias_offset: 20, op: LayerOp::Dense };
     let zeros = vec![0u8; 4 * batch * units];
     let mut flags_in = FLAGS_INIT;
     flags_in[1] = 7; // step 7 of this submit

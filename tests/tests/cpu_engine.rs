@@ -18,6 +18,11 @@ fn the_browser_mlp_gives_the_native_bits() {
     assert_eq!(run::mlp_digest(), run::MLP_EXPECTED);
 }
 
+#[wasm_bindgen_test::wasm_bindgen_test]
+fn the_browser_conv_net_gives_the_native_bits() {
+    assert_eq!(run::conv_digest(), run::CONV_EXPECTED);
+}
+
 #[path = "../../core/examples/activation_bench/timing.rs"]
 mod timing;
 

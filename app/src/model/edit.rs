@@ -191,7 +191,7 @@ pub fn add_layer(e: &mut Experiment) -> Result<(), String> {
     if hidden >= MAX_HIDDEN_LAYERS {
         return Err(format!("At most {MAX_HIDDEN_LAYERS} hidden layers on this page."));
     }
-    let like = hidden_layers(e).last().cloned().unwrap_or(LayerSpec { units: 4, activation: Activation::Tanh });
+    let like = hidden_layers(e).last().cloned().unwrap_or(LayerSpec::dense(4, Activation::Tanh));
     e.model.layers.insert(hidden, like);
     Ok(())
 }
@@ -258,7 +258,7 @@ pub fn experiment_for_csv(base: &Experiment, csv: &CsvTable) -> Result<Experimen
     };
     e.loss = loss;
     if let Some(out) = e.model.layers.last_mut() {
-        *out = LayerSpec { units: outputs, activation: Activation::Linear };
+        *out = LayerSpec::dense(outputs, Activation::Linear);
     }
     e.validate().map_err(|err| err.to_string())?;
     csv.check(&e).map_err(|err| err.to_string())?;

@@ -278,7 +278,7 @@ impl CpuEngine {
             grads: 4 * self.grads.len() as u64,
             optimizer: self.optimizer.bytes() as u64,
             activations: self.acts.bytes() as u64,
-            backward_scratch: 4 * scratch as u64,
+            backward_scratch: (4 * scratch + self.acts.scratch_bytes()) as u64,
             attention: 0,
         }
     }

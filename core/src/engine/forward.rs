@@ -5,8 +5,9 @@ use super::Evaluation;
 use crate::data::Table;
 use crate::experiment::{DataSource, Experiment, Loss};
 use crate::limits::EVAL_CHUNK_ROWS;
+use crate::model::conv::{avg_pool2d_forward, conv2d_forward, max_pool2d_forward};
 use crate::model::gpt::{Gpt, GptActivations};
-use crate::model::{activation_forward, all_finite, dense_forward, loss_forward, Layout};
+use crate::model::{activation_forward, all_finite, dense_forward, loss_forward, LayerOp, Layout};
 
 /// What the forward pass stores for backward, per layer l: `a[l]` outputs,
 /// (B, O_l), and `z[l]` pre-activations, (B, O_l).
@@ -23,6 +24,12 @@ pub struct Activations {
     pub rows: usize,
     /// z is one shared scratch, not kept per layer.
     pub checkpointing: bool,
+    /// Each max-pool layer's choice per output (the input's index), for
+    /// backward; empty for other layers.
+    pub argmax: Vec<Vec<u32>>,
+    /// The conv layers' patch matrices, one image at a time
+    /// (`Conv2d::scratch_floats` of the largest).
+    pub conv_scratch: Vec<f32>,
 }
 
 impl Activations {
@@ -42,6 +49,8 @@ impl Activations {
             a: sizes().collect::<Result<_, _>>()?,
             rows,
             checkpointing: false,
+            argmax: argmax(layout, rows)?,
+            conv_scratch: crate::error::zeros(conv_scratch_floats(layout), "the conv layers' patch matrices")?,
         })
     }
 
@@ -59,6 +68,8 @@ impl Activations {
             a: a.collect::<Result<_, _>>()?,
             rows,
             checkpointing: true,
+            argmax: argmax(layout, rows)?,
+            conv_scratch: crate::error::zeros(conv_scratch_floats(layout), "the conv layers' patch matrices")?,
         })
     }
 
@@ -85,9 +96,36 @@ impl Activations {
     }
 
     /// Bytes held: with checkpointing 4·B·(Σ_l O_l + max O), else 2·4·B·Σ_l O_l.
+    /// Bytes of z, a and the max-pool choices (the conv scratch is
+    /// backward scratch: `scratch_bytes`).
     pub fn bytes(&self) -> usize {
-        4 * self.z.iter().chain(&self.a).map(Vec::len).sum::<usize>()
+        4 * (self.z.iter().chain(&self.a).map(Vec::len).sum::<usize>()
+            + self.argmax.iter().map(Vec::len).sum::<usize>())
     }
+
+    /// Bytes of the conv layers' patch matrices.
+    pub fn scratch_bytes(&self) -> usize {
+        4 * self.conv_scratch.len()
+    }
+}
+
+/// The max-pool layers' choices for `rows` rows (empty for other layers).
+fn argmax(layout: &Layout, rows: usize) -> crate::error::Result<Vec<Vec<u32>>> {
+    layout
+        .layers
+        .iter()
+        .map(|l| {
+            let n = if matches!(l.op, LayerOp::MaxPool(_)) { rows * l.units } else { 0 };
+            let mut v = crate::error::room(n, "the max-pool choices")?;
+            v.resize(n, 0);
+            Ok(v)
+        })
+        .collect()
+}
+
+/// Floats of the largest conv layer's scratch (0 without conv layers).
+pub fn conv_scratch_floats(layout: &Layout) -> usize {
+    layout.layers.iter().map(|l| if let LayerOp::Conv(c) = l.op { c.scratch_floats() } else { 0 }).max().unwrap_or(0)
 }
 
 /// Runs every layer on `inputs` (rows, I). Returns the index of the first
@@ -132,10 +170,30 @@ pub fn forward_layer(
     let (before, after) = acts.a.split_at_mut(l);
     let x = if l == 0 { inputs } else { &before[l - 1] };
     let weight = &params[shape.weight_offset..shape.bias_offset];
-    let bias = &params[shape.bias_offset..shape.bias_offset + shape.units];
-    dense_forward(z, x, weight, bias, rows, shape.inputs, shape.units);
+    let bias = &params[shape.bias_offset..shape.end()];
+    layer_forward(z, &mut acts.argmax[l], &mut acts.conv_scratch, x, weight, bias, rows, &shape);
     activation_forward(&mut after[0], z, experiment.model.layers[l].activation);
     all_finite(z)
+}
+
+/// z = the layer's op on x (before its activation): dense, conv or pool.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn layer_forward(
+    z: &mut [f32],
+    argmax: &mut [u32],
+    scratch: &mut Vec<f32>,
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    rows: usize,
+    shape: &crate::model::LayerShape,
+) {
+    match shape.op {
+        LayerOp::Dense => dense_forward(z, x, weight, bias, rows, shape.inputs, shape.units),
+        LayerOp::Conv(c) => conv2d_forward(z, x, weight, bias, rows, &c, scratch),
+        LayerOp::MaxPool(p) => max_pool2d_forward(z, argmax, x, rows, &p),
+        LayerOp::AvgPool(p) => avg_pool2d_forward(z, x, rows, &p),
+    }
 }
 
 /// Mean loss (and accuracy for classification) of `params` over `table`.

@@ -11,7 +11,9 @@ pub use cpu::{
     sample, CpuEngine, RankTimes, RemoteRanks, SampledToken, Sampler, Sampling, ShardResult, ShardServer,
     LAYER_PART_MACS,
 };
-pub use forward::{evaluate, forward_layer, forward_pass, gpt_eval_windows, predict, Activations, Evaluator};
+pub use forward::{
+    conv_scratch_floats, evaluate, forward_layer, forward_pass, gpt_eval_windows, predict, Activations, Evaluator,
+};
 pub use phases::{PhasePart, PhaseReport, StepPhase};
 
 use serde::{Deserialize, Serialize};
@@ -91,7 +93,7 @@ impl CheckpointingTrade {
         let b = batch as u64;
         let units: u64 = layout.layers.iter().map(|l| l.units as u64).sum();
         let max_units = layout.layers.iter().map(|l| l.units as u64).max().unwrap_or(0);
-        let macs = |skip: usize| -> u64 { layout.layers.iter().skip(skip).map(|l| (l.inputs * l.units) as u64).sum() };
+        let macs = |skip: usize| -> u64 { layout.layers.iter().skip(skip).map(|l| l.macs() as u64).sum() };
         CheckpointingTrade {
             bytes_saved: 4 * b * (units - max_units),
             extra_flops: 2 * b * macs(0),

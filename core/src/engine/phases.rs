@@ -214,8 +214,8 @@ pub fn summarise(layout: &Layout, tensors: &PhaseTensors) -> Vec<LayerPhase> {
         .enumerate()
         .map(|(l, shape)| {
             let weights = shape.weight_offset..shape.bias_offset;
-            let bias = shape.bias_offset..shape.bias_offset + shape.units;
-            let all = shape.weight_offset..shape.bias_offset + shape.units;
+            let bias = shape.bias_offset..shape.end();
+            let all = shape.weight_offset..shape.end();
             let mut update_ratio = None;
             let list = match tensors {
                 PhaseTensors::Forward { z: Some(z), a } => {
@@ -272,11 +272,7 @@ mod tests {
 
     #[test]
     fn update_ratio_is_the_norm_ratio() {
-        let layout = Layout {
-            layers: vec![crate::model::LayerShape { inputs: 1, units: 1, weight_offset: 0, bias_offset: 1 }],
-            parameter_count: 2,
-            gpt: None,
-        };
+        let layout = Layout { layers: vec![crate::model::LayerShape::dense(1, 1, 0)], parameter_count: 2, gpt: None };
         // weight 3, bias 4: ‖θ‖ = 5; update (0.03, 0.04): ‖Δθ‖ = 0.05.
         let params = [3.0, 4.0];
         let updates = [0.03, 0.04];

@@ -166,10 +166,17 @@ pub fn resolved_ms(r: f64) -> f64 {
 /// first layer's dX, which is not needed. What the anatomy sets the
 /// measured forward : backward beside.
 pub fn step_flops(widths: &[usize], batch: usize, accumulation: usize) -> (f64, f64) {
-    let pairs: Vec<(f64, f64)> = widths.windows(2).map(|w| (w[0] as f64, w[1] as f64)).collect();
+    let macs: Vec<usize> = widths.windows(2).map(|w| w[0] * w[1]).collect();
+    layers_step_flops(&macs, batch, accumulation)
+}
+
+/// `step_flops` from each layer's multiply-adds a row (`LayerShape::macs`:
+/// a conv layer's F·C·K·K·P, a pool's 0): the first layer's ∂x is left out
+/// of backward, as the engine skips it.
+pub fn layers_step_flops(macs: &[usize], batch: usize, accumulation: usize) -> (f64, f64) {
     let rows = (batch * accumulation) as f64;
-    let forward: f64 = pairs.iter().map(|(i, o)| 2.0 * rows * i * o).sum();
-    let first_dx = pairs.first().map_or(0.0, |(i, o)| 2.0 * rows * i * o);
+    let forward: f64 = macs.iter().map(|&m| 2.0 * rows * m as f64).sum();
+    let first_dx = macs.first().map_or(0.0, |&m| 2.0 * rows * m as f64);
     (forward, 2.0 * forward - first_dx)
 }
 

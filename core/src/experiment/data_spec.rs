@@ -234,7 +234,7 @@ impl Experiment {
         }
         let units = self.output_units_for(self.loss).expect("a fitting loss has an output width");
         if let Some(out) = self.model.layers.last_mut() {
-            *out = LayerSpec { units, activation: Activation::Linear };
+            *out = LayerSpec::dense(units, Activation::Linear);
         }
     }
 }

@@ -15,7 +15,7 @@ use super::pytorch_gpt::{gpt_loss, gpt_model};
 use super::pytorch_optim::{checkpoint, optimizer, schedule};
 use super::pytorch_run::{cli, PROCESSES};
 use crate::checkpoint::{FORMAT_TAG, FORMAT_TAG_V1};
-use crate::experiment::{Activation, Experiment, Loss, Regularization, RegularizationKind, Schedule};
+use crate::experiment::{Activation, Experiment, LayerKind, Loss, Regularization, RegularizationKind, Schedule};
 
 /// A Python script (PyTorch 2.x and safetensors) that rebuilds `e`'s model,
 /// loss, regularization, optimizer, schedule, clipping, accumulation and
@@ -37,7 +37,7 @@ pub fn pytorch_script(e: &Experiment) -> String {
         }
     }
     if let Some(reg) = &e.regularization {
-        s += &regularization(reg, e.gpt().is_some());
+        s += &regularization(reg, e.gpt().is_some(), e.model.input_shape.is_some());
     }
     s += &optimizer(&e.optimizer, e.gpt().is_some());
     s += &schedule(&e.schedule);
@@ -190,27 +190,51 @@ fn activation_module(a: Activation) -> &'static str {
 
 fn model(e: &Experiment) -> String {
     let widths = e.widths();
-    let linears: Vec<String> = widths.windows(2).map(|w| format!("nn.Linear({}, {})", w[0], w[1])).collect();
+    let images = e.images();
+    let modules: Vec<String> = widths
+        .windows(2)
+        .zip(&e.model.layers)
+        .zip(&images)
+        .map(|((w, l), image)| {
+            let c = image.map_or(0, |[c, _, _]| c);
+            match l.kind {
+                LayerKind::Dense => format!("nn.Linear({}, {})", w[0], w[1]),
+                LayerKind::Conv2d { filters, kernel, stride, padding } => {
+                    format!("nn.Conv2d({c}, {filters}, {kernel}, stride={stride}, padding={padding})")
+                }
+                LayerKind::MaxPool2d { kernel, stride } => format!("nn.MaxPool2d({kernel}, stride={stride})"),
+                LayerKind::AvgPool2d { kernel, stride } => format!("nn.AvgPool2d({kernel}, stride={stride})"),
+            }
+        })
+        .collect();
     let activations: Vec<&str> = e.model.layers.iter().map(|l| activation_module(l.activation)).collect();
+    let (doc, forward) = match e.model.input_shape {
+        Some([c, h, w]) => (
+            "Conv and pool layers on each row's image (C, H, W), then dense layers\n    y = x W^T + b on the flattened image, each layer followed by its\n    activation (core/src/model/). The parameters are named as the\n    checkpoint's tensors: layers.{i}.weight (F, C, K, K) or (O, I) and\n    layers.{i}.bias; pools and activations hold none.",
+            format!(
+                "        x = x.view(-1, {c}, {h}, {w})\n        for layer, activation in zip(self.layers, self.activations):\n            if isinstance(layer, nn.Linear) and x.dim() > 2:\n                x = torch.flatten(x, 1)\n            x = activation(layer(x))\n        return x"
+            ),
+        ),
+        None => (
+            "Dense layers y = x W^T + b, each followed by its activation\n    (core/src/model/). The parameters are named as the checkpoint's tensors,\n    layers.{i}.weight (O, I) and layers.{i}.bias (O); activations hold none.",
+            "        for layer, activation in zip(self.layers, self.activations):\n            x = activation(layer(x))\n        return x".to_string(),
+        ),
+    };
     format!(
         r#"
 class Net(nn.Module):
-    """Dense layers y = x W^T + b, each followed by its activation
-    (core/src/model/). The parameters are named as the checkpoint's tensors,
-    layers.{{i}}.weight (O, I) and layers.{{i}}.bias (O); activations hold none."""
+    """{doc}"""
 
     def __init__(self):
         super().__init__()
-        self.layers = nn.ModuleList([{linears}])
+        self.layers = nn.ModuleList([{modules}])
         self.activations = nn.ModuleList([{activations}])
 
     def forward(self, x):
-        for layer, activation in zip(self.layers, self.activations):
-            x = activation(layer(x))
-        return x
+{forward}
 
 "#,
-        linears = linears.join(", "),
+        modules = modules.join(", "),
         activations = activations.join(", "),
     )
 }
@@ -243,7 +267,7 @@ def data_loss(outputs, targets, rows):
     )
 }
 
-fn regularization(reg: &Regularization, gpt: bool) -> String {
+fn regularization(reg: &Regularization, gpt: bool, images: bool) -> String {
     let (what, term) = match reg.kind {
         RegularizationKind::L1 => ("l1: rate * sum |w|, gradient rate * sign(w)", "torch.sign(layer.weight)"),
         RegularizationKind::L2 => ("l2: rate * sum w^2 / 2, gradient rate * w", "layer.weight"),
@@ -268,6 +292,8 @@ def add_regularization_grad(model):
             rate = py(reg.rate),
         );
     }
+    // Pool layers hold no weight.
+    let layers = if images { "(l for l in model.layers if hasattr(l, \"weight\"))" } else { "model.layers" };
     format!(
         r#"
 REGULARIZATION_RATE = {rate}
@@ -278,7 +304,7 @@ def add_regularization_grad(model):
     (core/src/model/regularization.rs). Added to the gradients once per
     optimizer step, after accumulation; the reported loss is the data loss."""
     with torch.no_grad():
-        for layer in model.layers:
+        for layer in {layers}:
             layer.weight.grad += REGULARIZATION_RATE * {term}
 
 "#,

@@ -114,6 +114,12 @@ impl GpuEngine {
         if let Some(why) = super::gpt::unsupported(&state.experiment) {
             return Err(crate::Error::Experiment(format!("the GPU engine cannot train this transformer: {why}")));
         }
+        if let Some((i, l)) = state.experiment.model.layers.iter().enumerate().find(|(_, l)| l.kind.is_spatial()) {
+            return Err(crate::Error::Experiment(format!(
+                "the GPU engine cannot train conv or pool layers yet (model.layers[{i}] is {}): train this network on the CPU engine",
+                l.kind.name()
+            )));
+        }
         let experiment = state.experiment.clone();
         let layout = Layout::new(&experiment);
         ctx.check()?;

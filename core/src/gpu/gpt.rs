@@ -41,6 +41,7 @@ pub fn matmul_shapes(gpt: &Gpt) -> Vec<LayerShape> {
         units,
         weight_offset,
         bias_offset,
+        op: crate::model::LayerOp::Dense,
     };
     let mut shapes = Vec::new();
     for l in 0..s.blocks {

@@ -348,7 +348,7 @@ pub async fn time_full(
 ) -> Result<f64> {
     let mut seeded = Seeded::new(&ctx.device, (batch * 31 + inputs * 7 + units) as u64, 7);
     let mut storage = |label: &str, floats: usize| seeded.buffer(label, floats);
-    let shape = LayerShape { inputs, units, weight_offset: 0, bias_offset: inputs * units };
+    let shape = LayerShape::dense(inputs, units, 0);
     let params = storage("params", inputs * units + units);
     let flags = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("flags"),

@@ -19,6 +19,21 @@
 //! keeping one per image.
 
 use super::gemm::{gemm, gemm_from, Lhs, Start};
+use crate::experiment::LayerKind;
+
+/// The image a conv or pool layer makes of a [C, H, W] input, or None for
+/// a dense layer or where a window does not fit.
+pub fn layer_output(kind: &LayerKind, [c, h, w]: [usize; 3]) -> Option<[usize; 3]> {
+    match *kind {
+        LayerKind::Dense => None,
+        LayerKind::Conv2d { filters, kernel, stride, padding } => {
+            Some([filters, out_side(h, kernel, stride, padding)?, out_side(w, kernel, stride, padding)?])
+        }
+        LayerKind::MaxPool2d { kernel, stride } | LayerKind::AvgPool2d { kernel, stride } => {
+            Some([c, out_side(h, kernel, stride, 0)?, out_side(w, kernel, stride, 0)?])
+        }
+    }
+}
 
 /// A convolution's shape: `c_in` channels of `h` × `w` in, `filters`
 /// channels out, a `kernel` × `kernel` window moved by `stride`, over the

@@ -3,9 +3,13 @@
 //! layout, so the optimizer is one loop and zeroing the gradients a fill.
 //!
 //! Layer l with I inputs and O units owns `weight` (O, I) row-major at
-//! `weight_offset` followed directly by `bias` (O).
+//! `weight_offset` followed directly by `bias` (O). A conv layer's weight
+//! is (F, C, K, K) and its bias (F); a pool layer owns nothing. For every
+//! kind, `inputs` and `units` are the floats of a row before and after the
+//! layer (an image's C·H·W).
 
-use crate::experiment::Experiment;
+use crate::experiment::{Experiment, LayerKind};
+use crate::model::conv::{Conv2d, Pool2d};
 use crate::model::gpt::GptShape;
 use crate::rng::{stream, Rng};
 
@@ -15,6 +19,57 @@ pub struct LayerShape {
     pub units: usize,
     pub weight_offset: usize,
     pub bias_offset: usize,
+    pub op: LayerOp,
+}
+
+/// What a layer computes, with the shapes its op needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerOp {
+    Dense,
+    Conv(Conv2d),
+    MaxPool(Pool2d),
+    AvgPool(Pool2d),
+}
+
+impl LayerShape {
+    /// A dense layer of `inputs` → `units` at `weight_offset`.
+    pub fn dense(inputs: usize, units: usize, weight_offset: usize) -> LayerShape {
+        LayerShape { inputs, units, weight_offset, bias_offset: weight_offset + inputs * units, op: LayerOp::Dense }
+    }
+
+    /// The bias's length: O for a dense layer, F for a conv, 0 for a pool.
+    pub fn bias_len(&self) -> usize {
+        match self.op {
+            LayerOp::Dense => self.units,
+            LayerOp::Conv(c) => c.filters,
+            LayerOp::MaxPool(_) | LayerOp::AvgPool(_) => 0,
+        }
+    }
+
+    /// One past the layer's last parameter.
+    pub fn end(&self) -> usize {
+        self.bias_offset + self.bias_len()
+    }
+
+    /// Multiply-adds of the layer's forward for one row: I·O for a dense
+    /// layer, F·C·K·K·P for a conv, 0 for a pool (its compares and adds are
+    /// not products). Backward does as many again for ∂W and for ∂x.
+    pub fn macs(&self) -> usize {
+        match self.op {
+            LayerOp::Dense => self.inputs * self.units,
+            LayerOp::Conv(c) => c.macs(),
+            LayerOp::MaxPool(_) | LayerOp::AvgPool(_) => 0,
+        }
+    }
+
+    /// Inputs each weight row reads (the fan-in of `nn.Linear` and
+    /// `nn.Conv2d`'s initialisation).
+    pub fn fan_in(&self) -> usize {
+        match self.op {
+            LayerOp::Conv(c) => c.patch(),
+            _ => self.inputs,
+        }
+    }
 }
 
 /// One named tensor in the flat buffer, named as PyTorch would name a
@@ -49,13 +104,39 @@ impl Layout {
             return Layout { layers: Vec::new(), parameter_count: shape.parameter_count(), gpt: Some(shape) };
         }
         let widths = experiment.widths();
+        let images = experiment.images();
         let mut offset = 0;
         let layers = widths
             .windows(2)
-            .map(|w| {
+            .zip(&experiment.model.layers)
+            .zip(images)
+            .map(|((w, spec), image)| {
                 let (inputs, units) = (w[0], w[1]);
-                let shape = LayerShape { inputs, units, weight_offset: offset, bias_offset: offset + units * inputs };
-                offset += units * inputs + units;
+                let [c, h, wide] = image.unwrap_or([0; 3]);
+                let shape = match spec.kind {
+                    LayerKind::Dense => LayerShape::dense(inputs, units, offset),
+                    LayerKind::Conv2d { filters, kernel, stride, padding } => {
+                        let conv = Conv2d { c_in: c, h, w: wide, filters, kernel, stride, padding };
+                        let weights = filters * conv.patch();
+                        LayerShape {
+                            inputs,
+                            units,
+                            weight_offset: offset,
+                            bias_offset: offset + weights,
+                            op: LayerOp::Conv(conv),
+                        }
+                    }
+                    LayerKind::MaxPool2d { kernel, stride } | LayerKind::AvgPool2d { kernel, stride } => {
+                        let pool = Pool2d { c, h, w: wide, kernel, stride };
+                        let op = if matches!(spec.kind, LayerKind::MaxPool2d { .. }) {
+                            LayerOp::MaxPool(pool)
+                        } else {
+                            LayerOp::AvgPool(pool)
+                        };
+                        LayerShape { inputs, units, weight_offset: offset, bias_offset: offset, op }
+                    }
+                };
+                offset = shape.end();
                 shape
             })
             .collect();
@@ -82,21 +163,26 @@ impl Layout {
         self.layers
             .iter()
             .enumerate()
+            .filter(|(_, l)| l.end() > l.weight_offset)
             .flat_map(|(i, l)| {
+                let weight = match l.op {
+                    LayerOp::Conv(c) => vec![c.filters, c.c_in, c.kernel, c.kernel],
+                    _ => vec![l.units, l.inputs],
+                };
                 [
                     TensorInfo {
                         name: format!("layers.{i}.weight"),
-                        shape: vec![l.units, l.inputs],
+                        len: weight.iter().product(),
+                        shape: weight,
                         offset: l.weight_offset,
-                        len: l.units * l.inputs,
                         is_weight: true,
                         decays: true,
                     },
                     TensorInfo {
                         name: format!("layers.{i}.bias"),
-                        shape: vec![l.units],
+                        shape: vec![l.bias_len()],
                         offset: l.bias_offset,
-                        len: l.units,
+                        len: l.bias_len(),
                         is_weight: false,
                         decays: true,
                     },
@@ -126,10 +212,11 @@ pub fn try_init_parameters(layout: &Layout, seed: u64) -> crate::error::Result<V
         crate::model::gpt::fill_parameters(&mut params, gpt, &mut rng);
         return Ok(params);
     }
+    // `nn.Conv2d`'s default is the same rule with fan-in C·K·K; a pool
+    // layer draws nothing.
     for layer in &layout.layers {
-        let bound = 1.0 / (layer.inputs as f64).sqrt();
-        let end = layer.bias_offset + layer.units;
-        for p in &mut params[layer.weight_offset..end] {
+        let bound = 1.0 / (layer.fan_in() as f64).sqrt();
+        for p in &mut params[layer.weight_offset..layer.end()] {
             *p = rng.uniform(-bound, bound) as f32;
         }
     }

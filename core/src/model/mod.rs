@@ -16,7 +16,7 @@ mod wide;
 pub use activation::{activation_backward, activation_forward};
 pub use dense::{dense_backward, dense_forward, dense_forward_reference};
 pub use gemm::{gemm, gemm_from, gemm_reference, Lhs, Start};
-pub use layout::{init_parameters, try_init_parameters, LayerShape, Layout, TensorInfo};
+pub use layout::{init_parameters, try_init_parameters, LayerOp, LayerShape, Layout, TensorInfo};
 pub use loss::{loss_backward, loss_forward};
 pub use regularization::{regularization_backward, regularization_forward};
 pub use wide::all_finite;

@@ -96,7 +96,7 @@ impl Trainer {
                 .iter()
                 .enumerate()
                 .map(|(l, shape)| {
-                    let range = shape.weight_offset..shape.bias_offset + shape.units;
+                    let range = shape.weight_offset..shape.end();
                     [
                         tensor_stats(&e.activations().a[l]),
                         tensor_stats(&e.grads()[range.clone()]),

@@ -6,12 +6,14 @@
 use web_time::Instant;
 
 use super::{CpuEngine, Partial, Work};
+use crate::engine::forward::layer_forward;
 use crate::engine::{forward_layer, Phase, PhaseTimes, StepMetrics, StepPhase, Timing};
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
+use crate::model::conv::{avg_pool2d_backward, conv2d_backward, max_pool2d_backward};
 use crate::model::{
-    activation_backward, all_finite, dense_backward, dense_forward, loss_backward, loss_forward,
-    regularization_backward, TensorInfo,
+    activation_backward, all_finite, dense_backward, loss_backward, loss_forward, regularization_backward, LayerOp,
+    TensorInfo,
 };
 use crate::optim::{clip_grad_norm, global_grad_norm, learning_rate, optimizer_step};
 
@@ -253,7 +255,7 @@ impl CpuEngine {
     }
 
     pub(super) fn first_non_finite_layer(&self, values: &[f32]) -> Option<usize> {
-        self.layout.layers.iter().position(|l| !all_finite(&values[l.weight_offset..l.bias_offset + l.units]))
+        self.layout.layers.iter().position(|l| !all_finite(&values[l.weight_offset..l.end()]))
     }
 }
 
@@ -280,12 +282,12 @@ pub(super) fn backward_layer(
     let weight = &params[shape.weight_offset..shape.bias_offset];
     let x = if l == 0 { inputs } else { acts.a[l - 1].as_slice() };
     let z = if acts.checkpointing {
-        // Recompute z[l] = x·Wᵀ + b into the shared scratch: the
-        // same function on the same x, W and b as forward, so the
-        // same bits. a[l] is still stored.
-        let bias = &params[shape.bias_offset..shape.bias_offset + shape.units];
+        // Recompute z[l] from x, W and b into the shared scratch: the
+        // same function on the same inputs as forward, so the same bits.
+        // a[l] is still stored.
+        let bias = &params[shape.bias_offset..shape.end()];
         let z = &mut acts.z[0][..n];
-        dense_forward(z, x, weight, bias, batch, shape.inputs, shape.units);
+        layer_forward(z, &mut acts.argmax[l], &mut acts.conv_scratch, x, weight, bias, batch, &shape);
         &*z
     } else {
         &acts.z[l][..]
@@ -293,12 +295,24 @@ pub(super) fn backward_layer(
     let (below, this) = work.grad.split_at_mut(l);
     let dz = &mut this[0][..n];
     activation_backward(dz, z, &acts.a[l], e.model.layers[l].activation);
-    let (dweight, rest) = grads[shape.weight_offset..].split_at_mut(shape.units * shape.inputs);
-    let dbias = &mut rest[..shape.units];
+    let (dweight, rest) = grads[shape.weight_offset..].split_at_mut(shape.bias_offset - shape.weight_offset);
+    let dbias = &mut rest[..shape.bias_len()];
     let dx = below.last_mut().map(Vec::as_mut_slice);
-    dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units);
-    let end = shape.bias_offset + shape.units;
-    if !all_finite(&grads[shape.weight_offset..end]) {
+    match shape.op {
+        LayerOp::Dense => dense_backward(dx, dweight, dbias, dz, x, weight, batch, shape.inputs, shape.units),
+        LayerOp::Conv(c) => conv2d_backward(dx, dweight, dbias, dz, x, weight, batch, &c, &mut acts.conv_scratch),
+        LayerOp::MaxPool(p) => {
+            if let Some(dx) = dx {
+                max_pool2d_backward(dx, dz, &acts.argmax[l], batch, &p);
+            }
+        }
+        LayerOp::AvgPool(p) => {
+            if let Some(dx) = dx {
+                avg_pool2d_backward(dx, dz, batch, &p);
+            }
+        }
+    }
+    if !all_finite(&grads[shape.weight_offset..shape.end()]) {
         return Err(non_finite(Phase::Backward, l, step));
     }
     Ok(())

@@ -1,0 +1,89 @@
+//! The conv net from the command line (issue 41): ConvNetJS's MNIST net
+//! (examples/mnist_convnet.json) on a CSV of 28 × 28 images trains, and its
+//! checkpoint inspects, verifies, predicts and exports as a newcomer would
+//! use them; a malformed conv layer is one line naming the field.
+
+mod common;
+
+use common::{stepscope, temp_dir};
+
+/// 40 images of 28 × 28: a vertical bar whose column is the class.
+fn bars_csv() -> String {
+    let mut csv = (0..784).map(|i| format!("x{i}")).collect::<Vec<_>>().join(",") + ",y\n";
+    for n in 0..40 {
+        let class = n % 10;
+        let pixels: Vec<&str> =
+            (0..784).map(|i| if (2 + 2 * class..4 + 2 * class).contains(&(i % 28)) { "1" } else { "0" }).collect();
+        csv += &format!("{},{class}\n", pixels.join(","));
+    }
+    csv
+}
+
+#[test]
+fn convnetjs_mnist_net_trains_and_its_checkpoint_is_used_as_any_other() {
+    let dir = temp_dir("conv");
+    std::fs::write(dir.join("bars.csv"), bars_csv()).unwrap();
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/mnist_convnet.json");
+    let out = stepscope(
+        &dir,
+        &[
+            "train",
+            "--config",
+            config,
+            "--data",
+            "bars.csv",
+            "--steps",
+            "6",
+            "--out",
+            "ck.safetensors",
+            "--metrics",
+            "m.jsonl",
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let metrics = std::fs::read_to_string(dir.join("m.jsonl")).unwrap();
+    assert!(metrics.lines().filter(|l| l.contains("\"loss\"")).count() >= 6);
+
+    let out = stepscope(&dir, &["inspect", "ck.safetensors"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("layers.0.weight") && text.contains("[8, 1, 5, 5]"), "{text}");
+    assert!(text.contains("layers.2.weight") && text.contains("[16, 8, 5, 5]"), "{text}");
+    assert!(text.contains("layers.4.weight") && text.contains("[10, 256]"), "{text}");
+    assert!(!text.contains("layers.1."), "a pool layer holds no tensors: {text}");
+
+    let out = stepscope(&dir, &["verify", "ck.safetensors", "--data", "bars.csv"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Restore verified"));
+
+    let out = stepscope(&dir, &["predict", "ck.safetensors", "--inputs", "bars.csv"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let predicted = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(predicted.lines().count(), 1 + 40);
+    assert!(predicted.starts_with("y0,y1,"));
+
+    let out = stepscope(&dir, &["export-pytorch", "ck.safetensors", "--out", "s.py"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let script = std::fs::read_to_string(dir.join("s.py")).unwrap();
+    for module in [
+        "nn.Conv2d(1, 8, 5, stride=1, padding=2)",
+        "nn.MaxPool2d(2, stride=2)",
+        "nn.Conv2d(8, 16, 5, stride=1, padding=2)",
+        "nn.MaxPool2d(3, stride=3)",
+        "nn.Linear(256, 10)",
+        "x.view(-1, 1, 28, 28)",
+        "torch.flatten(x, 1)",
+    ] {
+        assert!(script.contains(module), "{module} in the exported script");
+    }
+
+    // A malformed conv layer: one line naming the field, exit 2, nothing written.
+    let bad = std::fs::read_to_string(config).unwrap().replace("\"padding\": 2", "\"padding\": 5");
+    std::fs::write(dir.join("bad.json"), bad).unwrap();
+    let out = stepscope(&dir, &["train", "--config", "bad.json", "--data", "bars.csv", "--out", "bad.safetensors"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("model.layers[0].padding must be less than the kernel (5), got 5"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!dir.join("bad.safetensors").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
