@@ -89,16 +89,26 @@ impl Conv2d {
         self.filters * self.positions()
     }
 
-    /// The scratch backward needs (forward, the first third): the patch
-    /// matrix of one image (C·K·K·P), its transpose and ∂cols.
+    /// The scratch backward needs (forward, the first C·K·K·P of it): the
+    /// patch matrix of one image and ∂cols (C·K·K·P each), dzᵀ of one
+    /// image (P·F) and ∂Wᵀ (C·K·K·F).
     pub fn scratch_floats(&self) -> usize {
-        3 * self.patch() * self.positions()
+        2 * self.patch() * self.positions() + self.filters * (self.positions() + self.patch())
     }
 
     /// Multiply-adds of one image's forward (F·C·K·K·P).
     pub fn macs(&self) -> usize {
         self.filters * self.patch() * self.positions()
     }
+}
+
+/// The output columns ox whose input column ox·S + kj − pad falls inside
+/// 0..w: a range lo..hi (every other column reads padding).
+fn inside(kj: usize, s: &Conv2d, ow: usize) -> (usize, usize) {
+    // ox·S + kj ≥ pad  ⇔  ox ≥ ⌈(pad − kj)/S⌉;  ox·S + kj − pad < w  ⇔  ox < ⌈(w + pad − kj)/S⌉.
+    let lo = s.padding.saturating_sub(kj).div_ceil(s.stride).min(ow);
+    let hi = (s.w + s.padding).saturating_sub(kj).div_ceil(s.stride).clamp(lo, ow);
+    (lo, hi)
 }
 
 /// The patch matrix of one image, (C·K·K, P): row (c, ki, kj), column
@@ -111,6 +121,7 @@ fn im2col(cols: &mut [f32], x: &[f32], s: &Conv2d) {
         for ki in 0..k {
             for kj in 0..k {
                 let row = &mut cols[((c * k + ki) * k + kj) * p..][..p];
+                let (lo, hi) = inside(kj, s, ow);
                 for oy in 0..oh {
                     let y = (oy * s.stride + ki).wrapping_sub(s.padding);
                     let out = &mut row[oy * ow..(oy + 1) * ow];
@@ -119,21 +130,18 @@ fn im2col(cols: &mut [f32], x: &[f32], s: &Conv2d) {
                         continue;
                     }
                     let line = &plane[y * s.w..(y + 1) * s.w];
-                    for (ox, v) in out.iter_mut().enumerate() {
-                        let xx = (ox * s.stride + kj).wrapping_sub(s.padding);
-                        *v = if xx < s.w { line[xx] } else { 0.0 };
+                    out[..lo].fill(0.0);
+                    out[hi..].fill(0.0);
+                    let first = lo * s.stride + kj - s.padding;
+                    if s.stride == 1 {
+                        out[lo..hi].copy_from_slice(&line[first..first + (hi - lo)]);
+                    } else {
+                        for (v, &xv) in out[lo..hi].iter_mut().zip(line[first..].iter().step_by(s.stride)) {
+                            *v = xv;
+                        }
                     }
                 }
             }
-        }
-    }
-}
-
-/// The transpose of `im2col`'s matrix, (P, C·K·K): for ∂W = ∂z·colsᵀ.
-fn im2col_t(cols_t: &mut [f32], cols: &[f32], patch: usize, p: usize) {
-    for (j, row) in cols.chunks_exact(p).take(patch).enumerate() {
-        for (q, &v) in row.iter().enumerate() {
-            cols_t[q * patch + j] = v;
         }
     }
 }
@@ -216,21 +224,26 @@ pub fn conv2d_backward(
     scratch: &mut Vec<f32>,
 ) {
     let (p, patch, f) = (s.positions(), s.patch(), s.filters);
-    if scratch.len() < 3 * patch * p {
-        scratch.resize(3 * patch * p, 0.0);
+    if scratch.len() < s.scratch_floats() {
+        scratch.resize(s.scratch_floats(), 0.0);
     }
     let (cols, rest) = scratch.split_at_mut(patch * p);
-    let (cols_t, rest) = rest.split_at_mut(patch * p);
-    let dcols = &mut rest[..patch * p];
+    let (dcols, rest) = rest.split_at_mut(patch * p);
+    let (dz_t, rest) = rest.split_at_mut(p * f);
+    let dw_t = &mut rest[..patch * f];
+    // ∂W is accumulated transposed, ∂Wᵀ (C·K·K, F) += cols_b (C·K·K, P) ·
+    // dz_bᵀ (P, F): each element still gets its value, then the terms of
+    // every (b, oy, ox) in order, one by one; the patch matrix is then
+    // read as it is built, row by row.
+    transpose(dw_t, dweight, f, patch);
     let mut sums = vec![0.0f32; f];
     let mut dx = dx;
     for b in 0..batch {
         let dz_b = &dz[b * f * p..(b + 1) * f * p];
         im2col(cols, &x[b * s.in_len()..(b + 1) * s.in_len()], s);
-        im2col_t(cols_t, cols, patch, p);
-        // ∂W (F, C·K·K) += dz_b (F, P) · cols_bᵀ (P, C·K·K).
-        let a = Lhs { data: dz_b, row_stride: p, k_stride: 1 };
-        gemm(dweight, patch, a, cols_t, patch, f, patch, p);
+        transpose(dz_t, dz_b, f, p);
+        let a = Lhs { data: cols, row_stride: p, k_stride: 1 };
+        gemm(dw_t, f, a, dz_t, f, patch, f, p);
         for (sum, row) in sums.iter_mut().zip(dz_b.chunks_exact(p.max(1))) {
             for &d in row {
                 *sum += d;
@@ -243,8 +256,18 @@ pub fn conv2d_backward(
             col2im(&mut dx[b * s.in_len()..(b + 1) * s.in_len()], dcols, s);
         }
     }
+    transpose(dweight, dw_t, patch, f);
     for (db, sum) in dbias[..f].iter_mut().zip(sums) {
         *db += sum;
+    }
+}
+
+/// out (cols, rows) = the transpose of `from` (rows, cols).
+fn transpose(out: &mut [f32], from: &[f32], rows: usize, cols: usize) {
+    for (r, line) in from.chunks_exact(cols.max(1)).take(rows).enumerate() {
+        for (c, &v) in line.iter().enumerate() {
+            out[c * rows + r] = v;
+        }
     }
 }
 
@@ -259,15 +282,22 @@ fn col2im(dx: &mut [f32], dcols: &[f32], s: &Conv2d) {
         for ki in 0..k {
             for kj in 0..k {
                 let row = &dcols[((c * k + ki) * k + kj) * p..][..p];
+                let (lo, hi) = inside(kj, s, ow);
                 for oy in 0..oh {
                     let y = (oy * s.stride + ki).wrapping_sub(s.padding);
-                    if y >= s.h {
+                    if y >= s.h || lo == hi {
                         continue;
                     }
-                    for ox in 0..ow {
-                        let xx = (ox * s.stride + kj).wrapping_sub(s.padding);
-                        if xx < s.w {
-                            plane[y * s.w + xx] += row[oy * ow + ox];
+                    let first = lo * s.stride + kj - s.padding;
+                    let line = &mut plane[y * s.w..(y + 1) * s.w];
+                    let from = &row[oy * ow + lo..oy * ow + hi];
+                    if s.stride == 1 {
+                        for (d, &v) in line[first..first + (hi - lo)].iter_mut().zip(from) {
+                            *d += v;
+                        }
+                    } else {
+                        for (d, &v) in line[first..].iter_mut().step_by(s.stride).zip(from) {
+                            *d += v;
                         }
                     }
                 }
@@ -325,19 +355,40 @@ fn windows(batch: usize, s: &Pool2d, mut each: impl FnMut(usize, usize)) {
 /// PyTorch's CPU kernel: a value replaces the maximum when it is greater or
 /// NaN).
 pub fn max_pool2d_forward(out: &mut [f32], argmax: &mut [u32], x: &[f32], batch: usize, s: &Pool2d) {
-    windows(batch, s, |o, at| {
-        let (mut best, mut index) = (f32::NEG_INFINITY, at);
-        for ki in 0..s.kernel {
-            for kj in 0..s.kernel {
-                let i = at + ki * s.w + kj;
-                if x[i] > best || x[i].is_nan() {
-                    (best, index) = (x[i], i);
+    let (oh, ow) = (s.out_h(), s.out_w());
+    if ow == 0 {
+        return;
+    }
+    // A row of outputs at a time, window element by window element: each
+    // window still sees its elements in row-major order, and the rows'
+    // windows are independent, so the compares overlap instead of waiting
+    // on each other (and select, not branch: where the maximum is, is data).
+    let (mut best, mut index) = (vec![0.0f32; ow], vec![0u32; ow]);
+    let mut o = 0;
+    for plane in 0..batch * s.c {
+        let base = plane * s.h * s.w;
+        for oy in 0..oh {
+            best.fill(f32::NEG_INFINITY);
+            let top = base + oy * s.stride * s.w;
+            index.iter_mut().enumerate().for_each(|(ox, i)| *i = (top + ox * s.stride) as u32);
+            for ki in 0..s.kernel {
+                for kj in 0..s.kernel {
+                    let first = top + ki * s.w + kj;
+                    let xs = &x[first..=first + (ow - 1) * s.stride];
+                    let (best, index) = (&mut best[..ow], &mut index[..ow]);
+                    for ox in 0..ow {
+                        let (v, b) = (xs[ox * s.stride], best[ox]);
+                        let take = v > b || v.is_nan();
+                        best[ox] = if take { v } else { b };
+                        index[ox] = if take { (first + ox * s.stride) as u32 } else { index[ox] };
+                    }
                 }
             }
+            out[o..o + ow].copy_from_slice(&best);
+            argmax[o..o + ow].copy_from_slice(&index);
+            o += ow;
         }
-        out[o] = best;
-        argmax[o] = index as u32;
-    });
+    }
 }
 
 /// dx = 0, then each output's gradient added at its `argmax`, outputs in
