@@ -82,18 +82,24 @@ pub fn mlp_digest() -> String {
                 "data": {{"source": "csv"}}}}"#
         ))
         .unwrap();
-        let table = read_csv(&csv).unwrap();
-        let mut engine = CpuEngine::new(&e, Dataset::load(&e, Some(&table)).unwrap()).unwrap();
-        for _ in 0..30 {
-            let m = engine.step().unwrap();
-            hash.eat(m.loss.to_bits());
-            hash.eat(m.grad_norm.to_bits());
-        }
-        for p in engine.params() {
-            hash.eat(p.to_bits());
-        }
+        train_into(&mut hash, &e, &csv, 30);
     }
     hash.hex()
+}
+
+/// `steps` steps of `e` on `csv`: each step's loss and gradient norm, then
+/// the parameters, into `hash`.
+fn train_into(hash: &mut Fnv, e: &Experiment, csv: &str, steps: usize) {
+    let table = read_csv(csv).unwrap();
+    let mut engine = CpuEngine::new(e, Dataset::load(e, Some(&table)).unwrap()).unwrap();
+    for _ in 0..steps {
+        let m = engine.step().unwrap();
+        hash.eat(m.loss.to_bits());
+        hash.eat(m.grad_norm.to_bits());
+    }
+    for p in engine.params() {
+        hash.eat(p.to_bits());
+    }
 }
 
 /// What every build computes.
@@ -121,17 +127,8 @@ pub fn conv_digest() -> String {
             "data": {"source": "csv"}}"#,
     )
     .unwrap();
-    let table = read_csv(&csv).unwrap();
-    let mut engine = CpuEngine::new(&e, Dataset::load(&e, Some(&table)).unwrap()).unwrap();
     let mut hash = Fnv::new();
-    for _ in 0..20 {
-        let m = engine.step().unwrap();
-        hash.eat(m.loss.to_bits());
-        hash.eat(m.grad_norm.to_bits());
-    }
-    for p in engine.params() {
-        hash.eat(p.to_bits());
-    }
+    train_into(&mut hash, &e, &csv, 20);
     hash.hex()
 }
 

@@ -5,24 +5,7 @@
 //! |analytic − numeric| ≤ 2e-3 + 1e-2·|numeric|).
 
 use super::*;
-use crate::model::gpt::testing::values;
-
-fn dot(g: &[f32], y: &[f32]) -> f64 {
-    g.iter().zip(y).map(|(&a, &b)| a as f64 * b as f64).sum()
-}
-
-fn check(name: &str, x: &[f32], analytic: &[f32], objective: impl Fn(&[f32]) -> f64) {
-    const H: f32 = 1e-2;
-    assert_eq!(x.len(), analytic.len(), "{name}");
-    for i in 0..x.len() {
-        let (mut plus, mut minus) = (x.to_vec(), x.to_vec());
-        plus[i] += H;
-        minus[i] -= H;
-        let numeric = (objective(&plus) - objective(&minus)) / (2.0 * H as f64);
-        let a = analytic[i] as f64;
-        assert!((a - numeric).abs() <= 2e-3 + 1e-2 * numeric.abs(), "{name}[{i}]: analytic {a}, numeric {numeric}");
-    }
-}
+use crate::model::gpt::testing::{check, dot, values};
 
 /// Values with few bits (multiples of 1/d), so that every sum below is
 /// exact in f32 and PyTorch's numbers are ours whatever its order.

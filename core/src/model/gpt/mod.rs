@@ -24,4 +24,25 @@ pub(crate) mod testing {
             })
             .collect()
     }
+
+    /// Σ g ⊙ y in f64: the objective J of the finite-difference checks.
+    pub fn dot(g: &[f32], y: &[f32]) -> f64 {
+        g.iter().zip(y).map(|(&a, &b)| a as f64 * b as f64).sum()
+    }
+
+    /// Checks `analytic` (∂J/∂x) against central differences of `objective`
+    /// over each element of `x` (h = 1e-2, J in f64): accepted
+    /// |analytic − numeric| ≤ 2e-3 + 1e-2·|numeric|.
+    pub fn check(name: &str, x: &[f32], analytic: &[f32], objective: impl Fn(&[f32]) -> f64) {
+        const H: f32 = 1e-2;
+        assert_eq!(x.len(), analytic.len(), "{name}");
+        for i in 0..x.len() {
+            let (mut plus, mut minus) = (x.to_vec(), x.to_vec());
+            plus[i] += H;
+            minus[i] -= H;
+            let numeric = (objective(&plus) - objective(&minus)) / (2.0 * H as f64);
+            let a = analytic[i] as f64;
+            assert!((a - numeric).abs() <= 2e-3 + 1e-2 * numeric.abs(), "{name}[{i}]: analytic {a}, numeric {numeric}");
+        }
+    }
 }
