@@ -128,8 +128,8 @@ unsafe fn gemm_avx2(
 }
 
 /// Blocks of R rows × W columns held in registers, then the columns left
-/// in blocks of W/2 and W/4 (a head of 32 under a block of 64), then the
-/// last few one column at a time (still R rows at once); rows past the
+/// in blocks of W/2 and W/4 (a head of 32 under a block of 64), 8 and 4,
+/// then the last few one column at a time (still R rows at once); rows past the
 /// last R as single rows. Every path sums in the same order.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -153,6 +153,7 @@ fn blocked<const R: usize, const W: usize>(
         j = columns::<R, 16>(start, c, ldc, a, b, ldb, m, j, n, k, None);
     }
     j = columns::<R, 8>(start, c, ldc, a, b, ldb, m, j, n, k, None);
+    j = columns::<R, 4>(start, c, ldc, a, b, ldb, m, j, n, k, None);
     columns::<R, 1>(start, c, ldc, a, b, ldb, m, j, n, k, None);
 }
 
@@ -264,6 +265,8 @@ mod tests {
             (5, 0, 3),
             (16, 64, 0),
             (17, 96, 130),
+            (9, 13, 5),
+            (16, 196, 25),
         ] {
             let mut values = |len: usize| (0..len).map(|_| rng.uniform(-2.0, 2.0) as f32).collect::<Vec<f32>>();
             let (a, b, c0) = (values(m * k), values(k * n), values(m * n));
