@@ -3,8 +3,8 @@
 on random 28 x 28 rows: Stepscope's CPU engine (`core/examples/conv_step_bench.rs`)
 against PyTorch eager with the same net, optimizer (SGD, momentum 0.9, weight
 decay 0.001) and batch, one thread each, side by side in alternating rounds;
-medians. Writes bench/conv.md (or --out). A ratio measured side by side, not an
-assertion.
+medians. Writes the top of bench/conv.md (or --out), keeping its sections from the
+first `## ` heading on. A ratio measured side by side, not an assertion.
 
 Run:  .venv/bin/python scripts/bench_conv.py [--rounds 3] [--seconds 4] [--batch 32]
 """
@@ -96,8 +96,14 @@ whole training steps, {args.rounds} alternating rounds of {args.seconds} s, medi
 FLOPs of the step (the anatomy's count, `Experiment::step_flops`): forward : backward 1 : 1.80 (the first conv's
 ∂x left out).
 """
+    kept = ""
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            old = f.read()
+        if "\n## " in old:
+            kept = "\n" + old[old.index("\n## ") + 1:]
     with open(args.out, "w") as f:
-        f.write(text)
+        f.write(text + kept)
     print(text)
 
 
