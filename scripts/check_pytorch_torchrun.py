@@ -16,7 +16,8 @@ For each experiment below, from a Stepscope checkpoint at step BEFORE:
       Stepscope run that never left, within the same tolerance.
 The experiments make the split uneven (odd batch sizes, more rows on one
 process), accumulate micro-batches (no_sync), clip (global norm), use LAMB
-(per-tensor norms) and L1, and shuffle across epochs.
+(per-tensor norms) and L1, shuffle across epochs, and train a transformer
+and a conv net as well as MLPs.
 
 Then Ctrl-C: a one-process run gets SIGINT, stops at a step boundary, exits
 130 and leaves a checkpoint Stepscope loads, at the data position of the
@@ -76,6 +77,20 @@ CASES = {
         "optimizer": {"kind": "adamw", "lr": 0.003, "betas": [0.9, 0.99], "weight_decay": 0.1},
         "batch_size": 5, "grad_accumulation": 2, "clip_grad_norm": 1.0,
         "data": {"source": "text", "train_fraction": 0.9}},
+    # A conv net on the digits as images (the MNIST net's kinds and
+    # optimizer): conv, max pool, strided conv, average pool, dense;
+    # 9 rows split 4/5, two micro-batches, clipped.
+    "sgd_momentum_conv_digits_uneven": {
+        "seed": 31, "model": {"input_shape": [1, 8, 8], "layers": [
+            {"kind": "conv2d", "filters": 4, "kernel": 3, "padding": 1, "activation": "relu"},
+            {"kind": "max_pool2d", "kernel": 2},
+            {"kind": "conv2d", "filters": 6, "kernel": 2, "stride": 2, "activation": "tanh"},
+            {"kind": "avg_pool2d", "kernel": 2, "stride": 1},
+            {"units": 10, "activation": "linear"}]},
+        "loss": "cross_entropy",
+        "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.001},
+        "batch_size": 9, "grad_accumulation": 2, "clip_grad_norm": 1.0,
+        "data": {"source": "digits", "train_fraction": 0.8, "shuffle": True}},
 }
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
