@@ -17,6 +17,9 @@ cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --all-targets -- -D warnings
 
+echo "== the crates' modules import each other without circles"
+python3 scripts/check_imports.py
+
 echo "== stepscope-core builds for the browser (wasm32)"
 cargo build -p stepscope-core --target wasm32-unknown-unknown
 

@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use stepscope_core::input::{check_checkpoint_start, check_size, BoundedRead};
 use stepscope_core::Error;
 
-use crate::train::stopped;
+use crate::signal::stopped;
 use crate::Failure;
 
 /// Reads `path` (named `what` `path` in messages), at most `limit` bytes

@@ -13,6 +13,7 @@ mod inspect;
 mod open;
 mod report;
 mod sample;
+mod signal;
 mod tensorboard;
 mod train;
 

@@ -16,9 +16,11 @@ use stepscope_core::{Error, StepMetrics, Trainer};
 use crate::args::TrainArgs;
 use crate::files::{self, LogFile};
 use crate::report::class_lines;
+use crate::signal::{stopped, STOP};
 use crate::tensorboard::TensorBoard;
 use crate::{say, Failure};
 
+mod anatomy;
 mod inputs;
 mod progress;
 mod ranks;
@@ -26,9 +28,8 @@ mod trace;
 
 pub(crate) use inputs::load_data;
 use inputs::{initial_state, steps_to_run};
-pub(crate) use progress::stopped;
 pub(crate) use progress::Heartbeat;
-use progress::{evaluate, test_rows, train_rows, Rows, PROGRESS_EVERY, STOP};
+use progress::{evaluate, test_rows, train_rows, Rows, PROGRESS_EVERY};
 
 /// Steps between a transformer run's validation losses (nanoGPT's
 /// `eval_interval` for Shakespeare): a pass over the held-out windows
@@ -129,7 +130,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             "gpt ({} blocks × {} heads × embed {}, context {}, vocabulary {})",
             g.blocks, g.heads, g.embed, g.context, g.vocab_size
         ),
-        None => e.widths().iter().map(usize::to_string).collect::<Vec<_>>().join("-"),
+        None => e.architecture_words(),
     };
     // Tokens a step trains on (the transformer's throughput unit).
     let step_tokens = e.gpt().map(|g| (e.batch_size * e.grad_accumulation * g.context) as f64);
@@ -171,6 +172,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     };
     let mut last: Option<StepMetrics> = None;
     let mut rank_summary = ranks::RankSummary::default();
+    let mut layer_anatomy = anatomy::LayerAnatomy::default();
     let mut interrupted = false;
     'steps: for i in 0..steps {
         if stopped() {
@@ -323,6 +325,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             tr.end_step(&metrics, end);
         }
         rank_summary.add(&metrics);
+        layer_anatomy.add(&metrics, engine.layer_times());
         last = Some(metrics);
         if interrupted {
             break;
@@ -358,6 +361,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         );
     }
     if let Some(line) = rank_summary.line() {
+        say!("{line}");
+    }
+    for line in layer_anatomy.lines(&e) {
         say!("{line}");
     }
     if e.gpt().is_some() {

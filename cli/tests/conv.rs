@@ -41,6 +41,22 @@ fn convnetjs_mnist_net_trains_and_its_checkpoint_is_used_as_any_other() {
         ],
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The header names each layer and what it makes; the end shows where
+    // the steps went, layer by layer, and forward : backward against FLOPs.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("training 1×28×28 → conv2d 8×5×5 pad 2 → 8×28×28 → max_pool2d 2 → 8×14×14"), "{text}");
+    assert!(text.contains("where a step went, layer by layer (mean of 5 steps"), "{text}");
+    assert!(text.contains("  2 conv2d 16×5×5 pad 2") && text.contains("  3 max_pool2d 3"), "{text}");
+    assert!(text.contains("MFLOP") && text.contains("25.09"), "conv 2's forward MFLOP for 20 rows: {text}");
+    let share: f64 = text
+        .lines()
+        .skip_while(|l| !l.starts_with("where a step went"))
+        .skip(2)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split('%').next()?.split_whitespace().last()?.parse::<f64>().ok())
+        .sum();
+    assert!((share - 100.0).abs() < 1.0, "the rows add up to the step: {share} % in {text}");
+    assert!(text.contains("1 : 1.80 in FLOPs"), "{text}");
     let metrics = std::fs::read_to_string(dir.join("m.jsonl")).unwrap();
     assert!(metrics.lines().filter(|l| l.contains("\"loss\"")).count() >= 6);
 

@@ -5,16 +5,19 @@
 //! Parsing is strict: an unknown field or value, or a key given twice at
 //! any depth (`crate::json`), is an error that names it, so a typo never
 //! silently trains something else. `validate` then checks
-//! every value against its range and against the other fields.
+//! every value against its range and against the other fields
+//! (`Experiment::from_json` and `Experiment::validate` live there: this
+//! module is the format alone and imports nothing of the crate above
+//! `json`, so every other module can build on it).
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
-
 mod data_spec;
+mod layer_spec;
 mod optimizer_spec;
 
 pub use data_spec::*;
+pub use layer_spec::*;
 pub use optimizer_spec::*;
 
 /// Largest width of any layer (inputs included): keeps a typo such as
@@ -43,6 +46,9 @@ pub const MAX_EMBED: usize = 4096;
 pub const MAX_HEADS: usize = 256;
 pub const MAX_BLOCKS: usize = 64;
 pub const MAX_MLP_RATIO: usize = 16;
+/// Most distinct characters a text may have (the transformer's vocabulary
+/// and its embedding rows).
+pub const MAX_VOCABULARY: usize = 4096;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -148,21 +154,6 @@ fn yes() -> bool {
     true
 }
 
-impl GptSpec {
-    pub fn shape(&self) -> crate::model::gpt::GptShape {
-        crate::model::gpt::GptShape {
-            vocab_size: self.vocab_size,
-            context: self.context,
-            embed: self.embed,
-            heads: self.heads,
-            blocks: self.blocks,
-            mlp_ratio: self.mlp_ratio,
-            tie_embeddings: self.tie_embeddings,
-            qk_layernorm: self.qk_layernorm,
-        }
-    }
-}
-
 impl Serialize for ModelSpec {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         #[derive(Serialize)]
@@ -222,155 +213,6 @@ impl<'de> Deserialize<'de> for ModelSpec {
     }
 }
 
-/// One layer of the MLP's model: a dense layer (`units`, `activation`:
-/// `{"units": N, "activation": A}`, its `"kind": "dense"` never written),
-/// or a conv or pool layer (`kind`). For those, `units` is 0: a layer's
-/// output width comes from the shapes (`Experiment::widths`), and a pool's
-/// activation is `linear`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LayerSpec {
-    pub units: usize,
-    pub activation: Activation,
-    pub kind: LayerKind,
-}
-
-/// What a layer computes: `torch.nn.Linear`, `torch.nn.Conv2d` (a square
-/// kernel, zero padding), `F.max_pool2d` or `F.avg_pool2d` (no padding,
-/// floor mode).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LayerKind {
-    #[default]
-    Dense,
-    Conv2d {
-        filters: usize,
-        kernel: usize,
-        stride: usize,
-        padding: usize,
-    },
-    MaxPool2d {
-        kernel: usize,
-        stride: usize,
-    },
-    AvgPool2d {
-        kernel: usize,
-        stride: usize,
-    },
-}
-
-impl LayerKind {
-    /// The `kind` written in the experiment.
-    pub fn name(&self) -> &'static str {
-        match self {
-            LayerKind::Dense => "dense",
-            LayerKind::Conv2d { .. } => "conv2d",
-            LayerKind::MaxPool2d { .. } => "max_pool2d",
-            LayerKind::AvgPool2d { .. } => "avg_pool2d",
-        }
-    }
-
-    /// Conv and pool layers (they read and write images).
-    pub fn is_spatial(&self) -> bool {
-        !matches!(self, LayerKind::Dense)
-    }
-}
-
-impl LayerSpec {
-    /// A dense layer.
-    pub fn dense(units: usize, activation: Activation) -> LayerSpec {
-        LayerSpec { units, activation, kind: LayerKind::Dense }
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DenseFields {
-    units: usize,
-    activation: Activation,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConvFields {
-    kind: String,
-    filters: usize,
-    kernel: usize,
-    #[serde(default = "one")]
-    stride: usize,
-    #[serde(default)]
-    padding: usize,
-    activation: Activation,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PoolFields {
-    kind: String,
-    kernel: usize,
-    #[serde(default)]
-    stride: Option<usize>,
-}
-
-impl Serialize for LayerSpec {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        let kind = self.kind.name().to_string();
-        match self.kind {
-            LayerKind::Dense => DenseFields { units: self.units, activation: self.activation }.serialize(s),
-            LayerKind::Conv2d { filters, kernel, stride, padding } => {
-                ConvFields { kind, filters, kernel, stride, padding, activation: self.activation }.serialize(s)
-            }
-            LayerKind::MaxPool2d { kernel, stride } | LayerKind::AvgPool2d { kernel, stride } => {
-                PoolFields { kind, kernel, stride: Some(stride) }.serialize(s)
-            }
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for LayerSpec {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<LayerSpec, D::Error> {
-        use serde::de::Error as _;
-        let mut map = crate::json::UniqueMap::deserialize(d)?.0;
-        let kind = match map.get("kind") {
-            None => "dense".to_string(),
-            Some(serde_json::Value::String(kind)) => kind.clone(),
-            Some(other) => {
-                return Err(D::Error::custom(format!(
-                    "a layer's kind must be \"dense\", \"conv2d\", \"max_pool2d\" or \"avg_pool2d\", got {other}"
-                )))
-            }
-        };
-        let fields = |what: &str, e: serde_json::Error| D::Error::custom(format!("a {what} layer: {e}"));
-        match kind.as_str() {
-            "dense" => {
-                map.remove("kind");
-                let f: DenseFields =
-                    serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| fields("dense", e))?;
-                Ok(LayerSpec::dense(f.units, f.activation))
-            }
-            "conv2d" => {
-                let f: ConvFields =
-                    serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| fields("conv2d", e))?;
-                let kind =
-                    LayerKind::Conv2d { filters: f.filters, kernel: f.kernel, stride: f.stride, padding: f.padding };
-                Ok(LayerSpec { units: 0, activation: f.activation, kind })
-            }
-            "max_pool2d" | "avg_pool2d" => {
-                let f: PoolFields =
-                    serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| fields(&kind, e))?;
-                let stride = f.stride.unwrap_or(f.kernel);
-                let kind = if kind == "max_pool2d" {
-                    LayerKind::MaxPool2d { kernel: f.kernel, stride }
-                } else {
-                    LayerKind::AvgPool2d { kernel: f.kernel, stride }
-                };
-                Ok(LayerSpec { units: 0, activation: Activation::Linear, kind })
-            }
-            other => Err(D::Error::custom(format!(
-                "unknown layer kind `{other}`, expected `dense`, `conv2d`, `max_pool2d` or `avg_pool2d`"
-            ))),
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
@@ -417,15 +259,6 @@ pub enum RegularizationKind {
 }
 
 impl Experiment {
-    /// Parses and validates; the error names the field and its position.
-    pub fn from_json(text: &str) -> Result<Experiment> {
-        // Strict first (`json`): the model's fields are read through a map,
-        // where serde_json alone would keep the last of a repeated key.
-        let experiment: Experiment = crate::json::from_str(text).map_err(Error::Experiment)?;
-        experiment.validate()?;
-        Ok(experiment)
-    }
-
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("an experiment always serialises")
     }
@@ -468,57 +301,6 @@ impl Experiment {
     /// The transformer's spec; None for the MLP.
     pub fn gpt(&self) -> Option<&GptSpec> {
         self.model.gpt.as_ref()
-    }
-
-    /// Widths of every layer boundary: inputs, then each layer's units.
-    /// FLOPs of one optimizer step's forwards and backwards, all its
-    /// micro-batches: an MLP's from its widths, a transformer's from its
-    /// shape (`GptShape::step_flops`).
-    pub fn step_flops(&self) -> (f64, f64) {
-        let rows = self.batch_size * self.grad_accumulation;
-        match self.gpt() {
-            Some(g) => g.shape().step_flops(rows),
-            None => {
-                let macs: Vec<usize> = crate::model::Layout::new(self).layers.iter().map(|l| l.macs()).collect();
-                crate::engine::profile::layers_step_flops(&macs, self.batch_size, self.grad_accumulation)
-            }
-        }
-    }
-
-    /// The floats each row holds at the input and after each layer: a
-    /// dense layer's units, a conv or pool layer's C·H·W (0 where the shape
-    /// does not fit, which validation refuses).
-    pub fn widths(&self) -> Vec<usize> {
-        let mut widths = vec![self.model.inputs];
-        let mut image = self.model.input_shape;
-        for layer in &self.model.layers {
-            let next = image.and_then(|chw| crate::model::conv::layer_output(&layer.kind, chw));
-            widths.push(match layer.kind {
-                LayerKind::Dense => layer.units,
-                _ => next.map_or(0, |[c, h, w]| c * h * w),
-            });
-            image = next;
-        }
-        widths
-    }
-
-    /// Each layer's input image [C, H, W], for the conv and pool layers
-    /// (None for a dense layer, or where the shapes do not fit).
-    pub fn images(&self) -> Vec<Option<[usize; 3]>> {
-        let mut image = self.model.input_shape;
-        self.model
-            .layers
-            .iter()
-            .map(|layer| {
-                let at = image.filter(|_| layer.kind.is_spatial());
-                image = image.and_then(|chw| crate::model::conv::layer_output(&layer.kind, chw));
-                at
-            })
-            .collect()
-    }
-
-    pub fn validate(&self) -> Result<()> {
-        crate::validate::experiment(self)
     }
 }
 

@@ -17,7 +17,6 @@ use crate::checkpoint::MAX_HEADER_BYTES;
 use crate::error::{Error, Result};
 
 pub use crate::data::MAX_TEXT_BYTES;
-pub use crate::runs::MAX_RUN_FILE_BYTES;
 
 /// Largest experiment file: a real one is under 2 KiB (its longest field
 /// is a schedule), so this only stops a file that is not one.
@@ -234,24 +233,5 @@ mod tests {
         assert_eq!(size_words(1 << 30), "1 GiB");
         assert_eq!(size_words(1000), "1000 bytes");
         assert_eq!(size_words(checkpoint_limit(2048 << 20)), "2164260872 bytes (2064.0 MiB)");
-    }
-
-    #[test]
-    fn an_opening_checks_its_total_before_each_next_file() {
-        use crate::runs::RunLimits;
-        let limits = RunLimits { total_bytes: 10, json_bytes: 100 };
-        assert_eq!(limits.read_next(&b"123456"[..], "`a`", 0).unwrap(), b"123456");
-        // The second file is read only up to what the total leaves, plus one.
-        let mut endless = std::io::repeat(0).take(1000);
-        let err = limits.read_next(&mut endless, "`b`", 6).unwrap_err().to_string();
-        assert_eq!(endless.limit(), 1000 - 5);
-        assert!(err.contains("`b` is larger than the 4 bytes left of the 10 bytes opened at once here"), "{err}");
-        assert_eq!(limits.read_next(&b"1234"[..], "`b`", 6).unwrap(), b"1234");
-        // Sizes known before reading are refused before reading.
-        assert!(limits.check_sizes([("a", 6), ("b", 4)]).is_ok());
-        let err = limits.check_sizes([("a", 6), ("`b`", 5)]).unwrap_err().to_string();
-        assert!(err.contains("`b`: 11 bytes with the files before it, more than the 10 bytes opened at once"), "{err}");
-        let err = RunLimits::CLI.check_sizes([("`big`", MAX_RUN_FILE_BYTES as u64 + 1)]).unwrap_err().to_string();
-        assert!(err.contains("`big` is 268435457 bytes, larger than 256 MiB"), "{err}");
     }
 }

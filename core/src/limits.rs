@@ -12,9 +12,7 @@ use crate::error::{Error, Result};
 use crate::experiment::{DataSource, Experiment, MAX_BATCH, MAX_BLOCKS, MAX_CONTEXT, MAX_EMBED, MAX_LAYERS, MAX_UNITS};
 use crate::model::Layout;
 
-/// Rows evaluated at once: evaluation and prediction work in chunks of
-/// this many rows, so their memory does not grow with the table.
-pub const EVAL_CHUNK_ROWS: usize = 4096;
+pub use crate::engine::EVAL_CHUNK_ROWS;
 
 const MIB: u64 = 1 << 20;
 

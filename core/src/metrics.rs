@@ -15,9 +15,9 @@
 //! Regression (and a CSV's several bce or mse targets) has no classes.
 
 use crate::data::Table;
+use crate::engine::EVAL_CHUNK_ROWS;
 use crate::engine::{forward_pass, Activations};
 use crate::experiment::{DataSource, Experiment, Loss};
-use crate::limits::EVAL_CHUNK_ROWS;
 use crate::model::Layout;
 
 /// Most misclassified rows listed (the first ones, in table order); the

@@ -1,26 +1,31 @@
-//! Range and consistency checks of an experiment, and of a run's state
-//! (what a checkpoint restores). Each message names the field, the value
+//! Range and consistency checks of an experiment (a run's state is
+//! checked beside it, in `engine::state_check`). Each message names the field, the value
 //! and what is allowed, in the words a user typed.
 
-use crate::data::DIGITS_PIXELS;
-use crate::engine::TrainState;
 use crate::error::{Error, Result};
 use crate::experiment::*;
-use crate::model::Layout;
 
 /// Largest learning rate (and `min_lr`) accepted: far above any rate that
 /// trains (the lessons diverge on purpose at 3), far below what overflows.
 pub const MAX_LR: f64 = 100.0;
-/// Largest step count a run may hold: a million steps a second for twelve
-/// days, and far below where counters could overflow.
-pub const MAX_STEP: u64 = 1 << 40;
-/// Largest row counter a run may hold (rows served over all epochs).
-pub const MAX_ROWS_CONSUMED: u64 = 1 << 60;
-/// Most rows a restored run may replay to bring a lagging shuffle epoch up
-/// to its row counter: each skipped epoch redraws a permutation.
-pub const MAX_SHUFFLE_REPLAY_ROWS: u64 = 10_000_000;
 
-fn bad(msg: String) -> Result<()> {
+impl Experiment {
+    /// Parses and validates; the error names the field and its position.
+    pub fn from_json(text: &str) -> Result<Experiment> {
+        // Strict first (`json`): the model's fields are read through a map,
+        // where serde_json alone would keep the last of a repeated key.
+        let experiment: Experiment = crate::json::from_str(text).map_err(Error::Experiment)?;
+        experiment.validate()?;
+        Ok(experiment)
+    }
+
+    /// Every value against its range and against the other fields.
+    pub fn validate(&self) -> Result<()> {
+        experiment(self)
+    }
+}
+
+pub(crate) fn bad(msg: String) -> Result<()> {
     Err(Error::Experiment(msg))
 }
 
@@ -89,7 +94,7 @@ fn gpt(e: &Experiment, g: &GptSpec) -> Result<()> {
         }
         Ok(())
     };
-    range("vocab_size", g.vocab_size, crate::data::MAX_VOCABULARY)?;
+    range("vocab_size", g.vocab_size, MAX_VOCABULARY)?;
     range("context", g.context, MAX_CONTEXT)?;
     range("embed", g.embed, MAX_EMBED)?;
     range("heads", g.heads, g.embed.min(MAX_HEADS))?;
@@ -374,92 +379,4 @@ fn loss_fits(e: &Experiment) -> Result<()> {
             loss.name()
         )),
     }
-}
-
-/// A run's state, as a checkpoint or the page hands it over: its
-/// experiment; parameter and optimizer buffers of the model's size, with
-/// second moments >= 0 (finiteness is `finite`'s: an engine may be built
-/// from a non-finite state, and names the layer and phase where it shows); a step and row counter in range; and, given
-/// the training rows, a shuffle epoch consistent with the row counter
-/// (`train_rows` is `None` where the data is not at hand, as when a file is
-/// first read).
-pub fn state(s: &TrainState, train_rows: Option<usize>) -> Result<()> {
-    let e = &s.experiment;
-    experiment(e)?;
-    let count = Layout::new(e).parameter_count;
-    if s.params.len() != count {
-        return bad(format!("the state holds {} parameters but the model needs {count}", s.params.len()));
-    }
-    if let (Some(vocabulary), Some(g)) = (&s.vocabulary, e.gpt()) {
-        if vocabulary.len() != g.vocab_size {
-            return bad(format!(
-                "the vocabulary holds {} characters but model.vocab_size is {}",
-                vocabulary.len(),
-                g.vocab_size
-            ));
-        }
-    }
-    if s.vocabulary.is_some() && e.gpt().is_none() {
-        return bad("a vocabulary belongs to a gpt model's run only".into());
-    }
-    let o = &s.optimizer;
-    if o.step > MAX_STEP {
-        return bad(format!("the step count {} is beyond the largest allowed ({MAX_STEP})", o.step));
-    }
-    let expected = crate::optim::OptimizerState::new(&e.optimizer, count);
-    let names =
-        |state: &crate::optim::OptimizerState| state.buffers().iter().map(|(n, b)| (*n, b.len())).collect::<Vec<_>>();
-    if names(o) != names(&expected) {
-        return bad(format!(
-            "the optimizer state holds {:?} but {} keeps {:?}",
-            names(o),
-            e.optimizer.name(),
-            names(&expected)
-        ));
-    }
-    if let Some(i) = o.exp_avg_sq.iter().position(|&v| v < 0.0) {
-        return bad(format!(
-            "exp_avg_sq holds a negative value ({}) at index {i}: a mean of squared gradients is never negative",
-            o.exp_avg_sq[i]
-        ));
-    }
-    let position = &s.data_position;
-    let k = position.rows_consumed;
-    if k > MAX_ROWS_CONSUMED {
-        return bad(format!("data position: rows_consumed {k} is beyond the largest allowed ({MAX_ROWS_CONSUMED})"));
-    }
-    if position.epoch > k {
-        return bad(format!("data position: epoch {} is past rows_consumed {k}", position.epoch));
-    }
-    let Some(rows) = train_rows else { return Ok(()) };
-    if rows == 0 {
-        return bad("the training data has no rows".into());
-    }
-    let current = k / rows as u64;
-    if position.epoch > current {
-        return bad(format!(
-            "data position: epoch {} is past the epoch of rows_consumed {k} over {rows} training rows ({current})",
-            position.epoch
-        ));
-    }
-    let replay = (current - position.epoch).saturating_mul(rows as u64);
-    if e.data.shuffle && replay > MAX_SHUFFLE_REPLAY_ROWS {
-        return bad(format!(
-            "data position: epoch {} lags rows_consumed {k} by {} epochs of {rows} rows; restoring would replay the \
-             shuffle over {replay} rows (at most {MAX_SHUFFLE_REPLAY_ROWS})",
-            position.epoch,
-            current - position.epoch
-        ));
-    }
-    Ok(())
-}
-
-/// Every parameter and optimizer value finite: what a checkpoint holds.
-pub fn finite(s: &TrainState) -> Result<()> {
-    for (name, values) in [("parameters", &s.params)].into_iter().chain(s.optimizer.buffers()) {
-        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return bad(format!("{name} hold a non-finite value ({}) at index {i}", values[i]));
-        }
-    }
-    Ok(())
 }

@@ -221,6 +221,32 @@ fn checkpointed_and_sharded_steps_keep_the_bits_and_the_net_learns() {
     assert!(test.accuracy.unwrap() > 0.75, "test accuracy {:?}, loss {}", test.accuracy, test.loss);
 }
 
+/// Each step's layers are timed inside its forward and backward phases:
+/// one time per layer, for that very step, and with the loss's they never
+/// exceed the phase they split (the anatomy's rest is never negative). A
+/// run in parts times the same way; a transformer has its op times instead.
+#[test]
+fn layer_times_split_the_phases_they_sit_in() {
+    let e = parse(digits_net(json!({"grad_accumulation": 2}))).unwrap();
+    let mut engine = common::engine(&e);
+    assert!(engine.layer_times().is_none(), "no step yet");
+    for _ in 0..3 {
+        let m = engine.step().unwrap();
+        let (step, t) = engine.layer_times().cloned().unwrap();
+        assert_eq!(step, m.step);
+        assert_eq!((t.forward.len(), t.backward.len()), (e.model.layers.len(), e.model.layers.len()));
+        let forward: f64 = t.forward.iter().sum::<f64>() + t.loss_forward;
+        let backward: f64 = t.backward.iter().sum::<f64>() + t.loss_backward;
+        assert!(t.forward.iter().chain(&t.backward).all(|&ms| ms >= 0.0), "{t:?}");
+        assert!(forward > 0.0 && forward <= m.phases.forward_ms, "{forward} of {:?}", m.phases);
+        assert!(backward > 0.0 && backward <= m.phases.backward_ms, "{backward} of {:?}", m.phases);
+    }
+    while engine.step_part().unwrap().is_none() {}
+    assert_eq!(engine.layer_times().unwrap().0, 3, "a step taken in parts");
+    let (_, t) = engine.layer_times().unwrap();
+    assert!(t.forward.iter().sum::<f64>() > 0.0);
+}
+
 /// Until their kernels and views exist, the GPU engine and the page refuse
 /// conv and pool layers by name, before anything is built.
 #[test]

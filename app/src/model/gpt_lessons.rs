@@ -7,9 +7,22 @@ use stepscope_core::experiment::Schedule;
 use stepscope_core::model::Layout;
 use stepscope_core::Experiment;
 
+/// A transformer's window statistics at one step (`WindowInspection`):
+/// per block and head the attention entropy and largest logit, per block
+/// the residual stream's norm, and the logits' logsumexp.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GptPoint {
+    pub step: u64,
+    pub entropy: Vec<Vec<f32>>,
+    pub max_logit: Vec<Vec<f32>>,
+    pub residual_norm: Vec<f32>,
+    pub lse: f32,
+    /// ‖ΔW‖/‖W‖ per weight matrix (name, ratio).
+    pub update_ratios: Vec<(String, f32)>,
+}
+
 use crate::model::edit::set_lr;
 use crate::model::words::{bytes, count, significant};
-use crate::state::GptPoint;
 
 /// "Learning rate too high": AdamW's rate for the default transformer
 /// (6e-3 after warmup) times five, from the first step.

@@ -2,11 +2,13 @@
 //! its edits, the training loop that owns the engine, the views computed
 //! from parameters, the URL, CSV uploads.
 
+pub mod bytes;
 pub mod chart_lines;
 pub mod chart_plot;
 pub mod chart_scale;
 pub mod checkpoints;
 pub mod classroom;
+pub mod clock;
 pub mod edit;
 pub mod gpt_lessons;
 pub mod host;

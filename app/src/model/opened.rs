@@ -19,7 +19,7 @@ pub const TIMELINE_STEPS: usize = 40;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunFile {
     pub name: String,
-    #[serde(with = "crate::model::host::bytes::vec")]
+    #[serde(with = "crate::model::bytes::vec")]
     pub bytes: Vec<u8>,
 }
 

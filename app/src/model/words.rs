@@ -232,6 +232,11 @@ pub fn fallback_summary(reason: &str) -> String {
     }
 }
 
+/// The exact value, for tests and the tooltip ("0.6931472").
+pub fn exact(v: Option<f32>) -> String {
+    v.map_or(String::new(), |v| format!("{v:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

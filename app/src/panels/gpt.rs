@@ -12,7 +12,6 @@ use wasm_bindgen::JsCast;
 use super::gpt_attention::AttentionPanel;
 use crate::model::classroom::LOCKED_TITLE;
 use crate::model::edit::{parse_number, parse_units, set_gpt_field, set_gpt_switch, set_z_loss};
-use crate::model::runner::Command;
 use crate::model::views::gpt::GptViewSpec;
 use crate::state::{AppState, Charts};
 
@@ -186,12 +185,6 @@ pub fn GptBuilder() -> impl IntoView {
     }
 }
 
-/// Sends the person's spec to the engine's side and keeps it.
-pub(super) fn send_spec(state: AppState, spec: GptViewSpec) {
-    state.run.gpt_spec.set(spec.clone());
-    state.command(Command::GptViews(spec));
-}
-
 /// The sample, written from the current weights every few seconds.
 #[component]
 fn SamplePanel() -> impl IntoView {
@@ -200,13 +193,13 @@ fn SamplePanel() -> impl IntoView {
     let spec = state.run.gpt_spec;
     let on_prompt = move |ev: leptos::ev::Event| {
         let prompt = event_target_value(&ev).replace("\\n", "\n");
-        send_spec(state, GptViewSpec { prompt, ..spec.get_untracked() });
+        state.send_gpt_spec(GptViewSpec { prompt, ..spec.get_untracked() });
     };
     let on_temperature = move |ev: leptos::ev::Event| {
         let text = event_target_value(&ev);
         match parse_number("Temperature", &text) {
             Ok(t) if t > 0.0 && t <= 10.0 => {
-                send_spec(state, GptViewSpec { temperature: t as f32, ..spec.get_untracked() })
+                state.send_gpt_spec(GptViewSpec { temperature: t as f32, ..spec.get_untracked() })
             }
             Ok(t) => state.run.alert.set(Some(format!("Temperature: {t} is not above 0 and at most 10."))),
             Err(m) => state.run.alert.set(Some(m)),

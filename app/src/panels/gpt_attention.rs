@@ -10,7 +10,6 @@ use web_sys::ImageData;
 
 use super::chart::{LineChart, Series};
 use super::draw::{context, resize};
-use super::gpt::send_spec;
 use crate::model::views::gpt::{AttentionView, GptViewSpec};
 use crate::state::{AppState, Charts};
 
@@ -88,7 +87,7 @@ pub fn AttentionPanel() -> impl IntoView {
     let on_window = move |ev: leptos::ev::Event| {
         let text = event_target_value(&ev);
         match text.trim().parse::<usize>() {
-            Ok(w) => send_spec(state, GptViewSpec { window: w, ..spec.get_untracked() }),
+            Ok(w) => state.send_gpt_spec(GptViewSpec { window: w, ..spec.get_untracked() }),
             Err(_) => {
                 state.run.alert.set(Some(format!("Attention window: `{}` is not a whole number ≥ 0.", text.trim())))
             }

@@ -4,7 +4,6 @@
 
 use leptos::prelude::*;
 
-use super::lessons::warnings;
 use crate::model::edit::{set_gpt_switch, set_optimizer};
 use crate::model::gpt_lessons::{
     attention_readout, context_readout, double_context, optimizer_readout, tied_readout, too_high, Measured, HIGH_LR,
@@ -12,7 +11,7 @@ use crate::model::gpt_lessons::{
 use crate::model::race::RaceSpec;
 use crate::model::runner::Command;
 use crate::model::words::count;
-use crate::state::AppState;
+use crate::state::{first_warnings, AppState};
 
 /// Starts a race of `setting` over `values` from the page's run, as the
 /// race panel does.
@@ -46,7 +45,7 @@ pub fn GptLessons() -> impl IntoView {
     };
     let lr_readout = move || {
         let attention = state.charts.gpt_history.with(|h| attention_readout(h));
-        let spikes = warnings(&state.charts.step_history.get()).map(|(norm, loss)| {
+        let spikes = first_warnings(&state.charts.step_history.get()).map(|(norm, loss)| {
             let at = |s: Option<u64>| s.map_or("not yet".to_string(), |s| format!("at step {}", count(s)));
             format!(" Gradient norm above 3× its start {}; loss above 2× its start {}.", at(norm), at(loss))
         });

@@ -7,7 +7,7 @@ use stepscope_core::experiment::{OptimizerSpec, Schedule};
 use crate::model::runner::Command;
 use crate::model::timeline::{means, part};
 use crate::model::words::{bytes, count, significant};
-use crate::state::{AppState, StepPoint};
+use crate::state::{first_warnings, AppState};
 
 /// The high-learning-rate scenario: plain SGD with momentum, far too
 /// fast for this network; optionally with clipping or warmup.
@@ -23,23 +23,6 @@ fn high_lr(state: AppState, clip: Option<f64>, warmup: bool) {
         Ok(())
     });
     state.reset();
-}
-
-/// First steps where the gradient norm passed 3× and the loss 2× their
-/// starting level (median of the first 4 steps).
-pub(super) fn warnings(h: &[StepPoint]) -> Option<(Option<u64>, Option<u64>)> {
-    if h.len() < 5 || h[0].step != 0 {
-        return None;
-    }
-    let median = |mut v: Vec<f32>| {
-        v.sort_by(f32::total_cmp);
-        (v[1] + v[2]) / 2.0
-    };
-    let norm0 = median(h[..4].iter().map(|p| p.grad_norm).collect());
-    let loss0 = median(h[..4].iter().map(|p| p.loss).collect());
-    let norm = h.iter().find(|p| p.grad_norm > 3.0 * norm0).map(|p| p.step + 1);
-    let loss = h.iter().find(|p| p.loss.is_nan() || p.loss > 2.0 * loss0).map(|p| p.step + 1);
-    Some((norm, loss))
 }
 
 #[component]
@@ -106,7 +89,7 @@ pub fn Lessons() -> impl IntoView {
     };
 
     // Learning rate too high.
-    let lr_readout = move || match warnings(&state.charts.step_history.get()) {
+    let lr_readout = move || match first_warnings(&state.charts.step_history.get()) {
         None => "Run a scenario: the readout compares the gradient norm and the loss with their first steps.".into(),
         Some((norm, loss)) => {
             let at = |s: Option<u64>| s.map_or("not yet".to_string(), |s| format!("at step {}", count(s)));

@@ -7,10 +7,10 @@
 use leptos::prelude::*;
 
 use super::chart::{LineChart, Series};
-use super::runs::exact;
 use crate::model::race::{RaceSetting, RaceSpec};
 use crate::model::runner::Command;
 use crate::model::words::count;
+use crate::model::words::exact;
 use crate::state::{AppState, LaneView};
 
 #[component]

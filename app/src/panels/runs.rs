@@ -8,6 +8,7 @@ use super::chart::{LineChart, Series};
 use super::race::RacePanel;
 use crate::model::runs::{experiment_diff, Curve, RunCurves, RunRecord};
 use crate::model::words::count;
+use crate::model::words::exact;
 use crate::state::{AppState, RunsState};
 
 /// One line of the runs list (no curves: the list redraws often).
@@ -56,11 +57,6 @@ fn row(r: &RunRecord, live: bool) -> Row {
         last_loss: r.last_step_loss,
         engine: r.engine.clone(),
     }
-}
-
-/// The exact value, for tests and the tooltip ("0.6931472").
-pub fn exact(v: Option<f32>) -> String {
-    v.map_or(String::new(), |v| format!("{v:?}"))
 }
 
 #[component]

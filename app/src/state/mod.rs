@@ -47,6 +47,23 @@ pub struct StepPoint {
     pub clipped: bool,
 }
 
+/// First steps where the gradient norm passed 3× and the loss 2× their
+/// starting level (median of the first 4 steps).
+pub fn first_warnings(h: &[StepPoint]) -> Option<(Option<u64>, Option<u64>)> {
+    if h.len() < 5 || h[0].step != 0 {
+        return None;
+    }
+    let median = |mut v: Vec<f32>| {
+        v.sort_by(f32::total_cmp);
+        (v[1] + v[2]) / 2.0
+    };
+    let norm0 = median(h[..4].iter().map(|p| p.grad_norm).collect());
+    let loss0 = median(h[..4].iter().map(|p| p.loss).collect());
+    let norm = h.iter().find(|p| p.grad_norm > 3.0 * norm0).map(|p| p.step + 1);
+    let loss = h.iter().find(|p| p.loss.is_nan() || p.loss > 2.0 * loss0).map(|p| p.step + 1);
+    Some((norm, loss))
+}
+
 /// Per-layer statistics of [activations, gradients, weights, updates] at
 /// one step, for the distributions over time.
 #[derive(Clone, Debug, PartialEq)]
@@ -112,19 +129,7 @@ pub struct Run {
     pub gpt_spec: RwSignal<crate::model::views::gpt::GptViewSpec>,
 }
 
-/// A transformer's window statistics at one step (`WindowInspection`):
-/// per block and head the attention entropy and largest logit, per block
-/// the residual stream's norm, and the logits' logsumexp.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GptPoint {
-    pub step: u64,
-    pub entropy: Vec<Vec<f32>>,
-    pub max_logit: Vec<Vec<f32>>,
-    pub residual_norm: Vec<f32>,
-    pub lse: f32,
-    /// ‖ΔW‖/‖W‖ per weight matrix (name, ratio).
-    pub update_ratios: Vec<(String, f32)>,
-}
+pub use crate::model::gpt_lessons::GptPoint;
 
 /// What the charts and views draw.
 #[derive(Clone, Copy)]
@@ -293,6 +298,13 @@ impl AppState {
     pub fn command(&self, command: Command) {
         self.run.at_rest.set(false);
         push(&self.run.commands.get_value(), command);
+    }
+
+    /// Sends the person's transformer-view spec (prompt, temperature,
+    /// attention window) to the engine's side and keeps it.
+    pub fn send_gpt_spec(&self, spec: crate::model::views::gpt::GptViewSpec) {
+        self.run.gpt_spec.set(spec.clone());
+        self.command(Command::GptViews(spec));
     }
 
     /// Whether commands wait for the loop's next frame.

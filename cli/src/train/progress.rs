@@ -2,7 +2,6 @@
 //! `PROGRESS_EVERY`, and Ctrl-C looked at between the parts of reading a
 //! CSV, of a step and of an evaluation.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use web_time::Instant;
@@ -15,6 +14,7 @@ use stepscope_core::trainer::block_on;
 use stepscope_core::{Error, Trainer};
 
 use crate::files;
+use crate::signal::stopped;
 use crate::{say, Failure};
 
 /// Rows read between looks at the clock and at Ctrl-C.
@@ -126,12 +126,4 @@ pub(crate) fn evaluate(
         Ok(evaluator.result())
     }))?;
     Ok(done?)
-}
-
-/// Set by Ctrl-C (SIGINT): reading, training and evaluating look at it
-/// between their parts (rows read, micro-batches, evaluation chunks).
-pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
-
-pub(crate) fn stopped() -> bool {
-    STOP.load(Ordering::SeqCst)
 }

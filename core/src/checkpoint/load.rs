@@ -178,7 +178,7 @@ pub fn load_checkpoint(bytes: &[u8]) -> Result<TrainState> {
             .map_err(|e| Error::Checkpoint(format!("metadata `vocabulary`: {e}")))?,
     };
     // Metadata is input too: ranges and consistency, before anything runs.
-    crate::validate::state(&state, None).map_err(|e| match e {
+    crate::engine::check_state(&state, None).map_err(|e| match e {
         Error::Experiment(why) => Error::Checkpoint(format!("refused: {why}")),
         other => other,
     })?;

@@ -116,7 +116,7 @@ pub(crate) fn rng_hex(state: [u64; 4]) -> String {
 /// overflowed to inf) is refused here, naming what is wrong: what saves,
 /// loads.
 pub fn save_checkpoint(state: &TrainState) -> Result<Vec<u8>> {
-    crate::validate::state(state, None).and_then(|()| crate::validate::finite(state)).map_err(|e| match e {
+    crate::engine::check_state(state, None).and_then(|()| crate::engine::check_finite(state)).map_err(|e| match e {
         Error::Experiment(why) => Error::Checkpoint(format!("this state cannot be saved: {why}")),
         other => other,
     })?;

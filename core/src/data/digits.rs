@@ -13,12 +13,7 @@ use super::Table;
 
 /// Images in the set.
 pub const DIGITS_ROWS: usize = 1797;
-/// Pixels a side of an image.
-pub const DIGITS_SIDE: usize = 8;
-/// Pixels of an image: the model's inputs.
-pub const DIGITS_PIXELS: usize = DIGITS_SIDE * DIGITS_SIDE;
-/// Classes: the digits 0..9.
-pub const DIGITS_CLASSES: usize = 10;
+pub use crate::experiment::{DIGITS_CLASSES, DIGITS_PIXELS, DIGITS_SIDE};
 /// The largest pixel value (a count of on pixels in a 4×4 block).
 pub const DIGITS_MAX_PIXEL: u8 = 16;
 

@@ -12,9 +12,7 @@
 use super::Table;
 use crate::error::{zeros, Error, Result};
 
-/// Most distinct characters a text may have (the transformer's vocabulary
-/// and its embedding rows).
-pub const MAX_VOCABULARY: usize = 4096;
+pub use crate::experiment::MAX_VOCABULARY;
 /// Largest text read, in bytes: its windows take about 8 bytes a
 /// character as rows, its ids 4 more; the run's memory budget
 /// (`Limits`) then checks the whole run.

@@ -10,7 +10,7 @@ use gpt::GptNet;
 pub use gpt::{sample, SampledToken, Sampler, Sampling};
 pub use ranks::{RankTimes, RemoteRanks, ShardResult, ShardServer};
 
-use super::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
+use super::phases::{summarise, LayerTimes, PhaseReport, PhaseTensors, StepPhase};
 use super::{evaluate, forward_pass, Activations, Evaluation, MemoryBytes, PhaseTimes, StepMetrics, TrainState};
 use crate::data::{Batcher, DataPosition, Dataset, Table};
 use crate::error::{room, zeros, Error, Result};
@@ -47,6 +47,9 @@ pub struct CpuEngine {
     /// A sharded run's ranks (`shards` > 1; `ranks`). `acts`, `grad` and
     /// `gpt` are then rank 0's, sized for one shard's rows.
     ranks: Option<Box<ranks::Ranks>>,
+    /// An MLP's or conv net's last whole step taken phase by phase on
+    /// this thread (not by ranks at once): (step, its `LayerTimes`).
+    last_layer_times: Option<(u64, LayerTimes)>,
 }
 
 /// What one forward and backward over a shard of rows writes besides the
@@ -75,6 +78,8 @@ struct Partial {
     /// all-reduce (what step-by-phase shows); None: `grads`.
     shown_shard: Option<usize>,
     phases: PhaseTimes,
+    /// The MLP's layers' share of `phases` (`LayerTimes`).
+    layer_times: LayerTimes,
     /// Where the data stood when the step began (`abandon_step`).
     start: Option<DataPosition>,
 }
@@ -92,6 +97,7 @@ impl Default for Partial {
             z_sum: 0.0,
             shown_shard: None,
             phases: PhaseTimes::default(),
+            layer_times: LayerTimes::default(),
             start: None,
         }
     }
@@ -164,6 +170,7 @@ impl CpuEngine {
             partial: None,
             gpt,
             ranks,
+            last_layer_times: None,
         })
     }
 
@@ -240,6 +247,14 @@ impl CpuEngine {
         self.gpt.as_ref()?.last_times.as_ref()
     }
 
+    /// An MLP's or conv net's last whole step by layer: (step, forward and
+    /// backward milliseconds per layer, the loss's); None for a
+    /// transformer (`op_times`), before a step, or where ranks took the
+    /// step at once.
+    pub fn layer_times(&self) -> Option<&(u64, LayerTimes)> {
+        self.last_layer_times.as_ref()
+    }
+
     pub fn activation_checkpointing(&self) -> bool {
         self.acts.checkpointing
     }
@@ -312,6 +327,7 @@ impl CpuEngine {
     /// phase by phase (`step_phase`) is finished from where it stands.
     pub fn step(&mut self) -> Result<StepMetrics> {
         if self.ranks.is_some() && self.partial.is_none() {
+            self.last_layer_times = None;
             return self.sharded_step();
         }
         let mut partial = self.partial.take().unwrap_or_default();

@@ -4,10 +4,13 @@
 use super::Evaluation;
 use crate::data::Table;
 use crate::experiment::{DataSource, Experiment, Loss};
-use crate::limits::EVAL_CHUNK_ROWS;
 use crate::model::conv::{avg_pool2d_forward, conv2d_forward, max_pool2d_forward};
 use crate::model::gpt::{Gpt, GptActivations};
 use crate::model::{activation_forward, all_finite, dense_forward, loss_forward, LayerOp, Layout};
+
+/// Rows evaluated at once: evaluation and prediction work in chunks of
+/// this many rows, so their memory does not grow with the table.
+pub const EVAL_CHUNK_ROWS: usize = 4096;
 
 /// What the forward pass stores for backward, per layer l: `a[l]` outputs,
 /// (B, O_l), and `z[l]` pre-activations, (B, O_l).

@@ -6,6 +6,7 @@ mod cpu;
 mod forward;
 pub mod phases;
 pub mod profile;
+mod state_check;
 
 pub use cpu::{
     sample, CpuEngine, RankTimes, RemoteRanks, SampledToken, Sampler, Sampling, ShardResult, ShardServer,
@@ -13,8 +14,10 @@ pub use cpu::{
 };
 pub use forward::{
     conv_scratch_floats, evaluate, forward_layer, forward_pass, gpt_eval_windows, predict, Activations, Evaluator,
+    EVAL_CHUNK_ROWS,
 };
-pub use phases::{PhasePart, PhaseReport, StepPhase};
+pub use phases::{LayerTimes, PhasePart, PhaseReport, StepPhase};
+pub use state_check::{check_finite, check_state, MAX_ROWS_CONSUMED, MAX_SHUFFLE_REPLAY_ROWS, MAX_STEP};
 
 use serde::{Deserialize, Serialize};
 
@@ -157,7 +160,7 @@ impl TrainState {
     /// Whether this state can be trained on `data`: every range and
     /// consistency check of `validate::state`, with the data at hand.
     pub fn check(&self, data: &crate::data::Dataset) -> crate::Result<()> {
-        crate::validate::state(self, Some(data.train.rows()))?;
+        state_check::check_state(self, Some(data.train.rows()))?;
         if let (Some(ours), Some(theirs)) = (&self.vocabulary, &data.vocabulary) {
             if ours != theirs {
                 return Err(crate::Error::Experiment(format!(

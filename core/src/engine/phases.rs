@@ -10,6 +10,45 @@ use crate::model::Layout;
 use crate::stats::{tensor_stats, TensorStats};
 
 /// A phase of one optimizer step, as the page advances it.
+/// Where one step of an MLP or conv net spent its forward and backward,
+/// layer by layer (all its micro-batches): milliseconds from the clock
+/// around each layer's call, and around the loss's forward and its
+/// gradient. They sit inside the step's forward and backward phases; what
+/// they do not account for (the batch's rows, regularization, the
+/// bookkeeping between calls) stays the phase's own, so a table of them
+/// adds up to the phases it splits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LayerTimes {
+    /// Per layer, in `model.layers` order.
+    pub forward: Vec<f64>,
+    pub backward: Vec<f64>,
+    pub loss_forward: f64,
+    pub loss_backward: f64,
+}
+
+impl LayerTimes {
+    /// Sized for `layers`, every time 0 (kept where already so).
+    pub(crate) fn sized(&mut self, layers: usize) {
+        if self.forward.len() != layers {
+            self.forward = vec![0.0; layers];
+            self.backward = vec![0.0; layers];
+        }
+    }
+
+    /// Adds `other` (another step's) into these.
+    pub fn add(&mut self, other: &LayerTimes) {
+        self.sized(other.forward.len());
+        for (a, b) in self.forward.iter_mut().zip(&other.forward) {
+            *a += b;
+        }
+        for (a, b) in self.backward.iter_mut().zip(&other.backward) {
+            *a += b;
+        }
+        self.loss_forward += other.loss_forward;
+        self.loss_backward += other.loss_backward;
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepPhase {

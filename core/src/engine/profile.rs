@@ -170,6 +170,22 @@ pub fn step_flops(widths: &[usize], batch: usize, accumulation: usize) -> (f64, 
     layers_step_flops(&macs, batch, accumulation)
 }
 
+impl crate::experiment::Experiment {
+    /// FLOPs of one optimizer step's forwards and backwards, all its
+    /// micro-batches: an MLP's from its widths, a transformer's from its
+    /// shape (`GptShape::step_flops`).
+    pub fn step_flops(&self) -> (f64, f64) {
+        let rows = self.batch_size * self.grad_accumulation;
+        match self.gpt() {
+            Some(g) => g.shape().step_flops(rows),
+            None => {
+                let macs: Vec<usize> = crate::model::Layout::new(self).layers.iter().map(|l| l.macs()).collect();
+                crate::engine::profile::layers_step_flops(&macs, self.batch_size, self.grad_accumulation)
+            }
+        }
+    }
+}
+
 /// `step_flops` from each layer's multiply-adds a row (`LayerShape::macs`:
 /// a conv layer's F·C·K·K·P, a pool's 0): the first layer's ∂x is left out
 /// of backward, as the engine skips it.

@@ -5,6 +5,13 @@ use serde::{Deserialize, Serialize};
 
 use super::{Activation, Experiment, LayerSpec, Loss};
 
+/// The digits' images (`data::digits_table`): pixels a side.
+pub const DIGITS_SIDE: usize = 8;
+/// Pixels of an image: the model's inputs.
+pub const DIGITS_PIXELS: usize = DIGITS_SIDE * DIGITS_SIDE;
+/// Classes: the digits 0..9.
+pub const DIGITS_CLASSES: usize = 10;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSpec {
@@ -55,7 +62,7 @@ impl DataSpec {
     pub fn input_width(&self) -> Option<usize> {
         match self.source {
             DataSource::Csv | DataSource::Text | DataSource::Shakespeare => None,
-            DataSource::Digits => Some(crate::data::DIGITS_PIXELS),
+            DataSource::Digits => Some(DIGITS_PIXELS),
             _ => Some(self.features().len()),
         }
     }
@@ -122,7 +129,7 @@ impl DataSource {
         match self {
             DataSource::Circle | DataSource::Xor | DataSource::Gauss | DataSource::Spiral => Some(2),
             DataSource::Spiral3 => Some(3),
-            DataSource::Digits => Some(crate::data::DIGITS_CLASSES),
+            DataSource::Digits => Some(DIGITS_CLASSES),
             DataSource::RegPlane
             | DataSource::RegGauss
             | DataSource::Csv
@@ -145,7 +152,7 @@ impl DataSource {
 
     /// Pixels a side when each row is a square image (digits: 8), else None.
     pub fn image_side(self) -> Option<usize> {
-        (self == DataSource::Digits).then_some(crate::data::DIGITS_SIDE)
+        (self == DataSource::Digits).then_some(DIGITS_SIDE)
     }
 }
 

@@ -19,6 +19,12 @@ use std::fmt::Write;
 
 use crate::data::Table;
 
+/// Python's spelling of a float: shortest round-trip, always with a point
+/// or exponent (`{:?}` gives `1.0`, `0.01`, `1e-8`).
+fn py(x: f64) -> String {
+    format!("{x:?}")
+}
+
 /// `table` as the CSV Stepscope reads (docs/experiment.md, "Data"): columns
 /// `x1`…`xI`, then `y` (or `y0`…`y{T-1}` for several targets), one line per
 /// row in table order, which is the order the row counter of a run indexes.

@@ -10,6 +10,7 @@
 
 use std::fmt::Write;
 
+use super::py;
 use super::pytorch_data::{row_order, DATA};
 use super::pytorch_gpt::{gpt_loss, gpt_model};
 use super::pytorch_optim::{checkpoint, optimizer, schedule};
@@ -48,12 +49,6 @@ pub fn pytorch_script(e: &Experiment) -> String {
     s += &train_step(e);
     s += &cli(&e.schedule);
     s
-}
-
-/// Python's spelling of a float: shortest round-trip, always with a point
-/// or exponent (`{:?}` gives `1.0`, `0.01`, `1e-8`).
-pub(super) fn py(x: f64) -> String {
-    format!("{x:?}")
 }
 
 fn header(e: &Experiment) -> String {

@@ -1,7 +1,7 @@
 //! The data side of the PyTorch script: the training rows from CSV and the
 //! order Stepscope serves them in, including its shuffle RNG.
 
-use crate::validate::MAX_SHUFFLE_REPLAY_ROWS;
+use crate::engine::MAX_SHUFFLE_REPLAY_ROWS;
 
 pub(super) fn row_order(shuffle: bool) -> String {
     if !shuffle {

@@ -2,7 +2,7 @@
 //! Stepscope's options (untied head, q/k LayerNorm) and the loss with its
 //! z-loss.
 
-use super::pytorch::py;
+use super::py;
 use crate::experiment::GptSpec;
 
 /// nanoGPT's model (`bias=True`, no dropout) with Stepscope's options,

@@ -3,7 +3,7 @@
 //! schedule written out as Stepscope computes them, and the optimizer state
 //! named as the checkpoint stores it.
 
-use super::pytorch::py;
+use super::py;
 use crate::experiment::{OptimizerSpec, Schedule};
 use crate::optim::OptimizerState;
 

@@ -19,21 +19,7 @@
 //! keeping one per image.
 
 use super::gemm::{gemm, gemm_from, Lhs, Start};
-use crate::experiment::LayerKind;
-
-/// The image a conv or pool layer makes of a [C, H, W] input, or None for
-/// a dense layer or where a window does not fit.
-pub fn layer_output(kind: &LayerKind, [c, h, w]: [usize; 3]) -> Option<[usize; 3]> {
-    match *kind {
-        LayerKind::Dense => None,
-        LayerKind::Conv2d { filters, kernel, stride, padding } => {
-            Some([filters, out_side(h, kernel, stride, padding)?, out_side(w, kernel, stride, padding)?])
-        }
-        LayerKind::MaxPool2d { kernel, stride } | LayerKind::AvgPool2d { kernel, stride } => {
-            Some([c, out_side(h, kernel, stride, 0)?, out_side(w, kernel, stride, 0)?])
-        }
-    }
-}
+pub use crate::experiment::{layer_output, out_side};
 
 /// A convolution's shape: `c_in` channels of `h` × `w` in, `filters`
 /// channels out, a `kernel` × `kernel` window moved by `stride`, over the
@@ -47,16 +33,6 @@ pub struct Conv2d {
     pub kernel: usize,
     pub stride: usize,
     pub padding: usize,
-}
-
-/// Output size along one side: ⌊(n + 2·padding − kernel) / stride⌋ + 1, or
-/// None where the window does not fit once (or the stride is 0).
-pub fn out_side(n: usize, kernel: usize, stride: usize, padding: usize) -> Option<usize> {
-    let padded = n.checked_add(padding.checked_mul(2)?)?;
-    if stride == 0 || kernel == 0 || padded < kernel {
-        return None;
-    }
-    Some((padded - kernel) / stride + 1)
 }
 
 impl Conv2d {

@@ -306,3 +306,21 @@ fn zero_length_steps_at_one_instant_open() {
 }
 
 mod linear;
+
+#[test]
+fn an_opening_checks_its_total_before_each_next_file() {
+    let limits = RunLimits { total_bytes: 10, json_bytes: 100 };
+    assert_eq!(limits.read_next(&b"123456"[..], "`a`", 0).unwrap(), b"123456");
+    // The second file is read only up to what the total leaves, plus one.
+    let mut endless = std::io::repeat(0).take(1000);
+    let err = limits.read_next(&mut endless, "`b`", 6).unwrap_err().to_string();
+    assert_eq!(endless.limit(), 1000 - 5);
+    assert!(err.contains("`b` is larger than the 4 bytes left of the 10 bytes opened at once here"), "{err}");
+    assert_eq!(limits.read_next(&b"1234"[..], "`b`", 6).unwrap(), b"1234");
+    // Sizes known before reading are refused before reading.
+    assert!(limits.check_sizes([("a", 6), ("b", 4)]).is_ok());
+    let err = limits.check_sizes([("a", 6), ("`b`", 5)]).unwrap_err().to_string();
+    assert!(err.contains("`b`: 11 bytes with the files before it, more than the 10 bytes opened at once"), "{err}");
+    let err = RunLimits::CLI.check_sizes([("`big`", MAX_RUN_FILE_BYTES as u64 + 1)]).unwrap_err().to_string();
+    assert!(err.contains("`big` is 268435457 bytes, larger than 256 MiB"), "{err}");
+}

@@ -82,8 +82,6 @@ impl Trainer {
         }
     }
 
-    /// The GPU's timed passes of every step collected since the last call
-    /// (empty on the CPU, and without timestamp queries).
     /// A transformer's last whole step on the CPU engine, by op kind and
     /// block: (step, forward, backward) milliseconds (`OpTimes`); None on
     /// the GPU engine and for the MLP.
@@ -94,6 +92,18 @@ impl Trainer {
         }
     }
 
+    /// An MLP's or conv net's last whole step on the CPU engine, layer by
+    /// layer (`LayerTimes`); None on the GPU engine, for a transformer, and
+    /// where ranks took the step at once.
+    pub fn layer_times(&self) -> Option<(u64, crate::engine::LayerTimes)> {
+        match &self.inner {
+            Inner::Cpu(e) => e.layer_times().cloned(),
+            Inner::Gpu(_) => None,
+        }
+    }
+
+    /// The GPU's timed passes of every step collected since the last call
+    /// (empty on the CPU, and without timestamp queries).
     pub fn take_gpu_passes(&mut self) -> Vec<crate::gpu::StepPass> {
         match &mut self.inner {
             Inner::Cpu(_) => Vec::new(),

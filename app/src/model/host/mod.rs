@@ -12,7 +12,7 @@
 //! the page reads step counts, memory and the engine in use from it
 //! without asking.
 
-pub mod bytes;
+mod client;
 pub mod protocol;
 pub mod ranks;
 mod server;
@@ -25,6 +25,7 @@ use stepscope_core::{Error, Experiment};
 use web_time::Instant;
 
 use crate::model::checkpoints::CheckpointReport;
+use crate::model::clock::ms_since;
 use crate::model::runner::{
     FramePlan, FrameReport, Race, PAGE_TRAIN_BUDGET_MS, PAGE_VIEWS_BUDGET_MS, WORKER_TRAIN_BUDGET_MS,
     WORKER_VIEWS_BUDGET_MS,
@@ -77,7 +78,7 @@ pub fn use_worker() {
 
 enum Link {
     Local(Box<server::Server>),
-    Worker(worker::Client),
+    Worker(client::Client),
 }
 
 pub struct Host {
@@ -94,7 +95,7 @@ impl Host {
     /// (`use_worker`) and it starts, else in the page.
     pub async fn start(start: Start) -> Result<Host, Error> {
         let (link, fallback): (Link, Option<String>) = if USE_WORKER.with(Cell::get) {
-            match worker::Client::spawn().await {
+            match client::Client::spawn().await {
                 Ok(client) => (Link::Worker(client), None),
                 Err(why) => (
                     Link::Local(Box::default()),
@@ -255,10 +256,6 @@ impl Host {
             other => Err(unexpected(other)),
         }
     }
-}
-
-fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
 }
 
 /// The engine's side failed, or answered what was not asked: as the core's

@@ -20,7 +20,7 @@ use crate::model::views::Snapshot;
 pub struct Start {
     pub experiment: Experiment,
     /// A checkpoint file to continue (the autosaved run), else fresh.
-    #[serde(with = "super::bytes::option")]
+    #[serde(with = "crate::model::bytes::option")]
     pub checkpoint: Option<Vec<u8>>,
     pub csv: Option<Arc<String>>,
     /// The page's `?fused=off` keeps the GPU on the phased kernels.

@@ -16,7 +16,7 @@ use stepscope_core::Experiment;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::worker::Client;
+use super::client::Client;
 
 /// Rank workers at most (a rank is a whole shard's work: more than this
 /// many would each get too little of the page's networks to pay for the

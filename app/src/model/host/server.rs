@@ -141,7 +141,7 @@ impl Server {
             runner.set_remote_ranks(None);
             if target > 1 {
                 let (input_width, target_width) = runner.row_widths();
-                let base = super::worker::Client::base().unwrap_or_default();
+                let base = super::client::Client::base().unwrap_or_default();
                 match super::ranks::PageRanks::spawn(&base, target - 1, &e, input_width, target_width).await {
                     Ok(ranks) => runner.set_remote_ranks(Some(Box::new(ranks))),
                     Err(why) => reason = Some(why),

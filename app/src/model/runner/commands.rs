@@ -27,7 +27,7 @@ pub enum Command {
     /// A part of an uploaded file's bytes (its name, its whole size, the
     /// part), kept unread until its `ReadCsv`: the page sends a large file
     /// a part a frame, so no one message copies it whole on the page.
-    CsvBytes(String, u64, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>),
+    CsvBytes(String, u64, #[serde(with = "crate::model::bytes::vec")] Vec<u8>),
     /// The page could not read the rest of an upload: its parts are
     /// dropped and the run goes on.
     DropCsvBytes,
@@ -37,15 +37,15 @@ pub enum Command {
     /// An uploaded CSV file (its name and its last bytes, after the parts
     /// sent for it, unread): the loop reads it in parts (`csv_job`) and
     /// restarts on the experiment it implies, built on this one.
-    ReadCsv(String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>, Experiment),
+    ReadCsv(String, #[serde(with = "crate::model::bytes::vec")] Vec<u8>, Experiment),
     /// An uploaded text for the transformer (its name and its last bytes,
     /// after the `CsvBytes` parts sent for it): the run restarts on it,
     /// built on this experiment, or the text is refused with its reason.
-    ReadText(String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>, Experiment),
+    ReadText(String, #[serde(with = "crate::model::bytes::vec")] Vec<u8>, Experiment),
     /// The current run as checkpoint bytes, for a download.
     SaveCheckpoint,
     /// Continue from an uploaded checkpoint (refused whole if bad).
-    RestoreCheckpoint(#[serde(with = "crate::model::host::bytes::arc")] Arc<Vec<u8>>),
+    RestoreCheckpoint(#[serde(with = "crate::model::bytes::arc")] Arc<Vec<u8>>),
     /// Restore the current run into a fresh engine and compare.
     VerifyRestore,
     /// The "forgot to zero the gradients" lesson: false keeps gradients
@@ -78,7 +78,7 @@ pub enum Command {
     /// A part of a file to open as a run (its index among the files, its
     /// name, the part): kept unread until `OpenRun`. The page sends a part
     /// a frame, so no one message copies a large trace whole on the page.
-    RunPart(usize, String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>),
+    RunPart(usize, String, #[serde(with = "crate::model::bytes::vec")] Vec<u8>),
     /// Open the parts sent as a run from outside (metrics logs, traces),
     /// read-only: the training run is not touched.
     OpenRun,
@@ -95,14 +95,14 @@ pub enum Command {
 /// What a command produced for the page.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Outcome {
-    Checkpoint(#[serde(with = "crate::model::host::bytes::vec")] Vec<u8>, u64),
+    Checkpoint(#[serde(with = "crate::model::bytes::vec")] Vec<u8>, u64),
     Restored(Box<Experiment>, u64),
     Verified(String, bool),
     Phase(Box<PhaseReport>),
     /// Rolled back to the checkpoint of this step (its experiment).
     RolledBack(Box<Experiment>, u64),
     /// A file to download: name and contents.
-    File(String, #[serde(with = "crate::model::host::bytes::vec")] Vec<u8>),
+    File(String, #[serde(with = "crate::model::bytes::vec")] Vec<u8>),
     Accumulation(AccumulationReport),
     /// An uploaded CSV was read whole and the run restarted on it: its
     /// name and the experiment it implied.

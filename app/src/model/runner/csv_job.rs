@@ -16,8 +16,8 @@ use stepscope_core::input::{check_size, MAX_CSV_BYTES, MAX_TEXT_BYTES};
 use stepscope_core::{Error, Experiment};
 use web_time::Instant;
 
-use super::frame::ms_since;
 use super::{Outcome, Runner};
+use crate::model::clock::ms_since;
 use crate::model::edit::experiment_for_csv;
 
 /// An uploaded file the run trains on: its text (kept for the autosave)

@@ -15,6 +15,7 @@ use web_time::Instant;
 
 use super::profiler::Profiler;
 use super::{Runner, GPU_SUBMIT_MS};
+use crate::model::clock::ms_since;
 use crate::model::loader::Loader;
 use crate::model::views::{draw_diagram, link_blocks, Snapshot, ViewJob};
 
@@ -285,10 +286,6 @@ pub struct GptViewState {
     pub sampled_at: Option<Instant>,
     /// ‖ΔW‖/‖W‖ of each weight matrix, read with the views' parameters.
     pub ratios: Vec<(String, f32)>,
-}
-
-pub(super) fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
 }
 
 /// The clock in milliseconds (the loader's timeline): `performance.now()`

@@ -22,7 +22,7 @@ use stepscope_core::engine::profile::{PhaseProfile, ProfilePath, ProfileSchedule
 use stepscope_core::StepMetrics;
 use web_time::Instant;
 
-use super::frame::ms_since;
+use crate::model::clock::ms_since;
 
 /// Training time between two profiled CPU steps.
 pub const CPU_PROFILE_EVERY_MS: f64 = 1000.0;

@@ -14,9 +14,9 @@ use stepscope_core::trainer::PhaseClock;
 use stepscope_core::{Error, StepMetrics};
 use web_time::Instant;
 
-use super::frame::ms_since;
 use super::{Command, CsvProgress, Outcome, Runner};
 use crate::model::checkpoints::CheckpointReport;
+use crate::model::clock::ms_since;
 use crate::model::op_table::OpStep;
 use crate::model::race::RaceReport;
 use crate::model::spikes::Verdict;

@@ -30,7 +30,7 @@ pub struct Diagram {
     pub width: usize,
     pub height: usize,
     /// RGBA, `width` pixels a row (as `ImageData`).
-    #[serde(with = "crate::model::host::bytes::vec")]
+    #[serde(with = "crate::model::bytes::vec")]
     pub rgba: Vec<u8>,
     /// "+N more" under a layer wider than the diagram shows: (x, y, text).
     pub notes: Vec<(f64, f64, String)>,

@@ -76,9 +76,13 @@ impl CpuEngine {
                     partial.layers_done = 0;
                     return Ok(None);
                 }
+                partial.layer_times.sized(layers);
                 loop {
                     let l = partial.layers_done;
-                    if !forward_layer(&mut self.acts, &self.params, inputs, &self.layout, e, l) {
+                    let t = Instant::now();
+                    let finite = forward_layer(&mut self.acts, &self.params, inputs, &self.layout, e, l);
+                    partial.layer_times.forward[l] += ms(t, Instant::now());
+                    if !finite {
                         return Err(non_finite(Phase::Forward, l, step));
                     }
                     partial.layers_done += 1;
@@ -93,6 +97,7 @@ impl CpuEngine {
                 }
                 let t2 = Instant::now();
                 let loss = loss_forward(self.acts.output(), targets, e.loss, rows, e.outputs());
+                partial.layer_times.loss_forward += ms(t2, Instant::now());
                 if !loss.is_finite() {
                     return Err(non_finite(Phase::Loss, layers - 1, step));
                 }
@@ -128,14 +133,19 @@ impl CpuEngine {
                         }
                     }
                 } else {
+                    partial.layer_times.sized(layers);
                     if partial.layers_done == 0 {
+                        let t = Instant::now();
                         let out = self.acts.output();
                         loss_backward(&mut self.grad[layers - 1], out, targets, e.loss, rows, e.outputs(), scale);
+                        partial.layer_times.loss_backward += ms(t, Instant::now());
                     }
                     loop {
                         let l = layers - 1 - partial.layers_done;
                         let work = Work { acts: &mut self.acts, grad: &mut self.grad, gpt: &mut self.gpt };
+                        let t = Instant::now();
                         backward_layer(work, grads, &self.params, inputs, &self.layout, e, rows, l, step)?;
+                        partial.layer_times.backward[l] += ms(t, Instant::now());
                         partial.layers_done += 1;
                         if partial.layers_done == layers || one_layer {
                             break;
@@ -181,7 +191,10 @@ impl CpuEngine {
                 if let (true, Some(gpt)) = (sharded, &mut self.gpt) {
                     gpt.z_sum = partial.z_sum;
                 }
-                return self.finish_step(e, loss_sum, phases).map(Some);
+                let layer_times = std::mem::take(&mut partial.layer_times);
+                let metrics = self.finish_step(e, loss_sum, phases)?;
+                self.last_layer_times = self.gpt.is_none().then_some((metrics.step, layer_times));
+                return Ok(Some(metrics));
             }
         }
         partial.next = partial.next.next(k);

@@ -21,6 +21,22 @@ pub struct GptShape {
     pub qk_layernorm: bool,
 }
 
+impl crate::experiment::GptSpec {
+    /// The transformer's shape, as the engine and the estimates read it.
+    pub fn shape(&self) -> GptShape {
+        GptShape {
+            vocab_size: self.vocab_size,
+            context: self.context,
+            embed: self.embed,
+            heads: self.heads,
+            blocks: self.blocks,
+            mlp_ratio: self.mlp_ratio,
+            tie_embeddings: self.tie_embeddings,
+            qk_layernorm: self.qk_layernorm,
+        }
+    }
+}
+
 /// One named tensor of the flat layout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GptTensor {
