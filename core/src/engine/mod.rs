@@ -158,7 +158,7 @@ impl TrainState {
     }
 
     /// Whether this state can be trained on `data`: every range and
-    /// consistency check of `validate::state`, with the data at hand.
+    /// consistency check of `check_state`, with the data at hand.
     pub fn check(&self, data: &crate::data::Dataset) -> crate::Result<()> {
         state_check::check_state(self, Some(data.train.rows()))?;
         if let (Some(ours), Some(theirs)) = (&self.vocabulary, &data.vocabulary) {
