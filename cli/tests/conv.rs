@@ -38,6 +38,10 @@ fn convnetjs_mnist_net_trains_and_its_checkpoint_is_used_as_any_other() {
             "ck.safetensors",
             "--metrics",
             "m.jsonl",
+            "--tensorboard",
+            "tb",
+            "--trace",
+            "t.json",
         ],
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -59,6 +63,14 @@ fn convnetjs_mnist_net_trains_and_its_checkpoint_is_used_as_any_other() {
     assert!(text.contains("1 : 1.80 in FLOPs"), "{text}");
     let metrics = std::fs::read_to_string(dir.join("m.jsonl")).unwrap();
     assert!(metrics.lines().filter(|l| l.contains("\"loss\"")).count() >= 6);
+    // Its TensorBoard events, trace and metrics log open as any run's.
+    let events = std::fs::read_dir(dir.join("tb")).unwrap().count();
+    assert_eq!(events, 1, "one event file");
+    for file in ["m.jsonl", "t.json"] {
+        let out = stepscope(&dir, &["open", file]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("1 rank, 6 steps") && text.contains("backward"), "{text}");
+    }
 
     let out = stepscope(&dir, &["inspect", "ck.safetensors"]);
     let text = String::from_utf8_lossy(&out.stdout);

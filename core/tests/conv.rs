@@ -221,6 +221,40 @@ fn checkpointed_and_sharded_steps_keep_the_bits_and_the_net_learns() {
     assert!(test.accuracy.unwrap() > 0.75, "test accuracy {:?}, loss {}", test.accuracy, test.loss);
 }
 
+/// The NaN sentinel names a conv layer and its phase, with and without
+/// activation checkpointing, and keeps the state: a NaN weight in the
+/// second conv layer shows in its forward ("layer 2", not the pool after
+/// it); a bias of 1e20 under gelu_tanh gives a finite forward (gelu(z) = z
+/// there) and a NaN derivative (0·∞) in its backward.
+#[test]
+fn a_nan_in_a_conv_layer_is_named_by_layer_and_phase() {
+    let mut v = digits_net(json!({}));
+    v["model"]["layers"][2]["activation"] = json!("gelu_tanh");
+    let e = parse(v).unwrap();
+    let clean = common::engine(&e).state();
+    let data = common::engine(&e).data().clone();
+    let shape = common::engine(&e).layout().layers[2];
+    let mut forward_nan = clean.clone();
+    forward_nan.params[shape.weight_offset + 5] = f32::NAN;
+    let mut backward_nan = clean.clone();
+    backward_nan.params[shape.bias_offset..shape.end()].fill(1e20);
+    for checkpointing in [false, true] {
+        for (expected, state) in [("layer 2 during forward", &forward_nan), ("layer 2 during backward", &backward_nan)]
+        {
+            let mut engine = CpuEngine::from_state(state.clone(), data.clone()).unwrap();
+            engine.set_activation_checkpointing(checkpointing).unwrap();
+            let message = match engine.step().unwrap_err() {
+                stepscope_core::Error::NonFinite(message) => message,
+                other => panic!("expected a non-finite error, got {other}"),
+            };
+            assert!(message.contains(expected) && message.contains("at step 1,"), "{checkpointing}: {message}");
+            assert_eq!(engine.step_count(), 0);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(engine.params()), bits(&state.params), "{expected}: the state is kept");
+        }
+    }
+}
+
 /// Each step's layers are timed inside its forward and backward phases:
 /// one time per layer, for that very step, and with the loss's they never
 /// exceed the phase they split (the anatomy's rest is never negative). A

@@ -19,6 +19,7 @@
 //! keeping one per image.
 
 use super::gemm::{gemm, gemm_from, Lhs, Start};
+use super::wide::widest;
 pub use crate::experiment::{layer_output, out_side};
 
 /// A convolution's shape: `c_in` channels of `h` × `w` in, `filters`
@@ -331,40 +332,84 @@ fn windows(batch: usize, s: &Pool2d, mut each: impl FnMut(usize, usize)) {
 /// PyTorch's CPU kernel: a value replaces the maximum when it is greater or
 /// NaN).
 pub fn max_pool2d_forward(out: &mut [f32], argmax: &mut [u32], x: &[f32], batch: usize, s: &Pool2d) {
-    let (oh, ow) = (s.out_h(), s.out_w());
-    if ow == 0 {
-        return;
+    // Window by window, each in row-major order; the common shapes get a
+    // kernel known at compile time (unrolled, no bounds checks), the same
+    // compares in the same order.
+    match (s.kernel, s.stride) {
+        (2, 2) => max_pool_2(out, argmax, x, batch, s),
+        (3, 3) => max_pool_3(out, argmax, x, batch, s),
+        _ => max_pool_any(out, argmax, x, batch, s),
     }
-    // A row of outputs at a time, window element by window element: each
-    // window still sees its elements in row-major order, and the rows'
-    // windows are independent, so the compares overlap instead of waiting
-    // on each other (and select, not branch: where the maximum is, is data).
-    let (mut best, mut index) = (vec![0.0f32; ow], vec![0u32; ow]);
+}
+
+/// `max_pool2d_forward` for a K × K window moved by K (no overlap), the
+/// common case, a row of outputs at a time: with K known, the loop over a
+/// row's outputs vectorises (its loads are K interleaved streams), and the
+/// compares and selects are vector blends, not branches (where the maximum
+/// lies is data: a branch on it mispredicts about every other compare).
+/// Every window still sees its elements in row-major order, so each lane
+/// computes what the scalar loop would.
+#[inline(always)]
+fn max_pool_k<const K: usize>(out: &mut [f32], argmax: &mut [u32], x: &[f32], batch: usize, s: &Pool2d) {
+    let (oh, ow, w) = (s.out_h(), s.out_w(), s.w);
+    let plane_len = s.h * s.w;
     let mut o = 0;
     for plane in 0..batch * s.c {
-        let base = plane * s.h * s.w;
+        let base = plane * plane_len;
+        let p = &x[base..base + plane_len];
         for oy in 0..oh {
-            best.fill(f32::NEG_INFINITY);
-            let top = base + oy * s.stride * s.w;
-            index.iter_mut().enumerate().for_each(|(ox, i)| *i = (top + ox * s.stride) as u32);
-            for ki in 0..s.kernel {
-                for kj in 0..s.kernel {
-                    let first = top + ki * s.w + kj;
-                    let xs = &x[first..=first + (ow - 1) * s.stride];
-                    let (best, index) = (&mut best[..ow], &mut index[..ow]);
-                    for ox in 0..ow {
-                        let (v, b) = (xs[ox * s.stride], best[ox]);
-                        let take = v > b || v.is_nan();
-                        best[ox] = if take { v } else { b };
-                        index[ox] = if take { (first + ox * s.stride) as u32 } else { index[ox] };
+            let top = oy * K * w;
+            let rows: [&[f32]; K] = std::array::from_fn(|ki| &p[top + ki * w..top + ki * w + ow * K]);
+            let (out, argmax) = (&mut out[o..o + ow], &mut argmax[o..o + ow]);
+            let first = (base + top) as u32;
+            for ox in 0..ow {
+                let (mut best, mut at) = (f32::NEG_INFINITY, 0u32);
+                for (ki, row) in rows.iter().enumerate() {
+                    for kj in 0..K {
+                        let v = row[ox * K + kj];
+                        let take = (v > best) | v.is_nan();
+                        best = if take { v } else { best };
+                        at = if take { (ki * w + kj) as u32 } else { at };
                     }
                 }
+                out[ox] = best;
+                argmax[ox] = first + (ox * K) as u32 + at;
             }
-            out[o..o + ow].copy_from_slice(&best);
-            argmax[o..o + ow].copy_from_slice(&index);
             o += ow;
         }
     }
+}
+
+widest! {
+    /// `max_pool_k` for 2 × 2 windows, as wide as the CPU allows.
+    fn max_pool_2(out: &mut [f32], argmax: &mut [u32], x: &[f32], batch: usize, s: &Pool2d) {
+        max_pool_k::<2>(out, argmax, x, batch, s)
+    }
+}
+
+widest! {
+    /// `max_pool_k` for 3 × 3 windows, as wide as the CPU allows.
+    fn max_pool_3(out: &mut [f32], argmax: &mut [u32], x: &[f32], batch: usize, s: &Pool2d) {
+        max_pool_k::<3>(out, argmax, x, batch, s)
+    }
+}
+
+/// `max_pool2d_forward` for any window.
+fn max_pool_any(out: &mut [f32], argmax: &mut [u32], x: &[f32], batch: usize, s: &Pool2d) {
+    windows(batch, s, |o, first| {
+        let (mut best, mut at) = (f32::NEG_INFINITY, first);
+        for ki in 0..s.kernel {
+            for kj in 0..s.kernel {
+                let i = first + ki * s.w + kj;
+                let v = x[i];
+                let take = (v > best) | v.is_nan();
+                best = if take { v } else { best };
+                at = if take { i } else { at };
+            }
+        }
+        out[o] = best;
+        argmax[o] = at as u32;
+    });
 }
 
 /// dx = 0, then each output's gradient added at its `argmax`, outputs in

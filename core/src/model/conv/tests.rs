@@ -219,3 +219,25 @@ fn max_pool_takes_the_first_maximum_and_propagates_nan() {
     max_pool2d_forward(&mut out, &mut arg, &[1.0, f32::NAN, 3.0, 2.0], 1, &s);
     assert!(out[0].is_nan() && arg == [1]);
 }
+
+/// The 2 × 2 and 3 × 3 paths (vectorised across a row's outputs) give what
+/// the window-by-window loop gives, bit for bit and index for index: on
+/// ties, NaNs, infinities and negative zeros, over rows long enough for
+/// full vectors and their remainders, and sides that leave a floor.
+#[test]
+fn the_vectorised_max_pools_equal_the_plain_one() {
+    let pick = [0.0, -0.0, 1.0, 1.0, 2.0, -3.0, f32::NAN, f32::NEG_INFINITY, f32::INFINITY, 0.5];
+    for (c, h, w, k) in [(3, 9, 37, 2), (2, 10, 50, 3), (1, 5, 8, 2), (2, 7, 67, 3), (1, 2, 2, 2)] {
+        let s = Pool2d { c, h, w, kernel: k, stride: k };
+        let batch = 2;
+        let x: Vec<f32> = (0..batch * s.in_len()).map(|i| pick[(i * 7 + i / 3) % pick.len()]).collect();
+        let n = batch * s.out_len();
+        let (mut out, mut arg) = (vec![0.0; n], vec![0; n]);
+        let (mut want, mut want_arg) = (vec![0.0; n], vec![0; n]);
+        max_pool2d_forward(&mut out, &mut arg, &x, batch, &s);
+        max_pool_any(&mut want, &mut want_arg, &x, batch, &s);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&out), bits(&want), "{c}×{h}×{w} k{k}");
+        assert_eq!(arg, want_arg, "{c}×{h}×{w} k{k}");
+    }
+}
