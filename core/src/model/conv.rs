@@ -99,16 +99,18 @@ fn im2col(cols: &mut [f32], x: &[f32], s: &Conv2d) {
             for kj in 0..k {
                 let row = &mut cols[((c * k + ki) * k + kj) * p..][..p];
                 let (lo, hi) = inside(kj, s, ow);
+                if s.padding > 0 {
+                    // The padding's zeros in one pass over the row, not
+                    // two short fills per line (a call each).
+                    row.fill(0.0);
+                }
                 for oy in 0..oh {
                     let y = (oy * s.stride + ki).wrapping_sub(s.padding);
                     let out = &mut row[oy * ow..(oy + 1) * ow];
                     if y >= s.h {
-                        out.fill(0.0);
                         continue;
                     }
                     let line = &plane[y * s.w..(y + 1) * s.w];
-                    out[..lo].fill(0.0);
-                    out[hi..].fill(0.0);
                     let first = lo * s.stride + kj - s.padding;
                     if s.stride == 1 {
                         out[lo..hi].copy_from_slice(&line[first..first + (hi - lo)]);
@@ -221,8 +223,11 @@ pub fn conv2d_backward(
         transpose(dz_t, dz_b, f, p);
         let a = Lhs { data: cols, row_stride: p, k_stride: 1 };
         gemm(dw_t, f, a, dz_t, f, patch, f, p);
-        for (sum, row) in sums.iter_mut().zip(dz_b.chunks_exact(p.max(1))) {
-            for &d in row {
+        // Each filter's bias sum in (oy, ox) order, the filters side by
+        // side: a position's F values at once from dz_bᵀ, so the F sums'
+        // chains of adds overlap instead of running one after another.
+        for row in dz_t.chunks_exact(f.max(1)).take(p) {
+            for (sum, &d) in sums.iter_mut().zip(row) {
                 *sum += d;
             }
         }
@@ -241,9 +246,11 @@ pub fn conv2d_backward(
 
 /// out (cols, rows) = the transpose of `from` (rows, cols).
 fn transpose(out: &mut [f32], from: &[f32], rows: usize, cols: usize) {
-    for (r, line) in from.chunks_exact(cols.max(1)).take(rows).enumerate() {
-        for (c, &v) in line.iter().enumerate() {
-            out[c * rows + r] = v;
+    // Written in order, read down the columns: `rows` (a layer's filters)
+    // is small, so its streams are few.
+    for (c, line) in out.chunks_exact_mut(rows.max(1)).take(cols).enumerate() {
+        for (r, v) in line.iter_mut().enumerate() {
+            *v = from[r * cols + c];
         }
     }
 }

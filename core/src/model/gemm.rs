@@ -187,6 +187,7 @@ fn columns<const R: usize, const W: usize>(
                 // SAFETY: a kernel is passed only by the path whose CPU
                 // features it needs (`gemm_avx512`).
                 Some(kernel) => unsafe { kernel(start, c, ldc, a, b, ldb, r0, j, k) },
+                None if W == 8 && R == 8 => block_8x8_paired(start, c, ldc, a, b, ldb, r0, j, k),
                 None => block::<R, W>(start, c, ldc, a, b, ldb, r0, j, k),
             }
         }
@@ -229,6 +230,47 @@ fn block<const R: usize, const W: usize>(
     }
 }
 
+/// `block::<8, 8>` with two rows in each 16-lane register: row 2p in lanes
+/// 0..8, row 2p + 1 in lanes 8..16, B's row of 8 in both halves. A block
+/// of 8 columns (a narrow C, as a conv layer's ∂W with its 8 filters) then
+/// fills AVX-512's vectors instead of half of each; every lane does what
+/// `block` does for its element, so the bits are the same.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn block_8x8_paired(
+    start: Start<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    a: Lhs<'_>,
+    b: &[f32],
+    ldb: usize,
+    r0: usize,
+    j0: usize,
+    k: usize,
+) {
+    let mut acc = [[0.0f32; 16]; 4];
+    for (p, pair) in acc.iter_mut().enumerate() {
+        let (top, bottom) = pair.split_at_mut(8);
+        start.load(top, c, ldc, r0 + 2 * p, j0);
+        start.load(bottom, c, ldc, r0 + 2 * p + 1, j0);
+    }
+    for kk in 0..k {
+        let b_row: &[f32; 8] = b[kk * ldb + j0..][..8].try_into().expect("8 columns");
+        let b2: [f32; 16] = std::array::from_fn(|i| b_row[i % 8]);
+        for (p, pair) in acc.iter_mut().enumerate() {
+            let (x0, x1) = (a.at(r0 + 2 * p, kk), a.at(r0 + 2 * p + 1, kk));
+            let x: [f32; 16] = std::array::from_fn(|i| if i < 8 { x0 } else { x1 });
+            for ((cv, &xv), &bv) in pair.iter_mut().zip(&x).zip(&b2) {
+                *cv += xv * bv;
+            }
+        }
+    }
+    for (p, pair) in acc.iter().enumerate() {
+        c[(r0 + 2 * p) * ldc + j0..][..8].copy_from_slice(&pair[..8]);
+        c[(r0 + 2 * p + 1) * ldc + j0..][..8].copy_from_slice(&pair[8..]);
+    }
+}
+
 /// `gemm` as one dot product per element: the order every build keeps.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_reference(c: &mut [f32], ldc: usize, a: Lhs<'_>, b: &[f32], ldb: usize, m: usize, n: usize, k: usize) {
@@ -267,6 +309,9 @@ mod tests {
             (17, 96, 130),
             (9, 13, 5),
             (16, 196, 25),
+            // A conv layer's ∂W (8 filters: the paired 8-column block).
+            (25, 8, 784),
+            (16, 8, 3),
         ] {
             let mut values = |len: usize| (0..len).map(|_| rng.uniform(-2.0, 2.0) as f32).collect::<Vec<f32>>();
             let (a, b, c0) = (values(m * k), values(k * n), values(m * n));
