@@ -99,6 +99,10 @@ fn im2col(cols: &mut [f32], x: &[f32], s: &Conv2d) {
             for kj in 0..k {
                 let row = &mut cols[((c * k + ki) * k + kj) * p..][..p];
                 let (lo, hi) = inside(kj, s, ow);
+                if s.stride == 1 && ow == s.w {
+                    same_size_row(row, plane, s, ki, kj, lo, hi);
+                    continue;
+                }
                 if s.padding > 0 {
                     // The padding's zeros in one pass over the row, not
                     // two short fills per line (a call each).
@@ -121,6 +125,38 @@ fn im2col(cols: &mut [f32], x: &[f32], s: &Conv2d) {
                     }
                 }
             }
+        }
+    }
+}
+
+/// One row (c, ki, kj) of `im2col` where the output is the input's size
+/// (stride 1, 2·pad = K − 1, as ConvNetJS's layers): the row is the plane
+/// shifted by (ki − pad)·W + (kj − pad), so its lines are copied in one
+/// piece, then the few values that wrapped in from the next or last line
+/// (the lo columns on the left and the W − hi on the right) set to 0.
+/// The same values as the line-by-line copy.
+fn same_size_row(row: &mut [f32], plane: &[f32], s: &Conv2d, ki: usize, kj: usize, lo: usize, hi: usize) {
+    let (h, w, pad) = (s.h, s.w, s.padding);
+    // Lines whose image row y = oy + ki − pad is inside.
+    let (top, bottom) = (pad.saturating_sub(ki).min(h), (h + pad).saturating_sub(ki).min(h));
+    row[..top * w].fill(0.0);
+    row[bottom * w..].fill(0.0);
+    if top >= bottom || lo >= hi {
+        row[top * w..bottom * w].fill(0.0);
+        return;
+    }
+    // From the first inside value of line `top` to the last of `bottom − 1`.
+    let (from, to) = (top * w + lo, (bottom - 1) * w + hi);
+    let at = (top + ki - pad) * w + lo + kj - pad;
+    row[from..to].copy_from_slice(&plane[at..at + (to - from)]);
+    row[top * w..from].fill(0.0);
+    row[to..bottom * w].fill(0.0);
+    for line in row[top * w..bottom * w].chunks_exact_mut(w) {
+        for v in &mut line[..lo] {
+            *v = 0.0;
+        }
+        for v in &mut line[hi..] {
+            *v = 0.0;
         }
     }
 }

@@ -137,6 +137,12 @@ fn forward_is_the_written_out_sums_bit_for_bit() {
         Conv2d { c_in: 3, h: 7, w: 9, filters: 5, kernel: 2, stride: 3, padding: 0 },
         Conv2d { c_in: 2, h: 4, w: 3, filters: 33, kernel: 3, stride: 1, padding: 3 },
         Conv2d { c_in: 1, h: 1, w: 1, filters: 1, kernel: 1, stride: 1, padding: 0 },
+        // Output the input's size (the rows copied whole, then the
+        // wrapped columns zeroed): narrow, short, kernel past the image.
+        Conv2d { c_in: 2, h: 3, w: 6, filters: 4, kernel: 3, stride: 1, padding: 1 },
+        Conv2d { c_in: 1, h: 2, w: 1, filters: 2, kernel: 3, stride: 1, padding: 1 },
+        Conv2d { c_in: 2, h: 2, w: 5, filters: 3, kernel: 7, stride: 1, padding: 3 },
+        Conv2d { c_in: 1, h: 9, w: 2, filters: 2, kernel: 1, stride: 1, padding: 0 },
     ];
     for (n, s) in shapes.iter().enumerate() {
         let batch = 3;
