@@ -10,6 +10,7 @@ mod gemm;
 pub mod gpt;
 mod layout;
 mod loss;
+pub mod pool;
 mod regularization;
 mod wide;
 
