@@ -255,6 +255,38 @@ fn a_nan_in_a_conv_layer_is_named_by_layer_and_phase() {
     }
 }
 
+/// A profiled step (the page's anatomy and `stepscope bench`) bursts a
+/// conv net's phases and is still the same step: the same metrics and, in
+/// the end, the same bits, with and without activation checkpointing.
+#[test]
+fn a_profiled_conv_step_is_the_same_step() {
+    use stepscope_core::engine::profile::{clock_resolution_ms, Burst, ProfilePath};
+    let burst =
+        Burst { target_ms: 0.2, max_reps: 1000, resolution_ms: clock_resolution_ms(), resolved_ms: f64::INFINITY };
+    let e = parse(digits_net(json!({"grad_accumulation": 2, "clip_grad_norm": 0.5}))).unwrap();
+    for checkpointing in [false, true] {
+        let engine = || {
+            let mut engine = common::engine(&e);
+            engine.set_activation_checkpointing(checkpointing).unwrap();
+            engine
+        };
+        let (mut plain, mut profiled) = (engine(), engine());
+        for step in 0..4 {
+            let a = plain.step().unwrap();
+            let (b, profile) = profiled.profile_step(&burst).unwrap();
+            assert_eq!(
+                (a.step, a.loss.to_bits(), a.grad_norm.to_bits()),
+                (b.step, b.loss.to_bits(), b.grad_norm.to_bits())
+            );
+            assert_eq!((profile.step, profile.path), (step, ProfilePath::CpuBurst));
+            for m in [profile.forward, profile.backward, profile.optimizer] {
+                assert!(m.ms > 0.0 && m.reps >= 1, "{profile:?}");
+            }
+        }
+        assert_eq!(plain.state(), profiled.state(), "checkpointing {checkpointing}: the same bits");
+    }
+}
+
 /// Each step's layers are timed inside its forward and backward phases:
 /// one time per layer, for that very step, and with the loss's they never
 /// exceed the phase they split (the anatomy's rest is never negative). A
