@@ -313,17 +313,12 @@ fn layer_times_split_the_phases_they_sit_in() {
     assert!(t.forward.iter().sum::<f64>() > 0.0);
 }
 
-/// Until their kernels and views exist, the GPU engine and the page refuse
-/// conv and pool layers by name, before anything is built.
+/// Until its builder and views exist (the page's conv issue), the page
+/// refuses conv and pool layers by name, before anything is built; the GPU
+/// engine trains them (`gpu_conv_training.rs`).
 #[test]
-fn the_gpu_engine_and_the_page_refuse_conv_layers_by_name() {
+fn the_page_refuses_conv_layers_by_name() {
     let e = parse(digits_net(json!({}))).unwrap();
-    let cpu = common::engine(&e);
-    let err = stepscope_core::gpu::GpuEngine::from_state(common::shared_gpu(), cpu.state(), cpu.data().clone())
-        .err()
-        .expect("refused")
-        .to_string();
-    assert!(err.contains("the GPU engine cannot train conv or pool layers yet (model.layers[0] is conv2d)"), "{err}");
     let err = stepscope_core::limits::Limits::PAGE.check(&e, None).unwrap_err().to_string();
     assert!(err.contains("model.layers[0] is conv2d: this page does not train conv or pool layers yet"), "{err}");
 }

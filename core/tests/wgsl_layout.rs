@@ -70,6 +70,13 @@ fn every_params_struct_has_its_rust_twins_size() {
         (Kernel::QkLayerNormForward, size_of::<QkLayerNormParams>()),
         (Kernel::QkLayerNormBackwardInput, size_of::<QkLayerNormParams>()),
         (Kernel::QkLayerNormBackwardParams, size_of::<QkLayerNormParams>()),
+        (Kernel::Conv2dForward, size_of::<ConvParams>()),
+        (Kernel::Conv2dBackwardInput, size_of::<ConvParams>()),
+        (Kernel::Conv2dBackwardWeight, size_of::<ConvParams>()),
+        (Kernel::MaxPool2dForward, size_of::<PoolParams>()),
+        (Kernel::MaxPool2dBackward, size_of::<PoolParams>()),
+        (Kernel::AvgPool2dForward, size_of::<PoolParams>()),
+        (Kernel::AvgPool2dBackward, size_of::<PoolParams>()),
         (Kernel::TrainStepFused, size_of::<FusedParams>()),
     ];
     for &(kernel, size) in cases {

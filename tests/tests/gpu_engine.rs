@@ -187,6 +187,15 @@ async fn transformer_runs_train_as_on_the_cpu() {
     }
 }
 
+/// Conv nets (the conv and pool kernels of `gpu::conv`) on WebGPU, every
+/// optimizer among them, as natively on lavapipe.
+#[wasm_bindgen_test]
+async fn conv_nets_train_as_on_the_cpu() {
+    for (name, e) in conformance::conv_training_matrix() {
+        compare(&name, &e, &[1, 3], false).await;
+    }
+}
+
 /// A run moved from the CPU to WebGPU and back equals one that stayed.
 #[wasm_bindgen_test]
 async fn switching_engines_mid_run_changes_nothing() {

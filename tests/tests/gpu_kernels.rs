@@ -11,6 +11,8 @@ mod gpu_common;
 
 #[path = "../../core/tests/gpu_backward.rs"]
 mod gpu_backward;
+#[path = "../../core/tests/gpu_conv.rs"]
+mod gpu_conv;
 #[path = "../../core/tests/gpu_dense_forward.rs"]
 mod gpu_dense_forward;
 #[path = "../../core/tests/gpu_gpt/main.rs"]

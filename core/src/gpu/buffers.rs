@@ -42,7 +42,7 @@ pub struct Buffers {
     pub checkpointing: bool,
     /// A transformer's activations and backward buffers (`gpu::gpt`); the
     /// per-layer `z`, `a` and `grad` above are then empty.
-    pub gpt: Option<super::gpt::GptBuffers>,
+    pub gpt: Option<super::gpt_buffers::GptBuffers>,
     /// I, the width of a row's inputs (a transformer's: T token ids).
     pub input_width: usize,
     /// Bytes of each kind, for the memory view.
@@ -94,7 +94,8 @@ impl Buffers {
         };
         let table_rows: Vec<TensorRange> = tensors.iter().map(TensorRange::of).collect();
         let scratch_bytes: u64 = layout.layers.iter().map(|l| 4 * batch * l.units as u64).sum::<u64>();
-        let gpt = layout.gpt.as_ref().map(|shape| super::gpt::GptBuffers::new(device, shape, e.batch_size, false));
+        let gpt =
+            layout.gpt.as_ref().map(|shape| super::gpt_buffers::GptBuffers::new(device, shape, e.batch_size, false));
         let mut buffers = Buffers {
             params: storage_init(device, "params", &f32s(&state.params)),
             grads: storage(device, "grads", p_bytes),
@@ -146,7 +147,7 @@ impl Buffers {
     pub fn set_checkpointing(&mut self, device: &wgpu::Device, layout: &Layout, batch: usize, on: bool) {
         if let Some(shape) = &layout.gpt {
             // A transformer's blocks share one block's buffers (`gpu::gpt`).
-            let mut g = super::gpt::GptBuffers::new(device, shape, batch, on);
+            let mut g = super::gpt_buffers::GptBuffers::new(device, shape, batch, on);
             g.attention = self.gpt.as_ref().map_or(g.attention, |old| old.attention);
             (self.bytes.activations, self.bytes.attention, self.bytes.backward_scratch) = g.bytes;
             self.gpt = Some(g);

@@ -14,11 +14,12 @@ use std::sync::Arc;
 use web_time::Instant;
 
 use super::buffers::{Buffers, MAX_STEPS_PER_SUBMIT};
+use super::dispatch::Dispatch;
 use super::fused::{FusedStep, FusedWidth};
 use super::matmul::{self, LayerMatmuls, MatmulTiming};
 use super::params::*;
 use super::passes::{pollster_free_pop, record_pass, PassKind};
-use super::plan::{Dispatch, Plan};
+use super::plan::Plan;
 use super::readback::{map_read, MapFuture};
 use super::GpuContext;
 use crate::data::{Batcher, Dataset};
@@ -79,7 +80,7 @@ pub struct GpuEngine {
     pub use_fused: bool,
     /// What a submit costs on the calibrated path (`calibrate`), for
     /// choosing steps per submit.
-    pub submit_cost: Option<super::calibrate::SubmitCost>,
+    pub submit_cost: Option<super::cost::SubmitCost>,
     /// The step of the timestamps read last (ms): the browser may round
     /// them (`profile::timestamp_quantum_ms`).
     pub(super) timestamp_quantum_ms: Option<f64>,
@@ -113,12 +114,6 @@ impl GpuEngine {
         state.check(&data)?;
         if let Some(why) = super::gpt::unsupported(&state.experiment) {
             return Err(crate::Error::Experiment(format!("the GPU engine cannot train this transformer: {why}")));
-        }
-        if let Some((i, l)) = state.experiment.model.layers.iter().enumerate().find(|(_, l)| l.kind.is_spatial()) {
-            return Err(crate::Error::Experiment(format!(
-                "the GPU engine cannot train conv or pool layers yet (model.layers[{i}] is {}): train this network on the CPU engine",
-                l.kind.name()
-            )));
         }
         let experiment = state.experiment.clone();
         let layout = Layout::new(&experiment);

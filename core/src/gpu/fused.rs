@@ -83,6 +83,9 @@ pub fn fused_unsupported(e: &Experiment, layout: &Layout) -> Option<String> {
     if e.gpt().is_some() {
         return Some("a transformer's step runs on the phased path".into());
     }
+    if e.model.layers.iter().any(|l| l.kind.is_spatial()) {
+        return Some("a conv net's step runs on the phased path".into());
+    }
     if matches!(e.optimizer, OptimizerSpec::Lamb { .. }) {
         return Some("LAMB's per-tensor trust ratios run on the phased path".into());
     }

@@ -19,9 +19,9 @@
 //!   block's forward dispatches again first.
 
 use super::buffers::Buffers;
+use super::dispatch::Dispatch;
 use super::launch::{self, EmbeddingsAt, NormAt};
 use super::matmul::{self, LayerMatmuls, MatmulVariant};
-use super::plan::Dispatch;
 use super::GpuContext;
 
 pub use super::gpt_attention::{time_attention, time_attention_key, AttentionVariant};

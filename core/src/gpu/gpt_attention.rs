@@ -5,9 +5,8 @@
 
 use std::sync::Mutex;
 
-use super::engine::GpuEngine;
 use super::launch;
-use super::probe::{seconds_per_dispatch, Seeded};
+use super::timing::{seconds_per_dispatch, Seeded};
 use super::GpuContext;
 use crate::error::Result;
 
@@ -35,7 +34,7 @@ impl AttentionVariant {
 }
 
 /// Seconds by adapter and attention shape (B, T, C, H): [workgroup, rows].
-static ATTENTION_TIMES: Mutex<Vec<(String, [f64; 2])>> = Mutex::new(Vec::new());
+pub(super) static ATTENTION_TIMES: Mutex<Vec<(String, [f64; 2])>> = Mutex::new(Vec::new());
 
 /// Seconds of one attention forward and one query-row backward of
 /// `variant` at (B, T, C, H) on seeded data.
@@ -82,48 +81,4 @@ pub async fn time_attention_key(
     let (att, ds) = (seeded.buffer("att", b * h * t * t), seeded.buffer("ds", b * h * t * t));
     let d = launch::attention_backward_key(b, t, c, h).bind(ctx, "timed attention key", [&dqkv, &dy, &qkv, &att, &ds]);
     seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await
-}
-
-impl GpuEngine {
-    /// The attention kernels the plan records (a transformer's).
-    pub fn attention(&self) -> Option<AttentionVariant> {
-        self.buffers.gpt.as_ref().map(|g| g.attention)
-    }
-
-    /// Records `variant`'s attention kernels from the next step on: the
-    /// same values either way (twin-tested), only the speed differs.
-    pub fn set_attention(&mut self, variant: AttentionVariant) -> Result<()> {
-        match self.buffers.gpt.as_mut() {
-            Some(g) if g.attention != variant => g.attention = variant,
-            _ => return Ok(()),
-        }
-        self.rebuild_plan()
-    }
-
-    /// Times both attention variants at this run's shape on this adapter
-    /// (or takes the figures measured before) and records the faster:
-    /// [workgroup, rows] seconds of a forward and a query-row backward, or
-    /// None for an MLP.
-    pub async fn choose_attention(&mut self) -> Result<Option<[f64; 2]>> {
-        let Some(shape) = self.layout.gpt else { return Ok(None) };
-        let dims = (self.experiment.batch_size, shape.context, shape.embed, shape.heads);
-        let key = format!("{}|{dims:?}", self.ctx.describe());
-        let cached =
-            ATTENTION_TIMES.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(k, _)| *k == key).map(|c| c.1);
-        let seconds = match cached {
-            Some(s) => s,
-            None => {
-                let mut s = [0.0; 2];
-                for (i, v) in AttentionVariant::ALL.into_iter().enumerate() {
-                    s[i] = time_attention(&self.ctx, v, dims, 2e-3).await?;
-                }
-                ATTENTION_TIMES.lock().unwrap_or_else(|p| p.into_inner()).push((key, s));
-                s
-            }
-        };
-        // Ties (within 5 %) keep a workgroup per row, the one that scales to long windows.
-        let variant = if seconds[1] < 0.95 * seconds[0] { AttentionVariant::Rows } else { AttentionVariant::Workgroup };
-        self.set_attention(variant)?;
-        Ok(Some(seconds))
-    }
 }

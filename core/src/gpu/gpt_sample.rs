@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use wgpu::util::DeviceExt;
 
+use super::dispatch::Dispatch;
 use super::gpt::{dispatches, GptBuffers, Shared};
 use super::params::FLAGS_INIT;
 use super::passes::pollster_free_pop;
-use super::plan::Dispatch;
 use super::readback::read_buffer;
 use super::GpuContext;
 use crate::error::{Error, Result};

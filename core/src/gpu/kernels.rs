@@ -62,6 +62,16 @@ pub enum Kernel {
     QkLayerNormForward,
     QkLayerNormBackwardInput,
     QkLayerNormBackwardParams,
+    /// Convolution: forward (with its activation), ∂L/∂x (with the layer
+    /// below's activation backward) and ∂W with ∂b (`gpu::conv`).
+    Conv2dForward,
+    Conv2dBackwardInput,
+    Conv2dBackwardWeight,
+    /// Max and average pooling, forward and backward.
+    MaxPool2dForward,
+    MaxPool2dBackward,
+    AvgPool2dForward,
+    AvgPool2dBackward,
 }
 
 /// A kernel's WGSL as the engine embeds it: `shaders/<name>.wgsl` without
@@ -113,6 +123,13 @@ impl Kernel {
         Kernel::QkLayerNormForward,
         Kernel::QkLayerNormBackwardInput,
         Kernel::QkLayerNormBackwardParams,
+        Kernel::Conv2dForward,
+        Kernel::Conv2dBackwardInput,
+        Kernel::Conv2dBackwardWeight,
+        Kernel::MaxPool2dForward,
+        Kernel::MaxPool2dBackward,
+        Kernel::AvgPool2dForward,
+        Kernel::AvgPool2dBackward,
     ];
 
     pub fn name(self) -> &'static str {
@@ -155,6 +172,13 @@ impl Kernel {
             Kernel::QkLayerNormForward => "qk_layernorm_forward",
             Kernel::QkLayerNormBackwardInput => "qk_layernorm_backward_input",
             Kernel::QkLayerNormBackwardParams => "qk_layernorm_backward_params",
+            Kernel::Conv2dForward => "conv2d_forward",
+            Kernel::Conv2dBackwardInput => "conv2d_backward_input",
+            Kernel::Conv2dBackwardWeight => "conv2d_backward_weight",
+            Kernel::MaxPool2dForward => "max_pool2d_forward",
+            Kernel::MaxPool2dBackward => "max_pool2d_backward",
+            Kernel::AvgPool2dForward => "avg_pool2d_forward",
+            Kernel::AvgPool2dBackward => "avg_pool2d_backward",
         }
     }
 
@@ -204,6 +228,13 @@ impl Kernel {
             Kernel::QkLayerNormForward => shader!("qk_layernorm_forward"),
             Kernel::QkLayerNormBackwardInput => shader!("qk_layernorm_backward_input"),
             Kernel::QkLayerNormBackwardParams => shader!("qk_layernorm_backward_params"),
+            Kernel::Conv2dForward => shader!("conv2d_forward"),
+            Kernel::Conv2dBackwardInput => shader!("conv2d_backward_input"),
+            Kernel::Conv2dBackwardWeight => shader!("conv2d_backward_weight"),
+            Kernel::MaxPool2dForward => shader!("max_pool2d_forward"),
+            Kernel::MaxPool2dBackward => shader!("max_pool2d_backward"),
+            Kernel::AvgPool2dForward => shader!("avg_pool2d_forward"),
+            Kernel::AvgPool2dBackward => shader!("avg_pool2d_backward"),
         }
     }
 

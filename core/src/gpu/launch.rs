@@ -5,9 +5,9 @@
 //! the same launch on their own data (`Launch::run`), so all three dispatch
 //! a kernel the same way. The matmuls' launches are in `gpu::matmul`.
 
+use super::dispatch::{dispatch, Dispatch};
 use super::harness::{run_kernel, Arg};
 use super::params::*;
-use super::plan::{dispatch, Dispatch};
 use super::{GpuContext, Kernel};
 use crate::error::Result;
 use crate::experiment::{Activation, Loss, OptimizerSpec, Regularization, RegularizationKind};
@@ -121,7 +121,7 @@ pub fn clip_grad_norm(count: usize, n_tensors: usize, max_norm: Option<f64>) -> 
 pub fn layer_ends(layout: &Layout) -> LayerEnds {
     let mut ends = [[u32::MAX; 4]; 4];
     for (l, shape) in layout.layers.iter().enumerate() {
-        ends[l / 4][l % 4] = u(shape.bias_offset + shape.units);
+        ends[l / 4][l % 4] = u(shape.end());
     }
     ends
 }
@@ -329,8 +329,9 @@ pub fn attention_backward_query_rows(b: usize, t: usize, c: usize, h: usize) -> 
     Launch::new(Kernel::AttentionBackwardQueryRows, attention_params(b, t, c, h), grid_of_64(b * h * t))
 }
 
-/// Workgroups of 64 invocations for `count` items, 2-D past 65535.
-fn grid_of_64(count: usize) -> [u32; 3] {
+/// Workgroups of 64 invocations for `count` items, 2-D past 65535 (the
+/// kernel's item is `(wid.y · num_workgroups.x + wid.x) · 64 + lid.x`).
+pub fn grid_of_64(count: usize) -> [u32; 3] {
     let groups = count.div_ceil(64).max(1);
     let x = groups.min(65_535);
     [x as u32, groups.div_ceil(x) as u32, 1]

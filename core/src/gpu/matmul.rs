@@ -30,7 +30,7 @@ use super::params::{
     activation_code, BiasBackwardParams, DenseBackwardInputParams, DenseBackwardWeightParams, DenseForwardParams,
     FLAGS_INIT,
 };
-use super::probe::{seconds_per_dispatch, Seeded};
+use super::timing::{seconds_per_dispatch, Seeded};
 use super::{GpuContext, Kernel};
 use crate::error::Result;
 use crate::experiment::Activation;
@@ -294,7 +294,8 @@ pub(super) async fn choose(
     for (l, shape) in layers.iter().enumerate() {
         let mut layer = LayerMatmuls::all(MatmulVariant::Tiled);
         for m in Matmul::ALL {
-            if l == 0 && m == Matmul::BackwardInput {
+            // A conv or pool layer runs its own kernels (`gpu::conv`).
+            if shape.op != crate::model::LayerOp::Dense || (l == 0 && m == Matmul::BackwardInput) {
                 continue;
             }
             let dims = (batch, shape.inputs, shape.units);

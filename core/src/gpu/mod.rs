@@ -11,6 +11,9 @@ mod buffers;
 mod calibrate;
 mod collect;
 mod context;
+pub mod conv;
+mod cost;
+mod dispatch;
 mod engine;
 mod fused;
 pub mod gpt;
@@ -30,9 +33,11 @@ mod profile;
 mod readback;
 mod readout;
 mod retune;
+pub mod timing;
 
 pub use buffers::MAX_STEPS_PER_SUBMIT;
-pub use calibrate::{Calibration, SubmitCost};
+pub use calibrate::Calibration;
+pub use cost::SubmitCost;
 pub use engine::GpuEngine;
 pub use fused::{
     caps_loop_iterations, fused_unsupported, loop_iterations_per_step, max_fused_steps, FusedLayer, FusedParams,

@@ -356,6 +356,45 @@ pub struct AttentionParams {
     pub h: u32,
 }
 
+/// `shaders/conv2d_forward.wgsl`, `conv2d_backward_input.wgsl` and
+/// `conv2d_backward_weight.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct ConvParams {
+    pub batch: u32,
+    pub c_in: u32,
+    pub h: u32,
+    pub w: u32,
+    pub filters: u32,
+    pub kernel: u32,
+    pub stride: u32,
+    pub padding: u32,
+    pub out_h: u32,
+    pub out_w: u32,
+    pub weight_offset: u32,
+    pub bias_offset: u32,
+    pub activation: u32,
+    pub layer: u32,
+    pub _pad: [u32; 2],
+}
+
+/// `shaders/max_pool2d_*.wgsl` and `avg_pool2d_*.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct PoolParams {
+    pub batch: u32,
+    pub c: u32,
+    pub h: u32,
+    pub w: u32,
+    pub kernel: u32,
+    pub stride: u32,
+    pub out_h: u32,
+    pub out_w: u32,
+    pub activation: u32,
+    pub layer: u32,
+    pub _pad: [u32; 2],
+}
+
 /// The longest window the attention kernels take: a query row's scores
 /// live in workgroup memory (4 KiB of the 16 KiB WebGPU guarantees).
 pub const ATTENTION_MAX_T: usize = 1024;

@@ -3,8 +3,8 @@
 
 use std::future::Future;
 
+use super::dispatch::Dispatch;
 use super::params::{PHASE_BACKWARD, PHASE_FORWARD, PHASE_LOSS, PHASE_OPTIMIZER};
-use super::plan::Dispatch;
 use super::GpuContext;
 use crate::error::Error;
 

@@ -2,10 +2,10 @@
 //! recorded from the same dispatch lists as a full step, and the tensors
 //! it produced are read back for the page's summaries.
 
+use super::dispatch::Dispatch;
 use super::engine::{GpuEngine, GpuPartial};
 use super::params::FLAGS_INIT;
 use super::passes::{non_finite, record_pass, PassKind};
-use super::plan::Dispatch;
 use super::read_buffer;
 use crate::engine::phases::{summarise, PhaseReport, PhaseTensors, StepPhase};
 use crate::engine::{PhaseTimes, StepMetrics, Timing};

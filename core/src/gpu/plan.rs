@@ -2,20 +2,15 @@
 //! uniforms, built once per (model, batch size). Recording a step is then
 //! a walk over these lists.
 
-use wgpu::util::DeviceExt;
-
 use super::buffers::Buffers;
+use super::conv;
+use super::dispatch::Dispatch;
 use super::launch::{self, Counter};
 use super::matmul::{self, LayerMatmuls, MatmulVariant};
-use super::{GpuContext, Kernel};
+use super::params::TENSOR_STATS_STRIDE;
+use super::GpuContext;
 use crate::experiment::Experiment;
-use crate::model::{Layout, TensorInfo};
-
-pub struct Dispatch {
-    pub kernel: Kernel,
-    pub bind_group: wgpu::BindGroup,
-    pub grid: [u32; 3],
-}
+use crate::model::{LayerOp, Layout, TensorInfo};
 
 /// One list per phase of a step.
 pub struct Plan {
@@ -33,40 +28,6 @@ pub struct Plan {
     pub optimizer: Vec<Dispatch>,
     /// On demand: statistics of activations, gradients, weights, updates.
     pub layer_stats: Vec<Dispatch>,
-}
-
-fn uniform<T: bytemuck::Pod>(device: &wgpu::Device, label: &str, value: &T) -> wgpu::Buffer {
-    device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some(label),
-        contents: bytemuck::bytes_of(value),
-        usage: wgpu::BufferUsages::UNIFORM,
-    })
-}
-
-/// Binds `buffers` to bindings 0, 1, 2, … of `kernel`'s group 0, then its
-/// `Params` uniform last.
-pub(super) fn dispatch<T: bytemuck::Pod>(
-    ctx: &GpuContext,
-    kernel: Kernel,
-    label: &str,
-    buffers: &[&wgpu::Buffer],
-    params: &T,
-    grid: [u32; 3],
-) -> Dispatch {
-    let device = &ctx.device;
-    let uniform = uniform(device, label, params);
-    let mut entries: Vec<wgpu::BindGroupEntry> = buffers
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
-        .collect();
-    entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource: uniform.as_entire_binding() });
-    let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some(label),
-        layout: &ctx.pipelines.get(kernel).get_bind_group_layout(0),
-        entries: &entries,
-    });
-    Dispatch { kernel, bind_group, grid }
 }
 
 impl Plan {
@@ -103,14 +64,18 @@ impl Plan {
         let z = |l: usize| if b.checkpointing { &b.z[0] } else { &b.z[l] };
         let forward_layer = |l: usize, flags: &wgpu::Buffer, label: &str| {
             let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
-            matmul::forward(matmuls[l].forward, batch, &layout.layers[l], act(l), l).bind(
-                ctx,
-                &format!("{label} layer {l}"),
-                [z(l), &b.a[l], x, &b.params, flags],
-            )
+            let shape = &layout.layers[l];
+            let buffers = conv::LayerBuffers { z: z(l), a: &b.a[l], x, params: &b.params, flags };
+            // A conv or pool layer's own kernel, else the dense matmul.
+            conv::forward(ctx, shape, batch, act(l), l, buffers, label).unwrap_or_else(|| {
+                matmul::forward(matmuls[l].forward, batch, shape, act(l), l).bind(
+                    ctx,
+                    &format!("dense_forward{label} layer {l}"),
+                    [z(l), &b.a[l], x, &b.params, flags],
+                )
+            })
         };
-        let mut forward: Vec<Dispatch> =
-            (0..layout.layers.len()).map(|l| forward_layer(l, &b.flags, "dense_forward")).collect();
+        let mut forward: Vec<Dispatch> = (0..layout.layers.len()).map(|l| forward_layer(l, &b.flags, "")).collect();
         // The loss, and in the same pass ∂L/∂z of the output layer into
         // grad[last] (the loss gradient and the output layer's activation
         // backward need no dispatch of their own). Under accumulation each
@@ -125,23 +90,28 @@ impl Plan {
         // Per layer, from the top: grad[l] holds ∂L/∂z of layer l. The
         // weight gradient (and bias) reads it; the input gradient turns it
         // into grad[l − 1], ∂L/∂z of the layer below, applying that
-        // layer's activation backward in its store.
+        // layer's activation backward in its store. A conv layer's and a
+        // pool's kernels are `gpu::conv`'s (a pool has no weight gradient).
         let mut backward = Vec::new();
         for (l, shape) in layout.layers.iter().enumerate().rev() {
             let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
             let weight = matmuls[l].backward_weight;
-            backward.push(matmul::backward_weight(weight, batch, shape, l).bind(
-                ctx,
-                &format!("dense_backward_weight layer {l}"),
-                [&b.grads, &b.flags, &b.grad[l], x],
-            ));
-            if weight == MatmulVariant::Tiled {
-                let label = format!("bias_backward layer {l}");
-                backward.push(matmul::bias_backward(batch, shape, l).bind(
+            if shape.op == LayerOp::Dense {
+                backward.push(matmul::backward_weight(weight, batch, shape, l).bind(
                     ctx,
-                    &label,
-                    [&b.grads, &b.flags, &b.grad[l]],
+                    &format!("dense_backward_weight layer {l}"),
+                    [&b.grads, &b.flags, &b.grad[l], x],
                 ));
+                if weight == MatmulVariant::Tiled {
+                    let label = format!("bias_backward layer {l}");
+                    backward.push(matmul::bias_backward(batch, shape, l).bind(
+                        ctx,
+                        &label,
+                        [&b.grads, &b.flags, &b.grad[l]],
+                    ));
+                }
+            } else if let Some(d) = conv::backward_weight(ctx, shape, batch, l, [&b.grads, &b.flags, &b.grad[l], x]) {
+                backward.push(d);
             }
             if l > 0 {
                 if b.checkpointing {
@@ -151,17 +121,21 @@ impl Plan {
                     // untouched, and layer l's z is no longer needed. Its
                     // flags go to a buffer nobody reads: forward reported
                     // any NaN already.
-                    backward.push(forward_layer(l - 1, &b.recompute_flags, "dense_forward (recompute)"));
+                    backward.push(forward_layer(l - 1, &b.recompute_flags, " (recompute)"));
                 }
-                backward.push(matmul::backward_input(matmuls[l].backward_input, batch, shape, act(l - 1)).bind(
-                    ctx,
-                    &format!("dense_backward_input layer {l}"),
-                    [&b.grad[l - 1], &b.grad[l], &b.params, z(l - 1), &b.a[l - 1]],
-                ));
+                let buffers = [&b.grad[l - 1], &b.grad[l], &b.params, z(l - 1), &b.a[l - 1]];
+                let below = act(l - 1);
+                backward.push(conv::backward_input(ctx, shape, batch, below, l, buffers).unwrap_or_else(|| {
+                    matmul::backward_input(matmuls[l].backward_input, batch, shape, below).bind(
+                        ctx,
+                        &format!("dense_backward_input layer {l}"),
+                        buffers,
+                    )
+                }));
             }
         }
 
-        let layer_stats = super::readout::layer_stats_plan(ctx, b, layout, batch);
+        let layer_stats = layer_stats_plan(ctx, b, layout, batch);
         Plan { data, forward, backward, regularize, optimizer, layer_stats }
     }
 
@@ -229,4 +203,26 @@ fn optimizer_dispatches(
     }
     optimizer.push(launch::advance(Counter::Step).bind(ctx, "advance step", [&b.flags]));
     optimizer
+}
+
+/// The statistics dispatches: per layer, `tensor_stats` of the last
+/// micro-batch's activations and of the layer's gradients, weights and
+/// last update, each into its record of `layer_stats`.
+pub(super) fn layer_stats_plan(ctx: &GpuContext, b: &Buffers, layout: &Layout, batch: usize) -> Vec<Dispatch> {
+    let mut layer_stats = Vec::new();
+    for (l, shape) in layout.layers.iter().enumerate() {
+        let range = (shape.weight_offset, shape.end() - shape.weight_offset);
+        let regions: [(&wgpu::Buffer, usize, usize); 4] = [
+            (&b.a[l], 0, batch * shape.units),
+            (&b.grads, range.0, range.1),
+            (&b.params, range.0, range.1),
+            (&b.updates, range.0, range.1),
+        ];
+        for (kind, (src, offset, len)) in regions.into_iter().enumerate() {
+            let out_offset = (4 * l + kind) * TENSOR_STATS_STRIDE;
+            let label = format!("tensor_stats layer {l} kind {kind}");
+            layer_stats.push(launch::tensor_stats(offset, len, out_offset).bind(ctx, &label, [&b.layer_stats, src]));
+        }
+    }
+    layer_stats
 }

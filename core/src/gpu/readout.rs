@@ -1,19 +1,14 @@
 //! Reading the GPU engine's state and statistics back: the run for a
 //! checkpoint, the tensors for the page's views, per-layer statistics.
 
-use super::buffers::Buffers;
 use super::engine::GpuEngine;
-use super::launch;
 use super::params::TENSOR_STATS_STRIDE;
-use super::plan::Dispatch;
 use super::read_buffer;
 use super::readback::{map_read, take_mapped, MapFuture};
-use super::GpuContext;
 use crate::data::DataPosition;
 use crate::engine::TrainState;
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
-use crate::model::Layout;
 use crate::optim::OptimizerState;
 use crate::stats::{from_gpu, TensorStats};
 
@@ -198,26 +193,4 @@ impl PendingState {
         ctx.check()?;
         Ok(TrainState { experiment, params, optimizer, data_position, vocabulary })
     }
-}
-
-/// The statistics dispatches: per layer, `tensor_stats` of the last
-/// micro-batch's activations and of the layer's gradients, weights and
-/// last update, each into its record of `layer_stats`.
-pub(super) fn layer_stats_plan(ctx: &GpuContext, b: &Buffers, layout: &Layout, batch: usize) -> Vec<Dispatch> {
-    let mut layer_stats = Vec::new();
-    for (l, shape) in layout.layers.iter().enumerate() {
-        let range = (shape.weight_offset, shape.bias_offset + shape.units - shape.weight_offset);
-        let regions: [(&wgpu::Buffer, usize, usize); 4] = [
-            (&b.a[l], 0, batch * shape.units),
-            (&b.grads, range.0, range.1),
-            (&b.params, range.0, range.1),
-            (&b.updates, range.0, range.1),
-        ];
-        for (kind, (src, offset, len)) in regions.into_iter().enumerate() {
-            let out_offset = (4 * l + kind) * TENSOR_STATS_STRIDE;
-            let label = format!("tensor_stats layer {l} kind {kind}");
-            layer_stats.push(launch::tensor_stats(offset, len, out_offset).bind(ctx, &label, [&b.layer_stats, src]));
-        }
-    }
-    layer_stats
 }

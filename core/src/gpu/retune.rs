@@ -1,7 +1,9 @@
-//! Live edits of a GPU run's hyperparameters, taken in place: no readback,
-//! no buffer rebuilt.
+//! Live edits of a GPU run taken in place, no readback and no buffer
+//! rebuilt: its hyperparameters, and which attention kernels a
+//! transformer's plan records.
 
 use super::engine::GpuEngine;
+use super::gpt_attention::{time_attention, AttentionVariant, ATTENTION_TIMES};
 use crate::error::{Error, Result};
 use crate::experiment::Experiment;
 
@@ -28,5 +30,49 @@ impl GpuEngine {
         }
         self.experiment = to.clone();
         Ok(())
+    }
+}
+
+impl GpuEngine {
+    /// The attention kernels the plan records (a transformer's).
+    pub fn attention(&self) -> Option<AttentionVariant> {
+        self.buffers.gpt.as_ref().map(|g| g.attention)
+    }
+
+    /// Records `variant`'s attention kernels from the next step on: the
+    /// same values either way (twin-tested), only the speed differs.
+    pub fn set_attention(&mut self, variant: AttentionVariant) -> Result<()> {
+        match self.buffers.gpt.as_mut() {
+            Some(g) if g.attention != variant => g.attention = variant,
+            _ => return Ok(()),
+        }
+        self.rebuild_plan()
+    }
+
+    /// Times both attention variants at this run's shape on this adapter
+    /// (or takes the figures measured before) and records the faster:
+    /// [workgroup, rows] seconds of a forward and a query-row backward, or
+    /// None for an MLP.
+    pub async fn choose_attention(&mut self) -> Result<Option<[f64; 2]>> {
+        let Some(shape) = self.layout.gpt else { return Ok(None) };
+        let dims = (self.experiment.batch_size, shape.context, shape.embed, shape.heads);
+        let key = format!("{}|{dims:?}", self.ctx.describe());
+        let cached =
+            ATTENTION_TIMES.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(k, _)| *k == key).map(|c| c.1);
+        let seconds = match cached {
+            Some(s) => s,
+            None => {
+                let mut s = [0.0; 2];
+                for (i, v) in AttentionVariant::ALL.into_iter().enumerate() {
+                    s[i] = time_attention(&self.ctx, v, dims, 2e-3).await?;
+                }
+                ATTENTION_TIMES.lock().unwrap_or_else(|p| p.into_inner()).push((key, s));
+                s
+            }
+        };
+        // Ties (within 5 %) keep a workgroup per row, the one that scales to long windows.
+        let variant = if seconds[1] < 0.95 * seconds[0] { AttentionVariant::Rows } else { AttentionVariant::Workgroup };
+        self.set_attention(variant)?;
+        Ok(Some(seconds))
     }
 }

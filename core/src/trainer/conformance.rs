@@ -405,3 +405,60 @@ pub fn gpt_training_matrix() -> Vec<(String, Experiment)> {
     ];
     cases.into_iter().map(|(name, patch)| (format!("gpt {name}"), base(patch))).collect()
 }
+
+/// Conv nets on the 8 × 8 digits, every conv and pool kernel and every
+/// optimizer among them: convolutions with and without padding, strides 1
+/// and 2, max and average pooling with windows that tile and that overlap,
+/// each activation, clipping, accumulation, regularization, schedules.
+pub fn conv_training_matrix() -> Vec<(String, Experiment)> {
+    let base = |layers: serde_json::Value, patch: serde_json::Value| {
+        let mut e = json!({
+            "seed": 5,
+            "model": {"input_shape": [1, 8, 8], "layers": layers},
+            "loss": "cross_entropy",
+            "optimizer": {"kind": "adam", "lr": 0.01},
+            "batch_size": 16,
+            "data": {"source": "digits"}
+        });
+        merge(&mut e, patch);
+        Experiment::from_json(&e.to_string()).expect("a conformance conv net is valid")
+    };
+    let dense = json!({"units": 10, "activation": "linear"});
+    // conv 3×3×4 pad 1 → max pool 2 → conv 3×3×6 → avg pool 2 stride 1 → dense.
+    let pooled = json!([
+        {"kind": "conv2d", "filters": 4, "kernel": 3, "padding": 1, "activation": "relu"},
+        {"kind": "max_pool2d", "kernel": 2},
+        {"kind": "conv2d", "filters": 6, "kernel": 3, "activation": "tanh"},
+        {"kind": "avg_pool2d", "kernel": 2, "stride": 1},
+        dense.clone()]);
+    // A pool first (no input gradient below it), a strided conv, overlapping windows.
+    let strided = json!([
+        {"kind": "avg_pool2d", "kernel": 2, "stride": 1},
+        {"kind": "conv2d", "filters": 5, "kernel": 3, "stride": 2, "padding": 1, "activation": "gelu_tanh"},
+        {"kind": "max_pool2d", "kernel": 3, "stride": 1},
+        {"units": 12, "activation": "sigmoid"},
+        dense.clone()]);
+    let cases = [
+        ("adam", pooled.clone(), json!({})),
+        (
+            "sgd nesterov with decay, clipped, k=2, l2, warmup cosine",
+            pooled.clone(),
+            json!({"optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": true,
+                "weight_decay": 0.001}, "clip_grad_norm": 0.5, "grad_accumulation": 2,
+                "regularization": {"kind": "l2", "rate": 0.001},
+                "schedule": {"kind": "warmup_cosine", "warmup_steps": 3, "total_steps": 12, "min_lr": 0.001}}),
+        ),
+        (
+            "adamw, l1, pool first, strided",
+            strided.clone(),
+            json!({"optimizer": {"kind": "adamw", "lr": 0.01}, "regularization": {"kind": "l1", "rate": 0.0005}}),
+        ),
+        (
+            "lamb, k=3, warmup linear, strided",
+            strided,
+            json!({"optimizer": {"kind": "lamb", "lr": 0.01, "weight_decay": 0.01}, "grad_accumulation": 3,
+                "schedule": {"kind": "warmup_linear", "warmup_steps": 2, "total_steps": 10}, "batch_size": 7}),
+        ),
+    ];
+    cases.into_iter().map(|(name, layers, patch)| (format!("conv {name}"), base(layers, patch))).collect()
+}

@@ -1,0 +1,146 @@
+//! Whole conv-net runs on the GPU engine (`gpu::conv`'s kernels in the
+//! phased plan) against the CPU engine: every optimizer, clipping,
+//! accumulation, regularization and schedule; K steps per submit;
+//! activation checkpointing; checkpoints across engines; the NaN sentinel.
+
+mod common;
+mod gpu_common;
+
+use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
+use stepscope_core::data::Dataset;
+use stepscope_core::gpu::GpuEngine;
+use stepscope_core::trainer::{block_on, conformance};
+use stepscope_core::{Error, Trainer};
+
+use common::{gpu_engine, shared_gpu as shared};
+
+/// The shared whole-run body, in submits of 1, 3 and 4 steps.
+#[test]
+fn conv_nets_train_as_on_the_cpu_engine() {
+    for (name, e) in conformance::conv_training_matrix() {
+        block_on(conformance::whole_run(&name, &e, shared(), &[1, 3, 4], false)).unwrap();
+    }
+}
+
+/// K steps in one submit are the same kernels in the same order as K
+/// submits of one: the same bits.
+#[test]
+fn k_steps_per_submit_equal_single_steps_exactly() {
+    let (_, e) = conformance::conv_training_matrix().swap_remove(1);
+    let (mut single, mut batched) = (gpu_engine(&e), gpu_engine(&e));
+    let (a, b) = (single.run(6, 1).unwrap(), batched.run(6, 6).unwrap());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!((x.loss.to_bits(), x.grad_norm.to_bits()), (y.loss.to_bits(), y.grad_norm.to_bits()));
+    }
+    assert_eq!(single.state().unwrap(), batched.state().unwrap());
+}
+
+/// Checkpointing recomputes each conv's and pool's z in backward with
+/// forward's kernel on forward's inputs: the same bits, less memory, and
+/// the CPU's checkpointed run.
+#[test]
+fn activation_checkpointing_keeps_the_bits_and_frees_memory() {
+    for (name, e) in conformance::conv_training_matrix().into_iter().step_by(2) {
+        let data = Dataset::load(&e, None).unwrap();
+        let mut plain = Trainer::fresh(&e, data.clone(), Some(shared())).unwrap();
+        let mut kept = Trainer::fresh(&e, data.clone(), Some(shared())).unwrap();
+        kept.set_activation_checkpointing(true).unwrap();
+        let mut cpu = Trainer::fresh(&e, data, None).unwrap();
+        cpu.set_activation_checkpointing(true).unwrap();
+        let (a, b, c) =
+            (block_on(plain.run(4, 2)).unwrap(), block_on(kept.run(4, 2)).unwrap(), block_on(cpu.run(4, 2)).unwrap());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((x.loss.to_bits(), x.grad_norm.to_bits()), (y.loss.to_bits(), y.grad_norm.to_bits()), "{name}");
+        }
+        conformance::close_runs(&name, &c, &b).unwrap();
+        let (sa, sb) = (block_on(plain.read_state()).unwrap(), block_on(kept.read_state()).unwrap());
+        assert_eq!(sa.params, sb.params, "{name}: the same bits with checkpointing");
+        conformance::close_states(&name, &block_on(cpu.read_state()).unwrap(), &sb).unwrap();
+        assert!(kept.memory().activations < plain.memory().activations, "{name}");
+    }
+}
+
+/// A GPU run's checkpoint restores on the GPU exactly and continues on the
+/// CPU as the CPU's own run would.
+#[test]
+fn checkpoints_move_between_engines() {
+    let (name, e) = conformance::conv_training_matrix().swap_remove(0);
+    let mut gpu = gpu_engine(&e);
+    gpu.run(3, 3).unwrap();
+    let state = gpu.state().unwrap();
+    let bytes = save_checkpoint(&state).unwrap();
+    let mut again = GpuEngine::from_state(shared(), load_checkpoint(&bytes).unwrap(), gpu.data().clone()).unwrap();
+    assert_eq!(again.state().unwrap(), state);
+    let (a, b) = (gpu.run(2, 2).unwrap(), again.run(2, 2).unwrap());
+    assert_eq!(a[1].loss.to_bits(), b[1].loss.to_bits(), "{name}");
+    let mut cpu = common::engine(&e);
+    let cpu_metrics: Vec<_> = (0..5).map(|_| cpu.step().unwrap()).collect();
+    conformance::close_runs(&name, &cpu_metrics[3..], &a).unwrap();
+}
+
+/// A regularization rate that overflows: the GPU stops at the step and in
+/// the phase the CPU stops, names the layer, and keeps the last good
+/// parameters.
+#[test]
+fn non_finite_values_name_layer_and_phase_as_the_cpu() {
+    let (_, mut e) = conformance::conv_training_matrix().swap_remove(1);
+    e.regularization = Some(stepscope_core::experiment::Regularization {
+        kind: stepscope_core::experiment::RegularizationKind::L2,
+        rate: 1e30,
+    });
+    e.clip_grad_norm = None;
+    let mut gpu = gpu_engine(&e);
+    let err = gpu.run(6, 6).unwrap_err();
+    let Error::NonFinite(message) = &err else { panic!("{err}") };
+    assert!(message.contains("layer"), "{message}");
+    let mut cpu = common::engine(&e);
+    let cpu_err = (0..6).find_map(|_| cpu.step().err()).expect("the CPU run overflows too");
+    assert_eq!(cpu.step_count(), gpu.step_count(), "{cpu_err} / {err}");
+    let (c, g) = (cpu.state(), gpu.state().unwrap());
+    assert!(g.params.iter().all(|p| p.is_finite()), "{err}");
+    common::assert_close_params("after NaN", &c.params, &g.params);
+}
+
+/// The GPU's memory figures are what it holds for a conv net: z and a of
+/// every layer (2·4·B·Σ units), ∂L/∂z of every layer as backward's
+/// scratch (4·B·Σ units); no patch matrix (its kernels are direct) and no
+/// index of the max pools' choices (found again in backward).
+#[test]
+fn memory_figures_are_the_buffers_the_gpu_holds() {
+    let (_, e) = conformance::conv_training_matrix().swap_remove(0);
+    let gpu = gpu_engine(&e);
+    let layout = gpu.layout();
+    let units: u64 = layout.layers.iter().map(|l| l.units as u64).sum();
+    let (m, b, p) = (gpu.memory(), e.batch_size as u64, layout.parameter_count as u64);
+    assert_eq!((m.params, m.grads, m.optimizer), (4 * p, 4 * p, 2 * 4 * p));
+    assert_eq!((m.activations, m.backward_scratch), (2 * 4 * b * units, 4 * b * units));
+}
+
+/// A step taken phase by phase (the page's step-through) and a profiled
+/// step (each phase its own pass) on a conv net: per-layer reports of every
+/// layer, pools included, and the run stays the CPU's.
+#[test]
+fn phases_and_profiled_steps_keep_the_run() {
+    use stepscope_core::engine::StepPhase;
+    let (name, e) = conformance::conv_training_matrix().swap_remove(1); // 2 micro-batches
+    let mut cpu = common::engine(&e);
+    let cpu_metrics: Vec<_> = (0..3).map(|_| cpu.step().unwrap()).collect();
+    let mut gpu = gpu_engine(&e);
+    let mut metrics = Vec::new();
+    let mut phases = Vec::new();
+    loop {
+        let report = block_on(gpu.step_phase()).unwrap();
+        assert_eq!(report.layers.len(), e.model.layers.len(), "{name}: {:?}", report.phase);
+        phases.push(report.phase);
+        if let Some(m) = report.metrics {
+            metrics.push(m);
+            break;
+        }
+    }
+    assert_eq!(phases.first(), Some(&StepPhase::Forward { micro: 0 }), "{name}: {phases:?}");
+    assert!(phases.contains(&StepPhase::Backward { micro: 1 }), "{name}: {phases:?}");
+    gpu.submit_profiled().unwrap();
+    metrics.extend(gpu.collect().unwrap());
+    metrics.extend(gpu.run(1, 1).unwrap());
+    common::assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &metrics);
+}
