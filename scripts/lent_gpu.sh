@@ -4,8 +4,10 @@
 #                                   test binaries (release), packs them with
 #                                   Debian's Vulkan loader into devicebin/
 #   bash scripts/lent_gpu.sh run    there (devicebin/ carried): the
-#                                   transformer's GPU section first
-#                                   ($OUT/gpt-gpu.md: issue 27's 10x goal),
+#                                   transformer's and conv nets' GPU
+#                                   sections first ($OUT/gpt-gpu.md: issue
+#                                   27's 10x goal; $OUT/conv.md: issue 42's
+#                                   20x at the CIFAR-sized net, batch 256),
 #                                   every GPU test against its CPU twin, then
 #                                   the whole `stepscope bench` ($OUT/h200.md);
 #                                   after the GPU section, the CPU's ranks:
@@ -14,7 +16,8 @@
 #                                   `stepscope bench --only ranks` ($OUT/ranks.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tests=(gpu_backward gpu_dense_forward gpu_fused gpu_gpt gpu_gpt_training gpu_matmul_variants gpu_misc gpu_optim
+tests=(gpu_backward gpu_conv gpu_conv_training gpu_dense_forward gpu_fused gpu_gpt gpu_gpt_training
+  gpu_matmul_variants gpu_misc gpu_optim
   gpu_optim_adaptive gpu_training)
 D=$PWD/devicebin
 
@@ -49,6 +52,9 @@ start=$(date +%s)
 # tokens/s beside the CPU engine's, then the twins, then the rest.
 timeout 150 "$D/bin/stepscope" bench --only gpt-gpu --out "$OUT/gpt-gpu.md" > "$OUT/gpt-gpu.log" 2>&1
 echo "gpt-gpu rc=$? in $(( $(date +%s) - start )) s" | tee -a "$OUT/gpt-gpu.log"
+# Conv nets: GPU against CPU images/s, the conv forward against the FMA probe.
+timeout 120 "$D/bin/stepscope" bench --only conv --out "$OUT/conv.md" > "$OUT/conv.log" 2>&1
+echo "conv rc=$? at $(( $(date +%s) - start )) s" | tee -a "$OUT/conv.log"
 # The CPU's scaling over ranks (issue 40): the same bits on every line.
 for r in 1 2 4 6 12; do
   timeout 30 "$D/bin/gpt_step_bench" 4 4 128 64 12 4 0 12 "$r"

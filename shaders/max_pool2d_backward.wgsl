@@ -70,7 +70,9 @@ fn activation_derivative(zv: f32, av: f32, kind: u32) -> f32 {
 
 // The index in a_in of the value window `first` takes (max_pool2d_forward's compares).
 fn argmax(first: u32) -> u32 {
-    var best = bitcast<f32>(0xff800000u); // −∞
+    // The twin starts from −∞; starting from the window's first value takes
+    // the same value and index (−∞ itself is not a WGSL constant Tint takes).
+    var best = a_in[first];
     var at = first;
     for (var ki = 0u; ki < p.kernel; ki++) {
         for (var kj = 0u; kj < p.kernel; kj++) {

@@ -100,7 +100,7 @@ pub enum Command {
         #[arg(required = true)]
         files: Vec<String>,
     },
-    /// GPU benchmark: matmul against the FMA probe, steps/s, checkpointing, the step's anatomy.
+    /// GPU benchmark: matmul against the FMA probe, steps/s, checkpointing, the step's anatomy, conv nets.
     Bench {
         /// Also write the report here (Markdown).
         #[arg(long)]
@@ -122,6 +122,8 @@ pub enum Section {
     GptGpu,
     /// Ranks (threads) on the CPU engine (no GPU needed).
     Ranks,
+    /// Conv nets on the GPU engine beside the CPU engine.
+    Conv,
 }
 
 #[derive(Debug, Default, Args)]

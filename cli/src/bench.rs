@@ -23,11 +23,17 @@
 //!    transformer in shards on 1, 2, 4, … threads (`ranks.rs`,
 //!    `--only ranks`).
 //!
-//! `--only matmul|steps|checkpointing|anatomy|gpt-gpu|gpt|ranks` runs one
-//! section; `--only gpt` and `--only ranks` need no GPU.
+//! 10. Conv nets on the GPU engine beside the CPU engine: images/s of
+//!     ConvNetJS's MNIST net and a CIFAR-sized net at batch 64 and 256, and
+//!     the conv forward kernel against the FMA probe (`conv.rs`,
+//!     `--only conv`).
+//!
+//! `--only matmul|steps|checkpointing|anatomy|gpt-gpu|gpt|ranks|conv` runs
+//! one section; `--only gpt` and `--only ranks` need no GPU.
 
 mod anatomy;
 mod checkpointing;
+mod conv;
 mod gpt;
 mod ranks;
 
@@ -105,6 +111,9 @@ pub fn run(out: Option<String>, only: Option<Section>) -> Result<(), Failure> {
     }
     if runs(Section::GptGpu) {
         gpt::gpu_section(&ctx, &mut line)?;
+    }
+    if runs(Section::Conv) {
+        conv::section(&ctx, &mut line)?;
     }
     if runs(Section::Gpt) {
         gpt::section(&mut line)?;

@@ -72,3 +72,62 @@ pub fn synthetic(
     };
     (experiment, Dataset { train: table, ..Dataset::default() })
 }
+
+/// One conv benchmark network: an image shape and its layers (the format's
+/// JSON), trained with SGD and momentum as ConvNetJS's MNIST demo.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConvWorkload {
+    pub name: &'static str,
+    pub input_shape: [usize; 3],
+    pub layers: &'static str,
+}
+
+/// ConvNetJS's MNIST net (1 × 28 × 28, 5,994 parameters), and a
+/// CIFAR-sized net (3 × 32 × 32, three conv blocks of 16, 32 and 64
+/// filters, each 3 × 3 with padding 1 and a 2 × 2 max pool).
+pub const CONV_WORKLOADS: [ConvWorkload; 2] = [
+    ConvWorkload {
+        name: "MNIST (ConvNetJS)",
+        input_shape: [1, 28, 28],
+        layers: r#"[{"kind": "conv2d", "filters": 8, "kernel": 5, "padding": 2, "activation": "relu"},
+            {"kind": "max_pool2d", "kernel": 2},
+            {"kind": "conv2d", "filters": 16, "kernel": 5, "padding": 2, "activation": "relu"},
+            {"kind": "max_pool2d", "kernel": 3},
+            {"units": 10, "activation": "linear"}]"#,
+    },
+    ConvWorkload {
+        name: "CIFAR-sized",
+        input_shape: [3, 32, 32],
+        layers: r#"[{"kind": "conv2d", "filters": 16, "kernel": 3, "padding": 1, "activation": "relu"},
+            {"kind": "max_pool2d", "kernel": 2},
+            {"kind": "conv2d", "filters": 32, "kernel": 3, "padding": 1, "activation": "relu"},
+            {"kind": "max_pool2d", "kernel": 2},
+            {"kind": "conv2d", "filters": 64, "kernel": 3, "padding": 1, "activation": "relu"},
+            {"kind": "max_pool2d", "kernel": 2},
+            {"units": 10, "activation": "linear"}]"#,
+    },
+];
+
+impl ConvWorkload {
+    /// The net at `batch`, on 4 batches of random images in [−1, 1) with
+    /// a class of 10 each.
+    pub fn build(&self, batch: usize) -> (Experiment, Dataset) {
+        let [c, h, w] = self.input_shape;
+        let json = format!(
+            r#"{{"seed": 1, "model": {{"input_shape": [{c}, {h}, {w}], "layers": {}}},
+                "loss": "cross_entropy", "optimizer": {{"kind": "sgd", "lr": 0.01, "momentum": 0.9}},
+                "batch_size": {batch}, "data": {{"source": "csv"}}}}"#,
+            self.layers
+        );
+        let experiment = Experiment::from_json(&json).expect("a conv benchmark experiment is valid");
+        let (rows, inputs) = (4 * batch, c * h * w);
+        let mut rng = Rng::new(1, 43);
+        let table = Table {
+            inputs: (0..rows * inputs).map(|_| rng.uniform(-1.0, 1.0) as f32).collect(),
+            targets: (0..rows).map(|_| rng.below(10) as f32).collect(),
+            input_width: inputs,
+            target_width: 1,
+        };
+        (experiment, Dataset { train: table, ..Dataset::default() })
+    }
+}

@@ -317,11 +317,14 @@ async fn pool2d_backward_matches_cpu() {
 gpu_common::twin_test!(pool2d_backward_matches_cpu);
 
 /// A NaN in a window is its maximum (the twin's rule: the last NaN) and
-/// reaches forward's flags.
+/// reaches forward's flags; a window of −∞ gives −∞.
 async fn max_pool2d_takes_nan_and_flags_it() {
     let s = pool(1, 4, 4, 2, 2);
     let mut x = random(16, 4, 1.0);
     x[5] = f32::NAN;
+    for i in [2, 3, 6, 7] {
+        x[i] = f32::NEG_INFINITY;
+    }
     let (mut z_cpu, mut argmax) = (vec![0.0; 4], vec![0u32; 4]);
     max_pool2d_forward(&mut z_cpu, &mut argmax, &x, 1, &s);
     let launch = conv::pool2d_forward(true, 1, &s, Activation::Linear, 3);
@@ -330,6 +333,7 @@ async fn max_pool2d_takes_nan_and_flags_it() {
     let z = to_f32(&out[0]);
     assert!(z[0].is_nan() && z_cpu[0].is_nan(), "{z:?} {z_cpu:?}");
     assert_eq!(&z[1..], &z_cpu[1..]);
+    assert_eq!(z[1], f32::NEG_INFINITY);
     assert_eq!(to_u32(&out[2])[0], (2 << 16) | (PHASE_FORWARD << 8) | 3);
 }
 gpu_common::twin_test!(max_pool2d_takes_nan_and_flags_it);

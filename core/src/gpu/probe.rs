@@ -37,3 +37,24 @@ pub async fn matmul_gflops(
     let t = matmul::time_full(ctx, Matmul::Forward, variant, (batch, inputs, units), target_s).await?;
     Ok(Matmul::flops(batch, inputs, units) / t / 1e9)
 }
+
+/// GFLOP/s (2·B·F·C·K·K·P per dispatch) of `conv2d_forward` on seeded
+/// data of this convolution's shape, dispatched as the training plan
+/// dispatches it (`gpu::conv`).
+pub async fn conv_forward_gflops(
+    ctx: &GpuContext,
+    batch: usize,
+    s: &crate::model::conv::Conv2d,
+    target_s: f64,
+) -> Result<f64> {
+    use crate::experiment::Activation;
+    let mut seeded = super::timing::Seeded::new(&ctx.device, (batch * 31 + s.macs()) as u64, 11);
+    let weights = s.filters * s.patch();
+    let (z, a) = (seeded.buffer("z", batch * s.out_len()), seeded.buffer("a", batch * s.out_len()));
+    let (x, params) = (seeded.buffer("x", batch * s.in_len()), seeded.buffer("params", weights + s.filters));
+    let flags = buffer(ctx, "flags", bytemuck::cast_slice(&super::params::FLAGS_INIT), wgpu::BufferUsages::STORAGE);
+    let launch = super::conv::conv2d_forward(batch, s, (0, weights), Activation::Relu, 0);
+    let d = launch.bind(ctx, "timed conv2d_forward", [&z, &a, &x, &params, &flags]);
+    let t = seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await?;
+    Ok(2.0 * (batch * s.macs()) as f64 / t / 1e9)
+}
