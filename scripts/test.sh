@@ -69,3 +69,6 @@ echo "== end-to-end: the built page in headless Chromium (WebGPU on its software
 
 echo "== browser benchmark smoke run: Stepscope and TensorFlow.js each train W1 briefly (no speed asserted; bench/run.mjs)"
 (cd tests/e2e && node bench/run.mjs --quick)
+
+echo "== conv benchmark smoke run: both engines and TensorFlow.js each train the MNIST conv net briefly (bench/conv.mjs)"
+(cd tests/e2e && node bench/conv.mjs --quick)

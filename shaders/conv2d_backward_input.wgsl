@@ -15,8 +15,12 @@
 //   3 z_in   (B, C, H, W)    read         the layer below's pre-activations (its z)
 //   4 a_in   (B, C, H, W)    read         the layer below's outputs, this layer's x
 //   5 p      Params          uniform
-// Dispatch: `launch::grid_of_64(B·C·H·W)`; an invocation per input, gathering (no two
-// invocations write one value, so no atomics and a fixed order).
+// Dispatch: `launch::grid_of_64(⌈C/4⌉·B·⌈H·W/4⌉)`. Gathering (no two invocations write one
+// value: no atomics, a fixed order) and register-blocked without barriers: invocation g
+// computes 4 channels × 4 consecutive input positions of one image, g = (channel block · B + b)
+// · ⌈H·W/4⌉ + position block. Each (ki, kj, f) loads 4 values of dz and 4 weights for 16
+// multiply-adds. Channels and positions past the end, and outputs outside, are clamped for the
+// loads and masked to 0.
 
 struct Params {
     batch: u32,
@@ -33,8 +37,8 @@ struct Params {
     bias_offset: u32,
     activation: u32, // forward: this layer's; input gradient: the layer below's (dense_forward's codes)
     layer: u32,
-    _pad0: u32,
-    _pad1: u32,
+    segments: u32, // ∂W's split of the B·OH·OW terms (conv2d_backward_weight)
+    segment_len: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> dx: array<f32>;
@@ -78,43 +82,85 @@ fn item(lid: vec3<u32>, wid: vec3<u32>, groups: vec3<u32>) -> u32 {
     return (wid.y * groups.x + wid.x) * 64u + lid.x;
 }
 
+const CB: u32 = 4u; // channels per invocation
+const PB: u32 = 4u; // input positions per invocation
+
+// Channel i's sums of the 4, without indexing a local array.
+fn pick(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, i: u32) -> vec4<f32> {
+    return select(select(a0, a1, i == 1u), select(a2, a3, i == 3u), i >= 2u);
+}
+
 @compute @workgroup_size(64)
 fn main(
     @builtin(local_invocation_id) lid: vec3<u32>,
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
 ) {
-    let i = item(lid, wid, groups);
+    let g = item(lid, wid, groups);
     let plane = p.h * p.w;
-    if (i >= p.batch * p.c_in * plane) {
+    let blocks = (plane + PB - 1u) / PB;
+    if (g >= (p.c_in + CB - 1u) / CB * p.batch * blocks) {
         return;
     }
-    let xx = i % p.w;
-    let y = (i / p.w) % p.h;
-    let c = (i / plane) % p.c_in;
-    let b = i / (p.c_in * plane);
+    let pb = g % blocks;
+    let b = (g / blocks) % p.batch;
+    let c0 = g / (blocks * p.batch) * CB;
     let k = p.kernel;
+    let s = i32(p.stride);
     let positions = p.out_h * p.out_w;
-    var total = 0.0;
+    let at = min(vec4<u32>(pb * PB) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(plane - 1u));
+    let y = vec4<i32>(at / p.w) + i32(p.padding);
+    let xx = vec4<i32>(at % p.w) + i32(p.padding);
+    // Each channel's weights (W[f, c] at weight_offset + (f·C + c)·K·K; past the end: the last channel's).
+    let last = p.c_in - 1u;
+    let c1 = min(c0 + 1u, last);
+    let c2 = min(c0 + 2u, last);
+    let c3 = min(c0 + 3u, last);
+    let kk = k * k;
+    let filter_stride = p.c_in * kk;
+    var tot0 = vec4<f32>();
+    var tot1 = vec4<f32>();
+    var tot2 = vec4<f32>();
+    var tot3 = vec4<f32>();
+    let dz_image = b * p.filters * positions;
     for (var ki = 0u; ki < k; ki++) {
-        let ny = i32(y + p.padding) - i32(ki);
-        if (ny < 0 || u32(ny) % p.stride != 0u || u32(ny) / p.stride >= p.out_h) {
-            continue;
-        }
-        let oy = u32(ny) / p.stride;
+        let ny = y - vec4<i32>(i32(ki));
+        let oy = ny / vec4<i32>(s);
+        let row_ok = (ny >= vec4<i32>(0)) & (oy * s == ny) & (oy < vec4<i32>(i32(p.out_h)));
         for (var kj = 0u; kj < k; kj++) {
-            let nx = i32(xx + p.padding) - i32(kj);
-            if (nx < 0 || u32(nx) % p.stride != 0u || u32(nx) / p.stride >= p.out_w) {
-                continue;
-            }
-            let at = oy * p.out_w + u32(nx) / p.stride;
-            var s = 0.0;
+            let nx = xx - vec4<i32>(i32(kj));
+            let ox = nx / vec4<i32>(s);
+            let ok = row_ok & (nx >= vec4<i32>(0)) & (ox * s == nx) & (ox < vec4<i32>(i32(p.out_w)));
+            let out_at = vec4<u32>(clamp(oy, vec4<i32>(0), vec4<i32>(i32(p.out_h) - 1)) * i32(p.out_w)
+                + clamp(ox, vec4<i32>(0), vec4<i32>(i32(p.out_w) - 1))) + dz_image;
+            let r = p.weight_offset + ki * k + kj;
+            var s0 = vec4<f32>();
+            var s1 = vec4<f32>();
+            var s2 = vec4<f32>();
+            var s3 = vec4<f32>();
             for (var f = 0u; f < p.filters; f++) {
-                let wv = params[p.weight_offset + ((f * p.c_in + c) * k + ki) * k + kj];
-                s = fma(wv, dz[(b * p.filters + f) * positions + at], s);
+                let o = out_at + vec4<u32>(f * positions);
+                let d = select(vec4<f32>(0.0), vec4<f32>(dz[o.x], dz[o.y], dz[o.z], dz[o.w]), ok);
+                let wf = r + f * filter_stride;
+                s0 = fma(vec4<f32>(params[wf + min(c0, last) * kk]), d, s0);
+                s1 = fma(vec4<f32>(params[wf + c1 * kk]), d, s1);
+                s2 = fma(vec4<f32>(params[wf + c2 * kk]), d, s2);
+                s3 = fma(vec4<f32>(params[wf + c3 * kk]), d, s3);
             }
-            total += s;
+            tot0 += s0;
+            tot1 += s1;
+            tot2 += s2;
+            tot3 += s3;
         }
     }
-    dx[i] = total * activation_derivative(z_in[i], a_in[i], p.activation);
+    for (var ci = 0u; ci < CB; ci++) {
+        let sums = pick(tot0, tot1, tot2, tot3, ci);
+        for (var j = 0u; j < PB; j++) {
+            let pos = pb * PB + j;
+            if (c0 + ci < p.c_in && pos < plane) {
+                let i = (b * p.c_in + c0 + ci) * plane + pos;
+                dx[i] = sums[j] * activation_derivative(z_in[i], a_in[i], p.activation);
+            }
+        }
+    }
 }

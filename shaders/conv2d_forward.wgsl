@@ -4,8 +4,8 @@
 // output in `flags`.
 //
 // z[b, f, oy, ox] = b[f] + Σ_(c, ki, kj) W[f, c, ki, kj]·x[b, c, oy·S + ki − pad, ox·S + kj − pad],
-// summed from the bias in (c, ki, kj) row-major order, as the twin's (its padding's zero terms
-// are skipped here: adding w·0 changes no sum but the sign of a zero).
+// summed from the bias in (c, ki, kj) row-major order, the padding's zeros included as terms:
+// the twin's sum in the twin's order (the GPU fusing multiply-adds).
 //
 // Bindings (group 0):
 //   0 z      (B, F, OH, OW)  read_write   pre-activations, kept for backward
@@ -14,9 +14,14 @@
 //   3 params (P)             read         flat parameters; W (F, C, K, K) at weight_offset, b (F) at bias_offset
 //   4 flags  (4)             read_write   [0] first non-finite code, [1] step, [2] micro-batch
 //   5 p      Params          uniform
-// Dispatch: `launch::grid_of_64(B·F·OH·OW)`; an invocation per output (direct: the variant for
-// small channel counts, where a patch of C·K·K is short). Neighbouring invocations share a filter
-// (its weights are one broadcast load) and read neighbouring inputs.
+// Dispatch: `launch::grid_of_64(⌈F/8⌉·B·⌈OH·OW/4⌉)`. Register-blocked, without workgroup memory
+// or barriers (a barrier costs more than the arithmetic on software adapters, as for
+// dense_forward_blocked): invocation g computes 8 filters × 4 consecutive output positions of
+// one image, g = (filter block · B + b) · ⌈OH·OW/4⌉ + position block, so neighbouring
+// invocations share the filters (their weights are broadcast loads) and read neighbouring
+// inputs. Each (c, ki, kj) loads 4 inputs and 8 weights for 32 multiply-adds. Filters and
+// positions past the end are clamped for the loads (every load in bounds, no branch) and not
+// stored; the padding's inputs are loaded clamped and replaced by 0.
 
 struct Params {
     batch: u32,
@@ -33,8 +38,8 @@ struct Params {
     bias_offset: u32,
     activation: u32, // forward: this layer's; input gradient: the layer below's (dense_forward's codes)
     layer: u32,
-    _pad0: u32,
-    _pad1: u32,
+    segments: u32, // ∂W's split of the B·OH·OW terms (conv2d_backward_weight)
+    segment_len: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> z: array<f32>;
@@ -75,47 +80,99 @@ fn item(lid: vec3<u32>, wid: vec3<u32>, groups: vec3<u32>) -> u32 {
     return (wid.y * groups.x + wid.x) * 64u + lid.x;
 }
 
+const FB: u32 = 8u; // filters per invocation
+const PB: u32 = 4u; // output positions per invocation
+
+// Accumulator f of the 8, without indexing a local array (which could
+// force the accumulators out of registers).
+fn pick(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, a4: vec4<f32>, a5: vec4<f32>, a6: vec4<f32>,
+        a7: vec4<f32>, f: u32) -> vec4<f32> {
+    let lo = select(select(a0, a1, f == 1u), select(a2, a3, f == 3u), f >= 2u);
+    let hi = select(select(a4, a5, f == 5u), select(a6, a7, f == 7u), f >= 6u);
+    return select(lo, hi, f >= 4u);
+}
+
 @compute @workgroup_size(64)
 fn main(
     @builtin(local_invocation_id) lid: vec3<u32>,
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
 ) {
-    let i = item(lid, wid, groups);
+    let g = item(lid, wid, groups);
     let positions = p.out_h * p.out_w;
-    if (i >= p.batch * p.filters * positions) {
+    let blocks = (positions + PB - 1u) / PB;
+    if (g >= (p.filters + FB - 1u) / FB * p.batch * blocks) {
         return;
     }
-    let ox = i % p.out_w;
-    let oy = (i / p.out_w) % p.out_h;
-    let f = (i / positions) % p.filters;
-    let b = i / (p.filters * positions);
-    let y0 = i32(oy * p.stride) - i32(p.padding);
-    let x0 = i32(ox * p.stride) - i32(p.padding);
+    let pb = g % blocks;
+    let b = (g / blocks) % p.batch;
+    let f0 = g / (blocks * p.batch) * FB;
     let k = p.kernel;
-    var sum = params[p.bias_offset + f];
+    let patch_len = p.c_in * k * k;
+    // The 4 positions' first input row and column (positions past the end
+    // clamped to the last).
+    let at = min(vec4<u32>(pb * PB) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(positions - 1u));
+    let y0 = vec4<i32>((at / p.out_w) * p.stride) - i32(p.padding);
+    let x0 = vec4<i32>((at % p.out_w) * p.stride) - i32(p.padding);
+    // Weight rows of the 8 filters (past the end: the last filter's).
+    let last = p.filters - 1u;
+    let w0 = p.weight_offset + min(f0, last) * patch_len;
+    let w1 = p.weight_offset + min(f0 + 1u, last) * patch_len;
+    let w2 = p.weight_offset + min(f0 + 2u, last) * patch_len;
+    let w3 = p.weight_offset + min(f0 + 3u, last) * patch_len;
+    let w4 = p.weight_offset + min(f0 + 4u, last) * patch_len;
+    let w5 = p.weight_offset + min(f0 + 5u, last) * patch_len;
+    let w6 = p.weight_offset + min(f0 + 6u, last) * patch_len;
+    let w7 = p.weight_offset + min(f0 + 7u, last) * patch_len;
+    var acc0 = vec4<f32>(params[p.bias_offset + min(f0, last)]);
+    var acc1 = vec4<f32>(params[p.bias_offset + min(f0 + 1u, last)]);
+    var acc2 = vec4<f32>(params[p.bias_offset + min(f0 + 2u, last)]);
+    var acc3 = vec4<f32>(params[p.bias_offset + min(f0 + 3u, last)]);
+    var acc4 = vec4<f32>(params[p.bias_offset + min(f0 + 4u, last)]);
+    var acc5 = vec4<f32>(params[p.bias_offset + min(f0 + 5u, last)]);
+    var acc6 = vec4<f32>(params[p.bias_offset + min(f0 + 6u, last)]);
+    var acc7 = vec4<f32>(params[p.bias_offset + min(f0 + 7u, last)]);
+    let hi_y = vec4<i32>(i32(p.h) - 1);
+    let hi_x = vec4<i32>(i32(p.w) - 1);
     for (var c = 0u; c < p.c_in; c++) {
         let plane = (b * p.c_in + c) * p.h * p.w;
-        let wrow = p.weight_offset + (f * p.c_in + c) * k * k;
         for (var ki = 0u; ki < k; ki++) {
-            let y = y0 + i32(ki);
-            if (y < 0 || y >= i32(p.h)) {
-                continue;
-            }
+            let y = y0 + vec4<i32>(i32(ki));
+            let row_in = (y >= vec4<i32>(0)) & (y <= hi_y);
+            let rows = vec4<u32>(clamp(y, vec4<i32>(0), hi_y)) * p.w + plane;
             for (var kj = 0u; kj < k; kj++) {
-                let xx = x0 + i32(kj);
-                if (xx < 0 || xx >= i32(p.w)) {
-                    continue;
-                }
-                sum = fma(params[wrow + ki * k + kj], x[plane + u32(y) * p.w + u32(xx)], sum);
+                let xx = x0 + vec4<i32>(i32(kj));
+                let inside = row_in & (xx >= vec4<i32>(0)) & (xx <= hi_x);
+                let idx = rows + vec4<u32>(clamp(xx, vec4<i32>(0), hi_x));
+                let v = select(vec4<f32>(0.0), vec4<f32>(x[idx.x], x[idx.y], x[idx.z], x[idx.w]), inside);
+                let r = (c * k + ki) * k + kj;
+                acc0 = fma(vec4<f32>(params[w0 + r]), v, acc0);
+                acc1 = fma(vec4<f32>(params[w1 + r]), v, acc1);
+                acc2 = fma(vec4<f32>(params[w2 + r]), v, acc2);
+                acc3 = fma(vec4<f32>(params[w3 + r]), v, acc3);
+                acc4 = fma(vec4<f32>(params[w4 + r]), v, acc4);
+                acc5 = fma(vec4<f32>(params[w5 + r]), v, acc5);
+                acc6 = fma(vec4<f32>(params[w6 + r]), v, acc6);
+                acc7 = fma(vec4<f32>(params[w7 + r]), v, acc7);
             }
         }
     }
-    let out = activate(sum, p.activation);
-    z[i] = sum;
-    a[i] = out;
-    if (!is_finite(sum) || !is_finite(out)) {
-        let step = atomicLoad(&flags[1]);
-        atomicMin(&flags[0], (step << 16u) | (PHASE_FORWARD << 8u) | p.layer);
+    // Epilogue: activation, store, non-finite check.
+    for (var f = 0u; f < FB; f++) {
+        let sums = pick(acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, f);
+        for (var j = 0u; j < PB; j++) {
+            let pos = pb * PB + j;
+            if (f0 + f < p.filters && pos < positions) {
+                let i = ((b * p.filters + f0 + f) * positions) + pos;
+                let pre = sums[j];
+                let out = activate(pre, p.activation);
+                z[i] = pre;
+                a[i] = out;
+                if (!is_finite(pre) || !is_finite(out)) {
+                    let step = atomicLoad(&flags[1]);
+                    atomicMin(&flags[0], (step << 16u) | (PHASE_FORWARD << 8u) | p.layer);
+                }
+            }
+        }
     }
 }

@@ -4,8 +4,9 @@
 //! TensorFlow.js in the same browser: the workloads of
 //! `stepscope_core::workloads`, on the CPU engine compiled to WebAssembly
 //! and on the GPU engine at K = 1, at the largest K, and fused; a
-//! transformer on both engines; and the adapter's FMA peak and
-//! forward-matmul throughput at the workloads' shapes.
+//! transformer on both engines; conv nets on both engines beside TF.js
+//! training the same nets; and the adapter's FMA peak and forward-matmul
+//! throughput at the workloads' shapes.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use js_sys::{Array, Float32Array, Object, Reflect};
 use stepscope_core::gpu::matmul::{LayerMatmuls, MatmulVariant};
 use stepscope_core::gpu::{probe, FusedWidth, GpuContext};
-use stepscope_core::workloads::workload;
+use stepscope_core::workloads::{conv_workload, workload};
 use stepscope_core::Trainer;
 use wasm_bindgen::prelude::*;
 use web_time::Instant;
@@ -227,5 +228,51 @@ pub async fn stepscope_bench_probe(name: String, seconds: f64) -> Result<JsValue
         layers.push(&layer);
     }
     set(&out, "layers", layers);
+    Ok(out.into())
+}
+
+/// Conv workload `key` ("mnist", "cifar") at `batch`, so that TensorFlow.js
+/// trains the very same net on the same images: {input_shape, layers (the
+/// format's JSON), batch, rows, inputs, targets}.
+#[wasm_bindgen]
+pub fn stepscope_bench_conv_workload(key: &str, batch: u32) -> Result<JsValue, JsValue> {
+    let w = conv_workload(key).ok_or_else(|| js_err(format!("no conv workload {key}")))?;
+    let (_, data) = w.build(batch as usize);
+    let out = Object::new();
+    let shape: Array = w.input_shape.iter().map(|&d| JsValue::from(d as u32)).collect();
+    set(&out, "input_shape", shape);
+    set(&out, "layers", js_sys::JSON::parse(w.layers)?);
+    set(&out, "name", w.name);
+    set(&out, "batch", batch);
+    set(&out, "rows", data.train.rows() as u32);
+    set(&out, "inputs", Float32Array::from(data.train.inputs.as_slice()));
+    set(&out, "targets", Float32Array::from(data.train.targets.as_slice()));
+    Ok(out.into())
+}
+
+/// Trains conv workload `key` at `batch` on `engine` ("cpu", "gpu-k1" or
+/// "gpu-kmax") for about `seconds` after a warm-up step: {images_per_second,
+/// steps, k, dispatches_per_step, adapter}.
+#[wasm_bindgen]
+pub async fn stepscope_bench_conv(key: String, batch: u32, engine: String, seconds: f64) -> Result<JsValue, JsValue> {
+    let w = conv_workload(&key).ok_or_else(|| js_err(format!("no conv workload {key}")))?;
+    let (e, data) = w.build(batch as usize);
+    let out = Object::new();
+    let gpu = if engine == "cpu" {
+        None
+    } else {
+        let ctx = context().await?;
+        set(&out, "adapter", ctx.describe());
+        Some(ctx)
+    };
+    let mut trainer = Trainer::fresh(&e, data, gpu).map_err(js_err)?;
+    if let Some(g) = trainer.gpu_engine() {
+        g.phase_timing = false;
+        set(&out, "dispatches_per_step", g.dispatches_per_step() as u32);
+    }
+    let (steps, k, elapsed_s) = timed(&mut trainer, &engine, seconds).await?;
+    set(&out, "images_per_second", (steps * batch as usize) as f64 / elapsed_s);
+    set(&out, "steps", steps as u32);
+    set(&out, "k", k as u32);
     Ok(out.into())
 }

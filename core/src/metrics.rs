@@ -157,9 +157,21 @@ impl ClassEvaluator {
     /// For a table of `rows` rows, at most `chunk` rows at once; None when
     /// `e`'s run is not a classification.
     pub fn new(layout: &Layout, e: &Experiment, rows: usize, chunk: usize) -> Option<ClassEvaluator> {
-        let metrics = ClassMetrics::new(classes(e)?);
+        ClassEvaluator::try_new(layout, e, rows, chunk).expect("a machine with room for one chunk's activations")
+    }
+
+    /// `new`, or an error when the memory for a chunk's activations is
+    /// not there.
+    pub fn try_new(
+        layout: &Layout,
+        e: &Experiment,
+        rows: usize,
+        chunk: usize,
+    ) -> crate::error::Result<Option<ClassEvaluator>> {
+        let Some(classes) = classes(e) else { return Ok(None) };
         let chunk = chunk.clamp(1, EVAL_CHUNK_ROWS).min(rows.max(1));
-        Some(ClassEvaluator { rows, done: 0, chunk, acts: Activations::new(layout, chunk), metrics })
+        let acts = Activations::try_new(layout, chunk)?;
+        Ok(Some(ClassEvaluator { rows, done: 0, chunk, acts, metrics: ClassMetrics::new(classes) }))
     }
 
     /// Classifies up to `max_rows` more rows (at least one chunk's worth

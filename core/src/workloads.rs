@@ -77,6 +77,8 @@ pub fn synthetic(
 /// JSON), trained with SGD and momentum as ConvNetJS's MNIST demo.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ConvWorkload {
+    /// "mnist" or "cifar": how the benchmarks name it.
+    pub key: &'static str,
     pub name: &'static str,
     pub input_shape: [usize; 3],
     pub layers: &'static str,
@@ -87,6 +89,7 @@ pub struct ConvWorkload {
 /// filters, each 3 × 3 with padding 1 and a 2 × 2 max pool).
 pub const CONV_WORKLOADS: [ConvWorkload; 2] = [
     ConvWorkload {
+        key: "mnist",
         name: "MNIST (ConvNetJS)",
         input_shape: [1, 28, 28],
         layers: r#"[{"kind": "conv2d", "filters": 8, "kernel": 5, "padding": 2, "activation": "relu"},
@@ -96,6 +99,7 @@ pub const CONV_WORKLOADS: [ConvWorkload; 2] = [
             {"units": 10, "activation": "linear"}]"#,
     },
     ConvWorkload {
+        key: "cifar",
         name: "CIFAR-sized",
         input_shape: [3, 32, 32],
         layers: r#"[{"kind": "conv2d", "filters": 16, "kernel": 3, "padding": 1, "activation": "relu"},
@@ -107,6 +111,10 @@ pub const CONV_WORKLOADS: [ConvWorkload; 2] = [
             {"units": 10, "activation": "linear"}]"#,
     },
 ];
+
+pub fn conv_workload(key: &str) -> Option<ConvWorkload> {
+    CONV_WORKLOADS.iter().copied().find(|w| w.key == key)
+}
 
 impl ConvWorkload {
     /// The net at `batch`, on 4 batches of random images in [−1, 1) with

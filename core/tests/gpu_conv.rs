@@ -159,14 +159,16 @@ async fn conv2d_backward_input_matches_cpu() {
 }
 gpu_common::twin_test!(conv2d_backward_input_matches_cpu);
 
-/// conv2d_backward_weight against the twin's dW and db, both added onto
-/// gradients already there. The twin sums each one's N = B·OH·OW terms in
-/// order onto its value; the kernel sums ⌈N/256⌉ per lane, then a tree of
-/// 8, then adds: together at most N + ⌈N/256⌉ + 9 roundings deep. Σ|terms|
-/// is the twin's gradient of |dz| and |x| onto |the value|.
+/// ∂W's two passes (conv2d_backward_weight, then _sum) against the twin's
+/// dW and db, both added onto gradients already there. The twin sums each
+/// one's N = B·OH·OW terms in order onto its value; the kernels sum a
+/// segment of L terms, then the S segments' partials, then add: together
+/// at most N + L + S + 1 roundings deep. Σ|terms| is the twin's gradient of
+/// |dz| and |x| onto |the value|. Batches up to 40: N past 256·64, where
+/// the segments are longest.
 async fn conv2d_backward_weight_matches_cpu() {
     for (case, s) in conv_cases().into_iter().enumerate() {
-        for batch in [1, 3] {
+        for batch in [1, 3, if case == 6 { 40 } else { 2 }] {
             let seed = (case * 10 + batch + 900) as u64;
             let weights = s.filters * s.patch();
             let (offset, bias_offset) = (2, 2 + weights + 1); // a gap between W and b: untouched
@@ -187,11 +189,9 @@ async fn conv2d_backward_weight_matches_cpu() {
             let mut mag = vec![0.0; cpu.len()];
             mag[offset..offset + weights].copy_from_slice(&dw_mag);
             mag[bias_offset..bias_offset + s.filters].copy_from_slice(&db_mag);
-            let launch = conv::conv2d_backward_weight(batch, &s, (offset, bias_offset), 1);
-            let (gb, fb, dzb, xb) = (f32_bytes(&grads), flags(), f32_bytes(&dz), f32_bytes(&x));
-            let out = run_launch(&launch, [Arg::Out(&gb), Arg::Out(&fb), Arg::In(&dzb), Arg::In(&xb)]).await;
-            let terms = batch * s.positions();
-            let depth = terms + terms.div_ceil(256) + 9;
+            let out = weight_gradient(batch, &s, (offset, bias_offset), 1, &grads, &dz, &x, flags()).await;
+            let (segments, len) = conv::weight_segments(batch, &s);
+            let depth = batch * s.positions() + len + segments + 1;
             let gpu = to_f32(&out[0]);
             check(&format!("grads {s:?} B={batch}"), &gpu, &cpu, |k| sum_tolerance(depth, mag[k]));
             for k in (0..offset).chain([offset + weights]).chain(bias_offset + s.filters..cpu.len()) {
@@ -202,6 +202,27 @@ async fn conv2d_backward_weight_matches_cpu() {
     }
 }
 gpu_common::twin_test!(conv2d_backward_weight_matches_cpu);
+
+/// Runs ∂W's two passes as the plan does: [grads, flags] after them.
+#[allow(clippy::too_many_arguments)]
+async fn weight_gradient(
+    batch: usize,
+    s: &Conv2d,
+    at: (usize, usize),
+    layer: usize,
+    grads: &[f32],
+    dz: &[f32],
+    x: &[f32],
+    flags: Vec<u8>,
+) -> Vec<Vec<u8>> {
+    let (sums, total) = conv::conv2d_backward_weight(batch, s, at, layer);
+    // Partials start as NaN: every one the sum pass reads must be written.
+    let partials = f32_bytes(&vec![f32::NAN; conv::partials_floats(batch, s)]);
+    let (dzb, xb) = (f32_bytes(dz), f32_bytes(x));
+    let partials = run_launch(&sums, [Arg::Out(&partials), Arg::In(&dzb), Arg::In(&xb)]).await.remove(0);
+    let gb = f32_bytes(grads);
+    run_launch(&total, [Arg::Out(&gb), Arg::Out(&flags), Arg::In(&partials)]).await
+}
 
 /// A non-finite input reaches forward's flags with the layer's code, and a
 /// non-finite gradient backward's (the layer counted from the top).
@@ -219,10 +240,8 @@ async fn conv2d_flags_non_finite_values() {
         run_launch(&launch, [Arg::Out(&zeros), Arg::Out(&zeros), Arg::In(&xb), Arg::In(&pb), Arg::Out(&fb)]).await;
     assert_eq!(to_u32(&out[2])[0], (6 << 16) | (PHASE_FORWARD << 8) | 4);
     let dz = random(batch * s.out_len(), 3, 1.0);
-    let grads = f32_bytes(&vec![0.0; weights + s.filters]);
-    let launch = conv::conv2d_backward_weight(batch, &s, (0, weights), 4);
-    let (fb, dzb) = (flags_at_step(6, 0), f32_bytes(&dz));
-    let out = run_launch(&launch, [Arg::Out(&grads), Arg::Out(&fb), Arg::In(&dzb), Arg::In(&xb)]).await;
+    let grads = vec![0.0; weights + s.filters];
+    let out = weight_gradient(batch, &s, (0, weights), 4, &grads, &dz, &x, flags_at_step(6, 0)).await;
     assert_eq!(to_u32(&out[1])[0], (6 << 16) | (PHASE_BACKWARD << 8) | (255 - 4));
 }
 gpu_common::twin_test!(conv2d_flags_non_finite_values);

@@ -8,7 +8,8 @@ mod gpu_common;
 
 use stepscope_core::checkpoint::{load_checkpoint, save_checkpoint};
 use stepscope_core::data::Dataset;
-use stepscope_core::gpu::GpuEngine;
+use stepscope_core::gpu::{conv, GpuEngine};
+use stepscope_core::model::LayerOp;
 use stepscope_core::trainer::{block_on, conformance};
 use stepscope_core::{Error, Trainer};
 
@@ -102,9 +103,10 @@ fn non_finite_values_name_layer_and_phase_as_the_cpu() {
 }
 
 /// The GPU's memory figures are what it holds for a conv net: z and a of
-/// every layer (2·4·B·Σ units), ∂L/∂z of every layer as backward's
-/// scratch (4·B·Σ units); no patch matrix (its kernels are direct) and no
-/// index of the max pools' choices (found again in backward).
+/// every layer (2·4·B·Σ units); as backward's scratch, ∂L/∂z of every layer
+/// (4·B·Σ units) and ∂W's partial sums for the largest conv layer; no
+/// patch matrix (its kernels are direct) and no index of the max pools'
+/// choices (found again in backward).
 #[test]
 fn memory_figures_are_the_buffers_the_gpu_holds() {
     let (_, e) = conformance::conv_training_matrix().swap_remove(0);
@@ -113,7 +115,13 @@ fn memory_figures_are_the_buffers_the_gpu_holds() {
     let units: u64 = layout.layers.iter().map(|l| l.units as u64).sum();
     let (m, b, p) = (gpu.memory(), e.batch_size as u64, layout.parameter_count as u64);
     assert_eq!((m.params, m.grads, m.optimizer), (4 * p, 4 * p, 2 * 4 * p));
-    assert_eq!((m.activations, m.backward_scratch), (2 * 4 * b * units, 4 * b * units));
+    let partials = layout
+        .layers
+        .iter()
+        .filter_map(|l| if let LayerOp::Conv(c) = l.op { Some(conv::partials_floats(e.batch_size, &c)) } else { None })
+        .max()
+        .unwrap() as u64;
+    assert_eq!((m.activations, m.backward_scratch), (2 * 4 * b * units, 4 * b * units + 4 * partials));
 }
 
 /// A step taken phase by phase (the page's step-through) and a profiled

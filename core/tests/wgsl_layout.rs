@@ -73,6 +73,7 @@ fn every_params_struct_has_its_rust_twins_size() {
         (Kernel::Conv2dForward, size_of::<ConvParams>()),
         (Kernel::Conv2dBackwardInput, size_of::<ConvParams>()),
         (Kernel::Conv2dBackwardWeight, size_of::<ConvParams>()),
+        (Kernel::Conv2dBackwardWeightSum, size_of::<ConvParams>()),
         (Kernel::MaxPool2dForward, size_of::<PoolParams>()),
         (Kernel::MaxPool2dBackward, size_of::<PoolParams>()),
         (Kernel::AvgPool2dForward, size_of::<PoolParams>()),

@@ -25,7 +25,7 @@ pub fn section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result<(
     line(format!("FMA probe on this adapter: {peak:.1} GFLOP/s."));
     line(String::new());
     line(format!(
-        "| net | batch | CPU images/s | GPU images/s, K = 1 | GPU images/s, K = {K} | GPU/CPU (K = {K}) | conv forward GFLOP/s by layer (share of the FMA probe) |"
+        "| net | batch | CPU images/s | GPU images/s, K = 1 | GPU images/s, K = {K} | GPU/CPU (K = {K}) | conv GFLOP/s by layer: forward, ∂x, ∂W (forward's share of the FMA probe) |"
     ));
     line("|---|---|---|---|---|---|---|".into());
     for w in CONV_WORKLOADS {
@@ -38,8 +38,8 @@ pub fn section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result<(
             let mut convs = Vec::new();
             for (l, shape) in Layout::new(&e).layers.iter().enumerate() {
                 if let LayerOp::Conv(s) = shape.op {
-                    let gflops = block_on(probe::conv_forward_gflops(ctx, batch, &s, TARGET_S)).map_err(gpu_err)?;
-                    convs.push(format!("{l}: {gflops:.1} ({:.0} %)", 100.0 * gflops / peak));
+                    let [f, dx, dw] = block_on(probe::conv_gflops(ctx, batch, &s, TARGET_S)).map_err(gpu_err)?;
+                    convs.push(format!("{l}: {f:.1}, {dx:.1}, {dw:.1} ({:.0} %)", 100.0 * f / peak));
                 }
             }
             line(format!(
@@ -51,7 +51,7 @@ pub fn section(ctx: &Arc<GpuContext>, line: &mut impl FnMut(String)) -> Result<(
         }
     }
     line(String::new());
-    line("Images/s = steps/s × batch, each engine training the same net on the same random images (SGD with momentum, cross-entropy); the CPU engine on one thread. The GPU runs the phased kernels (`gpu::conv`: a direct convolution per output, ∂W as a workgroup reduction per weight); the conv forward column times that one kernel alone at each conv layer's shape.".into());
+    line("Images/s = steps/s × batch, each engine training the same net on the same random images (SGD with momentum, cross-entropy); the CPU engine on one thread. The GPU runs the phased kernels (`gpu::conv`: a direct convolution per output, ∂W as a workgroup reduction per weight); the last column times each conv kernel alone at each conv layer's shape (2·B·F·C·K·K·OH·OW FLOPs each; the first layer's ∂x is timed though training skips it).".into());
     line(String::new());
     Ok(())
 }

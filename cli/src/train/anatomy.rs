@@ -23,9 +23,8 @@ impl LayerAnatomy {
     /// Adds a step: its metrics and, where they are this step's, its
     /// layers' times.
     pub fn add(&mut self, metrics: &StepMetrics, layers: Option<(u64, LayerTimes)>) {
-        let Some((step, times)) = layers.filter(|(step, _)| *step == metrics.step) else { return };
-        debug_assert_eq!(step, metrics.step);
-        if self.first.is_none() && self.steps == 0 {
+        let Some((_, times)) = layers.filter(|(step, _)| *step == metrics.step) else { return };
+        if self.first.is_none() {
             self.first = Some((metrics.phases, times));
             return;
         }

@@ -6,7 +6,7 @@ use wgpu::util::DeviceExt;
 
 use super::params::{TensorRange, FLAGS_INIT, STEP_STATS_STRIDE, TENSOR_STATS_STRIDE};
 use crate::engine::{MemoryBytes, TrainState};
-use crate::model::{Layout, TensorInfo};
+use crate::model::{LayerOp, Layout, TensorInfo};
 
 /// Most optimizer steps recorded into one submit.
 pub const MAX_STEPS_PER_SUBMIT: usize = 64;
@@ -33,6 +33,9 @@ pub struct Buffers {
     pub tensor_norms: wgpu::Buffer,    // (tensors) per-tensor gradient norms
     pub lamb_norms: wgpu::Buffer,      // (2 · tensors) ‖p‖, ‖r‖
     pub layer_stats: wgpu::Buffer,     // (4 · layers · TENSOR_STATS_STRIDE)
+    /// A conv net's ∂W partial sums (`gpu::conv::partials_floats` of its
+    /// largest conv layer), or 16 bytes.
+    pub conv_partials: wgpu::Buffer,
     /// (4) what backward's recomputation of z writes as its flags: never
     /// read, so the recomputation cannot report a non-finite value
     /// (forward already reported any, from the same bits).
@@ -93,7 +96,13 @@ impl Buffers {
                 .collect()
         };
         let table_rows: Vec<TensorRange> = tensors.iter().map(TensorRange::of).collect();
-        let scratch_bytes: u64 = layout.layers.iter().map(|l| 4 * batch * l.units as u64).sum::<u64>();
+        let partials = 4 * layout
+            .layers
+            .iter()
+            .map(|l| if let LayerOp::Conv(c) = l.op { super::conv::partials_floats(e.batch_size, &c) } else { 0 })
+            .max()
+            .unwrap_or(0) as u64;
+        let scratch_bytes: u64 = layout.layers.iter().map(|l| 4 * batch * l.units as u64).sum::<u64>() + partials;
         let gpt =
             layout.gpt.as_ref().map(|shape| super::gpt_buffers::GptBuffers::new(device, shape, e.batch_size, false));
         let mut buffers = Buffers {
@@ -118,6 +127,7 @@ impl Buffers {
             tensor_norms: storage(device, "tensor norms", 4 * tensors.len() as u64),
             lamb_norms: storage(device, "lamb norms", 8 * tensors.len() as u64),
             layer_stats: storage(device, "layer stats", 4 * (4 * layout.layers.len() * TENSOR_STATS_STRIDE) as u64),
+            conv_partials: storage(device, "conv weight-gradient partials", partials),
             recompute_flags: storage_init(device, "recompute flags", bytemuck::cast_slice(&FLAGS_INIT)),
             checkpointing: false,
             gpt: None,

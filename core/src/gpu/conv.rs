@@ -14,7 +14,7 @@
 
 use super::dispatch::Dispatch;
 use super::launch::{grid_of_64, Launch};
-use super::params::{activation_code, row_grid, ConvParams, PoolParams};
+use super::params::{activation_code, ConvParams, PoolParams};
 use super::{GpuContext, Kernel};
 use crate::experiment::Activation;
 use crate::model::conv::{Conv2d, Pool2d};
@@ -43,8 +43,23 @@ fn conv_params(batch: usize, s: &Conv2d, at: (usize, usize), activation: Activat
         bias_offset: u(at.1),
         activation: activation_code(activation),
         layer: u(layer),
-        _pad: [0; 2],
+        segments: u(weight_segments(batch, s).0),
+        segment_len: u(weight_segments(batch, s).1),
     }
+}
+
+/// How ∂W splits its N = B·OH·OW terms per gradient: (segments, terms per
+/// segment), segments of at least 256 terms, at most 64 of them (enough
+/// invocations to fill a large GPU, few partials to add).
+pub fn weight_segments(batch: usize, s: &Conv2d) -> (usize, usize) {
+    let n = (batch * s.positions()).max(1);
+    let segments = n.div_ceil(256).clamp(1, 64);
+    (segments, n.div_ceil(segments))
+}
+
+/// Floats of ∂W's partial sums for a conv layer: segments × F × (C·K·K + 1).
+pub fn partials_floats(batch: usize, s: &Conv2d) -> usize {
+    weight_segments(batch, s).0 * s.filters * (s.patch() + 1)
 }
 
 fn pool_params(batch: usize, s: &Pool2d, activation: Activation, layer: usize) -> PoolParams {
@@ -72,7 +87,7 @@ pub fn conv2d_forward(
     activation: Activation,
     layer: usize,
 ) -> Launch<ConvParams, 5> {
-    let grid = grid_of_64(batch * s.out_len());
+    let grid = grid_of_64(s.filters.div_ceil(8) * batch * s.positions().div_ceil(4));
     Launch::new(Kernel::Conv2dForward, conv_params(batch, s, at, activation, layer), grid)
 }
 
@@ -85,14 +100,27 @@ pub fn conv2d_backward_input(
     below: Activation,
 ) -> Launch<ConvParams, 5> {
     let p = conv_params(batch, s, (weight_offset, 0), below, 0);
-    Launch::new(Kernel::Conv2dBackwardInput, p, grid_of_64(batch * s.in_len()))
+    let grid = grid_of_64(s.c_in.div_ceil(4) * batch * (s.h * s.w).div_ceil(4));
+    Launch::new(Kernel::Conv2dBackwardInput, p, grid)
 }
 
-/// ∂W and ∂b added into the flat gradients at `at`, a workgroup each.
-/// Bindings: grads, flags, dz, x.
-pub fn conv2d_backward_weight(batch: usize, s: &Conv2d, at: (usize, usize), layer: usize) -> Launch<ConvParams, 4> {
+/// ∂W and ∂b added into the flat gradients at `at`, in two passes: the
+/// partial sums (bindings: partials, dz, x), then their sum onto the
+/// gradients (bindings: grads, flags, partials). `partials` holds
+/// `partials_floats` floats.
+pub fn conv2d_backward_weight(
+    batch: usize,
+    s: &Conv2d,
+    at: (usize, usize),
+    layer: usize,
+) -> (Launch<ConvParams, 3>, Launch<ConvParams, 3>) {
     let p = conv_params(batch, s, at, Activation::Linear, layer);
-    Launch::new(Kernel::Conv2dBackwardWeight, p, row_grid(s.filters * (s.patch() + 1)))
+    let entries = s.patch() + 1;
+    let blocks = weight_segments(batch, s).0 * s.filters.div_ceil(8) * entries.div_ceil(4);
+    (
+        Launch::new(Kernel::Conv2dBackwardWeight, p, grid_of_64(blocks)),
+        Launch::new(Kernel::Conv2dBackwardWeightSum, p, grid_of_64(s.filters * entries)),
+    )
 }
 
 /// Max (`max`) or average pooling's z and a = act(z). Bindings: z, a, x,
@@ -149,21 +177,24 @@ pub(super) fn forward(
     })
 }
 
-/// The weight gradient's dispatch of conv layer `l` (None for a pool,
-/// which owns no parameters, or a dense layer). Bindings: grads, flags,
-/// dz, x.
+/// The weight gradient's two dispatches of conv layer `l` (none for a
+/// pool, which owns no parameters, or a dense layer). Buffers: grads,
+/// flags, dz, x, partials.
 pub(super) fn backward_weight(
     ctx: &GpuContext,
     shape: &LayerShape,
     batch: usize,
     l: usize,
-    buffers: [&wgpu::Buffer; 4],
-) -> Option<Dispatch> {
+    [grads, flags, dz, x, partials]: [&wgpu::Buffer; 5],
+) -> Vec<Dispatch> {
     let LayerOp::Conv(s) = shape.op else {
-        return None;
+        return Vec::new();
     };
-    let launch = conv2d_backward_weight(batch, &s, (shape.weight_offset, shape.bias_offset), l);
-    Some(launch.bind(ctx, &format!("conv2d_backward_weight layer {l}"), buffers))
+    let (sums, total) = conv2d_backward_weight(batch, &s, (shape.weight_offset, shape.bias_offset), l);
+    vec![
+        sums.bind(ctx, &format!("conv2d_backward_weight layer {l}"), [partials, dz, x]),
+        total.bind(ctx, &format!("conv2d_backward_weight_sum layer {l}"), [grads, flags, partials]),
+    ]
 }
 
 /// The input gradient's dispatch of conv or pool layer `l` > 0, into ∂L/∂z

@@ -63,10 +63,12 @@ pub enum Kernel {
     QkLayerNormBackwardInput,
     QkLayerNormBackwardParams,
     /// Convolution: forward (with its activation), ∂L/∂x (with the layer
-    /// below's activation backward) and ∂W with ∂b (`gpu::conv`).
+    /// below's activation backward) and ∂W with ∂b in two passes (partial
+    /// sums over segments of the terms, then their sum; `gpu::conv`).
     Conv2dForward,
     Conv2dBackwardInput,
     Conv2dBackwardWeight,
+    Conv2dBackwardWeightSum,
     /// Max and average pooling, forward and backward.
     MaxPool2dForward,
     MaxPool2dBackward,
@@ -126,6 +128,7 @@ impl Kernel {
         Kernel::Conv2dForward,
         Kernel::Conv2dBackwardInput,
         Kernel::Conv2dBackwardWeight,
+        Kernel::Conv2dBackwardWeightSum,
         Kernel::MaxPool2dForward,
         Kernel::MaxPool2dBackward,
         Kernel::AvgPool2dForward,
@@ -175,6 +178,7 @@ impl Kernel {
             Kernel::Conv2dForward => "conv2d_forward",
             Kernel::Conv2dBackwardInput => "conv2d_backward_input",
             Kernel::Conv2dBackwardWeight => "conv2d_backward_weight",
+            Kernel::Conv2dBackwardWeightSum => "conv2d_backward_weight_sum",
             Kernel::MaxPool2dForward => "max_pool2d_forward",
             Kernel::MaxPool2dBackward => "max_pool2d_backward",
             Kernel::AvgPool2dForward => "avg_pool2d_forward",
@@ -231,6 +235,7 @@ impl Kernel {
             Kernel::Conv2dForward => shader!("conv2d_forward"),
             Kernel::Conv2dBackwardInput => shader!("conv2d_backward_input"),
             Kernel::Conv2dBackwardWeight => shader!("conv2d_backward_weight"),
+            Kernel::Conv2dBackwardWeightSum => shader!("conv2d_backward_weight_sum"),
             Kernel::MaxPool2dForward => shader!("max_pool2d_forward"),
             Kernel::MaxPool2dBackward => shader!("max_pool2d_backward"),
             Kernel::AvgPool2dForward => shader!("avg_pool2d_forward"),

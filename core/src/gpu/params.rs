@@ -356,8 +356,8 @@ pub struct AttentionParams {
     pub h: u32,
 }
 
-/// `shaders/conv2d_forward.wgsl`, `conv2d_backward_input.wgsl` and
-/// `conv2d_backward_weight.wgsl`.
+/// `shaders/conv2d_forward.wgsl`, `conv2d_backward_input.wgsl`,
+/// `conv2d_backward_weight.wgsl` and `conv2d_backward_weight_sum.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
 pub struct ConvParams {
@@ -375,7 +375,10 @@ pub struct ConvParams {
     pub bias_offset: u32,
     pub activation: u32,
     pub layer: u32,
-    pub _pad: [u32; 2],
+    /// ∂W's split of the B·OH·OW terms (`gpu::conv::weight_segments`), and
+    /// each segment's length.
+    pub segments: u32,
+    pub segment_len: u32,
 }
 
 /// `shaders/max_pool2d_*.wgsl` and `avg_pool2d_*.wgsl`.

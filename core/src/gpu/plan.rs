@@ -110,8 +110,9 @@ impl Plan {
                         [&b.grads, &b.flags, &b.grad[l]],
                     ));
                 }
-            } else if let Some(d) = conv::backward_weight(ctx, shape, batch, l, [&b.grads, &b.flags, &b.grad[l], x]) {
-                backward.push(d);
+            } else {
+                let buffers = [&b.grads, &b.flags, &b.grad[l], x, &b.conv_partials];
+                backward.extend(conv::backward_weight(ctx, shape, batch, l, buffers));
             }
             if l > 0 {
                 if b.checkpointing {

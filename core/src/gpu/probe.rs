@@ -38,23 +38,39 @@ pub async fn matmul_gflops(
     Ok(Matmul::flops(batch, inputs, units) / t / 1e9)
 }
 
-/// GFLOP/s (2·B·F·C·K·K·P per dispatch) of `conv2d_forward` on seeded
-/// data of this convolution's shape, dispatched as the training plan
-/// dispatches it (`gpu::conv`).
-pub async fn conv_forward_gflops(
+/// GFLOP/s of a convolution's three kernels (each 2·B·F·C·K·K·P FLOPs a
+/// dispatch) on seeded data of its shape, dispatched as the training plan
+/// dispatches them (`gpu::conv`): [forward, input gradient, weight
+/// gradient (its two passes)].
+pub async fn conv_gflops(
     ctx: &GpuContext,
     batch: usize,
     s: &crate::model::conv::Conv2d,
     target_s: f64,
-) -> Result<f64> {
+) -> Result<[f64; 3]> {
+    use super::conv;
     use crate::experiment::Activation;
     let mut seeded = super::timing::Seeded::new(&ctx.device, (batch * 31 + s.macs()) as u64, 11);
     let weights = s.filters * s.patch();
     let (z, a) = (seeded.buffer("z", batch * s.out_len()), seeded.buffer("a", batch * s.out_len()));
     let (x, params) = (seeded.buffer("x", batch * s.in_len()), seeded.buffer("params", weights + s.filters));
+    let (dx, x_pre) = (seeded.buffer("dx", batch * s.in_len()), seeded.buffer("z_in", batch * s.in_len()));
+    let grads = seeded.buffer("grads", weights + s.filters);
+    let partials = seeded.buffer("partials", conv::partials_floats(batch, s));
     let flags = buffer(ctx, "flags", bytemuck::cast_slice(&super::params::FLAGS_INIT), wgpu::BufferUsages::STORAGE);
-    let launch = super::conv::conv2d_forward(batch, s, (0, weights), Activation::Relu, 0);
-    let d = launch.bind(ctx, "timed conv2d_forward", [&z, &a, &x, &params, &flags]);
-    let t = seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await?;
-    Ok(2.0 * (batch * s.macs()) as f64 / t / 1e9)
+    let at = (0, weights);
+    let (sums, total) = conv::conv2d_backward_weight(batch, s, at, 0);
+    let dispatches = [
+        conv::conv2d_forward(batch, s, at, Activation::Relu, 0).bind(ctx, "timed", [&z, &a, &x, &params, &flags]),
+        conv::conv2d_backward_input(batch, s, 0, Activation::Relu).bind(ctx, "timed", [&dx, &z, &params, &x_pre, &x]),
+        sums.bind(ctx, "timed", [&partials, &z, &x]),
+        total.bind(ctx, "timed", [&grads, &flags, &partials]),
+    ];
+    let mut seconds = [0.0; 4];
+    for (t, d) in seconds.iter_mut().zip(&dispatches) {
+        *t = seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await?;
+    }
+    // ∂W is its two passes together.
+    let flops = 2.0 * (batch * s.macs()) as f64 / 1e9;
+    Ok([flops / seconds[0], flops / seconds[1], flops / (seconds[2] + seconds[3])])
 }

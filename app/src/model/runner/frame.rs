@@ -201,7 +201,10 @@ impl Runner {
                 self.gpt_views.dirty = false;
             }
             let spec = self.gpt_views.spec.clone();
-            self.view_job = Some(ViewJob::with_gpt(&e, self.data(), step, params, links, spec, prompt));
+            match ViewJob::with_gpt(&e, self.data(), step, params, links, spec, prompt) {
+                Ok(job) => self.view_job = Some(job),
+                Err(err) => return (Err(err), awaited_ms),
+            }
         }
         let Some(job) = self.view_job.as_mut() else { unreachable!("a job was just begun") };
         let data = self.trainer.data();

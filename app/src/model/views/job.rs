@@ -20,7 +20,7 @@ use stepscope_core::engine::{forward_pass, Activations, Evaluator};
 use stepscope_core::experiment::Loss;
 use stepscope_core::metrics::ClassEvaluator;
 use stepscope_core::model::Layout;
-use stepscope_core::Experiment;
+use stepscope_core::{Error, Experiment};
 
 use super::gpt::{attention_view, GptViewSpec, GptViews, SampleJob};
 use super::{
@@ -111,7 +111,13 @@ impl ViewJob {
     /// The views of `params` (a copy: training may go on) at `step`.
     /// A transformer's views also take the person's spec and, when a
     /// sample is due, its prompt's tokens.
-    pub fn new(e: &Experiment, data: &Dataset, step: u64, params: Vec<f32>, links: Vec<LinkBlock>) -> ViewJob {
+    pub fn new(
+        e: &Experiment,
+        data: &Dataset,
+        step: u64,
+        params: Vec<f32>,
+        links: Vec<LinkBlock>,
+    ) -> Result<ViewJob, Error> {
         ViewJob::with_gpt(e, data, step, params, links, GptViewSpec::default(), None)
     }
 
@@ -123,25 +129,34 @@ impl ViewJob {
         links: Vec<LinkBlock>,
         spec: GptViewSpec,
         sample_prompt: Option<Vec<u32>>,
-    ) -> ViewJob {
+    ) -> Result<ViewJob, Error> {
+        // Every buffer here is a chunk's (bounded by `CHUNK_MACS`), but a
+        // device short of memory refuses it as an error, not an abort.
         let layout = Layout::new(e);
         let per_row = layout.parameter_count.max(1) as u64;
         let chunk_rows = (CHUNK_MACS / per_row).clamp(1, 4096) as usize;
-        let grid = plane_extent(e, data).map(|extent| {
-            let side = grid_side(&layout);
-            let shown = layout.layers.iter().map(|l| vec![vec![0.0; side * side]; l.units.min(SHOWN_UNITS)]).collect();
-            GridPass {
-                side,
-                extent,
-                inputs: grid_inputs(e, extent, side),
-                done: 0,
-                acts: Activations::new(&layout, chunk_rows.min(side * side)),
-                boundary: Vec::with_capacity(side * side),
-                neurons: shown,
+        let grid = match plane_extent(e, data) {
+            Some(extent) => {
+                let side = grid_side(&layout);
+                let shown =
+                    layout.layers.iter().map(|l| vec![vec![0.0; side * side]; l.units.min(SHOWN_UNITS)]).collect();
+                Some(GridPass {
+                    side,
+                    extent,
+                    inputs: grid_inputs(e, extent, side),
+                    done: 0,
+                    acts: Activations::try_new(&layout, chunk_rows.min(side * side))?,
+                    boundary: Vec::with_capacity(side * side),
+                    neurons: shown,
+                })
             }
-        });
+            None => None,
+        };
         let rows = (data.train.rows(), data.test.rows());
-        let classes = is_image_data(e).then(|| ClassEvaluator::new(&layout, e, rows.1, chunk_rows)).flatten();
+        let classes = match is_image_data(e) {
+            true => ClassEvaluator::try_new(&layout, e, rows.1, chunk_rows)?,
+            false => None,
+        };
         let gpt = e.gpt().map(|g| {
             let (train, test) = super::gpt::eval_windows(data);
             let windows = (test, train);
@@ -155,12 +170,12 @@ impl ViewJob {
             }
         });
         let eval_rows = gpt.as_ref().map_or(rows, |g| (g.windows.1.rows(), g.windows.0.rows()));
-        ViewJob {
+        Ok(ViewJob {
             gpt,
             classes,
             experiment: e.clone(),
-            test: Evaluator::new(&layout, eval_rows.1, chunk_rows),
-            train: Evaluator::new(&layout, eval_rows.0, chunk_rows),
+            test: Evaluator::try_new(&layout, eval_rows.1, chunk_rows)?,
+            train: Evaluator::try_new(&layout, eval_rows.0, chunk_rows)?,
             layout,
             step,
             rows,
@@ -169,7 +184,7 @@ impl ViewJob {
             chunk_rows,
             grid,
             spent_ms: 0.0,
-        }
+        })
     }
 
     /// Whether this job still describes the run: the same experiment and

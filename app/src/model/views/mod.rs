@@ -14,6 +14,7 @@
 use stepscope_core::data::Dataset;
 use stepscope_core::engine::Evaluation;
 use stepscope_core::experiment::{DataSource, Loss};
+#[cfg(test)]
 use stepscope_core::model::Layout;
 use stepscope_core::Experiment;
 
@@ -166,10 +167,11 @@ pub fn grid_inputs(e: &Experiment, extent: [f32; 4], side: usize) -> Vec<f32> {
 
 /// The views of `params` at `step`, computed at once (tests; the loop
 /// computes them in parts, `ViewJob`).
+#[cfg(test)]
 pub fn snapshot(e: &Experiment, data: &Dataset, step: u64, tensors: [&[f32]; 3]) -> Snapshot {
     let layout = Layout::new(e);
     let links = link_blocks(&layout, tensors);
-    let mut job = ViewJob::new(e, data, step, tensors[0].to_vec(), links);
+    let mut job = ViewJob::new(e, data, step, tensors[0].to_vec(), links).expect("room for the views' chunks");
     loop {
         if let Some(snap) = job.advance(data, f64::INFINITY) {
             return snap;
@@ -385,7 +387,8 @@ mod tests {
         assert_eq!(at_once.links[1].values[0].len(), SHOWN_UNITS * SHOWN_UNITS);
         // In parts: each call does at least one chunk, and the job is
         // not done after the first.
-        let mut job = ViewJob::new(&e, &data, 3, params.clone(), link_blocks(&layout, [&params, &zeros, &zeros]));
+        let mut job =
+            ViewJob::new(&e, &data, 3, params.clone(), link_blocks(&layout, [&params, &zeros, &zeros])).unwrap();
         let mut calls = 1;
         let in_parts = loop {
             if let Some(snap) = job.advance(&data, 0.0) {
