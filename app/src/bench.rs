@@ -47,6 +47,24 @@ async fn context() -> Result<Arc<GpuContext>, JsValue> {
     Ok(ctx)
 }
 
+/// A fresh run of `e` on `engine`: the CPU engine for "cpu", else the GPU
+/// engine (the adapter named in `out`).
+async fn trainer_on(
+    engine: &str,
+    e: &stepscope_core::Experiment,
+    data: stepscope_core::data::Dataset,
+    out: &Object,
+) -> Result<Trainer, JsValue> {
+    let gpu = if engine == "cpu" {
+        None
+    } else {
+        let ctx = context().await?;
+        set(out, "adapter", ctx.describe());
+        Some(ctx)
+    };
+    Trainer::fresh(e, data, gpu).map_err(js_err)
+}
+
 /// The workload's shape and training rows, so that TensorFlow.js trains
 /// on the very same data: {widths, batch, activation, loss, rows, inputs,
 /// targets}.
@@ -80,14 +98,7 @@ pub async fn stepscope_bench(name: String, engine: String, seconds: f64) -> Resu
     let w = workload(&name).ok_or_else(|| js_err(format!("no workload {name}")))?;
     let (e, data) = w.build();
     let out = Object::new();
-    let gpu = if engine == "cpu" {
-        None
-    } else {
-        let ctx = context().await?;
-        set(&out, "adapter", ctx.describe());
-        Some(ctx)
-    };
-    let mut trainer = Trainer::fresh(&e, data, gpu).map_err(js_err)?;
+    let mut trainer = trainer_on(&engine, &e, data, &out).await?;
     if let Some(g) = trainer.gpu_engine() {
         g.phase_timing = false;
         g.use_fused = engine.starts_with("gpu-fused");
@@ -163,14 +174,7 @@ pub async fn stepscope_bench_gpt(name: String, engine: String, seconds: f64) -> 
     crate::model::host::fetch_shakespeare().await.map_err(|why| JsValue::from_str(&why))?;
     let data = stepscope_core::data::Dataset::load(&e, None).map_err(js_err)?;
     let out = Object::new();
-    let gpu = if engine == "cpu" {
-        None
-    } else {
-        let ctx = context().await?;
-        set(&out, "adapter", ctx.describe());
-        Some(ctx)
-    };
-    let mut trainer = Trainer::fresh(&e, data, gpu).map_err(js_err)?;
+    let mut trainer = trainer_on(&engine, &e, data, &out).await?;
     if let Some(g) = trainer.gpu_engine() {
         g.phase_timing = false;
         g.choose_matmuls().await.map_err(js_err)?;
@@ -258,14 +262,7 @@ pub async fn stepscope_bench_conv(key: String, batch: u32, engine: String, secon
     let w = conv_workload(&key).ok_or_else(|| js_err(format!("no conv workload {key}")))?;
     let (e, data) = w.build(batch as usize);
     let out = Object::new();
-    let gpu = if engine == "cpu" {
-        None
-    } else {
-        let ctx = context().await?;
-        set(&out, "adapter", ctx.describe());
-        Some(ctx)
-    };
-    let mut trainer = Trainer::fresh(&e, data, gpu).map_err(js_err)?;
+    let mut trainer = trainer_on(&engine, &e, data, &out).await?;
     if let Some(g) = trainer.gpu_engine() {
         g.phase_timing = false;
         set(&out, "dispatches_per_step", g.dispatches_per_step() as u32);

@@ -5,6 +5,7 @@
 // the loss is read back once every 10 steps (Stepscope's K = 1 reads every
 // step, its larger K once per submit).
 import * as tf from '@tensorflow/tfjs-core';
+import { timeSteps } from './tfjs-timing.mjs';
 // The gradients of every op (tfjs-core alone registers none).
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import '@tensorflow/tfjs-backend-webgpu';
@@ -47,18 +48,7 @@ window.tfBench = async ({ backend, workload, seconds, threads }) => {
     }, true);
     return read ? cost.data().then((v) => { cost.dispose(); return v[0]; }) : (cost.dispose(), null);
   };
-  await step(0, true);
-  const started = performance.now();
-  let steps = 0;
-  while (steps === 0 || performance.now() - started < 1000 * seconds) {
-    const read = steps % 10 === 9;
-    const r = step(steps, read);
-    if (read) await r;
-    steps += 1;
-  }
-  await step(steps, true);
-  steps += 1;
-  const elapsed = (performance.now() - started) / 1000;
+  const { steps, elapsed } = await timeSteps(step, seconds);
   tf.disposeVariables();
   batches.flat().forEach((t) => t.dispose());
   // The threads XNNPACK's pool has (1 on the single-threaded build).

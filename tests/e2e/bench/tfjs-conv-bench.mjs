@@ -7,6 +7,7 @@
 // before timing (TF.js's layout). Each step is optimizer.minimize over one
 // batch; the loss is read back once every 10 steps.
 import * as tf from '@tensorflow/tfjs-core';
+import { timeSteps } from './tfjs-timing.mjs';
 import '@tensorflow/tfjs-core/dist/register_all_gradients';
 import '@tensorflow/tfjs-backend-webgpu';
 // TF.js's wasm backend has no Conv2DBackpropFilter kernel (it cannot train
@@ -69,18 +70,7 @@ window.tfConvBench = async ({ backend, workload, seconds }) => {
     }, true);
     return read ? cost.data().then((d) => { cost.dispose(); return d[0]; }) : (cost.dispose(), null);
   };
-  await step(0, true);
-  const started = performance.now();
-  let steps = 0;
-  while (steps === 0 || performance.now() - started < 1000 * seconds) {
-    const read = steps % 10 === 9;
-    const r = step(steps, read);
-    if (read) await r;
-    steps += 1;
-  }
-  await step(steps, true);
-  steps += 1;
-  const elapsed = (performance.now() - started) / 1000;
+  const { steps, elapsed } = await timeSteps(step, seconds);
   tf.disposeVariables();
   batches.flat().forEach((t) => t.dispose());
   return { images_per_second: (steps * batch) / elapsed, steps };
