@@ -28,6 +28,7 @@ fn u(x: usize) -> u32 {
 /// flat buffer bound, an activation code and the layer (for the NaN
 /// sentinel's code).
 fn conv_params(batch: usize, s: &Conv2d, at: (usize, usize), activation: Activation, layer: usize) -> ConvParams {
+    let (segments, segment_len) = weight_segments(batch, s);
     ConvParams {
         batch: u(batch),
         c_in: u(s.c_in),
@@ -43,8 +44,8 @@ fn conv_params(batch: usize, s: &Conv2d, at: (usize, usize), activation: Activat
         bias_offset: u(at.1),
         activation: activation_code(activation),
         layer: u(layer),
-        segments: u(weight_segments(batch, s).0),
-        segment_len: u(weight_segments(batch, s).1),
+        segments: u(segments),
+        segment_len: u(segment_len),
     }
 }
 
