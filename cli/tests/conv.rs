@@ -115,3 +115,17 @@ fn convnetjs_mnist_net_trains_and_its_checkpoint_is_used_as_any_other() {
     assert!(!dir.join("bad.safetensors").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The built-in MNIST (`examples/mnist.json`): no file to give; the data's
+/// 5,000 images are split 4,000 / 1,000 and the run reports its test
+/// accuracy on the held-out ones.
+#[test]
+fn the_built_in_mnist_trains_with_no_file() {
+    let dir = temp_dir("mnist");
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/mnist.json");
+    let out = stepscope(&dir, &["train", "--config", config, "--steps", "2", "--eval-every", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("dense → 10 on mnist (4000 train / 1000 test rows), 5994 parameters"), "{text}");
+    assert!(text.contains("test misclassified:") && text.contains("of 1000 rows"), "{text}");
+}

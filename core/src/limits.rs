@@ -6,7 +6,7 @@
 //! `Limits::check` with its limits, the CLI with its own, so a link can
 //! never build what the controls would refuse.
 
-use crate::data::{Dataset, DIGITS_ROWS};
+use crate::data::{Dataset, DIGITS_ROWS, MNIST_ROWS};
 use crate::engine::MemoryBytes;
 use crate::error::{Error, Result};
 use crate::experiment::{DataSource, Experiment, MAX_BATCH, MAX_BLOCKS, MAX_CONTEXT, MAX_EMBED, MAX_LAYERS, MAX_UNITS};
@@ -75,14 +75,6 @@ impl Limits {
                 }
             }
             return self.check_memory(e, rows);
-        }
-        if let (true, Some((i, l))) =
-            (*self == Limits::PAGE, e.model.layers.iter().enumerate().find(|(_, l)| l.kind.is_spatial()))
-        {
-            return refuse(format!(
-                "model.layers[{i}] is {}: this page does not train conv or pool layers yet (`stepscope train` does)",
-                l.kind.name()
-            ));
         }
         let hidden = &e.model.layers[..e.model.layers.len().saturating_sub(1)];
         if hidden.len() > self.hidden_layers {
@@ -182,6 +174,7 @@ impl RunBytes {
             DataSource::Csv | DataSource::Text => (0, 0),
             DataSource::Shakespeare => (crate::data::SHAKESPEARE_BYTES / e.gpt().map_or(1, |g| g.context.max(1)), 0),
             DataSource::Digits => (DIGITS_ROWS, 0),
+            DataSource::Mnist => (MNIST_ROWS, 0),
             _ => (e.data.samples(), 0),
         });
         let (train, test, n) = (train as u64, test as u64, (train + test) as u64);
@@ -220,13 +213,14 @@ impl RunBytes {
             };
         }
         let row = 4 * (e.model.inputs + e.outputs()) as u64;
-        let units: u64 = e.model.layers.iter().map(|l| l.units as u64).sum();
+        // Every layer's outputs, a conv or pool layer's C·H·W.
+        let units: u64 = e.widths()[1..].iter().map(|&w| w as u64).sum();
         let chunk = train.max(test).min(EVAL_CHUNK_ROWS as u64);
         let (data, loading) = match source {
             // The file and its line numbers, then the test rows' copy.
             DataSource::Csv => (n * row, (file_bytes + 8 * n).max(test * row + order)),
             // The whole table, then each part copied from it.
-            DataSource::Digits => (n * row, n * row + order),
+            DataSource::Digits | DataSource::Mnist => (n * row, n * row + order),
             // Each point (three f64) is kept beside its row, for plots.
             _ => (n * (row + 24), 24 * n + order),
         };

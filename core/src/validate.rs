@@ -338,11 +338,15 @@ fn data(e: &Experiment) -> Result<()> {
             ));
         }
     }
-    if d.source == DataSource::Digits && e.model.inputs != DIGITS_PIXELS {
-        return bad(format!(
-            "digits has {DIGITS_PIXELS} inputs (8×8 pixels): model.inputs must be {DIGITS_PIXELS}, got {}",
-            e.model.inputs
-        ));
+    if let Some(side) = d.source.image_side() {
+        let pixels = side * side;
+        if e.model.inputs != pixels {
+            return bad(format!(
+                "{} has {pixels} inputs ({side}×{side} pixels): model.inputs must be {pixels}, got {}",
+                d.source.name(),
+                e.model.inputs
+            ));
+        }
     }
     if d.source == DataSource::Csv || d.source.is_text() {
         // The file decides (`parse_csv` checks its columns and targets).

@@ -6,6 +6,7 @@
 mod common;
 
 use serde_json::json;
+use stepscope_core::experiment::LayerKind;
 use stepscope_core::{CpuEngine, Experiment};
 
 /// A small conv net on the 8×8 digits: conv 3×3×4 pad 1, max pool 2,
@@ -316,11 +317,18 @@ fn layer_times_split_the_phases_they_sit_in() {
 /// Until its builder and views exist (the page's conv issue), the page
 /// refuses conv and pool layers by name, before anything is built; the GPU
 /// engine trains them (`gpu_conv_training.rs`).
+/// The page trains conv nets within its memory budget, which counts their
+/// activations and patch matrices.
 #[test]
-fn the_page_refuses_conv_layers_by_name() {
+fn the_page_takes_conv_nets_within_its_budget() {
+    let page = stepscope_core::limits::Limits::PAGE;
     let e = parse(digits_net(json!({}))).unwrap();
-    let err = stepscope_core::limits::Limits::PAGE.check(&e, None).unwrap_err().to_string();
-    assert!(err.contains("model.layers[0] is conv2d: this page does not train conv or pool layers yet"), "{err}");
+    assert!(page.check(&e, None).is_ok());
+    let mut wide = parse(digits_net(json!({"batch_size": 4096}))).unwrap();
+    wide.model.layers[0].kind = LayerKind::Conv2d { filters: 256, kernel: 3, stride: 1, padding: 1 };
+    assert!(wide.validate().is_ok());
+    let err = page.check(&wide, None).unwrap_err().to_string();
+    assert!(err.contains("more than the 1024.0 MiB budget of this page"), "{err}");
 }
 
 /// The memory budget counts what a conv net's engine holds: activations,

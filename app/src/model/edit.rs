@@ -9,7 +9,9 @@ use stepscope_core::limits::Limits;
 use stepscope_core::Experiment;
 
 mod hyper;
+mod layers;
 pub use hyper::*;
+pub use layers::*;
 
 /// Page limits, enforced with a message (the core's own limits are wider).
 /// They live in the core (`Limits::PAGE`), which checks every experiment
@@ -127,6 +129,9 @@ pub fn set_z_loss(e: &mut Experiment, v: f64) -> Result<(), String> {
 pub fn model_summary(e: &Experiment) -> String {
     if let Some(g) = e.gpt() {
         return format!("GPT {} blocks × {} wide, {} heads, context {}", g.blocks, g.embed, g.heads, g.context);
+    }
+    if e.model.layers.iter().any(|l| l.kind.is_spatial()) {
+        return hidden_layers(e).iter().map(LayerSpec::words).collect::<Vec<_>>().join(", ");
     }
     let hidden: Vec<String> = hidden_layers(e).iter().map(|l| l.units.to_string()).collect();
     if hidden.is_empty() {

@@ -34,6 +34,7 @@ fn source_label(s: DataSource) -> &'static str {
         DataSource::RegPlane => "Plane (regression)",
         DataSource::RegGauss => "Gaussians (regression)",
         DataSource::Digits => "Digits (8×8 images, 10 classes)",
+        DataSource::Mnist => "MNIST (28×28 images, 5,000, 10 classes)",
         DataSource::Csv => "CSV",
         DataSource::Text => "Text",
         DataSource::Shakespeare => "Tiny Shakespeare",

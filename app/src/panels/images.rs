@@ -14,11 +14,11 @@ use crate::state::Charts;
 
 /// Paints a (side, side) image: grey levels for pixels in [0, 1]
 /// (`signed` false: ink is dark), or orange/blue for weights in [-1, 1].
-fn paint_image(canvas: &web_sys::HtmlCanvasElement, values: &[f32], side: usize, signed: bool) {
+fn paint_image(canvas: &web_sys::HtmlCanvasElement, values: &[f32], [w, h]: [usize; 2], signed: bool) {
     let Some(ctx) = context(canvas) else { return };
-    resize(canvas, side as u32, side as u32);
-    let mut rgba = Vec::with_capacity(side * side * 4);
-    for &v in values.iter().take(side * side) {
+    resize(canvas, w as u32, h as u32);
+    let mut rgba = Vec::with_capacity(w * h * 4);
+    for &v in values.iter().take(w * h) {
         let [r, g, b] = if signed {
             color(v, 0)
         } else {
@@ -27,21 +27,36 @@ fn paint_image(canvas: &web_sys::HtmlCanvasElement, values: &[f32], side: usize,
         };
         rgba.extend([r, g, b, 255]);
     }
-    if let Ok(image) = ImageData::new_with_u8_clamped_array_and_sh(Clamped(&rgba), side as u32, side as u32) {
+    if rgba.len() != 4 * w * h {
+        return;
+    }
+    if let Ok(image) = ImageData::new_with_u8_clamped_array_and_sh(Clamped(&rgba), w as u32, h as u32) {
         let _ = ctx.put_image_data(&image, 0.0, 0.0);
     }
 }
 
-/// One small image, painted once mounted and again when it changes.
+/// One small square image, painted once mounted and again when it changes.
 #[component]
 fn Image(values: Vec<f32>, side: usize, signed: bool, #[prop(into)] label: String) -> impl IntoView {
+    view! { <Picture values=values size=[side, side] signed=signed label=label class="digit"/> }
+}
+
+/// One small (width, height) image.
+#[component]
+fn Picture(
+    values: Vec<f32>,
+    size: [usize; 2],
+    signed: bool,
+    #[prop(into)] label: String,
+    #[prop(into)] class: String,
+) -> impl IntoView {
     let canvas: NodeRef<Canvas> = NodeRef::new();
     Effect::new(move |_| {
         if let Some(c) = canvas.get() {
-            paint_image(&c, &values, side, signed);
+            paint_image(&c, &values, size, signed);
         }
     });
-    view! { <canvas node_ref=canvas class="digit" width=side height=side role="img" aria-label=label></canvas> }
+    view! { <canvas node_ref=canvas class=class width=size[0] height=size[1] role="img" aria-label=label></canvas> }
 }
 
 #[component]
@@ -55,6 +70,7 @@ pub fn ImagePanel() -> impl IntoView {
                 <PerClass views=v.clone()/>
                 <Confusion views=v.clone()/>
                 <Wrong views=v.clone()/>
+                <ConvLayers views=v.clone()/>
                 <Filters views=v/>
             })}
         </Show>
@@ -143,8 +159,108 @@ fn Wrong(views: ImageViews) -> impl IntoView {
     }
 }
 
+/// A conv net, ConvNetJS's way: for one test image, each conv and pool
+/// layer's output as a map per channel, and each conv layer's filters
+/// (input channels side by side); blue positive, orange negative, each
+/// scaled by its largest magnitude.
+#[component]
+fn ConvLayers(views: ImageViews) -> impl IntoView {
+    let Some(conv) = views.conv else { return ().into_any() };
+    let [c, h, w] = conv.input_shape;
+    let input = view! {
+        <figure class="conv-input">
+            <Picture values=conv.image.clone() size=[w, h] signed=false class="map"
+                label=format!("test image {}", conv.row)/>
+            <figcaption>{format!("test image {} ({c}×{h}×{w})", conv.row)}</figcaption>
+        </figure>
+    };
+    let maps = conv
+        .layers
+        .iter()
+        .map(|layer| {
+            let [channels, h, w] = layer.shape;
+            let l = layer.layer;
+            let items = layer
+                .maps
+                .iter()
+                .enumerate()
+                .map(|(ch, map)| {
+                    view! {
+                        <figure class="map" data-layer=l data-channel=ch>
+                            <Picture values=map.clone() size=[w, h] signed=true class="map"
+                                label=format!("layer {l}, channel {ch}: its output for the test image")/>
+                        </figure>
+                    }
+                })
+                .collect_view();
+            let more = (channels > layer.maps.len()).then(|| format!(" (the first {} shown)", layer.maps.len()));
+            view! {
+                <div class="conv-layer">
+                    <h4>{format!("Layer {l}: {} → {channels}×{h}×{w}{}", layer.words, more.unwrap_or_default())}</h4>
+                    <div class="maps">{items}</div>
+                </div>
+            }
+        })
+        .collect_view();
+    let filters = conv
+        .layers
+        .iter()
+        .filter(|layer| !layer.filters.is_empty())
+        .map(|layer| {
+            let (l, k) = (layer.layer, layer.kernel);
+            let items = layer
+                .filters
+                .iter()
+                .enumerate()
+                .map(|(f, values)| {
+                    view! {
+                        <figure class="filter" data-layer=l data-filter=f>
+                            <Picture values=values.clone() size=[k * layer.filter_channels, k] signed=true class="filter"
+                                label=format!("layer {l}, filter {f}: its weights, input channels side by side")/>
+                        </figure>
+                    }
+                })
+                .collect_view();
+            view! {
+                <div class="conv-layer">
+                    <h4>{filter_heading(layer)}</h4>
+                    <div class="maps">{items}</div>
+                </div>
+            }
+        })
+        .collect_view();
+    view! {
+        <h3>"Feature maps"</h3>
+        <p class="note">"What each conv and pool layer makes of one test image, a map per channel: blue where the output is positive, orange where negative, each map scaled by its largest value."</p>
+        {input}
+        <div class="feature-maps" data-testid="feature-maps">{maps}</div>
+        <h3>"Filters"</h3>
+        <p class="note">"Each conv filter's weights, its input channels side by side: what it looks for."</p>
+        <div class="conv-filters" data-testid="filters">{filters}</div>
+    }
+    .into_any()
+}
+
+/// `Layer 2: 16 filters of 3×3 over 12 input channels (the first 8 shown)`.
+fn filter_heading(layer: &crate::model::views::ConvLayerView) -> String {
+    let (l, k, filters) = (layer.layer, layer.kernel, layer.shape[0]);
+    let channels = match layer.in_channels {
+        1 => "1 input channel".to_string(),
+        n if n > layer.filter_channels => format!("{n} input channels (the first {} shown)", layer.filter_channels),
+        n => format!("{n} input channels"),
+    };
+    let shown = match layer.filters.len() {
+        n if n < filters => format!("; the first {n} filters shown"),
+        _ => String::new(),
+    };
+    format!("Layer {l}: {filters} filters of {k}×{k} over {channels}{shown}")
+}
+
 #[component]
 fn Filters(views: ImageViews) -> impl IntoView {
+    if views.first_layer.is_empty() {
+        return ().into_any();
+    }
     let side = views.side;
     let items = views
         .first_layer
@@ -154,7 +270,8 @@ fn Filters(views: ImageViews) -> impl IntoView {
         .collect_view();
     view! {
         <h3>"First layer's weights as images"</h3>
-        <p class="note">"Each unit's 64 weights on the 8×8 pixels: blue where ink raises the unit's input, orange where it lowers it."</p>
+        <p class="note">{format!("Each unit's {} weights on the {side}×{side} pixels: blue where ink raises the unit's input, orange where it lowers it.", side * side)}</p>
         <div class="digits filters" data-testid="first-layer-weights">{items}</div>
     }
+    .into_any()
 }

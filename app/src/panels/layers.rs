@@ -115,16 +115,25 @@ fn grad_norm(sample: &LayerSample, l: usize) -> f64 {
     (n * (f64::from(s.std).powi(2) + f64::from(s.mean).powi(2))).sqrt()
 }
 
+/// Whether layer `l` of `e` is a pool (it holds no parameters: no weights,
+/// gradients or updates to show).
+fn pooled(e: &stepscope_core::Experiment, l: usize) -> bool {
+    use stepscope_core::experiment::LayerKind;
+    e.model.layers.get(l).is_some_and(|x| matches!(x.kind, LayerKind::MaxPool2d { .. } | LayerKind::AvgPool2d { .. }))
+}
+
 #[component]
 pub fn LayerPanel() -> impl IntoView {
     let state = expect_context::<AppState>();
-    let layers = move || state.run.experiment.with(|e| e.model.layers.len());
+    let e = state.run.experiment;
+    let with_params = move |l: usize| e.with_untracked(|e| !pooled(e, l));
     let history = state.charts.layer_history;
     let sampled = move || history.with(|h| !h.is_empty());
     let series = Signal::derive(move || {
         history.with(|hist| {
             let n = hist.last().map_or(0, |s| s.layers.len());
             (0..n)
+                .filter(|&l| with_params(l))
                 .map(|l| {
                     let points =
                         hist.iter().filter(|s| s.layers.len() > l).map(|s| (s.step, grad_norm(s, l))).collect();
@@ -138,6 +147,7 @@ pub fn LayerPanel() -> impl IntoView {
             hist.last()
                 .map(|s| {
                     (0..s.layers.len())
+                        .filter(|&l| with_params(l))
                         .map(|l| {
                             view! {
                                 <li><span class=format!("swatch s{}", l % PALETTE)></span>
@@ -150,12 +160,20 @@ pub fn LayerPanel() -> impl IntoView {
         })
     };
     let grids = move || {
-        (0..layers())
+        let (n, spatial) = e.with(|x| (x.model.layers.len(), x.model.layers.iter().any(|l| l.kind.is_spatial())));
+        (0..n)
             .map(|l| {
+                // A conv net's layers are named by what they are; a pool
+                // has activations alone.
+                let (name, kinds) = e.with(|x| {
+                    let words = if spatial { format!(" · {}", x.model.layers[l].words()) } else { String::new() };
+                    (format!("layer {l}{words}"), if pooled(x, l) { 1 } else { 4 })
+                });
                 view! {
                     <div class="layer-distributions">
-                        <h4>{format!("layer {l}")}</h4>
-                        {(0..4).map(|kind| view! { <Distribution l=l kind=kind/> }).collect_view()}
+                        <h4>{name}</h4>
+                        {(0..kinds).map(|kind| view! { <Distribution l=l kind=kind/> }).collect_view()}
+                        {(kinds == 1).then(|| view! { <p class="note">"no parameters: pooling only routes (max) or averages its inputs"</p> })}
                     </div>
                 }
             })

@@ -5,13 +5,16 @@
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use stepscope_core::experiment::{Activation, DataSource};
+use stepscope_core::experiment::{Activation, DataSource, LayerKind};
 use wasm_bindgen::{Clamped, JsCast};
 use web_sys::ImageData;
 
 use super::draw::context;
 use crate::model::classroom::LOCKED_TITLE;
-use crate::model::edit::{add_layer, hidden_layers, parse_units, remove_layer, set_units};
+use crate::model::edit::{
+    add_layer, conv_preset, hidden_layers, layer_shapes, parse_units, remove_layer, set_layer_field, set_layer_kind,
+    set_units, LAYER_KINDS,
+};
 use crate::model::runner::Command;
 use crate::model::views::Diagram;
 use crate::state::{AppState, LinkMode};
@@ -43,27 +46,14 @@ pub fn NetworkPanel() -> impl IntoView {
     let locked = state.run.locked;
     let lock_title = move || locked.get().then_some(LOCKED_TITLE);
     let layers = move || {
-        let hidden = hidden_layers(&e.get()).to_vec();
-        hidden
+        let x = e.get();
+        let shapes = layer_shapes(&x);
+        hidden_layers(&x)
+            .to_vec()
             .into_iter()
+            .zip(shapes)
             .enumerate()
-            .map(|(l, spec)| {
-                let units = spec.units;
-                let minus = move |_| state.edit(|x| set_units(x, l, units.saturating_sub(1)));
-                let plus = move |_| state.edit(|x| set_units(x, l, units + 1));
-                // A typed width: refused with a message (and the field shows
-                // the width again) unless it is a whole number in the limits.
-                let on_units = move |ev: leptos::ev::Event| {
-                    let text = event_target_value(&ev);
-                    let label = format!("Units of hidden layer {}", l + 1);
-                    match parse_units(&label, &text) {
-                        Ok(n) => state.edit(|x| set_units(x, l, n)),
-                        Err(message) => state.run.alert.set(Some(message)),
-                    }
-                    if let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) {
-                        input.set_value(&e.get_untracked().model.layers[l].units.to_string());
-                    }
-                };
+            .map(|(l, (spec, shape))| {
                 let on_activation = move |ev| {
                     let name = event_target_value(&ev);
                     state.edit(|x| {
@@ -71,21 +61,44 @@ pub fn NetworkPanel() -> impl IntoView {
                         Ok(())
                     })
                 };
+                let on_kind = move |ev| {
+                    let kind = event_target_value(&ev);
+                    state.edit(|x| set_layer_kind(x, l, &kind));
+                };
+                let activation = view! {
+                    <select aria-label=format!("Activation of hidden layer {}", l + 1) data-testid=format!("activation-{l}")
+                        prop:value=activation_name(spec.activation) on:change=on_activation
+                        disabled=move || locked.get() title=lock_title>
+                        {ACTIVATIONS.iter().map(|(v, label)| view! { <option value=*v>{*label}</option> }).collect_view()}
+                    </select>
+                };
+                let fields = match spec.kind {
+                    LayerKind::Dense => dense_fields(state, l, spec.units).into_any(),
+                    LayerKind::Conv2d { filters, kernel, stride, padding } => view! {
+                        {layer_field(state, l, "filters", "Filters", filters)}
+                        {layer_field(state, l, "kernel", "Kernel", kernel)}
+                        {layer_field(state, l, "stride", "Stride", stride)}
+                        {layer_field(state, l, "padding", "Padding", padding)}
+                    }
+                    .into_any(),
+                    LayerKind::MaxPool2d { kernel, stride } | LayerKind::AvgPool2d { kernel, stride } => view! {
+                        {layer_field(state, l, "kernel", "Kernel", kernel)}
+                        {layer_field(state, l, "stride", "Stride", stride)}
+                    }
+                    .into_any(),
+                };
+                let pooled = matches!(spec.kind, LayerKind::MaxPool2d { .. } | LayerKind::AvgPool2d { .. });
                 view! {
                     <div class="layer" data-testid=format!("layer-{l}")>
                         <span class="name">{format!("Hidden {}", l + 1)}</span>
-                        <button aria-label=format!("Fewer units in hidden layer {}", l + 1) data-testid=format!("units-minus-{l}") on:click=minus
-                            disabled=move || locked.get() title=lock_title>"−"</button>
-                        <input class="units" type="text" inputmode="numeric" size="4"
-                            aria-label=format!("Units of hidden layer {}", l + 1) data-testid=format!("units-{l}")
-                            prop:value=units.to_string() on:change=on_units disabled=move || locked.get() title=lock_title/>
-                        <button aria-label=format!("More units in hidden layer {}", l + 1) data-testid=format!("units-plus-{l}") on:click=plus
-                            disabled=move || locked.get() title=lock_title>"+"</button>
-                        <select aria-label=format!("Activation of hidden layer {}", l + 1) data-testid=format!("activation-{l}")
-                            prop:value=activation_name(spec.activation) on:change=on_activation
+                        <select aria-label=format!("Kind of hidden layer {}", l + 1) data-testid=format!("layer-kind-{l}")
+                            prop:value=spec.kind.name() on:change=on_kind
                             disabled=move || locked.get() title=lock_title>
-                            {ACTIVATIONS.iter().map(|(v, label)| view! { <option value=*v>{*label}</option> }).collect_view()}
+                            {LAYER_KINDS.iter().map(|(v, label)| view! { <option value=*v>{*label}</option> }).collect_view()}
                         </select>
+                        {fields}
+                        {(!pooled).then_some(activation)}
+                        <span class="layer-shape" data-testid=format!("layer-shape-{l}")>{shape}</span>
                     </div>
                 }
             })
@@ -121,6 +134,7 @@ pub fn NetworkPanel() -> impl IntoView {
         format!("Output layer: {} unit(s), {what}", x.outputs())
     };
     let is_gpt = move || e.get().gpt().is_some();
+    let is_conv = move || e.get().model.layers.iter().any(|l| l.kind.is_spatial());
     let on_kind = move |ev| {
         let kind = event_target_value(&ev);
         state.run.csv_name.set(None);
@@ -134,7 +148,7 @@ pub fn NetworkPanel() -> impl IntoView {
                 <select data-testid="model-kind" aria-label="Model kind" on:change=on_kind
                     prop:value=move || if is_gpt() { "gpt" } else { "mlp" }
                     disabled=move || locked.get() title=lock_title>
-                    <option value="mlp">"Multilayer perceptron"</option>
+                    <option value="mlp">{move || if is_conv() { "Conv net (conv, pooling, dense layers)" } else { "Multilayer perceptron" }}</option>
                     <option value="gpt">"Transformer (character-level GPT)"</option>
                 </select>
             </label>
@@ -144,12 +158,20 @@ pub fn NetworkPanel() -> impl IntoView {
                     disabled=move || locked.get() title=lock_title>"+ layer"</button>
                 <button data-testid="remove-layer" aria-label="Remove the last hidden layer" on:click=move |_| state.edit(remove_layer)
                     disabled=move || locked.get() title=lock_title>"− layer"</button>
+                <button data-testid="conv-preset" on:click=move |_| { state.run.csv_name.set(None); state.edit(conv_preset) }
+                    aria-label="A conv net: two blocks of conv, ReLU and max pooling, then the output layer (on image data)"
+                    title="Two blocks of conv, ReLU and max pooling, then the output layer (on the digits where the data are not images)"
+                    disabled=move || locked.get()>"Conv net"</button>
             </div>
             <Show when=move || locked.get()>
                 <p class="note" data-testid="network-locked">"This link locks the network: layers, units and activations stay as they are."</p>
             </Show>
             <div class="layers">{layers}</div>
             <p class="note" data-testid="output-layer">{output_note}</p>
+            <Show when=move || !is_conv() fallback=move || view! {
+                <p class="note architecture" data-testid="architecture">{move || e.get().architecture_words()}</p>
+                <p class="note">"A conv net is drawn by what it sees: each layer's feature maps and filters, under Output."</p>
+            }>
             <label class="field">
                 <span>"Links show"</span>
                 <select data-testid="link-mode" aria-label="What the links show" on:change=on_mode>
@@ -160,6 +182,7 @@ pub fn NetworkPanel() -> impl IntoView {
             </label>
             <canvas node_ref=canvas data-testid="network-diagram" role="img"
                 aria-label="Network diagram: each neuron's output over the input plane, links by weight"></canvas>
+            </Show>
             </Show>
         </section>
     }
@@ -178,5 +201,66 @@ fn put_diagram(canvas: &web_sys::HtmlCanvasElement, d: &Diagram) {
         ctx.set_fill_style_str("#555");
         ctx.set_font("11px sans-serif");
         let _ = ctx.fill_text(text, *x, *y);
+    }
+}
+
+/// A dense layer's units: −, a typed width, +.
+fn dense_fields(state: AppState, l: usize, units: usize) -> impl IntoView {
+    let e = state.run.experiment;
+    let locked = state.run.locked;
+    let lock_title = move || locked.get().then_some(LOCKED_TITLE);
+    let minus = move |_| state.edit(|x| set_units(x, l, units.saturating_sub(1)));
+    let plus = move |_| state.edit(|x| set_units(x, l, units + 1));
+    // A typed width: refused with a message (and the field shows the width
+    // again) unless it is a whole number in the limits.
+    let on_units = move |ev: leptos::ev::Event| {
+        let text = event_target_value(&ev);
+        let label = format!("Units of hidden layer {}", l + 1);
+        match parse_units(&label, &text) {
+            Ok(n) => state.edit(|x| set_units(x, l, n)),
+            Err(message) => state.run.alert.set(Some(message)),
+        }
+        if let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) {
+            input.set_value(&e.get_untracked().model.layers[l].units.to_string());
+        }
+    };
+    view! {
+        <button aria-label=format!("Fewer units in hidden layer {}", l + 1) data-testid=format!("units-minus-{l}") on:click=minus
+            disabled=move || locked.get() title=lock_title>"−"</button>
+        <input class="units" type="text" inputmode="numeric" size="4"
+            aria-label=format!("Units of hidden layer {}", l + 1) data-testid=format!("units-{l}")
+            prop:value=units.to_string() on:change=on_units disabled=move || locked.get() title=lock_title/>
+        <button aria-label=format!("More units in hidden layer {}", l + 1) data-testid=format!("units-plus-{l}") on:click=plus
+            disabled=move || locked.get() title=lock_title>"+"</button>
+    }
+}
+
+/// A conv or pool layer's field (`filters`, `kernel`, `stride`,
+/// `padding`): a typed whole number, which the core bounds; refused with
+/// its message, and the field shows the layer's value again.
+fn layer_field(state: AppState, l: usize, field: &'static str, label: &'static str, value: usize) -> impl IntoView {
+    let locked = state.run.locked;
+    let lock_title = move || locked.get().then_some(LOCKED_TITLE);
+    let on_change = move |ev: leptos::ev::Event| {
+        let text = event_target_value(&ev);
+        match text.trim().parse::<usize>() {
+            Ok(n) => state.edit(|x| set_layer_field(x, l, field, n)),
+            Err(_) => state.run.alert.set(Some(format!(
+                "{label} of hidden layer {}: `{}` is not a whole number.",
+                l + 1,
+                text.trim()
+            ))),
+        }
+        if let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) {
+            input.set_value(&value.to_string());
+        }
+    };
+    view! {
+        <label class="layer-field">
+            <span>{label}</span>
+            <input type="text" inputmode="numeric" size="2" aria-label=format!("{label} of hidden layer {}", l + 1)
+                data-testid=format!("{field}-{l}") prop:value=value.to_string() on:change=on_change
+                disabled=move || locked.get() title=lock_title/>
+        </label>
     }
 }

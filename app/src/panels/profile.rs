@@ -130,7 +130,15 @@ pub(super) fn why_off(e: &stepscope_core::Experiment, path: ProfilePath, forward
     use stepscope_core::experiment::Activation;
     let takes_exp =
         |a: Activation| matches!(a, Activation::Tanh | Activation::Sigmoid | Activation::GeluTanh | Activation::Silu);
-    let evaluations: usize = e.model.layers.iter().filter(|l| takes_exp(l.activation)).map(|l| l.units).sum::<usize>()
+    let widths = e.widths();
+    let evaluations: usize = e
+        .model
+        .layers
+        .iter()
+        .zip(&widths[1..])
+        .filter(|(l, _)| takes_exp(l.activation))
+        .map(|(_, &width)| width)
+        .sum::<usize>()
         * e.batch_size
         * e.grad_accumulation;
     let transcendental: Vec<&str> = e

@@ -184,6 +184,11 @@ impl AppState {
                 url::write_url(&e);
                 self.run.experiment.set(*e);
             }
+            Outcome::Refused(why, kept) => {
+                self.run.alert.set(Some(why));
+                url::write_url(&kept);
+                self.run.experiment.set(*kept);
+            }
             Outcome::CsvLoaded(name, e) => {
                 self.run.csv_reading.set(None);
                 self.run.alert.set(None);

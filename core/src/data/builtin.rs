@@ -19,7 +19,9 @@ pub fn generate_points(source: DataSource, samples: usize, noise: f64, rng: &mut
         DataSource::RegGauss => reg_gauss(samples, noise, rng),
         DataSource::Spiral3 => spiral3(samples, noise, rng),
         // Not points of the plane: rows of a table (`Dataset::load`).
-        DataSource::Digits | DataSource::Csv | DataSource::Text | DataSource::Shakespeare => Vec::new(),
+        DataSource::Digits | DataSource::Mnist | DataSource::Csv | DataSource::Text | DataSource::Shakespeare => {
+            Vec::new()
+        }
     }
 }
 

@@ -9,6 +9,7 @@ mod batcher;
 mod builtin;
 mod csv;
 mod digits;
+mod mnist;
 mod text;
 
 pub use batcher::{Batcher, DataPosition};
@@ -18,6 +19,10 @@ pub use csv::{
     MAX_CSV_CLASSES, MAX_CSV_ROWS,
 };
 pub use digits::{digits_table, DIGITS_CLASSES, DIGITS_MAX_PIXEL, DIGITS_PIXELS, DIGITS_ROWS, DIGITS_SIDE};
+pub use mnist::{
+    mnist_file, mnist_table, set_mnist, MNIST_CLASSES, MNIST_FILE, MNIST_GZ_BYTES, MNIST_PIXELS, MNIST_ROWS,
+    MNIST_SHA256, MNIST_SIDE,
+};
 pub use text::{
     set_shakespeare, shakespeare, use_built_in_shakespeare, CheckedText, TokenText, Vocabulary, MAX_TEXT_BYTES,
     MAX_VOCABULARY, SHAKESPEARE_BYTES,
@@ -154,8 +159,11 @@ impl Dataset {
                 })?;
                 Dataset::from_csv(experiment, csv.clone())
             }
-            DataSource::Digits => {
-                let table = digits_table();
+            DataSource::Digits | DataSource::Mnist => {
+                let table = match spec.source {
+                    DataSource::Digits => digits_table(),
+                    _ => mnist_table()?,
+                };
                 let (train, test) = split_rows(experiment, table.rows());
                 Ok(Dataset { train: table.select(&train), test: table.select(&test), ..Dataset::default() })
             }

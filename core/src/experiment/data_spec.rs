@@ -11,6 +11,10 @@ pub const DIGITS_SIDE: usize = 8;
 pub const DIGITS_PIXELS: usize = DIGITS_SIDE * DIGITS_SIDE;
 /// Classes: the digits 0..9.
 pub const DIGITS_CLASSES: usize = 10;
+/// MNIST's images (`data::mnist_table`): 28 × 28 pixels, 10 classes.
+pub const MNIST_SIDE: usize = 28;
+pub const MNIST_PIXELS: usize = MNIST_SIDE * MNIST_SIDE;
+pub const MNIST_CLASSES: usize = 10;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,6 +67,7 @@ impl DataSpec {
         match self.source {
             DataSource::Csv | DataSource::Text | DataSource::Shakespeare => None,
             DataSource::Digits => Some(DIGITS_PIXELS),
+            DataSource::Mnist => Some(MNIST_PIXELS),
             _ => Some(self.features().len()),
         }
     }
@@ -81,6 +86,8 @@ pub enum DataSource {
     Spiral3,
     /// The 8×8 handwritten digits (core/data/README.md), classes 0..9.
     Digits,
+    /// 5,000 of MNIST's 28×28 handwritten digits (core/data/README.md).
+    Mnist,
     Csv,
     /// A UTF-8 text file (`--data`), read as characters: the transformer's
     /// rows are windows of its tokens.
@@ -91,7 +98,7 @@ pub enum DataSource {
 
 impl DataSource {
     /// Every built-in source, in the order a dataset control lists them.
-    pub const BUILT_IN: [DataSource; 8] = [
+    pub const BUILT_IN: [DataSource; 9] = [
         DataSource::Circle,
         DataSource::Xor,
         DataSource::Gauss,
@@ -100,6 +107,7 @@ impl DataSource {
         DataSource::RegPlane,
         DataSource::RegGauss,
         DataSource::Digits,
+        DataSource::Mnist,
     ];
 
     /// The name the experiment JSON uses (`"spiral3"`).
@@ -113,6 +121,7 @@ impl DataSource {
             DataSource::RegGauss => "reg_gauss",
             DataSource::Spiral3 => "spiral3",
             DataSource::Digits => "digits",
+            DataSource::Mnist => "mnist",
             DataSource::Csv => "csv",
             DataSource::Text => "text",
             DataSource::Shakespeare => "shakespeare",
@@ -130,6 +139,7 @@ impl DataSource {
             DataSource::Circle | DataSource::Xor | DataSource::Gauss | DataSource::Spiral => Some(2),
             DataSource::Spiral3 => Some(3),
             DataSource::Digits => Some(DIGITS_CLASSES),
+            DataSource::Mnist => Some(MNIST_CLASSES),
             DataSource::RegPlane
             | DataSource::RegGauss
             | DataSource::Csv
@@ -142,7 +152,10 @@ impl DataSource {
     /// boundary can be drawn over: every built-in but digits. A CSV's rows
     /// are whatever its columns hold.
     pub fn is_plane(self) -> bool {
-        !matches!(self, DataSource::Digits | DataSource::Csv | DataSource::Text | DataSource::Shakespeare)
+        !matches!(
+            self,
+            DataSource::Digits | DataSource::Mnist | DataSource::Csv | DataSource::Text | DataSource::Shakespeare
+        )
     }
 
     /// Whether the rows are windows of a text's tokens (the transformer's).
@@ -150,9 +163,20 @@ impl DataSource {
         matches!(self, DataSource::Text | DataSource::Shakespeare)
     }
 
-    /// Pixels a side when each row is a square image (digits: 8), else None.
+    /// Pixels a side when each row is a square image (digits: 8, MNIST:
+    /// 28), else None.
     pub fn image_side(self) -> Option<usize> {
-        (self == DataSource::Digits).then_some(DIGITS_SIDE)
+        match self {
+            DataSource::Digits => Some(DIGITS_SIDE),
+            DataSource::Mnist => Some(MNIST_SIDE),
+            _ => None,
+        }
+    }
+
+    /// The image each row holds, [C, H, W], where the source's rows are
+    /// images (one channel: digits 8 × 8, MNIST 28 × 28), else None.
+    pub fn image_shape(self) -> Option<[usize; 3]> {
+        self.image_side().map(|side| [1, side, side])
     }
 }
 
@@ -239,9 +263,36 @@ impl Experiment {
         if let Some(width) = self.data.input_width() {
             self.model.inputs = width;
         }
+        self.fit_image_shape();
         let units = self.output_units_for(self.loss).expect("a fitting loss has an output width");
         if let Some(out) = self.model.layers.last_mut() {
             *out = LayerSpec::dense(units, Activation::Linear);
+        }
+    }
+
+    /// Fits the input image to built-in data: a net over images reads the
+    /// data's image (`input_shape`); on data whose rows are not images its
+    /// conv and pool layers cannot read them and go, the dense ones stay.
+    /// A CSV keeps the shape it was given.
+    pub fn fit_image_shape(&mut self) {
+        if self.data.source == DataSource::Csv || self.gpt().is_some() {
+            return;
+        }
+        match self.data.source.image_shape() {
+            Some(shape) if self.model.layers.iter().any(|l| l.kind.is_spatial()) => {
+                self.model.input_shape = Some(shape)
+            }
+            Some(shape) if self.model.input_shape.is_some() => self.model.input_shape = Some(shape),
+            Some(_) => {}
+            None => {
+                let last = self.model.layers.len().saturating_sub(1);
+                let mut i = 0;
+                self.model.layers.retain(|l| {
+                    i += 1;
+                    i - 1 == last || !l.kind.is_spatial()
+                });
+                self.model.input_shape = None;
+            }
         }
     }
 }
@@ -357,5 +408,26 @@ mod tests {
         assert_eq!((e.loss, e.widths()), (Loss::BceWithLogits, vec![2, 8, 1]));
         e.fit_to_data(Some(Loss::CrossEntropy));
         assert_eq!((e.loss, e.widths()), (Loss::CrossEntropy, vec![2, 8, 2]));
+    }
+
+    #[test]
+    fn a_net_over_images_reads_the_datas_image_or_loses_its_conv_layers() {
+        let mut e = Experiment::from_json(
+            r#"{"model": {"input_shape": [1, 8, 8], "layers": [
+                {"kind": "conv2d", "filters": 4, "kernel": 3, "padding": 1, "activation": "relu"},
+                {"kind": "max_pool2d", "kernel": 2}, {"units": 12, "activation": "tanh"},
+                {"units": 10, "activation": "linear"}]}, "loss": "cross_entropy",
+                "optimizer": {"kind": "adam", "lr": 0.01}, "batch_size": 8, "data": {"source": "digits"}}"#,
+        )
+        .unwrap();
+        e.fit_to_data(None);
+        assert_eq!(e.model.input_shape, Some([1, 8, 8]));
+        assert_eq!(e.widths(), vec![64, 256, 64, 12, 10]);
+        e.data.source = DataSource::Spiral;
+        e.fit_to_data(None);
+        assert_eq!((e.model.input_shape, e.widths()), (None, vec![2, 12, 1]), "the dense layers stay");
+        assert!(e.validate().is_ok());
+        assert_eq!(DataSource::Digits.image_shape(), Some([1, 8, 8]));
+        assert_eq!(DataSource::Spiral.image_shape(), None);
     }
 }

@@ -44,31 +44,63 @@ pub fn worker_memory_bytes() -> f64 {
     WORKER_MEMORY.with(Cell::get)
 }
 
+/// Fetches `name` from the folder the page is served from, in the page or
+/// in a worker (a blob, whose script sets `STEPSCOPE_BASE` to the page's
+/// folder: relative addresses mean nothing there).
+async fn fetch_beside(name: &str) -> Result<Vec<u8>, String> {
+    use wasm_bindgen::JsCast;
+    use wasm_bindgen_futures::JsFuture;
+    let global = js_sys::global();
+    let get = |from: &wasm_bindgen::JsValue, key: &str| {
+        js_sys::Reflect::get(from, &key.into()).unwrap_or(wasm_bindgen::JsValue::UNDEFINED)
+    };
+    let fetch = get(&global, "fetch").dyn_into::<js_sys::Function>().map_err(|_| "no fetch here")?;
+    let url = match get(&global, "STEPSCOPE_BASE").as_string() {
+        Some(base) => format!("{base}{name}"),
+        None => name.to_string(),
+    };
+    let promise = fetch
+        .call1(&global, &url.into())
+        .map_err(|e| format!("{e:?}"))?
+        .dyn_into::<js_sys::Promise>()
+        .map_err(|_| "fetch gave no promise")?;
+    let response = JsFuture::from(promise).await.map_err(|e| format!("{e:?}"))?;
+    if get(&response, "ok").as_bool() != Some(true) {
+        return Err(format!("{name}: status {}", get(&response, "status").as_f64().unwrap_or(0.0)));
+    }
+    let read = get(&response, "arrayBuffer").dyn_into::<js_sys::Function>().map_err(|_| "no arrayBuffer")?;
+    let promise =
+        read.call0(&response).map_err(|e| format!("{e:?}"))?.dyn_into::<js_sys::Promise>().map_err(|_| "no promise")?;
+    let buffer = JsFuture::from(promise).await.map_err(|e| format!("{e:?}"))?;
+    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+}
+
 /// Fetches `tinyshakespeare.txt` from beside the page and makes it the
 /// built-in text of this module (`stepscope_core::data::set_shakespeare`),
 /// unless it has it already.
 pub async fn fetch_shakespeare() -> Result<(), String> {
-    use wasm_bindgen::JsCast;
-    use wasm_bindgen_futures::JsFuture;
     if stepscope_core::data::shakespeare().is_some() {
         return Ok(());
     }
-    let window = web_sys::window().ok_or("no window")?;
-    let response = JsFuture::from(window.fetch_with_str("tinyshakespeare.txt")).await.map_err(|e| format!("{e:?}"))?;
-    let get = |name: &str| js_sys::Reflect::get(&response, &name.into()).unwrap_or(wasm_bindgen::JsValue::UNDEFINED);
-    if get("ok").as_bool() != Some(true) {
-        return Err(format!("status {}", get("status").as_f64().unwrap_or(0.0)));
-    }
-    let read = get("arrayBuffer").dyn_into::<js_sys::Function>().map_err(|_| "no arrayBuffer")?;
-    let promise =
-        read.call0(&response).map_err(|e| format!("{e:?}"))?.dyn_into::<js_sys::Promise>().map_err(|_| "no promise")?;
-    let buffer = JsFuture::from(promise).await.map_err(|e| format!("{e:?}"))?;
-    let bytes: &'static [u8] = Box::leak(js_sys::Uint8Array::new(&buffer).to_vec().into_boxed_slice());
+    let bytes: &'static [u8] = Box::leak(fetch_beside("tinyshakespeare.txt").await?.into_boxed_slice());
     if stepscope_core::data::set_shakespeare(bytes) {
         Ok(())
     } else {
         Err("the file fetched is not Tiny Shakespeare".into())
     }
+}
+
+/// Fetches MNIST (`mnist_5k.csv.gz`, served beside the page and not built
+/// into any module) and gives it to the core, checked against its digest,
+/// unless this module has it already: on first use, by the side that
+/// loads the data.
+pub async fn fetch_mnist() -> Result<(), String> {
+    use stepscope_core::data::{mnist_file, set_mnist, MNIST_FILE};
+    if mnist_file().is_some() {
+        return Ok(());
+    }
+    let bytes: &'static [u8] = Box::leak(fetch_beside(MNIST_FILE).await?.into_boxed_slice());
+    set_mnist(bytes).map_err(|e| e.to_string())
 }
 
 /// Called by the page's entry point before mounting: train in the worker.

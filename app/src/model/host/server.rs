@@ -55,6 +55,12 @@ impl Server {
     }
 
     async fn answer(&mut self, request: Request) -> Answer {
+        // MNIST is fetched on first use, before the request that loads it;
+        // where it does not arrive, the refusal says why.
+        let mut not_fetched = None;
+        if stepscope_core::data::mnist_file().is_none() && wants_mnist(&request) {
+            not_fetched = super::fetch_mnist().await.err();
+        }
         if let Request::Frame(plan) = &request {
             self.sync_ranks(plan.ranks).await;
             if let Some(runner) = self.runner.as_mut() {
@@ -80,7 +86,17 @@ impl Server {
             Request::Calibrate => Answer::Done(runner.calibrate().await),
             Request::Race(_) => Answer::Race(runner.race().await),
             Request::SwitchEngine(to_gpu) => Answer::Switched(runner.switch_engine(to_gpu).await),
-            Request::Frame(plan) => Answer::Frame(Box::new(runner.frame(*plan).await)),
+            Request::Frame(plan) => {
+                let mut report = runner.frame(*plan).await;
+                if let Some(why) = not_fetched {
+                    for outcome in &mut report.outcomes {
+                        if let Ok(Some(crate::model::runner::Outcome::Refused(message, _))) = outcome {
+                            *message = format!("{message}. The file did not arrive: {why}");
+                        }
+                    }
+                }
+                Answer::Frame(Box::new(report))
+            }
             Request::RecoverDevice => Answer::Recovered(runner.recover_device().await),
             Request::Status => Answer::Done(Ok(())),
         }
@@ -217,4 +233,22 @@ pub fn wasm_memory_bytes() -> f64 {
     wasm_bindgen::memory()
         .dyn_into::<js_sys::WebAssembly::Memory>()
         .map_or(0.0, |m| m.buffer().dyn_into::<js_sys::ArrayBuffer>().map_or(0.0, |b| f64::from(b.byte_length())))
+}
+
+/// Whether `request` may load MNIST: a start, a reset or an edit of an
+/// experiment on it, or a checkpoint that names it.
+fn wants_mnist(request: &Request) -> bool {
+    use crate::model::runner::Command;
+    use stepscope_core::experiment::DataSource;
+    let on_mnist = |e: &stepscope_core::Experiment| e.data.source == DataSource::Mnist;
+    let names_it = |bytes: &[u8]| bytes.windows(7).any(|w| w == b"\"mnist\"");
+    match request {
+        Request::Start(start) => on_mnist(&start.experiment) || start.checkpoint.as_deref().is_some_and(names_it),
+        Request::Frame(plan) => plan.commands.iter().any(|c| match c {
+            Command::Reset(e) | Command::Apply(e) => on_mnist(e),
+            Command::RestoreCheckpoint(bytes) => names_it(bytes),
+            _ => false,
+        }),
+        _ => false,
+    }
 }

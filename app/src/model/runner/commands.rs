@@ -109,6 +109,10 @@ pub enum Outcome {
     CsvLoaded(String, Box<Experiment>),
     /// A run opened from files (`Command::OpenRun`).
     Opened(Box<crate::model::opened::OpenedView>),
+    /// A reset the loop could not make (its data did not load: MNIST not
+    /// fetched, say): why, and the experiment of the run it kept training,
+    /// which the page shows again.
+    Refused(String, Box<Experiment>),
 }
 
 /// One step as one batch of k·b rows against k micro-batches of b rows.

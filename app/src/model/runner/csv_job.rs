@@ -247,6 +247,28 @@ mod tests {
         text.into_bytes()
     }
 
+    /// A reset whose data does not load (here a CSV experiment with no
+    /// file; on the page, MNIST not fetched) is refused with the run's own
+    /// experiment, which goes on training, for the page to show again.
+    #[test]
+    fn a_reset_whose_data_does_not_load_keeps_the_run_and_says_so() {
+        let base = default_experiment();
+        let mut runner = Runner::new(&base, None, None).unwrap();
+        frame(&mut runner, vec![]);
+        let mut other = base.clone();
+        other.data.source = DataSource::Csv;
+        let report = frame(&mut runner, vec![Command::Reset(other)]);
+        match &report.outcomes[0] {
+            Ok(Some(crate::model::runner::Outcome::Refused(why, kept))) => {
+                assert!(why.contains("no CSV file was given") && why.ends_with("(the run goes on as it was)"), "{why}");
+                assert_eq!(**kept, base);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(report.trained.is_some(), "the kept run trains in the same frame");
+        assert_eq!(runner.experiment(), &base);
+    }
+
     /// An upload is read over several frames with its progress in each
     /// report, the run waiting as it was; then the run restarts on it. A
     /// bad file is refused whole with its line, and the run goes on.

@@ -80,11 +80,9 @@ const CPU_SLICE_MS: f64 = 6.0;
 
 /// What the speed depends on (the race is kept per shape).
 pub fn shape_key(e: &Experiment) -> String {
-    let units: Vec<String> = e.model.layers.iter().map(|l| l.units.to_string()).collect();
     format!(
-        "{}-{}{}|B{}x{}|{:?}|{}|clip={}",
-        e.model.inputs,
-        units.join("-"),
+        "{}{}|B{}x{}|{:?}|{}|clip={}",
+        e.architecture_words(),
         e.gpt().map_or(String::new(), |g| format!("{g:?}")),
         e.batch_size,
         e.grad_accumulation,

@@ -64,7 +64,12 @@ impl Runner {
                 let report = verify_restore(&state, self.data(), 5)?;
                 return Ok(Some(Outcome::Verified(report.summary(), report.passed())));
             }
-            Command::Reset(e) => self.restart_with_race(&e, self.csv.clone()).await?,
+            Command::Reset(e) => {
+                if let Err(err) = self.restart_with_race(&e, self.csv.clone()).await {
+                    let kept = Box::new(self.experiment().clone());
+                    return Ok(Some(Outcome::Refused(format!("{err} (the run goes on as it was)"), kept)));
+                }
+            }
             Command::CsvBytes(name, total, part) => self.receive_csv(name, total, part),
             Command::DropCsvBytes => self.csv_upload = None,
             Command::ForgetAutosave => {

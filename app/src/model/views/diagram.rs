@@ -49,8 +49,9 @@ const MAX_WIDTH: f64 = 720.0;
 /// Draws the diagram of `snap` for `e` with links showing `mode`; None when
 /// the snapshot is from before a model change.
 pub fn draw_diagram(e: &stepscope_core::Experiment, snap: &Snapshot, mode: LinkMode) -> Option<Diagram> {
-    if e.gpt().is_some() {
-        // A transformer is drawn by the page from its shape (`panels::gpt`).
+    if e.gpt().is_some() || e.model.layers.iter().any(|l| l.kind.is_spatial()) {
+        // A transformer is drawn by the page from its shape (`panels::gpt`),
+        // a conv net by its feature maps and filters (`panels::images`).
         return None;
     }
     let layout = Layout::new(e);

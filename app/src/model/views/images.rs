@@ -28,7 +28,10 @@ pub struct ImageViews {
     pub wrong: u64,
     /// Per drawn first-layer unit, its weights as an image, (side, side),
     /// scaled to [-1, 1] by the largest magnitude of that unit's weights.
+    /// Empty when the first layer is a conv or pool layer (`conv` draws it).
     pub first_layer: Vec<Vec<f32>>,
+    /// A conv net's feature maps of one test image and its filters.
+    pub conv: Option<super::ConvViews>,
 }
 
 /// Misclassified test images carried to the page, at most.

@@ -19,7 +19,7 @@ use stepscope_core::data::{Dataset, Table};
 use stepscope_core::engine::{forward_pass, Activations, Evaluator};
 use stepscope_core::experiment::Loss;
 use stepscope_core::metrics::ClassEvaluator;
-use stepscope_core::model::Layout;
+use stepscope_core::model::{LayerOp, Layout};
 use stepscope_core::{Error, Experiment};
 
 use super::gpt::{attention_view, GptViewSpec, GptViews, SampleJob};
@@ -49,6 +49,11 @@ pub fn grid_side(layout: &Layout) -> usize {
 /// and the first `SHOWN_UNITS` of its inputs, and each kind's largest
 /// magnitude over the whole weight matrix.
 pub fn link_blocks(layout: &Layout, tensors: [&[f32]; 3]) -> Vec<LinkBlock> {
+    // A conv net is drawn by its feature maps and filters (`conv`), not
+    // by the diagram of units and links.
+    if layout.layers.iter().any(|l| l.op != LayerOp::Dense) {
+        return Vec::new();
+    }
     layout
         .layers
         .iter()
@@ -331,13 +336,18 @@ impl ViewJob {
             .collect();
         let first = self.layout.layers.first()?;
         let weights = &self.params[first.weight_offset..first.bias_offset];
+        let first_layer = match first.op {
+            LayerOp::Dense => filters(weights, first.units, side),
+            _ => Vec::new(),
+        };
         Some(ImageViews {
             side,
             classes: metrics.classes,
             confusion: metrics.confusion.clone(),
             misclassified,
             wrong: metrics.wrong(),
-            first_layer: filters(weights, first.units, side),
+            first_layer,
+            conv: super::conv_views(&self.experiment, &self.layout, &self.params, table, 0),
         })
     }
 }

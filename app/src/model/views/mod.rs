@@ -18,12 +18,14 @@ use stepscope_core::experiment::{DataSource, Loss};
 use stepscope_core::model::Layout;
 use stepscope_core::Experiment;
 
+mod conv;
 mod diagram;
 pub mod gpt;
 mod images;
 mod job;
 pub mod raster;
 
+pub use conv::{conv_views, filter_images, ConvLayerView, ConvViews, SHOWN_MAPS};
 pub use diagram::{draw_diagram, Diagram, LinkMode};
 pub use images::{filters, ImageViews, Misclassified, SHOWN_FILTERS, SHOWN_MISCLASSIFIED};
 pub use job::{grid_side, link_blocks, ViewJob};
@@ -97,7 +99,7 @@ pub struct Snapshot {
 /// Whether the data are images (digits): the output is drawn as per-class
 /// results and images, not over a plane.
 pub fn is_image_data(e: &Experiment) -> bool {
-    e.data.source == DataSource::Digits
+    e.data.source.image_side().is_some()
 }
 
 pub fn plane_extent(e: &Experiment, data: &Dataset) -> Option<[f32; 4]> {
@@ -358,6 +360,49 @@ mod tests {
         }
         assert_eq!(images.first_layer.len(), SHOWN_FILTERS.min(e.model.layers[0].units));
         assert!(images.first_layer.iter().all(|f| f.len() == 64 && f.iter().any(|v| v.abs() == 1.0)));
+    }
+
+    /// A conv net on the digits: no diagram of units; every conv and pool
+    /// layer's maps of test image 0 (the forward pass's own outputs) and
+    /// the conv layers' filters (the parameters, channel by channel).
+    #[test]
+    fn a_conv_net_gets_its_feature_maps_and_filters() {
+        let e = super::super::edit::edited(&super::super::edit::default_experiment(), super::super::edit::conv_preset)
+            .unwrap();
+        let data = Dataset::load(&e, None).unwrap();
+        let layout = Layout::new(&e);
+        let params = stepscope_core::model::init_parameters(&layout, 1);
+        let zeros = vec![0.0; params.len()];
+        assert!(link_blocks(&layout, [&params, &zeros, &zeros]).is_empty());
+        let snap = snapshot(&e, &data, 0, [&params, &zeros, &zeros]);
+        assert!(draw_diagram(&e, &snap, LinkMode::Weight).is_none());
+        let images = snap.images.expect("image views");
+        assert!(images.first_layer.is_empty(), "the filters are the conv view's");
+        let conv = images.conv.expect("conv views");
+        assert_eq!((conv.row, conv.input_shape), (0, [1, 8, 8]));
+        assert_eq!(conv.image, &data.test.inputs[..64]);
+        let shapes: Vec<[usize; 3]> = conv.layers.iter().map(|l| l.shape).collect();
+        assert_eq!(shapes, vec![[8, 8, 8], [8, 4, 4], [16, 4, 4], [16, 2, 2]]);
+        let mut acts = stepscope_core::engine::Activations::try_new(&layout, 1).unwrap();
+        stepscope_core::engine::forward_pass(&mut acts, &params, &data.test.inputs[..64], &layout, &e);
+        for view in &conv.layers {
+            assert_eq!(view.maps.len(), view.shape[0]);
+            let [_, h, w] = view.shape;
+            for (c, map) in view.maps.iter().enumerate() {
+                let out = &acts.a[view.layer][c * h * w..(c + 1) * h * w];
+                let scale = out.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let expect: Vec<f32> = out.iter().map(|v| v / scale.max(1e-12)).collect();
+                assert_eq!(map, &expect, "layer {} channel {c}", view.layer);
+            }
+        }
+        let first = &conv.layers[0];
+        assert_eq!((first.kernel, first.filter_channels, first.filters.len()), (3, 1, 8));
+        let w = &params[layout.layers[0].weight_offset..][..9];
+        let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert_eq!(first.filters[0], w.iter().map(|v| v / scale).collect::<Vec<f32>>());
+        let second = &conv.layers[2];
+        assert_eq!((second.in_channels, second.filter_channels, second.filters[0].len()), (8, 8, 8 * 9));
+        assert!(conv.layers[1].filters.is_empty(), "a pool has no filters");
     }
 
     /// A wide network: the views carry only
