@@ -174,6 +174,13 @@ impl ClassEvaluator {
         Ok(Some(ClassEvaluator { rows, done: 0, chunk, acts, metrics: ClassMetrics::new(classes) }))
     }
 
+    /// For metrics fed by `observe` alone: no activations of its own.
+    pub fn observing(layout: &Layout, e: &Experiment, rows: usize) -> crate::error::Result<Option<ClassEvaluator>> {
+        let Some(classes) = classes(e) else { return Ok(None) };
+        let acts = Activations::try_new(layout, 0)?;
+        Ok(Some(ClassEvaluator { rows, done: 0, chunk: 1, acts, metrics: ClassMetrics::new(classes) }))
+    }
+
     /// Classifies up to `max_rows` more rows (at least one chunk's worth
     /// where rows are left); true when the table is done.
     pub fn advance(&mut self, params: &[f32], layout: &Layout, e: &Experiment, table: &Table, max_rows: usize) -> bool {
@@ -187,6 +194,21 @@ impl ClassEvaluator {
             self.done += n;
         }
         self.done == self.rows
+    }
+
+    /// Takes the outputs of rows `start..` of `table` computed elsewhere
+    /// (`Evaluator::advance_with`), in row order: the same metrics as
+    /// `advance` without a forward pass of its own. Rows out of order are
+    /// refused (false), the metrics unchanged.
+    pub fn observe(&mut self, outputs: &[f32], table: &Table, start: usize, e: &Experiment) -> bool {
+        let n = outputs.len().checked_div(e.outputs()).unwrap_or(0);
+        if start != self.done || start + n > self.rows {
+            return false;
+        }
+        let t = table.target_width;
+        self.metrics.add(outputs, &table.targets[start * t..(start + n) * t], start, e);
+        self.done += n;
+        true
     }
 
     /// The metrics over the whole table, once it is done.
@@ -275,5 +297,29 @@ mod tests {
         assert!((whole.accuracy().unwrap() - f64::from(accuracy)).abs() < 1e-6);
         assert!(whole.misclassified.iter().all(|m| m.truth != m.predicted && m.row < data.test.rows()));
         assert_eq!(whole.misclassified.len() as u64, whole.wrong());
+    }
+
+    /// Fed by the evaluator's own forward passes (`Evaluator::advance_with`,
+    /// in chunks): the same metrics as by their own, and rows out of order
+    /// are refused.
+    #[test]
+    fn metrics_observed_from_the_evaluation_equal_their_own() {
+        let e = experiment("spiral3", "cross_entropy", 3);
+        let data = crate::data::Dataset::load(&e, None).unwrap();
+        let layout = Layout::new(&e);
+        let params = crate::TrainState::fresh(&e).params;
+        let whole = class_metrics(&params, &layout, &e, &data.test).unwrap();
+        let rows = data.test.rows();
+        let mut observed = ClassEvaluator::observing(&layout, &e, rows).unwrap().unwrap();
+        let mut evaluator = crate::engine::Evaluator::new(&layout, rows, 7);
+        let mut refused = 0;
+        while !evaluator.advance_with(&params, &layout, &e, &data.test, 7, |start, outputs| {
+            assert!(observed.observe(outputs, &data.test, start, &e));
+            refused += usize::from(observed.observe(outputs, &data.test, start, &e));
+        }) {}
+        assert_eq!((observed.result(), refused), (Some(&whole), 0));
+        let mut plain = crate::engine::Evaluator::new(&layout, rows, 7);
+        while !plain.advance(&params, &layout, &e, &data.test, 7) {}
+        assert_eq!(evaluator.result(), plain.result(), "the evaluation itself is unchanged");
     }
 }

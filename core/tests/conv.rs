@@ -344,3 +344,70 @@ fn the_memory_estimate_is_what_the_engine_holds() {
     engine.set_activation_checkpointing(true).unwrap();
     assert_eq!(MemoryBytes::estimate(&e, true), engine.memory(), "checkpointing");
 }
+
+/// The receptive field, against the forward pass itself: an output
+/// position depends on exactly the input pixels whose change moves it
+/// (tanh and average pooling, so that no dead unit or unchosen maximum
+/// hides a dependence), for every position of every conv and pool layer
+/// of a net with padding, a stride-2 conv and an overlapping pool.
+#[test]
+fn the_receptive_field_is_what_the_output_depends_on() {
+    use stepscope_core::engine::{forward_pass, Activations};
+    let e = parse(json!({
+        "seed": 5,
+        "model": {"input_shape": [1, 8, 8], "layers": [
+            {"kind": "conv2d", "filters": 2, "kernel": 3, "padding": 1, "activation": "tanh"},
+            {"kind": "avg_pool2d", "kernel": 2},
+            {"kind": "conv2d", "filters": 2, "kernel": 3, "stride": 2, "padding": 1, "activation": "tanh"},
+            {"kind": "avg_pool2d", "kernel": 2, "stride": 1},
+            {"units": 10, "activation": "linear"}]},
+        "loss": "cross_entropy",
+        "optimizer": {"kind": "sgd", "lr": 0.1},
+        "batch_size": 4,
+        "data": {"source": "digits"}
+    }))
+    .unwrap();
+    let layout = stepscope_core::model::Layout::new(&e);
+    let params = stepscope_core::model::init_parameters(&layout, 5);
+    let base: Vec<f32> = (0..64).map(|i| ((i * 37) % 11) as f32 / 11.0).collect();
+    let run = |input: &[f32]| {
+        let mut acts = Activations::try_new(&layout, 1).unwrap();
+        forward_pass(&mut acts, &params, input, &layout, &e);
+        acts.a
+    };
+    let before = run(&base);
+    let moved: Vec<Vec<Vec<f32>>> = (0..64)
+        .map(|pixel| {
+            let mut input = base.clone();
+            input[pixel] += 1.0;
+            run(&input)
+        })
+        .collect();
+    let shapes = [[2, 8, 8], [2, 4, 4], [2, 2, 2], [2, 1, 1]];
+    for (layer, [c, h, w]) in shapes.into_iter().enumerate() {
+        for (y, x) in (0..h).flat_map(|y| (0..w).map(move |x| (y, x))) {
+            let depends = |pixel: usize| {
+                (0..c).any(|ch| {
+                    let at = ch * h * w + y * w + x;
+                    moved[pixel][layer][at] != before[layer][at]
+                })
+            };
+            let [y0, x0, y1, x1] = e.receptive_field(layer, y, x).unwrap();
+            for pixel in 0..64 {
+                let inside = (y0..y1).contains(&(pixel / 8)) && (x0..x1).contains(&(pixel % 8));
+                assert_eq!(
+                    depends(pixel),
+                    inside,
+                    "layer {layer} at ({y}, {x}), pixel {pixel}: field {:?}",
+                    [y0, x0, y1, x1]
+                );
+            }
+        }
+        assert_eq!(e.receptive_field(layer, h, 0), None, "outside the output");
+    }
+    assert_eq!(e.receptive_field(4, 0, 0), None, "a dense layer has none");
+    // The last pool's one output sees the whole image; a first-layer
+    // corner its 2 × 2 of the image (the rest is padding).
+    assert_eq!(e.receptive_field(3, 0, 0), Some([0, 0, 8, 8]));
+    assert_eq!(e.receptive_field(0, 0, 0), Some([0, 0, 2, 2]));
+}

@@ -5,7 +5,10 @@
 // the engine picked by measurement.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
+import { execFileSync } from 'node:child_process';
 import { setup, artifacts, text, number, stepCount, patience, setField } from './harness.mjs';
 
 const ctx = setup();
@@ -59,6 +62,7 @@ test('the builder makes a conv net on the digits, shows each layer\'s shape, ref
   assert.equal(filters.length, 12 + 16, 'a filter per conv filter');
   assert.ok(filters.includes('0:11') && filters.includes('2:15'));
   assert.match(await page.locator('[data-testid=filters]').textContent(), /Layer 2: 16 filters of 3×3 over 12 input channels \(the first 8 shown\)/);
+  assert.equal(await page.locator('[data-testid=filters] figure canvas.gradient').count(), 12 + 16, 'each filter with its gradient');
   const early = [await pixels(page, '[data-testid=feature-maps]'), await pixels(page, '[data-testid=filters]')];
   const started = Date.now();
   await accuracyAtLeast(page, 95, 180_000);
@@ -70,6 +74,13 @@ test('the builder makes a conv net on the digits, shows each layer\'s shape, ref
   assert.notEqual(late[0], early[0], 'the feature maps changed as it trained');
   assert.notEqual(late[1], early[1], 'the filters changed as it trained');
   assert.equal(await page.locator('[data-testid=first-layer-weights]').count(), 0, 'the conv layer\'s filters replace the dense view');
+  // The receptive field of a clicked point: layer 2 (a 3 × 3 conv, pad 1,
+  // after a 2 × 2 pool after a 3 × 3 conv, pad 1) at row 0, column 2.
+  assert.match(await text(page, 'receptive-field'), /Click a point of a feature map/);
+  await page.locator('[data-testid=feature-maps] figure[data-layer="2"][data-channel="0"] canvas').click({ position: { x: 30, y: 6 } });
+  await page.waitForFunction(() => /Layer 2 at row 0, column 2 sees input rows 0–4, columns 1–7: 5 × 7 of the 8 × 8 pixels/
+    .test(document.querySelector('[data-testid=receptive-field]').textContent));
+  assert.equal(await page.locator('.conv-input .field-box').count(), 1, 'the box on the image');
   await page.locator('[data-testid=feature-maps]').scrollIntoViewIfNeeded();
   await page.screenshot({ path: path.join(artifacts, 'conv-digits.png'), fullPage: true });
 
@@ -168,6 +179,38 @@ test('MNIST not served: the reset is refused with why, and the page shows the ru
   await page.getByTestId('train-toggle').click();
   await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 50, null, { timeout: patience(60_000) });
   await page.getByTestId('train-toggle').click();
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('the page\'s conv net continues in PyTorch: the exported script\'s next step has the page\'s gradient norm', async (t) => {
+  const { page, errors } = await ctx.open(`${ctx.root}?engine=cpu`);
+  await page.getByTestId('conv-preset').click();
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.input_shape !== undefined);
+  for (let i = 1; i <= 3; i++) {
+    await page.getByTestId('step-once').click();
+    await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), i);
+  }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stepscope-conv-export-'));
+  const save = async (id) => {
+    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId(id).click()]);
+    const file = path.join(dir, download.suggestedFilename());
+    await download.saveAs(file);
+    return file;
+  };
+  const checkpoint = await save('download-checkpoint');
+  const script = await save('export-pytorch');
+  const data = await save('export-data');
+  assert.match(fs.readFileSync(script, "utf8"), /nn\.Conv2d\(1, 8, 3, stride=1, padding=1\)/);
+  const out = execFileSync(process.env.STEPSCOPE_PYTHON ?? 'python3', [script, checkpoint, '--data', data, '--steps', '1'], { cwd: dir, encoding: 'utf8' });
+  const line = out.split('\n').find((l) => /grad_norm/.test(l));
+  assert.ok(line, out);
+  const torchNorm = Number(line.match(/grad_norm ([\d.eE+-]+)/)[1]);
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '4');
+  const pageNorm = Number.parseFloat(await text(page, 'grad-norm'));
+  assert.ok(Math.abs(torchNorm - pageNorm) <= 2e-4 * Math.max(1, pageNorm), `PyTorch ${torchNorm} vs page ${pageNorm}\n${out}`);
+  t.diagnostic(`conv net, next step's gradient norm: PyTorch ${torchNorm}, page ${pageNorm}`);
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -5,7 +5,7 @@
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use wasm_bindgen::Clamped;
+use wasm_bindgen::{Clamped, JsCast};
 use web_sys::ImageData;
 
 use super::draw::{context, resize};
@@ -63,6 +63,9 @@ fn Picture(
 pub fn ImagePanel() -> impl IntoView {
     let charts = expect_context::<Charts>();
     let views = move || charts.snapshot.get().and_then(|s| s.images.clone());
+    // The feature-map position clicked (layer, row, column): kept across
+    // snapshots, so the receptive field stays while the maps change.
+    let field = RwSignal::new(None::<(usize, usize, usize)>);
     view! {
         <Show when=move || views().is_some()
             fallback=|| view! { <p class="note">"Press Train: the confusion matrix and the misclassified digits appear here."</p> }>
@@ -70,7 +73,7 @@ pub fn ImagePanel() -> impl IntoView {
                 <PerClass views=v.clone()/>
                 <Confusion views=v.clone()/>
                 <Wrong views=v.clone()/>
-                <ConvLayers views=v.clone()/>
+                <ConvLayers views=v.clone() field=field/>
                 <Filters views=v/>
             })}
         </Show>
@@ -164,15 +167,43 @@ fn Wrong(views: ImageViews) -> impl IntoView {
 /// (input channels side by side); blue positive, orange negative, each
 /// scaled by its largest magnitude.
 #[component]
-fn ConvLayers(views: ImageViews) -> impl IntoView {
+fn ConvLayers(views: ImageViews, field: RwSignal<Option<(usize, usize, usize)>>) -> impl IntoView {
     let Some(conv) = views.conv else { return ().into_any() };
+    let e = expect_context::<crate::state::AppState>().run.experiment;
     let [c, h, w] = conv.input_shape;
+    // The clicked position's receptive field on the input, from the
+    // experiment's layers (`Experiment::receptive_field`).
+    let rect = move || field.get().and_then(|(l, y, x)| e.with(|e| e.receptive_field(l, y, x)).map(|r| (l, y, x, r)));
+    let pct = move |v: usize, of: usize| format!("{:.3}%", 100.0 * v as f64 / of.max(1) as f64);
+    let overlay = move || {
+        rect().map(|(_, _, _, [y0, x0, y1, x1])| {
+            let style =
+                format!("top:{};left:{};height:{};width:{}", pct(y0, h), pct(x0, w), pct(y1 - y0, h), pct(x1 - x0, w));
+            view! { <span class="field-box" style=style></span> }
+        })
+    };
+    let words = move || {
+        match rect() {
+        Some((l, y, x, [y0, x0, y1, x1])) => format!(
+            "Layer {l} at row {y}, column {x} sees input rows {y0}–{}, columns {x0}–{}: {} × {} of the {h} × {w} pixels (the box on the image).",
+            y1 - 1,
+            x1 - 1,
+            y1 - y0,
+            x1 - x0
+        ),
+        None => "Click a point of a feature map to see the part of the input it sees: its receptive field.".into(),
+    }
+    };
     let input = view! {
         <figure class="conv-input">
-            <Picture values=conv.image.clone() size=[w, h] signed=false class="map"
-                label=format!("test image {}", conv.row)/>
+            <span class="field-frame">
+                <Picture values=conv.image.clone() size=[w, h] signed=false class="map"
+                    label=format!("test image {}", conv.row)/>
+                {overlay}
+            </span>
             <figcaption>{format!("test image {} ({c}×{h}×{w})", conv.row)}</figcaption>
         </figure>
+        <p class="note" data-testid="receptive-field">{words}</p>
     };
     let maps = conv
         .layers
@@ -185,8 +216,19 @@ fn ConvLayers(views: ImageViews) -> impl IntoView {
                 .iter()
                 .enumerate()
                 .map(|(ch, map)| {
+                    // A click picks the map's position under the pointer.
+                    let on_click = move |ev: leptos::ev::MouseEvent| {
+                        let Some(target) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok()) else {
+                            return;
+                        };
+                        let (cw, chh) =
+                            (f64::from(target.client_width().max(1)), f64::from(target.client_height().max(1)));
+                        let x = ((f64::from(ev.offset_x()) / cw * w as f64) as usize).min(w.saturating_sub(1));
+                        let y = ((f64::from(ev.offset_y()) / chh * h as f64) as usize).min(h.saturating_sub(1));
+                        field.set(Some((l, y, x)));
+                    };
                     view! {
-                        <figure class="map" data-layer=l data-channel=ch>
+                        <figure class="map" data-layer=l data-channel=ch on:click=on_click>
                             <Picture values=map.clone() size=[w, h] signed=true class="map"
                                 label=format!("layer {l}, channel {ch}: its output for the test image")/>
                         </figure>
@@ -213,10 +255,18 @@ fn ConvLayers(views: ImageViews) -> impl IntoView {
                 .iter()
                 .enumerate()
                 .map(|(f, values)| {
+                    let size = [k * layer.filter_channels, k];
+                    let gradient = layer.gradients.get(f).cloned().map(|g| {
+                        view! {
+                            <Picture values=g size=size signed=true class="filter gradient"
+                                label=format!("layer {l}, filter {f}: the last step's gradient of its weights")/>
+                        }
+                    });
                     view! {
                         <figure class="filter" data-layer=l data-filter=f>
-                            <Picture values=values.clone() size=[k * layer.filter_channels, k] signed=true class="filter"
+                            <Picture values=values.clone() size=size signed=true class="filter"
                                 label=format!("layer {l}, filter {f}: its weights, input channels side by side")/>
+                            {gradient}
                         </figure>
                     }
                 })
@@ -235,7 +285,7 @@ fn ConvLayers(views: ImageViews) -> impl IntoView {
         {input}
         <div class="feature-maps" data-testid="feature-maps">{maps}</div>
         <h3>"Filters"</h3>
-        <p class="note">"Each conv filter's weights, its input channels side by side: what it looks for."</p>
+        <p class="note">"Each conv filter's weights, its input channels side by side: what it looks for; under it, the last step's gradient of those weights (each scaled by its own largest value)."</p>
         <div class="conv-filters" data-testid="filters">{filters}</div>
     }
     .into_any()

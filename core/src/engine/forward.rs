@@ -271,6 +271,22 @@ impl Evaluator {
         table: &Table,
         max_rows: usize,
     ) -> bool {
+        self.advance_with(params, layout, experiment, table, max_rows, |_, _| {})
+    }
+
+    /// `advance`, giving each chunk's outputs to `also` with the chunk's
+    /// first row (in row order, every row once), so that another measure
+    /// of the same rows (`metrics::ClassEvaluator::observe`) needs no
+    /// forward pass of its own. A transformer's chunks are not given.
+    pub fn advance_with(
+        &mut self,
+        params: &[f32],
+        layout: &Layout,
+        experiment: &Experiment,
+        table: &Table,
+        max_rows: usize,
+        mut also: impl FnMut(usize, &[f32]),
+    ) -> bool {
         let (i, t, outputs) = (table.input_width, table.target_width, experiment.outputs());
         let end = self.done.saturating_add(max_rows.max(1)).min(self.rows);
         while self.done < end {
@@ -290,6 +306,7 @@ impl Evaluator {
             self.acts.resize(layout, n);
             forward_pass(&mut self.acts, params, &table.inputs[start * i..(start + n) * i], layout, experiment);
             let (y, targets) = (self.acts.output(), &table.targets[start * t..(start + n) * t]);
+            also(start, y);
             let loss = loss_forward(y, targets, experiment.loss, n, outputs);
             let accuracy = accuracy(y, targets, experiment, n);
             if n == self.rows {

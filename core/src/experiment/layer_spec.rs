@@ -257,6 +257,36 @@ impl Experiment {
             .collect()
     }
 
+    /// The part of the input image that position (`y`, `x`) of conv or
+    /// pool layer `layer`'s output depends on: rows `y0..y1` and columns
+    /// `x0..x1` of the input, `[y0, x0, y1, x1]` (padding's zeros left
+    /// out). Each layer back maps outputs `a..=b` to inputs
+    /// `a·s − p ..= b·s − p + k − 1`, clipped to its input. None for a
+    /// dense layer, a position outside the output, or an invalid shape.
+    pub fn receptive_field(&self, layer: usize, y: usize, x: usize) -> Option<[usize; 4]> {
+        let inputs = self.images();
+        let [_, oh, ow] = layer_output(&self.model.layers.get(layer)?.kind, (*inputs.get(layer)?)?)?;
+        if y >= oh || x >= ow {
+            return None;
+        }
+        let (mut rows, mut cols) = ((y as i64, y as i64), (x as i64, x as i64));
+        for l in (0..=layer).rev() {
+            let [_, h, w] = inputs[l]?;
+            let (k, s, p) = match self.model.layers[l].kind {
+                LayerKind::Conv2d { kernel, stride, padding, .. } => (kernel, stride, padding),
+                LayerKind::MaxPool2d { kernel, stride } | LayerKind::AvgPool2d { kernel, stride } => {
+                    (kernel, stride, 0)
+                }
+                LayerKind::Dense => return None,
+            };
+            let (k, s, p) = (k as i64, s as i64, p as i64);
+            let back = |(a, b): (i64, i64), n: usize| ((a * s - p).max(0), (b * s - p + k - 1).min(n as i64 - 1));
+            rows = back(rows, h);
+            cols = back(cols, w);
+        }
+        Some([rows.0 as usize, cols.0 as usize, rows.1 as usize + 1, cols.1 as usize + 1])
+    }
+
     /// The model in a line: an MLP's widths (`2-16-16-1`), or for a net
     /// over images each layer and what it makes (`1×28×28 → conv2d
     /// 8×5×5 pad 2 → 8×28×28 → … → dense → 10`).

@@ -184,13 +184,17 @@ impl Runner {
             let read = self
                 .trainer
                 .with_tensors(|t| {
-                    (t[0].to_vec(), link_blocks(&layout, t), crate::model::views::gpt::update_ratios(&layout, t))
+                    // A conv net's filters are drawn with their gradients.
+                    let conv = layout.layers.iter().any(|l| l.op != stepscope_core::model::LayerOp::Dense);
+                    let grads = conv.then(|| t[1].to_vec());
+                    let ratios = crate::model::views::gpt::update_ratios(&layout, t);
+                    (t[0].to_vec(), link_blocks(&layout, t), ratios, grads)
                 })
                 .await;
             if self.trainer.backend() == Backend::Gpu {
                 awaited_ms = ms_since(wait);
             }
-            let (params, links, ratios) = match read {
+            let (params, links, ratios, grads) = match read {
                 Ok(read) => read,
                 Err(err) => return (Err(err), awaited_ms),
             };
@@ -202,7 +206,12 @@ impl Runner {
             }
             let spec = self.gpt_views.spec.clone();
             match ViewJob::with_gpt(&e, self.data(), step, params, links, spec, prompt) {
-                Ok(job) => self.view_job = Some(job),
+                Ok(mut job) => {
+                    if let Some(grads) = grads {
+                        job.set_gradients(grads);
+                    }
+                    self.view_job = Some(job)
+                }
                 Err(err) => return (Err(err), awaited_ms),
             }
         }

@@ -35,6 +35,9 @@ pub struct ConvLayerView {
     /// kernel · filter_channels), its input channels side by side, scaled to
     /// [-1, 1] by the filter's largest magnitude. Empty for a pool.
     pub filters: Vec<Vec<f32>>,
+    /// The same filters' gradients of the last step, laid out alike, each
+    /// scaled by its own largest magnitude (empty where none was given).
+    pub gradients: Vec<Vec<f32>>,
 }
 
 /// The conv views of one test image.
@@ -73,8 +76,16 @@ pub fn filter_images(weights: &[f32], channels: usize, kernel: usize) -> Vec<Vec
 }
 
 /// The views of test row `row` (None for a net without conv or pool
-/// layers, or no test rows).
-pub fn conv_views(e: &Experiment, layout: &Layout, params: &[f32], test: &Table, row: usize) -> Option<ConvViews> {
+/// layers, or no test rows), with the filters' gradients where `grads`
+/// (the last step's, laid out as `params`) are given.
+pub fn conv_views(
+    e: &Experiment,
+    layout: &Layout,
+    params: &[f32],
+    grads: Option<&[f32]>,
+    test: &Table,
+    row: usize,
+) -> Option<ConvViews> {
     let input_shape = e.model.input_shape?;
     if !layout.layers.iter().any(|l| l.op != LayerOp::Dense) || row >= test.rows() {
         return None;
@@ -88,19 +99,15 @@ pub fn conv_views(e: &Experiment, layout: &Layout, params: &[f32], test: &Table,
         .zip(e.model.layers.iter().zip(e.output_words()))
         .enumerate()
         .filter_map(|(l, (shape, (spec, _)))| {
-            let (c, h, w, kernel, filters) = match shape.op {
+            let (c, h, w, kernel, filters, gradients) = match shape.op {
                 LayerOp::Dense => return None,
                 LayerOp::Conv(conv) => {
-                    let weights = &params[shape.weight_offset..shape.bias_offset];
-                    (
-                        conv.filters,
-                        conv.out_h(),
-                        conv.out_w(),
-                        conv.kernel,
-                        filter_images(weights, conv.c_in, conv.kernel),
-                    )
+                    let images =
+                        |t: &[f32]| filter_images(&t[shape.weight_offset..shape.bias_offset], conv.c_in, conv.kernel);
+                    let gradients = grads.filter(|g| g.len() == params.len()).map(images).unwrap_or_default();
+                    (conv.filters, conv.out_h(), conv.out_w(), conv.kernel, images(params), gradients)
                 }
-                LayerOp::MaxPool(p) | LayerOp::AvgPool(p) => (p.c, p.out_h(), p.out_w(), 0, Vec::new()),
+                LayerOp::MaxPool(p) | LayerOp::AvgPool(p) => (p.c, p.out_h(), p.out_w(), 0, Vec::new(), Vec::new()),
             };
             let out = &acts.a[l];
             let maps = out.chunks_exact((h * w).max(1)).take(c.min(SHOWN_MAPS)).map(scaled).collect();
@@ -118,6 +125,7 @@ pub fn conv_views(e: &Experiment, layout: &Layout, params: &[f32], test: &Table,
                 in_channels,
                 filter_channels,
                 filters,
+                gradients,
             })
         })
         .collect();

@@ -87,13 +87,15 @@ pub struct ViewJob {
     step: u64,
     rows: (usize, usize),
     params: Vec<f32>,
+    /// A conv net's gradients of the last step (its filters' view).
+    grads: Option<Vec<f32>>,
     links: Vec<LinkBlock>,
     chunk_rows: usize,
     grid: Option<GridPass>,
     test: Evaluator,
     train: Evaluator,
     /// For image data: the test set's confusion matrix and misclassified
-    /// rows (another pass over the test rows, after the evaluation's).
+    /// rows (read from the test evaluation's outputs).
     classes: Option<ClassEvaluator>,
     /// A transformer's views (`gpt`), and the windows its losses are
     /// evaluated over (test, train).
@@ -159,7 +161,7 @@ impl ViewJob {
         };
         let rows = (data.train.rows(), data.test.rows());
         let classes = match is_image_data(e) {
-            true => ClassEvaluator::try_new(&layout, e, rows.1, chunk_rows)?,
+            true => ClassEvaluator::observing(&layout, e, rows.1)?,
             false => None,
         };
         let gpt = e.gpt().map(|g| {
@@ -185,11 +187,18 @@ impl ViewJob {
             step,
             rows,
             params,
+            grads: None,
             links,
             chunk_rows,
             grid,
             spent_ms: 0.0,
         })
+    }
+
+    /// The last step's gradients, laid out as the parameters: a conv net
+    /// draws its filters' beside the filters.
+    pub fn set_gradients(&mut self, grads: Vec<f32>) {
+        self.grads = (grads.len() == self.params.len()).then_some(grads);
     }
 
     /// Whether this job still describes the run: the same experiment and
@@ -246,11 +255,16 @@ impl ViewJob {
             Some(g) => (&g.windows.0, &g.windows.1),
             None => (&data.test, &data.train),
         };
-        if !self.test.advance(params, layout, e, test, n) {
-            return false;
-        }
-        if let Some(classes) = self.classes.as_mut().filter(|c| c.result().is_none()) {
-            classes.advance(params, layout, e, &data.test, n);
+        // Image data's confusion matrix and misclassified rows are read from
+        // the test evaluation's own outputs: one forward pass of the test
+        // set, not two.
+        let classes = &mut self.classes;
+        let test_done = self.test.advance_with(params, layout, e, test, n, |start, outputs| {
+            if let Some(c) = classes.as_mut() {
+                c.observe(outputs, test, start, e);
+            }
+        });
+        if !test_done {
             return false;
         }
         if !self.train.advance(params, layout, e, train, n) {
@@ -347,7 +361,7 @@ impl ViewJob {
             misclassified,
             wrong: metrics.wrong(),
             first_layer,
-            conv: super::conv_views(&self.experiment, &self.layout, &self.params, table, 0),
+            conv: super::conv_views(&self.experiment, &self.layout, &self.params, self.grads.as_deref(), table, 0),
         })
     }
 }

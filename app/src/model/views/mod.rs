@@ -174,6 +174,7 @@ pub fn snapshot(e: &Experiment, data: &Dataset, step: u64, tensors: [&[f32]; 3])
     let layout = Layout::new(e);
     let links = link_blocks(&layout, tensors);
     let mut job = ViewJob::new(e, data, step, tensors[0].to_vec(), links).expect("room for the views' chunks");
+    job.set_gradients(tensors[1].to_vec());
     loop {
         if let Some(snap) = job.advance(data, f64::INFINITY) {
             return snap;
@@ -403,6 +404,9 @@ mod tests {
         let second = &conv.layers[2];
         assert_eq!((second.in_channels, second.filter_channels, second.filters[0].len()), (8, 8, 8 * 9));
         assert!(conv.layers[1].filters.is_empty(), "a pool has no filters");
+        // The zero gradients given: laid out as the filters, all zero.
+        assert_eq!(first.gradients.len(), first.filters.len());
+        assert!(first.gradients.iter().all(|g| g.len() == 9 && g.iter().all(|v| *v == 0.0)));
     }
 
     /// A wide network: the views carry only
