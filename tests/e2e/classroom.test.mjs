@@ -19,7 +19,7 @@ const wrapperVisible = (page, id) => page.evaluate((id) => {
   const wrapper = document.querySelector(`[data-testid="${id}"]`).closest('label, .field');
   return wrapper ? wrapper.checkVisibility() : null;
 }, id);
-const layers = (page) => page.locator('[data-testid^=layer-]').count();
+const layers = (page) => page.locator('div.layer[data-testid^=layer-]').count();
 const experimentIn = (url) => JSON.parse(decodeURIComponent(new URL(url).hash.slice('#e='.length)));
 
 test('hide= hides the listed controls and their labels, also when they are re-created', async () => {

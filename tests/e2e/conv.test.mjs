@@ -6,10 +6,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { execFileSync } from 'node:child_process';
-import { setup, artifacts, text, number, stepCount, patience, setField } from './harness.mjs';
+import { setup, artifacts, text, number, stepCount, patience, setField, continueInPyTorch } from './harness.mjs';
 
 const ctx = setup();
 const experiment = (page) => page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
@@ -191,21 +189,8 @@ test('the page\'s conv net continues in PyTorch: the exported script\'s next ste
     await page.getByTestId('step-once').click();
     await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), i);
   }
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stepscope-conv-export-'));
-  const save = async (id) => {
-    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId(id).click()]);
-    const file = path.join(dir, download.suggestedFilename());
-    await download.saveAs(file);
-    return file;
-  };
-  const checkpoint = await save('download-checkpoint');
-  const script = await save('export-pytorch');
-  const data = await save('export-data');
-  assert.match(fs.readFileSync(script, "utf8"), /nn\.Conv2d\(1, 8, 3, stride=1, padding=1\)/);
-  const out = execFileSync(process.env.STEPSCOPE_PYTHON ?? 'python3', [script, checkpoint, '--data', data, '--steps', '1'], { cwd: dir, encoding: 'utf8' });
-  const line = out.split('\n').find((l) => /grad_norm/.test(l));
-  assert.ok(line, out);
-  const torchNorm = Number(line.match(/grad_norm ([\d.eE+-]+)/)[1]);
+  const { script, out, torchNorm } = await continueInPyTorch(page, 'conv-export');
+  assert.match(fs.readFileSync(script, 'utf8'), /nn\.Conv2d\(1, 8, 3, stride=1, padding=1\)/);
   await page.getByTestId('step-once').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '4');
   const pageNorm = Number.parseFloat(await text(page, 'grad-norm'));

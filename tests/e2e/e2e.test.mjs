@@ -59,7 +59,7 @@ test('changing the network resets and keeps training', async () => {
   const { page } = await open(ctx.base);
   await page.getByTestId('step-once').click();
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
-  assert.equal(await page.locator('[data-testid^=layer-]').count(), 2);
+  assert.equal(await page.locator('div.layer[data-testid^=layer-]').count(), 2);
   await page.getByTestId('add-layer').click();
   await page.waitForSelector('[data-testid=layer-2]');
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '0');
@@ -67,7 +67,7 @@ test('changing the network resets and keeps training', async () => {
   await page.waitForFunction(() => document.querySelector('[data-testid=step-count]').textContent === '1');
   await page.getByTestId('remove-layer').click();
   await page.getByTestId('remove-layer').click();
-  assert.equal(await page.locator('[data-testid^=layer-]').count(), 1);
+  assert.equal(await page.locator('div.layer[data-testid^=layer-]').count(), 1);
   await page.close();
 });
 
@@ -86,7 +86,7 @@ test('a shared URL restores the experiment', async () => {
   assert.equal(await restored.getByTestId('learning-rate').inputValue(), '0.005');
   assert.equal(await restored.getByTestId('optimizer').inputValue(), 'sgd');
   assert.equal(await restored.getByTestId('dataset').inputValue(), 'xor');
-  assert.equal(await restored.locator('[data-testid^=layer-]').count(), 3);
+  assert.equal(await restored.locator('div.layer[data-testid^=layer-]').count(), 3);
   await restored.close();
 });
 
@@ -103,7 +103,7 @@ test('bad input gets a message and loses nothing', async () => {
     loss: 'bce_with_logits', optimizer: { kind: 'adam', lr: 0.01 }, batch_size: 65536, data: { source: 'spiral' } };
   const { page: hostile } = await open(`${ctx.base}#e=${encodeURIComponent(JSON.stringify(huge))}`);
   assert.match(await hostile.getByTestId('alert').textContent(), /refused \(experiment: the run needs .* more than the 1024\.0 MiB budget of this page\)/);
-  assert.equal(await hostile.locator('[data-testid^=layer-]').count(), 2);
+  assert.equal(await hostile.locator('div.layer[data-testid^=layer-]').count(), 2);
   await hostile.close();
 
   const { page } = await open(ctx.base);
@@ -277,7 +277,7 @@ test('training runs in a worker: the main thread only draws, and Pause stops it 
       await page.getByTestId('csv-upload').setInputFiles(upload);
       await page.waitForFunction(() => document.querySelector('[data-testid=dataset]').value === 'csv', null, { timeout: patience(60_000) });
     }
-    const widths = await page.locator('[data-testid^=layer-]').count();
+    const widths = await page.locator('div.layer[data-testid^=layer-]').count();
     await page.evaluate(() => {
       window.__long = [];
       new PerformanceObserver((list) => { for (const entry of list.getEntries()) window.__long.push(entry.duration); })

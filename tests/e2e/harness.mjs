@@ -96,3 +96,26 @@ export async function setField(page, id, value) {
   await page.getByTestId(id).fill(String(value));
   await page.getByTestId(id).press('Enter');
 }
+
+// Downloads the page's checkpoint, its PyTorch script and its training rows
+// into a new folder and runs the script one step on them (STEPSCOPE_PYTHON,
+// else python3): the files, the script's output and the gradient norm of
+// the step it took, for the page's next step to be compared with.
+export async function continueInPyTorch(page, name) {
+  const { execFileSync } = await import('node:child_process');
+  const os = await import('node:os');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `stepscope-${name}-`));
+  const save = async (id) => {
+    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId(id).click()]);
+    const file = path.join(dir, download.suggestedFilename());
+    await download.saveAs(file);
+    return file;
+  };
+  const checkpoint = await save('download-checkpoint');
+  const script = await save('export-pytorch');
+  const data = await save('export-data');
+  const out = execFileSync(process.env.STEPSCOPE_PYTHON ?? 'python3', [script, checkpoint, '--data', data, '--steps', '1'], { cwd: dir, encoding: 'utf8' });
+  const line = out.split('\n').find((l) => /grad_norm/.test(l));
+  assert.ok(line, out);
+  return { dir, checkpoint, script, data, out, torchNorm: Number(line.match(/grad_norm ([\d.eE+-]+)/)[1]) };
+}

@@ -4,8 +4,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import os from 'node:os';
-import { setup, artifacts, text } from './harness.mjs';
+import { execFileSync } from 'node:child_process';
+import { setup, artifacts, text, continueInPyTorch } from './harness.mjs';
 
 const ctx = setup();
 const open = (url, options) => ctx.open(url, options);
@@ -16,22 +16,8 @@ test('the exported PyTorch script continues the page\'s run, also under torchrun
     await page.getByTestId('step-once').click();
     await page.waitForFunction((n) => document.querySelector('[data-testid=step-count]').textContent === String(n), i);
   }
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stepscope-export-'));
-  const save = async (id) => {
-    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId(id).click()]);
-    const file = path.join(dir, download.suggestedFilename());
-    await download.saveAs(file);
-    return file;
-  };
-  const checkpoint = await save('download-checkpoint');
-  const script = await save('export-pytorch');
-  const data = await save('export-data');
+  const { dir, checkpoint, script, data, out, torchNorm } = await continueInPyTorch(page, 'export');
   assert.equal(path.basename(checkpoint), 'stepscope-step3.safetensors');
-  const { execFileSync } = await import('node:child_process');
-  const out = execFileSync(process.env.STEPSCOPE_PYTHON ?? 'python3', [script, checkpoint, '--data', data, '--steps', '1'], { cwd: dir, encoding: 'utf8' });
-  const line = out.split('\n').find((l) => /grad_norm/.test(l));
-  assert.ok(line, out);
-  const torchNorm = Number(line.match(/grad_norm ([\d.eE+-]+)/)[1]);
   // The page's next step from the same state (WebGPU): the same gradient
   // norm, to the 4 decimals both print (float32 sums in another order).
   await page.getByTestId('step-once').click();
