@@ -12,10 +12,12 @@
 
 use serde::{Deserialize, Serialize};
 
+mod augment_spec;
 mod data_spec;
 mod layer_spec;
 mod optimizer_spec;
 
+pub use augment_spec::*;
 pub use data_spec::*;
 pub use layer_spec::*;
 pub use optimizer_spec::*;

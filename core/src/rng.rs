@@ -121,6 +121,8 @@ pub mod stream {
     pub const SPLIT: u64 = 4;
     /// Drawing tokens from a trained transformer (`stepscope sample`).
     pub const SAMPLE: u64 = 5;
+    /// Augmenting a training image (`data::augment`, one generator a row).
+    pub const AUGMENT: u64 = 6;
 }
 
 #[cfg(test)]

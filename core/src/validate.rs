@@ -297,6 +297,21 @@ fn data(e: &Experiment) -> Result<()> {
     if !fraction.is_finite() || fraction <= 0.0 || fraction > 1.0 {
         return bad(format!("data.train_fraction must be in (0, 1], got {fraction}"));
     }
+    if let Some(augment) = &d.augment {
+        let Some(side) = d.source.image_side() else {
+            return bad(format!(
+                "data.augment applies to images (\"digits\", \"mnist\"); \"{}\" rows are not images",
+                d.source.name()
+            ));
+        };
+        augment.check(side).map_err(crate::Error::Experiment)?;
+    }
+    if d.num_workers() > MAX_LOADER_WORKERS {
+        return bad(format!("data.num_workers must be in 0..={MAX_LOADER_WORKERS}, got {}", d.num_workers()));
+    }
+    if !(1..=MAX_PREFETCH_FACTOR).contains(&d.prefetch_factor()) {
+        return bad(format!("data.prefetch_factor must be in 1..={MAX_PREFETCH_FACTOR}, got {}", d.prefetch_factor()));
+    }
     let generated = d.source.is_plane();
     if !generated {
         let why = match d.source {

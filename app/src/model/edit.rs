@@ -254,6 +254,9 @@ pub fn experiment_for_csv(base: &Experiment, csv: &CsvTable) -> Result<Experimen
         train_fraction: Some(0.5),
         features: None,
         shuffle: true,
+        // Loader settings carry over; augmentation is for images.
+        augment: None,
+        ..base.data.clone()
     };
     e.model.inputs = inputs;
     let (loss, outputs) = match csv.classes() {

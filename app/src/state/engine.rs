@@ -95,17 +95,16 @@ impl AppState {
         let waiting = !host.has_gpu_context() && chooser.gpu_failed.is_none();
         let mut info = BackendInfo { pin, adapter: chooser.adapter.clone(), ..BackendInfo::default() };
         // A transformer whose settings the WebGPU kernels do not cover yet
-        // (`gpu::gpt::unsupported`: q/k LayerNorm, a context past 1024)
-        // stays on the CPU engine, saying why.
-        let gpt_refusal = stepscope_core::gpu::gpt::unsupported(experiment);
+        // (q/k LayerNorm, a context past 1024), or augmented images, stay
+        // on the CPU engine, saying why (`gpu::unsupported`).
+        let gpt_refusal = stepscope_core::gpu::unsupported(experiment);
         let to_gpu = match pin {
             Pin::Cpu => {
                 info.fallback_reason = Some("the CPU engine was pinned (?engine=cpu)".into());
                 false
             }
             _ if gpt_refusal.is_some() => {
-                let why = gpt_refusal.unwrap_or_default();
-                info.fallback_reason = Some(format!("this transformer trains on the CPU engine: {why}"));
+                info.fallback_reason = gpt_refusal;
                 false
             }
             _ if waiting => {

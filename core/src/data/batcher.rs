@@ -9,7 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Table;
+use super::{Augmenter, Table};
+use crate::experiment::Experiment;
 use crate::rng::{stream, Rng};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,13 +36,31 @@ pub struct Batcher {
     position: DataPosition,
     rng: Rng,
     permutation: Vec<u32>,
+    /// Changes each training image as it is served (`data.augment`).
+    augmenter: Option<Box<Augmenter>>,
 }
 
 impl Batcher {
     pub fn new(rows: usize, shuffle: bool, position: DataPosition) -> Batcher {
         let mut rng = Rng::from_state(position.epoch_rng);
         let permutation = if shuffle { rng.permutation(rows) } else { Vec::new() };
-        Batcher { rows, shuffle, position, rng, permutation }
+        Batcher { rows, shuffle, position, rng, permutation, augmenter: None }
+    }
+
+    /// The batcher of a run of `e` over `rows` training rows from
+    /// `position`, augmenting as its data says.
+    pub fn for_run(e: &Experiment, rows: usize, position: DataPosition) -> Batcher {
+        let mut b = Batcher::new(rows, e.data.shuffle, position);
+        b.augmenter = match (e.data.active_augment(), e.data.source.image_shape()) {
+            (Some(a), Some(shape)) => Augmenter::new(a, e.seed, shape).map(Box::new),
+            _ => None,
+        };
+        b
+    }
+
+    /// Whether it changes the images it serves.
+    pub fn augments(&self) -> bool {
+        self.augmenter.is_some()
     }
 
     pub fn position(&self) -> &DataPosition {
@@ -50,7 +69,7 @@ impl Batcher {
 
     /// Bytes of the epoch's permutation (u32 a row, when shuffling).
     pub fn bytes(&self) -> u64 {
-        4 * self.permutation.capacity() as u64
+        4 * self.permutation.capacity() as u64 + self.augmenter.as_ref().map_or(0, |a| a.bytes())
     }
 
     /// Index of the next row to serve, advancing the counter.
@@ -69,13 +88,41 @@ impl Batcher {
         self.permutation[(k % n) as usize] as usize
     }
 
+    /// Moves on to serve row counter `k` next (a loader worker skipping the
+    /// batches other workers make; the loop taking a batch made for it):
+    /// the epochs passed are drawn as serving their rows would. None (and
+    /// no move) where `k` is behind.
+    pub fn skip_to(&mut self, k: u64) -> Option<()> {
+        if k < self.position.rows_consumed {
+            return None;
+        }
+        // As serving rows up to k − 1 would leave it (an epoch moves on at
+        // the first row past its end).
+        let n = self.rows as u64;
+        if self.shuffle && k > self.position.rows_consumed {
+            while (k - 1) / n > self.position.epoch {
+                self.position.epoch += 1;
+                self.position.epoch_rng = self.rng.state();
+                self.permutation = self.rng.permutation(self.rows);
+            }
+        }
+        self.position.rows_consumed = k;
+        Some(())
+    }
+
     /// Fills `inputs` (B, I) and `targets` (B, T) with the next `batch` rows.
     pub fn next_batch(&mut self, inputs: &mut Vec<f32>, targets: &mut Vec<f32>, table: &Table, batch: usize) {
         inputs.clear();
         targets.clear();
+        let width = table.input_width;
         for _ in 0..batch {
+            let k = self.position.rows_consumed;
             let row = self.next_row();
             table.copy_row(row, inputs, targets);
+            if let Some(a) = self.augmenter.as_mut() {
+                let at = inputs.len() - width;
+                a.apply(&mut inputs[at..], k);
+            }
         }
     }
 }
@@ -110,6 +157,24 @@ mod tests {
             let mut resumed = Batcher::new(7, true, first.position().clone());
             let rest: Vec<usize> = (cut..30).map(|_| resumed.next_row()).collect();
             assert_eq!(rest, straight[cut..], "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn skipping_rows_leaves_the_position_serving_them_would() {
+        for shuffle in [false, true] {
+            for cut in [0u64, 3, 7, 8, 13, 14, 15, 29] {
+                let mut served = Batcher::new(7, shuffle, DataPosition::start(5));
+                for _ in 0..cut {
+                    served.next_row();
+                }
+                let mut skipped = Batcher::new(7, shuffle, DataPosition::start(5));
+                skipped.skip_to(cut).unwrap();
+                assert_eq!(skipped.position(), served.position(), "cut {cut}");
+                let (a, b): (Vec<usize>, Vec<usize>) = (0..10).map(|_| (served.next_row(), skipped.next_row())).unzip();
+                assert_eq!(a, b, "cut {cut}");
+                assert!(skipped.skip_to(cut).is_none(), "behind");
+            }
         }
     }
 }

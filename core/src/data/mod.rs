@@ -5,13 +5,16 @@
 //! `mse` and `bce_with_logits`, and a class index stored as f32 for
 //! `cross_entropy` (T = 1).
 
+mod augment;
 mod batcher;
 mod builtin;
 mod csv;
 mod digits;
+mod loader;
 mod mnist;
 mod text;
 
+pub use augment::{gaussian_kernel, row_rng, Augmenter};
 pub use batcher::{Batcher, DataPosition};
 pub use builtin::generate_points;
 pub use csv::{
@@ -19,6 +22,7 @@ pub use csv::{
     MAX_CSV_CLASSES, MAX_CSV_ROWS,
 };
 pub use digits::{digits_table, DIGITS_CLASSES, DIGITS_MAX_PIXEL, DIGITS_PIXELS, DIGITS_ROWS, DIGITS_SIDE};
+pub use loader::{BatchMaker, MadeBatch};
 pub use mnist::{
     mnist_file, mnist_table, set_mnist, MNIST_CLASSES, MNIST_FILE, MNIST_GZ_BYTES, MNIST_PIXELS, MNIST_ROWS,
     MNIST_SHA256, MNIST_SIDE,

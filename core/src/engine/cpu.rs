@@ -12,11 +12,12 @@ pub use ranks::{RankTimes, RemoteRanks, ShardResult, ShardServer};
 
 use super::phases::{summarise, LayerTimes, PhaseReport, PhaseTensors, StepPhase};
 use super::{evaluate, forward_pass, Activations, Evaluation, MemoryBytes, PhaseTimes, StepMetrics, TrainState};
-use crate::data::{Batcher, DataPosition, Dataset, Table};
+use crate::data::{Batcher, DataPosition, Dataset, MadeBatch, Table};
 use crate::error::{room, zeros, Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{Layout, TensorInfo};
 use crate::optim::OptimizerState;
+use std::collections::VecDeque;
 
 /// Multiply-adds of one micro-batch (batch × parameters) from which
 /// `step_part` takes a step a layer at a time: about a millisecond of work.
@@ -50,6 +51,43 @@ pub struct CpuEngine {
     /// An MLP's or conv net's last whole step taken phase by phase on
     /// this thread (not by ranks at once): (step, its `LayerTimes`).
     last_layer_times: Option<(u64, LayerTimes)>,
+    /// Micro-batches loader workers made ahead (`data::loader`), oldest
+    /// first; taken where they are the rows the batcher serves next.
+    fed: VecDeque<MadeBatch>,
+}
+
+/// Made batches held at most (a loader far ahead waits for room).
+pub const MAX_FED_BATCHES: usize = 256;
+
+/// The next micro-batch of `batch` rows into `inputs` and `targets`: the
+/// one a loader made for these rows where it came (its rows and their
+/// changes are the ones made here), else made here.
+fn serve_batch(
+    fed: &mut VecDeque<MadeBatch>,
+    batcher: &mut Batcher,
+    table: &Table,
+    inputs: &mut Vec<f32>,
+    targets: &mut Vec<f32>,
+    batch: usize,
+) {
+    let k = batcher.position().rows_consumed;
+    while fed.front().is_some_and(|f| f.start < k) {
+        fed.pop_front();
+    }
+    let (width, target_width) = (table.input_width, table.target_width);
+    let fits =
+        |f: &MadeBatch| f.start == k && f.inputs.len() == batch * width && f.targets.len() == batch * target_width;
+    match fed.front().filter(|f| fits(f)) {
+        Some(_) => {
+            let made = fed.pop_front().expect("checked");
+            inputs.clear();
+            inputs.extend_from_slice(&made.inputs);
+            targets.clear();
+            targets.extend_from_slice(&made.targets);
+            batcher.skip_to(k + batch as u64);
+        }
+        None => batcher.next_batch(inputs, targets, table, batch),
+    }
 }
 
 /// What one forward and backward over a shard of rows writes besides the
@@ -139,7 +177,7 @@ impl CpuEngine {
         let experiment = state.experiment;
         let layout = Layout::new(&experiment);
         let batch = experiment.batch_size;
-        let batcher = Batcher::new(data.train.rows(), experiment.data.shuffle, state.data_position);
+        let batcher = Batcher::for_run(&experiment, data.train.rows(), state.data_position);
         let row = experiment.model.inputs.max(data.train.input_width);
         let target_row = data.train.target_width;
         // A sharded run's forward and backward take one shard's rows.
@@ -171,7 +209,35 @@ impl CpuEngine {
             gpt,
             ranks,
             last_layer_times: None,
+            fed: VecDeque::new(),
         })
+    }
+
+    /// A micro-batch a loader made ahead, kept until the step that serves
+    /// its rows (`serve_batch`).
+    pub fn feed(&mut self, made: MadeBatch) {
+        if self.fed.len() >= MAX_FED_BATCHES {
+            self.fed.pop_front();
+        }
+        self.fed.push_back(made);
+    }
+
+    /// The batcher's row counter: the next micro-batch starts there.
+    pub fn rows_consumed(&self) -> u64 {
+        self.batcher.position().rows_consumed
+    }
+
+    /// Whether a made batch for the next micro-batch is here.
+    pub fn has_fed_batch(&self) -> bool {
+        let k = self.rows_consumed();
+        self.fed.iter().any(|f| f.start == k)
+    }
+
+    /// The next micro-batch of `batch` rows into `inputs` and `targets`
+    /// (`serve_batch`).
+    fn serve_batch(&mut self, batch: usize) {
+        let (inputs, targets) = (&mut self.inputs, &mut self.targets);
+        serve_batch(&mut self.fed, &mut self.batcher, &self.data.train, inputs, targets, batch);
     }
 
     pub fn experiment(&self) -> &Experiment {
@@ -370,7 +436,7 @@ impl CpuEngine {
     /// the dropped step's part.
     pub fn abandon_step(&mut self) {
         if let Some(start) = self.partial.take().and_then(|p| p.start) {
-            self.batcher = Batcher::new(self.data.train.rows(), self.experiment.data.shuffle, start);
+            self.batcher = Batcher::for_run(&self.experiment, self.data.train.rows(), start);
         }
     }
 

@@ -30,6 +30,17 @@ pub struct DataSpec {
     pub features: Option<Vec<Feature>>,
     #[serde(default = "yes")]
     pub shuffle: bool,
+    /// What changes each training image as it is served (images only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub augment: Option<super::Augment>,
+    /// Loader workers making the batches beside the training loop (0: the
+    /// loop makes them), as PyTorch's `DataLoader(num_workers=…)`. How the
+    /// batches are made, never what they hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_workers: Option<usize>,
+    /// Batches each loader worker makes ahead (PyTorch's `prefetch_factor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch_factor: Option<usize>,
 }
 
 fn yes() -> bool {
@@ -39,6 +50,11 @@ fn yes() -> bool {
 pub const DEFAULT_SAMPLES: usize = 500;
 pub const DEFAULT_NOISE: f64 = 0.0;
 pub const DEFAULT_TRAIN_FRACTION: f64 = 0.5;
+/// PyTorch's default.
+pub const DEFAULT_PREFETCH_FACTOR: usize = 2;
+/// Loader workers at most, and batches each makes ahead at most.
+pub const MAX_LOADER_WORKERS: usize = 16;
+pub const MAX_PREFETCH_FACTOR: usize = 16;
 pub const DEFAULT_FEATURES: [Feature; 2] = [Feature::X1, Feature::X2];
 
 impl DataSpec {
@@ -57,6 +73,22 @@ impl DataSpec {
             (None, DataSource::Csv | DataSource::Text | DataSource::Shakespeare) => 1.0,
             (None, _) => DEFAULT_TRAIN_FRACTION,
         }
+    }
+    /// Whether `other` serves the same rows in the same order: it may
+    /// differ in how they are changed (`augment`) and made (the loader).
+    pub fn same_rows(&self, other: &DataSpec) -> bool {
+        let plain = |d: &DataSpec| DataSpec { augment: None, num_workers: None, prefetch_factor: None, ..d.clone() };
+        plain(self) == plain(other)
+    }
+    pub fn num_workers(&self) -> usize {
+        self.num_workers.unwrap_or(0)
+    }
+    pub fn prefetch_factor(&self) -> usize {
+        self.prefetch_factor.unwrap_or(DEFAULT_PREFETCH_FACTOR)
+    }
+    /// The augmentation that changes something, if any.
+    pub fn active_augment(&self) -> Option<&super::Augment> {
+        self.augment.as_ref().filter(|a| a.is_active())
     }
     pub fn features(&self) -> Vec<Feature> {
         self.features.clone().unwrap_or_else(|| DEFAULT_FEATURES.to_vec())
@@ -264,6 +296,15 @@ impl Experiment {
             self.model.inputs = width;
         }
         self.fit_image_shape();
+        // Augmentation is for images, and a shift for the image's side.
+        match self.data.source.image_side() {
+            Some(side) => {
+                if let Some(a) = self.data.augment.as_mut() {
+                    a.shift = a.shift.min(side / 2);
+                }
+            }
+            None => self.data.augment = None,
+        }
         let units = self.output_units_for(self.loss).expect("a fitting loss has an output width");
         if let Some(out) = self.model.layers.last_mut() {
             *out = LayerSpec::dense(units, Activation::Linear);

@@ -115,6 +115,9 @@ impl GpuEngine {
         if let Some(why) = super::gpt::unsupported(&state.experiment) {
             return Err(crate::Error::Experiment(format!("the GPU engine cannot train this transformer: {why}")));
         }
+        if let Some(why) = super::unsupported(&state.experiment) {
+            return Err(crate::Error::Experiment(format!("the GPU engine cannot train this run: {why}")));
+        }
         let experiment = state.experiment.clone();
         let layout = Layout::new(&experiment);
         ctx.check()?;

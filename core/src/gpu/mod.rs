@@ -50,3 +50,19 @@ pub use readout::PendingState;
 pub use context::GpuContext;
 pub use kernels::Kernel;
 pub use readback::read_buffer;
+
+/// Why the GPU engine cannot train `e`, in words that finish "… trains on
+/// the CPU engine: ", or None: a transformer its kernels do not cover
+/// yet (`gpt::unsupported`), or augmented images (the GPU engine gathers
+/// its rows on the device from the data it was given, unchanged).
+pub fn unsupported(e: &crate::Experiment) -> Option<String> {
+    if let Some(why) = gpt::unsupported(e) {
+        return Some(format!("this transformer trains on the CPU engine: {why}"));
+    }
+    e.data.active_augment().map(|a| {
+        format!(
+            "augmented images ({}) train on the CPU engine: the GPU engine gathers its rows on the device, unchanged",
+            a.describe()
+        )
+    })
+}

@@ -27,11 +27,12 @@ impl Trainer {
     /// readback and no buffer rebuilt; anything else rebuilds the run from
     /// its state on the same engine, the optimizer state carried over where
     /// it still fits (`OptimizerState::carried_to`). The data stays: a new
-    /// dataset is a new run. On error the run is as it was.
+    /// dataset is a new run (its augmentation and loader may change). On error the run is as it was.
     pub async fn apply(&mut self, to: &Experiment) -> Result<Applied> {
         crate::validate::experiment(to)?;
         self.at_boundary("editing the run")?;
-        if to.data != self.experiment().data || to.seed != self.experiment().seed {
+        // Augmentation and the loader change how rows are served, not which.
+        if !to.data.same_rows(&self.experiment().data) || to.seed != self.experiment().seed {
             return Err(Error::Experiment("a change of data or seed starts a new run".into()));
         }
         if self.experiment().retunable_to(to) {

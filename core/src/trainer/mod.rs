@@ -107,6 +107,24 @@ impl Trainer {
         }
     }
 
+    /// A micro-batch a loader made ahead (`data::loader`): the CPU engine
+    /// takes it when it serves those rows (the same bits as making them
+    /// itself); the GPU engine gathers its rows on the device and drops it.
+    pub fn feed(&mut self, made: crate::data::MadeBatch) {
+        if let Inner::Cpu(e) = &mut self.inner {
+            e.feed(made);
+        }
+    }
+
+    /// Where the next micro-batch starts (the batcher's row counter) and
+    /// whether a loader's batch for it is here; None on the GPU engine.
+    pub fn next_batch_fed(&self) -> Option<(u64, bool)> {
+        match &self.inner {
+            Inner::Cpu(e) => Some((e.rows_consumed(), e.has_fed_batch())),
+            Inner::Gpu(_) => None,
+        }
+    }
+
     /// Optimizer steps applied (collected).
     pub fn step_count(&self) -> u64 {
         match &self.inner {

@@ -81,14 +81,15 @@ const CPU_SLICE_MS: f64 = 6.0;
 /// What the speed depends on (the race is kept per shape).
 pub fn shape_key(e: &Experiment) -> String {
     format!(
-        "{}{}|B{}x{}|{:?}|{}|clip={}",
+        "{}{}|B{}x{}|{:?}|{}|clip={}|augment={}",
         e.architecture_words(),
         e.gpt().map_or(String::new(), |g| format!("{g:?}")),
         e.batch_size,
         e.grad_accumulation,
         e.loss,
         e.optimizer.name(),
-        e.clip_grad_norm.is_some()
+        e.clip_grad_norm.is_some(),
+        e.data.active_augment().is_some()
     )
 }
 

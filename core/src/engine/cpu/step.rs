@@ -45,7 +45,7 @@ impl CpuEngine {
                     if micro == 0 && self.zero_grad {
                         self.grads.fill(0.0);
                     }
-                    self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
+                    self.serve_batch(batch);
                 }
                 let t1 = Instant::now();
                 let (width, target_width) = (self.inputs.len() / batch, self.targets.len() / batch);

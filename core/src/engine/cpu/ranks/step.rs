@@ -82,7 +82,14 @@ impl CpuEngine {
             }
             times.resize(all, RankTimes::default());
             let t0 = Instant::now();
-            self.batcher.next_batch(&mut self.inputs, &mut self.targets, &self.data.train, batch);
+            super::super::serve_batch(
+                &mut self.fed,
+                &mut self.batcher,
+                &self.data.train,
+                &mut self.inputs,
+                &mut self.targets,
+                batch,
+            );
             let t1 = Instant::now();
             phases.data_ms += ms(t0, t1);
             let shared = Shared {
