@@ -109,6 +109,18 @@ CASES = {
         "loss": "cross_entropy", "optimizer": {"kind": "adam", "lr": 0.01},
         "batch_size": 16, "clip_grad_norm": 0.3, "regularization": {"kind": "l2", "rate": 0.001},
         "data": {"source": "digits", "train_fraction": 0.8}},
+    # Augmented images (shifts and Simard's elastic distortion, issue 43) made
+    # by two DataLoader workers in the program run: the same images as
+    # Stepscope's, bit for bit (core/src/data/augment.rs).
+    "sgd_conv_digits_augmented": {
+        "seed": 21, "model": {"input_shape": [1, 8, 8], "layers": [
+            {"kind": "conv2d", "filters": 4, "kernel": 3, "padding": 1, "activation": "relu"},
+            {"kind": "max_pool2d", "kernel": 2},
+            {"units": 10, "activation": "linear"}]},
+        "loss": "cross_entropy", "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
+        "batch_size": 16,
+        "data": {"source": "digits", "train_fraction": 0.8, "num_workers": 2, "prefetch_factor": 3,
+                 "augment": {"shift": 1, "elastic": {"alpha": 3.0, "sigma": 1.5}}}},
     # A CSV with a test split: the script trains on the split's training rows.
     "adam_csv_split_shuffled": {
         "seed": 13, "model": {"inputs": 2, "layers": layers((8, "tanh"), (1, "linear"))},
@@ -457,7 +469,7 @@ def main():
     for name, experiment in CASES.items():
         with tempfile.TemporaryDirectory() as tmp:
             check(name, experiment, tmp, report)
-            if name == list(CASES)[-1]:
+            if name == list(CASES)[-1] or "num_workers" in experiment["data"]:
                 run_as_program(tmp)
     for name, experiment in FROM_STEP_ZERO.items():
         with tempfile.TemporaryDirectory() as tmp:

@@ -22,6 +22,7 @@ use crate::{say, Failure};
 
 mod anatomy;
 mod inputs;
+mod loaders;
 mod progress;
 mod ranks;
 mod trace;
@@ -146,6 +147,23 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         first_step,
         backend_name
     );
+    // Loader threads make the batches beside the loop (`data.num_workers`).
+    let mut loaders = match (e.data.num_workers(), on_cpu, engine.data_position()) {
+        (0, ..) => None,
+        (n, true, Some(position)) => {
+            say!(
+                "{n} loader thread{} (prefetch factor {}), augmentation: {}",
+                if n == 1 { "" } else { "s" },
+                e.data.prefetch_factor(),
+                e.data.augment.as_ref().map_or("none".into(), |a| a.describe())
+            );
+            Some(loaders::ThreadLoaders::start(&e, engine.data().train.clone(), &position))
+        }
+        (n, ..) => {
+            say!("data.num_workers {n} is not used: the GPU engine gathers its rows on the device");
+            None
+        }
+    };
     if e.shards > 1 && on_cpu {
         say!(
             "{} shards of {} rows each per micro-batch, on {} rank{} (threads; the same bits on any number)",
@@ -183,6 +201,10 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         // backward, or a layer's), so that Ctrl-C and the progress line
         // are looked at inside a long step; the GPU's steps are whole.
         let step_wall = Instant::now();
+        let loader_wait_ms = match loaders.as_mut() {
+            Some(l) => l.before_step(&mut engine, e.grad_accumulation),
+            None => 0.0,
+        };
         let step = if on_cpu {
             let (mut parts, step_started) = (0u64, Instant::now());
             loop {
@@ -245,6 +267,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
                 return Err(err.into());
             }
         };
+        metrics.phases.data_ms += loader_wait_ms;
         if let (Some(every), Some(out)) = (args.checkpoint_every, &args.out) {
             if (metrics.step + 1) % every == 0 {
                 let t = Instant::now();

@@ -129,3 +129,45 @@ fn the_built_in_mnist_trains_with_no_file() {
     assert!(text.contains("dense → 10 on mnist (4000 train / 1000 test rows), 5994 parameters"), "{text}");
     assert!(text.contains("test misclassified:") && text.contains("of 1000 rows"), "{text}");
 }
+
+/// Loader threads (`data.num_workers`) make the augmented batches beside
+/// the loop: the losses are the loop's own, bit for bit, with 0, 1 or 3
+/// threads and any prefetch; the line says what makes the batches.
+#[test]
+fn loader_threads_make_the_loops_augmented_batches() {
+    let dir = temp_dir("loaders");
+    let run = |workers: usize, prefetch: usize| {
+        let config = serde_json::json!({
+            "seed": 9,
+            "model": {"input_shape": [1, 8, 8], "layers": [
+                {"kind": "conv2d", "filters": 4, "kernel": 3, "padding": 1, "activation": "relu"},
+                {"kind": "max_pool2d", "kernel": 2},
+                {"units": 10, "activation": "linear"}]},
+            "loss": "cross_entropy", "optimizer": {"kind": "adam", "lr": 0.01}, "batch_size": 16,
+            "grad_accumulation": 2,
+            "data": {"source": "digits", "num_workers": workers, "prefetch_factor": prefetch,
+                     "augment": {"shift": 1, "elastic": {"alpha": 3.0, "sigma": 1.5}}}
+        });
+        let name = format!("c{workers}.json");
+        std::fs::write(dir.join(&name), config.to_string()).unwrap();
+        let metrics = format!("m{workers}.jsonl");
+        let out = stepscope(&dir, &["train", "--config", &name, "--steps", "12", "--metrics", &metrics]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let losses: Vec<String> = std::fs::read_to_string(dir.join(&metrics))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].to_string())
+            .collect();
+        (losses, text)
+    };
+    let (inline, _) = run(0, 2);
+    let (one, text) = run(1, 1);
+    assert!(
+        text.contains("1 loader thread (prefetch factor 1), augmentation: shift ±1 px, elastic α 3 σ 1.5"),
+        "{text}"
+    );
+    assert_eq!(one, inline);
+    assert_eq!(run(3, 4).0, inline);
+    assert_eq!(inline.len(), 12);
+}

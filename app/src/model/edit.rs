@@ -10,8 +10,10 @@ use stepscope_core::Experiment;
 
 mod hyper;
 mod layers;
+mod loader;
 pub use hyper::*;
 pub use layers::*;
+pub use loader::*;
 
 /// Page limits, enforced with a message (the core's own limits are wider).
 /// They live in the core (`Limits::PAGE`), which checks every experiment
@@ -149,7 +151,8 @@ pub fn hidden_layers(e: &Experiment) -> &[LayerSpec] {
 /// Whether going from `old` to `new` needs fresh parameters (the model,
 /// the data or the seed changed) or can continue the run.
 pub fn needs_reset(old: &Experiment, new: &Experiment) -> bool {
-    old.model != new.model || old.data != new.data || old.seed != new.seed || old.loss != new.loss
+    // Augmentation and the loader change how rows are served, not which.
+    old.model != new.model || !old.data.same_rows(&new.data) || old.seed != new.seed || old.loss != new.loss
 }
 
 /// Fits the model's ends to the data after a change of data or

@@ -12,7 +12,6 @@ pub mod clock;
 pub mod edit;
 pub mod gpt_lessons;
 pub mod host;
-pub mod loader;
 pub mod metrics_csv;
 pub mod op_table;
 pub mod opened;

@@ -4,6 +4,7 @@
 use leptos::prelude::*;
 use stepscope_core::experiment::{OptimizerSpec, Schedule};
 
+use crate::model::edit::{augment_name, augmentation_lesson, set_augmentation, set_num_workers, set_prefetch_factor};
 use crate::model::runner::Command;
 use crate::model::timeline::{means, part};
 use crate::model::words::{bytes, count, significant};
@@ -34,26 +35,25 @@ pub fn Lessons() -> impl IntoView {
         state.command(Command::ZeroGrad(on));
     };
 
-    // Slow data loader.
-    let loader = RwSignal::new((0.0f64, 0usize));
-    let set_loader = move |delay: Option<f64>, prefetch: Option<usize>| {
-        let (d, p) = loader.get_untracked();
-        let next = (delay.unwrap_or(d), prefetch.unwrap_or(p));
-        loader.set(next);
-        state.command(Command::Loader(next.0, next.1));
+    // A slow data loader: augmentation, loader workers, prefetch.
+    let augment_value = move || state.run.experiment.with(|e| augment_name(e).to_string());
+    let workers_value = move || state.run.experiment.with(|e| e.data.num_workers().to_string());
+    let prefetch_value = move || state.run.experiment.with(|e| e.data.prefetch_factor().to_string());
+    let on_augment = move |ev| {
+        let name = event_target_value(&ev);
+        state.edit(|e| set_augmentation(e, &name));
     };
-    let on_delay = move |ev| match event_target_value(&ev).trim().parse::<f64>() {
-        Ok(ms) if (0.0..=1000.0).contains(&ms) => set_loader(Some(ms), None),
-        _ => state
-            .run
-            .alert
-            .set(Some(format!("Loader delay: `{}` is not a number of ms in 0…1000.", event_target_value(&ev)))),
+    let on_workers = move |ev| {
+        let text = event_target_value(&ev);
+        state.edit(|e| set_num_workers(e, &text));
     };
-    let on_prefetch = move |ev| match event_target_value(&ev).trim().parse::<usize>() {
-        Ok(n) if n <= 16 => set_loader(None, Some(n)),
-        _ => {
-            state.run.alert.set(Some(format!("Prefetch: `{}` is not a whole number in 0…16.", event_target_value(&ev))))
-        }
+    let on_prefetch = move |ev| {
+        let text = event_target_value(&ev);
+        state.edit(|e| set_prefetch_factor(e, &text));
+    };
+    let start_lesson = move |_| {
+        state.run.csv_name.set(None);
+        state.edit(augmentation_lesson);
     };
     let busy = move || {
         let t = state.charts.timeline.get();
@@ -65,11 +65,30 @@ pub fn Lessons() -> impl IntoView {
         // Forward, backward, optimizer, and a GPU step timed whole.
         let compute: f64 = parts[part::FORWARD..=part::UNSPLIT].iter().sum();
         format!(
-            "{:.0} % of the step computing; data {:.2} ms of {:.2} ms per step",
-            100.0 * compute / wall,
+            "data {:.2} ms of {:.2} ms per step ({:.0} %); {:.0} % of the step computing",
             parts[part::DATA],
-            wall
+            wall,
+            100.0 * parts[part::DATA] / wall,
+            100.0 * compute / wall
         )
+    };
+    let loader_words = move || {
+        let l = state.run.loaders.get();
+        let asked = state.run.experiment.with(|e| e.data.num_workers());
+        let mut words = match (l.in_use, asked) {
+            (0, 0) => "The training loop makes each batch itself (num_workers 0).".to_string(),
+            (0, n) => format!("{n} loader worker{} asked, none in use.", if n == 1 { "" } else { "s" }),
+            (n, _) if l.make_ms > 0.0 => format!(
+                "{n} loader worker{} in use; each makes a batch in {:.2} ms.",
+                if n == 1 { "" } else { "s" },
+                l.make_ms
+            ),
+            (n, _) => format!("{n} loader worker{} starting.", if n == 1 { "" } else { "s" }),
+        };
+        if let Some(why) = l.reason {
+            words += &format!(" {why}.");
+        }
+        words
     };
 
     // Logging frequency.
@@ -136,13 +155,23 @@ pub fn Lessons() -> impl IntoView {
             <section>
                 <h4>"A slow data loader"</h4>
                 <div class="row">
-                    <label class="field"><span>"Delay per batch (ms)"</span>
-                        <input type="number" min="0" data-testid="loader-delay-ms" prop:value=move || loader.get().0.to_string() on:change=on_delay/></label>
-                    <label class="field"><span>"Prefetch (batches)"</span>
-                        <input type="number" min="0" data-testid="loader-prefetch" prop:value=move || loader.get().1.to_string() on:change=on_prefetch/></label>
+                    <label class="field"><span>"Augmentation"</span>
+                        <select data-testid="augmentation" prop:value=augment_value on:change=on_augment>
+                            <option value="none">"none"</option>
+                            <option value="shift">"random shifts"</option>
+                            <option value="elastic">"shifts + elastic distortion (heavy)"</option>
+                            <option value="custom" disabled=true>"as the link says"</option>
+                        </select></label>
+                    <label class="field"><span>"Loader workers"</span>
+                        <input type="number" min="0" max="16" data-testid="num-workers" prop:value=workers_value on:change=on_workers/></label>
+                    <label class="field"><span>"Prefetch factor"</span>
+                        <input type="number" min="1" max="16" data-testid="prefetch-factor" prop:value=prefetch_value on:change=on_prefetch/></label>
+                    <button data-testid="lesson-augmentation" on:click=start_lesson
+                        title="Heavy augmentation made by the training loop itself (on MNIST with the conv net where the data are not images)">"Heavy augmentation, no workers"</button>
                 </div>
                 <p data-testid="gpu-busy-share">{busy}</p>
-                <p class="note">"A loader that takes longer than a step leaves the GPU idle: the timeline's data part grows while forward, backward and optimizer stay the same. Prefetching loads the next batches while the GPU computes, and hides the delay as long as it is shorter than the step. (The delay is simulated; the rows are the engine's own.)"</p>
+                <p data-testid="loader-status">{loader_words}</p>
+                <p class="note">"Each training image is shifted and elastically distorted as it is served (the same changes on every machine: they come from the seed and the row's place in the run). Made by the training loop itself, that work is the step's data time and the engine waits for it. Loader workers make the next batches beside the step, each prefetch-factor batches ahead, and hide it while there are cores to spare; with few cores they compete with the training for them."</p>
             </section>
             <section>
                 <h4>"Forgetting to zero the gradients"</h4>

@@ -116,6 +116,9 @@ pub struct Run {
     /// steps) and what the engine's side made of it.
     pub ranks_asked: RwSignal<usize>,
     pub ranks: RwSignal<crate::model::host::protocol::RankStatus>,
+    /// The run's loader workers (`host::loaders`), as the engine's side
+    /// last said.
+    pub loaders: RwSignal<crate::model::host::protocol::LoaderStatus>,
     /// The straggler lesson: extra passes of the last rank's work.
     pub straggler: RwSignal<u32>,
     pub commands: StoredValue<Commands>,
@@ -255,6 +258,7 @@ impl AppState {
                 in_worker: RwSignal::new(false),
                 ranks_asked: RwSignal::new(url::ranks().unwrap_or_else(default_ranks)),
                 ranks: RwSignal::new(Default::default()),
+                loaders: RwSignal::new(Default::default()),
                 straggler: RwSignal::new(0),
                 commands: StoredValue::new(Arc::new(Mutex::new(Default::default()))),
                 clears: StoredValue::new(0),

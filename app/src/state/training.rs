@@ -132,6 +132,10 @@ impl AppState {
             let call = Instant::now();
             let (mut report, free_ms) = host.frame(plan).await;
             let call_ms = ms(call);
+            let loaders = host.status().loaders.clone();
+            if loaders != self.run.loaders.get_untracked() {
+                self.run.loaders.set(loaders);
+            }
             let ranks = host.status().ranks.clone();
             if let Some(notice) = &ranks.notice {
                 self.run.notice.set(Some(notice.clone()));

@@ -222,6 +222,11 @@ impl CpuEngine {
         self.fed.push_back(made);
     }
 
+    /// Where the data stands: the next micro-batch starts there.
+    pub fn data_position(&self) -> &DataPosition {
+        self.batcher.position()
+    }
+
     /// The batcher's row counter: the next micro-batch starts there.
     pub fn rows_consumed(&self) -> u64 {
         self.batcher.position().rows_consumed

@@ -11,7 +11,7 @@
 use std::fmt::Write;
 
 use super::py;
-use super::pytorch_data::{row_order, DATA};
+use super::pytorch_data::{augmentation, row_order, DATA, RNG};
 use super::pytorch_gpt::{gpt_loss, gpt_model};
 use super::pytorch_optim::{checkpoint, optimizer, schedule};
 use super::pytorch_run::{cli, PROCESSES};
@@ -42,7 +42,11 @@ pub fn pytorch_script(e: &Experiment) -> String {
     }
     s += &optimizer(&e.optimizer, e.gpt().is_some());
     s += &schedule(&e.schedule);
+    if e.data.shuffle || e.data.active_augment().is_some() {
+        s += RNG;
+    }
     s += &row_order(e.data.shuffle);
+    s += &augmentation(e);
     s += DATA;
     s += &checkpoint(&e.optimizer, e.gpt().map(|g| g.tie_embeddings));
     s += PROCESSES;

@@ -206,8 +206,10 @@ def main():
         say("give --data train.csv (the training rows) to continue training")
         return 0
     inputs, targets = read_csv(args.data)
-    inputs, targets = inputs.to(device), targets.to(device)
     order = RowOrder(len(inputs), position, rng_state)
+    # The batches come from a DataLoader with the run's loader settings;
+    # `order` keeps the data position a checkpoint stores.
+    loader = step_loader(order, inputs, targets, rank, world)
     trained = distribute(model, device, world)
     steps = args.steps if args.steps is not None else {default_steps}
     log_every = args.log_every or max(1, steps // 10)
@@ -233,7 +235,11 @@ def main():
             # The phases as `stepscope train --metrics` measures them.
             t = time.perf_counter()
             with torch.profiler.record_function("enumerate(DataLoader)#Stepscope.__next__"):
-                batches = next_batches(order, inputs, targets, rank, world)
+                first, batches = next(loader)
+                if first != order.k:
+                    raise SystemExit(f"the loader's step starts at row {{first}}, the run's at {{order.k}}")
+                order.take(BATCH_SIZE * GRAD_ACCUMULATION)
+                batches = [(x.to(device), y.to(device), n) for x, y, n in batches]
                 if device.type == "cuda":
                     torch.cuda.synchronize()
             data_ms = 1e3 * (time.perf_counter() - t)

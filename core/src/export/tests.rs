@@ -180,6 +180,27 @@ fn optional_parts_appear_only_when_used() {
     assert!(full.contains("class Xoshiro256"));
     assert_well_formed(&full, "full");
 
+    assert!(plain.contains("AUGMENTER = None") && plain.contains("NUM_WORKERS = 0"));
+    let augmented = pytorch_script(&experiment(
+        r#"{"model": {"inputs": 64, "layers": [{"units": 10, "activation": "linear"}]}, "loss": "cross_entropy",
+            "data": {"source": "digits", "shuffle": false, "num_workers": 3, "prefetch_factor": 4,
+                     "augment": {"shift": 2, "elastic": {"alpha": 9.5, "sigma": 1.25}}}}"#,
+    ));
+    for part in [
+        "NUM_WORKERS = 3",
+        "PREFETCH_FACTOR = 4",
+        "IMAGE = (1, 8, 8)",
+        "SHIFT = 2",
+        "ELASTIC = (9.5, 1.25)",
+        "class Augmenter",
+        "def seeded",
+        "class Xoshiro256",
+        "row k is k mod N",
+    ] {
+        assert!(augmented.contains(part), "{part}");
+    }
+    assert_well_formed(&augmented, "augmented");
+
     let l2 = pytorch_script(&experiment(r#"{"regularization": {"kind": "l2", "rate": 0.5}}"#));
     assert!(l2.contains("layer.weight.grad += REGULARIZATION_RATE * layer.weight\n"));
 }

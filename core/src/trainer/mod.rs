@@ -125,6 +125,15 @@ impl Trainer {
         }
     }
 
+    /// Where the CPU engine's data stands (what a loader starts from);
+    /// None on the GPU engine.
+    pub fn data_position(&self) -> Option<crate::data::DataPosition> {
+        match &self.inner {
+            Inner::Cpu(e) => Some(e.data_position().clone()),
+            Inner::Gpu(_) => None,
+        }
+    }
+
     /// Optimizer steps applied (collected).
     pub fn step_count(&self) -> u64 {
         match &self.inner {

@@ -121,14 +121,30 @@ impl Client {
     }
 
     /// Posts `message` (a plain object, not a request) and awaits the
-    /// worker's answer: Ok for "ranked", else what it said.
+    /// worker's answer: Ok for "ranked" (a rank worker) or "loading" (a
+    /// loader worker), else what it said.
     pub async fn answer(&self, message: &JsValue) -> Result<(), String> {
         self.worker.post_message(message).map_err(|e| format!("{e:?}"))?;
         match Next(self.inbox.clone()).await.as_string().as_deref() {
-            Some("ranked") => Ok(()),
+            Some("ranked" | "loading") => Ok(()),
             Some(other) => Err(other.trim_start_matches("error: ").to_string()),
             None => Err("an answer that was not text".into()),
         }
+    }
+
+    /// Posts a plain message, its `transfer` list moved, not copied.
+    pub(super) fn post(&self, message: &JsValue, transfer: &Array) -> Result<(), String> {
+        self.worker.post_message_with_transfer(message, transfer).map_err(|e| format!("{e:?}"))
+    }
+
+    /// The next message received, if one is here.
+    pub(super) fn try_next(&self) -> Option<JsValue> {
+        self.inbox.borrow_mut().messages.pop_front()
+    }
+
+    /// The next message, when it comes.
+    pub(super) fn next(&self) -> Next {
+        Next(self.inbox.clone())
     }
 
     /// Sends `request` and awaits its reply; also returns the ms the page

@@ -13,6 +13,7 @@
 //! without asking.
 
 mod client;
+pub mod loaders;
 pub mod protocol;
 pub mod ranks;
 mod server;

@@ -86,6 +86,18 @@ pub struct Status {
     pub racing: bool,
     /// The run's ranks (`host::ranks`).
     pub ranks: RankStatus,
+    /// The run's loader workers (`host::loaders`).
+    pub loaders: LoaderStatus,
+}
+
+/// How many loader workers make the run's batches, how long one takes to
+/// make a batch, and why none or fewer than asked.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoaderStatus {
+    pub in_use: usize,
+    pub asked: usize,
+    pub make_ms: f64,
+    pub reason: Option<String>,
 }
 
 /// How many ranks share the run's steps, why not as many as asked, and

@@ -12,7 +12,7 @@ use stepscope_core::Error;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::spawn_local;
 
-use super::protocol::{Answer, RankStatus, Reply, Request, Start, Status};
+use super::protocol::{Answer, LoaderStatus, RankStatus, Reply, Request, Start, Status};
 use crate::model::runner::{CsvData, Runner};
 
 type Slot<T> = Rc<RefCell<Option<T>>>;
@@ -30,6 +30,10 @@ pub struct Server {
     ranks: RankStatus,
     /// Why a rank worker was dropped, until ranks are set up again.
     rank_dropped: Option<String>,
+    /// The loader workers last set up (or tried) for which experiment,
+    /// and why none or fewer than asked.
+    loaders_tried: Option<stepscope_core::Experiment>,
+    loaders: LoaderStatus,
 }
 
 impl Server {
@@ -63,6 +67,7 @@ impl Server {
         }
         if let Request::Frame(plan) = &request {
             self.sync_ranks(plan.ranks).await;
+            self.sync_loaders().await;
             if let Some(runner) = self.runner.as_mut() {
                 self.ranks.straggler = plan.straggler > 0 && runner.set_straggler(plan.straggler);
             }
@@ -170,6 +175,43 @@ impl Server {
         self.ranks.asked = asked;
     }
 
+    /// Loader workers as the run's `data.num_workers` asks (`host::loaders`),
+    /// started again when the run changed how its batches are made; none
+    /// on the GPU engine (it gathers its rows on the device) or for a
+    /// transformer (its windows cost nothing to make), each with its reason.
+    async fn sync_loaders(&mut self) {
+        let Some(runner) = self.runner.as_mut() else { return };
+        let e = runner.experiment().clone();
+        let asked = e.data.num_workers();
+        let mut reason = None;
+        if asked > 0 && runner.on_gpu() {
+            reason = Some("the GPU engine gathers its rows on the device: loader workers serve the CPU engine".into());
+        } else if asked > 0 && e.gpt().is_some() {
+            reason = Some("a transformer's windows are read, not made: the loop serves them".into());
+        }
+        let wanted = if reason.is_some() { 0 } else { asked };
+        if self.loaders_tried.as_ref() == Some(&e) && (wanted == 0 || runner.loaders_serve()) {
+            self.loaders.asked = asked;
+            return;
+        }
+        self.loaders_tried = Some(e.clone());
+        runner.set_loaders(None);
+        if wanted > 0 {
+            match (runner.data_position(), super::loaders::worker_base()) {
+                (Some(position), Some(base)) => {
+                    let table = runner.training_table();
+                    match super::loaders::PageLoaders::spawn(&base, wanted, &e, table, &position).await {
+                        Ok(loaders) => runner.set_loaders(Some(Box::new(loaders))),
+                        Err(why) => reason = Some(why),
+                    }
+                }
+                _ => reason = Some("the loader workers' files could not be found".into()),
+            }
+        }
+        self.loaders.asked = asked;
+        self.loaders.reason = reason;
+    }
+
     fn start_gpu(&mut self) {
         if self.gpu_started {
             return;
@@ -201,6 +243,11 @@ impl Server {
                 self.rank_dropped = Some(notice.clone());
                 self.ranks.notice = Some(notice);
             }
+            let (in_use, make_ms, dropped) = r.loader_status();
+            if let Some(why) = dropped {
+                self.loaders.reason = Some(why);
+            }
+            status.loaders = LoaderStatus { in_use, make_ms, ..self.loaders.clone() };
             let notice = self.ranks.notice.take();
             status.ranks = RankStatus { notice, ..self.ranks.clone() };
             status.checkpoints = r.take_finished();

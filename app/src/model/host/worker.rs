@@ -44,6 +44,15 @@ pub fn run() {
                 scope_close(&replies);
                 return;
             }
+            if let Some(part) = super::loaders::loader_part(&message) {
+                // A loader worker (`loaders`): makes batches until closed.
+                let scope = replies.clone();
+                super::loaders::serve_loader(part, inbox.clone(), move |m, transfer| {
+                    let _ = scope.post_message_with_transfer(m, transfer);
+                })
+                .await;
+                return;
+            }
             let reply = match decode::<Request>(&Uint8Array::new(&message).to_vec()) {
                 Ok(request) => server.serve(request).await,
                 Err(message) => Reply { answer: Answer::Failed(message), status: Status::default() },

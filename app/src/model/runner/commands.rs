@@ -59,9 +59,6 @@ pub enum Command {
     ExportPytorch,
     /// The training rows as CSV (for the PyTorch script's `--data`).
     ExportData,
-    /// Lesson: a loader taking this many ms per batch, prefetching this
-    /// many batches (0 ms: off).
-    Loader(f64, usize),
     /// Lesson: log every this many steps exactly (None: as the frame
     /// budget allows).
     LogEvery(Option<usize>),

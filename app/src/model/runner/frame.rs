@@ -1,6 +1,6 @@
 //! One frame of the loop: train to the budget (or, in the lessons, N steps
-//! per log and batches from a slow loader), then the views and per-layer
-//! statistics from the engine.
+//! per log), each step waiting for its batches where loader workers make
+//! them, then the views and per-layer statistics from the engine.
 
 use std::sync::Arc;
 
@@ -16,7 +16,6 @@ use web_time::Instant;
 use super::profiler::Profiler;
 use super::{Runner, GPU_SUBMIT_MS};
 use crate::model::clock::ms_since;
-use crate::model::loader::Loader;
 use crate::model::views::{draw_diagram, link_blocks, Snapshot, ViewJob};
 
 impl Runner {
@@ -45,7 +44,7 @@ impl Runner {
                 }
             }
         }
-        // Lessons: a fixed number of steps between logs; a slow loader.
+        // Lessons: a fixed number of steps between logs.
         let cap = if single { 1 } else { self.steps_per_log.unwrap_or(usize::MAX) };
         let trainer = &mut self.trainer;
         if cpu {
@@ -60,9 +59,23 @@ impl Runner {
             let (every, last) = (self.checkpoint_every, self.last_checkpoint);
             loop {
                 if !trainer.mid_step() {
-                    let waited = wait_for_batches(&mut self.loader, 1).await;
-                    *awaited_ms += waited;
-                    self.loader_wait_ms += waited;
+                    // Loader workers make the batches: the step waits for its
+                    // own (its data time). Loaders given another run (an
+                    // edit this frame) sit out until they are set up again.
+                    let rows = trainer.data().train.rows();
+                    let micro = trainer.experiment().grad_accumulation;
+                    if let Some(loaders) = self.loaders.as_mut().filter(|l| l.serves(trainer.experiment(), rows)) {
+                        match loaders.before_step(trainer, micro).await {
+                            Ok(waited) => {
+                                *awaited_ms += waited;
+                                self.loader_wait_ms += waited;
+                            }
+                            Err(why) => {
+                                self.loaders = None;
+                                self.loader_notice = Some(format!("{why}: the loop makes its batches itself"));
+                            }
+                        }
+                    }
                 }
                 let due = if trainer.mid_step() { None } else { self.profiler.cpu_due(trainer.step_count()) };
                 let part = if due == Some(true) {
@@ -102,10 +115,6 @@ impl Runner {
         if let Some(cap) = self.steps_per_log.filter(|_| !single) {
             k = cap.min(max);
         }
-        if let Some(loader) = self.loader.as_ref().filter(|l| l.active()) {
-            // The loop takes the batches that are ready (at least one).
-            k = k.min(loader.ready(now_ms()).max(1));
-        }
         // A profiled step (by number) is submitted alone; the others stop
         // short of the next one.
         let first = trainer.step_count();
@@ -118,23 +127,18 @@ impl Runner {
             let next = (first..first + k as u64).find(|&t| schedule.profiles(t)).unwrap_or(first + k as u64);
             k = ((next - first) as usize).max(1);
         }
-        let waited = wait_for_batches(&mut self.loader, k).await;
-        *awaited_ms += waited;
         if profiled {
             trainer.submit_profiled()?;
         } else {
             trainer.submit(k)?;
         }
         let wait = Instant::now();
-        let mut out = trainer.collect().await?;
+        let out = trainer.collect().await?;
         *awaited_ms += ms_since(wait);
         if let (true, Some(m)) = (profiled, out.first()) {
             let (_, r) = trainer.phase_clock();
             let micro = trainer.experiment().grad_accumulation;
             self.profiler.found.push(PhaseProfile::single(m.step, ProfilePath::GpuTimestamps, &m.phases, r, micro));
-        }
-        for m in &mut out {
-            m.phases.data_ms += waited / k as f64;
         }
         // (A submit cut short for a profiled step says nothing of K.)
         if !single && self.steps_per_log.is_none() && k == requested {
@@ -149,12 +153,6 @@ impl Runner {
             };
         }
         Ok(out)
-    }
-
-    /// Lesson: a loader needing `delay_ms` per batch, `prefetch` ahead
-    /// (delay 0 turns it off).
-    pub fn set_loader(&mut self, delay_ms: f64, prefetch: usize) {
-        self.loader = (delay_ms > 0.0).then(|| Loader::new(delay_ms, prefetch, now_ms()));
     }
 
     /// Lesson: log (read back and redraw) every `n` steps exactly, one
@@ -311,23 +309,6 @@ pub fn now_ms() -> f64 {
 /// worker, the next message.
 pub async fn yield_now() {
     gloo_timers::future::TimeoutFuture::new(0).await;
-}
-
-/// Waits until the loader has `n` batches for the next steps; returns the
-/// milliseconds waited (0 without the lesson).
-async fn wait_for_batches(loader: &mut Option<Loader>, n: usize) -> f64 {
-    let Some(loader) = loader.as_mut().filter(|l| l.active()) else { return 0.0 };
-    let now = now_ms();
-    let ready_at = loader.take(n, now);
-    if ready_at > now {
-        sleep_ms(ready_at - now).await;
-    }
-    (now_ms() - now).max(0.0)
-}
-
-/// Resolves after `ms` milliseconds (a browser timer, through gloo-timers).
-async fn sleep_ms(ms: f64) {
-    gloo_timers::future::TimeoutFuture::new(ms.ceil().clamp(0.0, u32::MAX as f64) as u32).await;
 }
 
 /// Resolves at the next animation frame.

@@ -113,7 +113,6 @@ impl Runner {
                 .trainer
                 .set_activation_checkpointing(on)
                 .map_err(|err| err.context("Activation checkpointing was not switched"))?,
-            Command::Loader(delay_ms, prefetch) => self.set_loader(delay_ms, prefetch),
             Command::LogEvery(n) => self.set_steps_per_log(n),
             Command::CheckAccumulation(k) => {
                 return self.check_accumulation(k).await.map(|r| Some(Outcome::Accumulation(r)));
@@ -157,7 +156,8 @@ impl Runner {
             .trainer
             .set_activation_checkpointing(self.trainer.activation_checkpointing())
             .map_err(|err| err.context("Activation checkpointing was not switched"))?;
-        fresh.loader = self.loader.take().map(|l| Loader::new(l.delay_ms, l.prefetch, now_ms()));
+        // Loader workers serve one run: the host sets them up again.
+        fresh.loader_notice = self.loader_notice.take();
         fresh.steps_per_log = self.steps_per_log;
         fresh.set_fused_allowed(self.fused_allowed);
         fresh.yield_after_ms = self.yield_after_ms;

@@ -18,7 +18,6 @@ use stepscope_core::{Error, Experiment, StepMetrics, TrainState, Trainer};
 use web_time::Instant;
 
 use super::checkpoints::{self, latest_before, remember, CheckpointReport, Ring};
-use super::loader::Loader;
 use super::race::{RaceLanes, RaceReport};
 use super::spikes::Detector;
 use super::views::ViewJob;
@@ -70,8 +69,10 @@ pub struct Runner {
     ring: Ring,
     /// The step of the last automatic checkpoint.
     last_checkpoint: u64,
-    /// Lesson: the simulated slow loader, when on.
-    loader: Option<Loader>,
+    /// Loader workers making the batches ahead (`data.num_workers`;
+    /// `host::loaders`), and why the last ones were dropped.
+    loaders: Option<Box<dyn BatchLoaders>>,
+    loader_notice: Option<String>,
     /// Lesson: steps between logs, when fixed.
     steps_per_log: Option<usize>,
     /// What the last views cost to compute, in ms of work.
@@ -137,6 +138,24 @@ pub const PAGE_VIEWS_BUDGET_MS: f64 = 4.0;
 /// (`SubmitCost::steps_for`).
 const GPU_SUBMIT_MS: f64 = 30.0;
 
+/// Loader workers making the run's micro-batches ahead of the loop (on
+/// the page, `host::loaders`): the loop feeds what they made to the engine
+/// and waits for a step's batches; the wait is the step's data time.
+pub trait BatchLoaders {
+    /// Whether they were given this experiment and these training rows.
+    fn serves(&self, e: &Experiment, rows: usize) -> bool;
+    fn count(&self) -> usize;
+    /// Milliseconds a loader takes to make a batch, lately.
+    fn make_ms(&self) -> f64;
+    /// Before a step of `micro` micro-batches: the ms waited for them, or
+    /// why the loaders failed (the loop then makes its batches itself).
+    fn before_step<'a>(
+        &'a mut self,
+        trainer: &'a mut Trainer,
+        micro: usize,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<f64, String>> + 'a>>;
+}
+
 impl Runner {
     pub fn new(e: &Experiment, gpu: Option<Arc<GpuContext>>, csv: Option<CsvData>) -> Result<Runner, Error> {
         Runner::from_state(TrainState::fresh(e), gpu, csv)
@@ -162,7 +181,8 @@ impl Runner {
             steps_per_submit: 1,
             ring,
             last_checkpoint,
-            loader: None,
+            loaders: None,
+            loader_notice: None,
             steps_per_log: None,
             snapshot_cost_ms: 0.0,
             view_job: None,
@@ -247,6 +267,29 @@ impl Runner {
     }
     pub fn set_straggler(&mut self, extra: u32) -> bool {
         self.trainer.set_straggler(extra)
+    }
+    /// Loader workers for the run's batches (or none: the loop makes them).
+    pub fn set_loaders(&mut self, loaders: Option<Box<dyn BatchLoaders>>) {
+        self.loaders = loaders;
+    }
+    /// The loaders in use (0: none), a batch's mean making time (ms), and
+    /// why loaders were dropped (taken once).
+    pub fn loader_status(&mut self) -> (usize, f64, Option<String>) {
+        let (n, ms) = self.loaders.as_ref().map_or((0, 0.0), |l| (l.count(), l.make_ms()));
+        (n, ms, self.loader_notice.take())
+    }
+    /// Whether the loaders serve the run as it is now.
+    pub fn loaders_serve(&self) -> bool {
+        let rows = self.trainer.data().train.rows();
+        self.loaders.as_ref().is_some_and(|l| l.serves(self.trainer.experiment(), rows))
+    }
+    /// The training rows (what loader workers are given).
+    pub fn training_table(&self) -> &stepscope_core::data::Table {
+        &self.trainer.data().train
+    }
+    /// Where the run's data stands (CPU engine).
+    pub fn data_position(&self) -> Option<stepscope_core::data::DataPosition> {
+        self.trainer.data_position()
     }
     pub fn set_remote_ranks(&mut self, remote: Option<Box<dyn stepscope_core::engine::RemoteRanks>>) {
         self.trainer.set_remote_ranks(remote);
