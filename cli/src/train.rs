@@ -348,7 +348,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             tr.end_step(&metrics, end);
         }
         rank_summary.add(&metrics);
-        layer_anatomy.add(&metrics, engine.layer_times());
+        layer_anatomy.add(&metrics, engine.layer_times().as_ref());
         last = Some(metrics);
         if interrupted {
             break;
@@ -386,7 +386,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     if let Some(line) = rank_summary.line() {
         say!("{line}");
     }
-    for line in layer_anatomy.lines(&e) {
+    for line in anatomy::lines(layer_anatomy.table(&e, engine.activation_checkpointing())) {
         say!("{line}");
     }
     if e.gpt().is_some() {

@@ -1,6 +1,6 @@
 // The MLP's lessons and warnings on the page: gradients not zeroed, loss
-// spikes (warn, pause when asked, go back one click), a slow loader and
-// logging every step, a too-high learning rate and accumulation.
+// spikes (warn, pause when asked, go back one click), logging every step
+// (the slow loader is loader.test.mjs's), a too-high learning rate and accumulation.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -87,21 +87,8 @@ test('a loss spike pauses training when asked, and one click goes back to the la
   await page.close();
 });
 
-test('lessons: a slow loader shows as data time, prefetch hides it; logging every step costs every step', async (t) => {
+test('lessons: logging every step costs every step', async (t) => {
   const { page } = await open(ctx.base);
-  const dataMs = async () => Number((await text(page, 'gpu-busy-share')).match(/data ([\d.]+) ms/)[1]);
-  await setField(page, 'loader-delay-ms', 12);
-  await setField(page, 'loader-prefetch', 0);
-  await trainUntil(page, 70);
-  const slow = await dataMs();
-  assert.ok(slow >= 10, `without prefetch each step waits the whole 12 ms: ${slow}`);
-  await setField(page, 'loader-prefetch', 4);
-  await trainUntil(page, (await stepCount(page)) + 90);
-  const prefetched = await dataMs();
-  assert.ok(prefetched < slow / 2, `prefetch should hide most of it: ${prefetched} vs ${slow} ms`);
-  t.diagnostic(`loader 12 ms/batch: data ${slow} ms per step without prefetch, ${prefetched} ms with prefetch 4`);
-  await setField(page, 'loader-delay-ms', 0);
-
   const loggingMs = async () => Number((await text(page, 'logging-share')).match(/logging ([\d.]+) ms per step/)[1]);
   await page.getByTestId('log-every').selectOption('1');
   await trainUntil(page, (await stepCount(page)) + 70);

@@ -303,6 +303,9 @@ pub fn AnatomyPanel() -> impl IntoView {
             <Show when=is_gpt>
                 <super::gpt::OpBreakdown/>
             </Show>
+            <Show when=move || !is_gpt()>
+                <super::layer_table::LayerTablePanel/>
+            </Show>
             <p class="note" data-testid="flops">{flops}</p>
             <p class="note" data-testid="overhead-note">{overhead}</p>
                 </div>

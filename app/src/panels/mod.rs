@@ -12,6 +12,7 @@ pub mod header;
 mod hyper;
 mod images;
 mod inside;
+mod layer_table;
 mod layers;
 mod lessons;
 pub mod network;

@@ -1,6 +1,7 @@
 //! The page's shared state in four small typed contexts (the run, the
 //! charts, checkpoints, lessons), and the training loop that feeds them.
 
+use stepscope_core::engine::anatomy::{LayerAnatomy, LayerTable};
 use std::sync::{Arc, Mutex};
 
 use leptos::prelude::*;
@@ -166,7 +167,14 @@ pub struct Charts {
     /// A transformer's last step by op kind and block (the CPU engine's
     /// clock around each op), with that step's phases.
     pub op_times: RwSignal<Option<OpStep>>,
+    /// An MLP's or conv net's steps layer by layer (a sample a frame, the
+    /// last `LAYER_TABLE_STEPS`), and the table drawn from them.
+    pub layer_anatomy: StoredValue<LayerAnatomy>,
+    pub layer_table: RwSignal<Option<LayerTable>>,
 }
+
+/// Steps the live layer table is the mean of.
+pub const LAYER_TABLE_STEPS: usize = 50;
 
 /// Least time between two redraws of the timeline while training.
 pub const TIMELINE_REDRAW_MS: f64 = 250.0;
@@ -279,6 +287,8 @@ impl AppState {
                 phase_clock: RwSignal::new(None),
                 gpt_history: RwSignal::new(Vec::new()),
                 op_times: RwSignal::new(None),
+                layer_anatomy: StoredValue::new(LayerAnatomy::window(LAYER_TABLE_STEPS)),
+                layer_table: RwSignal::new(None),
             },
             checkpoints: Checkpoints {
                 verify_result: RwSignal::new(None),
@@ -359,6 +369,8 @@ impl AppState {
         self.charts.layer_history.set(Vec::new());
         self.charts.gpt_history.set(Vec::new());
         self.charts.op_times.set(None);
+        self.charts.layer_anatomy.set_value(LayerAnatomy::window(LAYER_TABLE_STEPS));
+        self.charts.layer_table.set(None);
         self.charts.metrics_log.update_value(MetricsLog::clear);
         self.charts.backward_by_mode.set(Default::default());
         self.lessons.phase_report.set(None);

@@ -101,6 +101,7 @@ impl AppState {
         let mut recoveries: Vec<Instant> = Vec::new();
         // The op breakdown is redrawn as often as the timeline.
         let mut ops_drawn: Option<Instant> = None;
+        let mut layers_drawn: Option<Instant> = None;
         // The frames of a step still under way (CPU, a long step).
         let mut unfinished: Option<FrameParts> = None;
         loop {
@@ -162,6 +163,17 @@ impl AppState {
                 if !running || ops_drawn.is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= super::TIMELINE_REDRAW_MS) {
                     ops_drawn = Some(Instant::now());
                     self.charts.op_times.set(Some(ops));
+                }
+            }
+            if let Some((metrics, times)) = report.layer_step.take().filter(|_| !stale) {
+                self.charts.layer_anatomy.update_value(|a| a.add(&metrics, Some(&(metrics.step, times))));
+                if !running || layers_drawn.is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= super::TIMELINE_REDRAW_MS) {
+                    layers_drawn = Some(Instant::now());
+                    let checkpointing = self.lessons.activation_checkpointing.get_untracked();
+                    let table = self.run.experiment.with_untracked(|e| {
+                        self.charts.layer_anatomy.with_value(|a| a.table(e, checkpointing))
+                    });
+                    self.charts.layer_table.set(table);
                 }
             }
             let mid_step = matches!(&report.trained, Some(Ok(m)) if m.is_empty());

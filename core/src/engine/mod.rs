@@ -2,6 +2,7 @@
 //! is checked against; all share `TrainState` (what a checkpoint holds)
 //! and `StepMetrics` (what one optimizer step reports).
 
+pub mod anatomy;
 mod cpu;
 mod forward;
 pub mod phases;

@@ -102,6 +102,10 @@ pub struct FrameReport {
     /// A transformer's last whole step on the CPU engine, by op kind and
     /// block, with that step's phases (one of this frame's steps).
     pub op_times: Option<OpStep>,
+    /// An MLP's or conv net's last whole step on the CPU engine, layer by
+    /// layer, with that step's metrics (one of this frame's steps): the
+    /// layer table's sample (`engine::anatomy`).
+    pub layer_step: Option<(StepMetrics, stepscope_core::engine::LayerTimes)>,
     /// The page's wait for the report beyond `frame_ms`: the messages to
     /// and from the worker, their encoding and the worker's scheduling
     /// (set by `Host::frame`; 0 when the engine runs on the page).
@@ -221,6 +225,11 @@ impl Runner {
         if let (Some(Ok(metrics)), Some((step, forward, backward))) = (&report.trained, self.trainer.op_times()) {
             if let Some(m) = metrics.iter().find(|m| m.step == step) {
                 report.op_times = Some(OpStep { step, forward, backward, phases: m.phases });
+            }
+        }
+        if let (Some(Ok(metrics)), Some((step, times))) = (&report.trained, self.trainer.layer_times()) {
+            if let Some(m) = metrics.iter().find(|m| m.step == step) {
+                report.layer_step = Some((m.clone(), times));
             }
         }
         report.frame_ms = ms_since(frame_started);
