@@ -81,6 +81,12 @@ test('the builder makes a conv net on the digits, shows each layer\'s shape, ref
   assert.equal(await page.locator('.conv-input .field-box').count(), 1, 'the box on the image');
   await page.locator('[data-testid=feature-maps]').scrollIntoViewIfNeeded();
   await page.screenshot({ path: path.join(artifacts, 'conv-digits.png'), fullPage: true });
+  // Another test image's maps, by its row.
+  const image0 = await pixels(page, '[data-testid=feature-maps]');
+  await setField(page, 'maps-image', 7);
+  await page.waitForFunction(() => /^test image 7 /.test(document.querySelector('.conv-input figcaption')?.textContent ?? ''),
+    null, { timeout: patience(20_000) });
+  assert.notEqual(await pixels(page, '[data-testid=feature-maps]'), image0, 'the maps of another image');
 
   // Data whose rows are not images: the conv and pool layers go, the
   // output layer stays.

@@ -139,6 +139,7 @@ fn Confusion(views: ImageViews) -> impl IntoView {
 
 #[component]
 fn Wrong(views: ImageViews) -> impl IntoView {
+    let state = expect_context::<crate::state::AppState>();
     let side = views.side;
     let shown = views.misclassified.len();
     let items = views
@@ -146,8 +147,12 @@ fn Wrong(views: ImageViews) -> impl IntoView {
         .into_iter()
         .map(|m| {
             let label = format!("test image {}: a {} taken for a {}", m.row, m.truth, m.predicted);
+            let row = m.row;
+            // A conv net draws the feature maps of a clicked one.
+            let pick = move |_| state.command(crate::model::runner::Command::MapsImage(row));
             view! {
-                <figure class="wrong" data-truth=m.truth data-predicted=m.predicted>
+                <figure class="wrong" data-truth=m.truth data-predicted=m.predicted data-row=m.row on:click=pick
+                    title="Its feature maps (a conv net)">
                     <Image values=m.pixels side=side signed=false label=label/>
                     <figcaption><b>{m.truth}</b>" → "{m.predicted}</figcaption>
                 </figure>
@@ -194,7 +199,17 @@ fn ConvLayers(views: ImageViews, field: RwSignal<Option<(usize, usize, usize)>>)
         None => "Click a point of a feature map to see the part of the input it sees: its receptive field.".into(),
     }
     };
+    let state = expect_context::<crate::state::AppState>();
+    let on_image = move |ev| {
+        let text = leptos::prelude::event_target_value(&ev);
+        match text.trim().parse::<usize>() {
+            Ok(row) => state.command(crate::model::runner::Command::MapsImage(row)),
+            Err(_) => state.run.alert.set(Some(format!("Test image: `{text}` is not a row number (0, 1, …)."))),
+        }
+    };
     let input = view! {
+        <label class="field"><span>"Test image"</span>
+            <input type="number" min="0" data-testid="maps-image" prop:value=conv.row.to_string() on:change=on_image/></label>
         <figure class="conv-input">
             <span class="field-frame">
                 <Picture values=conv.image.clone() size=[w, h] signed=false class="map"

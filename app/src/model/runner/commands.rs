@@ -24,6 +24,9 @@ pub enum Command {
     /// attention views read (refused with its reason if the run's text
     /// cannot serve it).
     GptViews(crate::model::views::gpt::GptViewSpec),
+    /// The test image a conv net's feature maps are drawn for (its row in
+    /// the test set; past the last, the last).
+    MapsImage(usize),
     /// A part of an uploaded file's bytes (its name, its whole size, the
     /// part), kept unread until its `ReadCsv`: the page sends a large file
     /// a part a frame, so no one message copies it whole on the page.

@@ -208,6 +208,7 @@ impl Runner {
                     if let Some(grads) = grads {
                         job.set_gradients(grads);
                     }
+                    job.set_maps_row(self.maps_row);
                     self.view_job = Some(job)
                 }
                 Err(err) => return (Err(err), awaited_ms),

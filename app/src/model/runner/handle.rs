@@ -18,6 +18,13 @@ impl Runner {
         if let Command::GptViews(spec) = command {
             return self.set_gpt_views(spec).map(|()| None);
         }
+        if let Command::MapsImage(row) = command {
+            // The next views show it (a job under way is begun again).
+            self.maps_row = row;
+            self.view_job = None;
+            self.views_dirty = true;
+            return Ok(None);
+        }
         match command {
             Command::RunPart(index, name, part) => return self.run_parts.receive(index, name, part).map(|()| None),
             Command::DropRunParts => {
@@ -139,6 +146,7 @@ impl Runner {
             | Command::StepPhase
             | Command::LinkMode(_)
             | Command::GptViews(_)
+            | Command::MapsImage(_)
             | Command::RunPart(..)
             | Command::OpenRun
             | Command::DropRunParts => {}
@@ -162,6 +170,7 @@ impl Runner {
         fresh.set_fused_allowed(self.fused_allowed);
         fresh.yield_after_ms = self.yield_after_ms;
         fresh.link_mode = self.link_mode;
+        fresh.maps_row = self.maps_row;
         fresh.checkpoint_every = self.checkpoint_every;
         fresh.gpt_views.spec = std::mem::take(&mut self.gpt_views.spec);
         fresh.run_id = self.run_id + 1;

@@ -109,6 +109,8 @@ pub struct Runner {
     profiler: profiler::Profiler,
     /// What the diagram's links show (the views draw it).
     link_mode: super::views::LinkMode,
+    /// The test image of a conv net's feature maps (`Command::MapsImage`).
+    maps_row: usize,
     /// A transformer's sample and attention window (`frame::GptViewState`).
     gpt_views: frame::GptViewState,
     /// The page's automatic checkpoint cadence (steps; 0: off), as the
@@ -182,6 +184,7 @@ impl Runner {
             ring,
             last_checkpoint,
             loaders: None,
+            maps_row: 0,
             loader_notice: None,
             steps_per_log: None,
             snapshot_cost_ms: 0.0,

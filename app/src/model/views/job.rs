@@ -89,6 +89,8 @@ pub struct ViewJob {
     params: Vec<f32>,
     /// A conv net's gradients of the last step (its filters' view).
     grads: Option<Vec<f32>>,
+    /// The test image its feature maps are drawn for.
+    maps_row: usize,
     links: Vec<LinkBlock>,
     chunk_rows: usize,
     grid: Option<GridPass>,
@@ -188,6 +190,7 @@ impl ViewJob {
             rows,
             params,
             grads: None,
+            maps_row: 0,
             links,
             chunk_rows,
             grid,
@@ -199,6 +202,12 @@ impl ViewJob {
     /// draws its filters' beside the filters.
     pub fn set_gradients(&mut self, grads: Vec<f32>) {
         self.grads = (grads.len() == self.params.len()).then_some(grads);
+    }
+
+    /// The test image a conv net's feature maps are drawn for (the last
+    /// where the test set is shorter).
+    pub fn set_maps_row(&mut self, row: usize) {
+        self.maps_row = row;
     }
 
     /// Whether this job still describes the run: the same experiment and
@@ -361,7 +370,14 @@ impl ViewJob {
             misclassified,
             wrong: metrics.wrong(),
             first_layer,
-            conv: super::conv_views(&self.experiment, &self.layout, &self.params, self.grads.as_deref(), table, 0),
+            conv: super::conv_views(
+                &self.experiment,
+                &self.layout,
+                &self.params,
+                self.grads.as_deref(),
+                table,
+                self.maps_row.min(table.rows().saturating_sub(1)),
+            ),
         })
     }
 }
