@@ -286,6 +286,7 @@ mod tests {
                 end_ms: 0.5,
             }],
             op_times: Some(crate::model::op_table::OpStep { step: 3, ..Default::default() }),
+            layer_step: None,
             // Set on the page, never sent.
             messaging_ms: 0.0,
         }));

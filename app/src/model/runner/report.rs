@@ -105,6 +105,7 @@ pub struct FrameReport {
     /// An MLP's or conv net's last whole step on the CPU engine, layer by
     /// layer, with that step's metrics (one of this frame's steps): the
     /// layer table's sample (`engine::anatomy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer_step: Option<(StepMetrics, stepscope_core::engine::LayerTimes)>,
     /// The page's wait for the report beyond `frame_ms`: the messages to
     /// and from the worker, their encoding and the worker's scheduling
