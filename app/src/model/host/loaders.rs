@@ -31,11 +31,20 @@ pub const LOADER_MESSAGE: &str = "stepscope_loader";
 /// A loader silent this long while the loop waits is dropped.
 pub const LOADER_STALL_MS: f64 = 20_000.0;
 
-/// What the loaders were given: the experiment and the training rows.
+/// What the loaders' batches depend on: the experiment's seed, batch size
+/// and data (its augmentation and loader settings included), and the
+/// training rows (an edit of anything else keeps them).
 #[derive(Clone, Debug, PartialEq)]
 struct Given {
-    experiment: String,
+    batches: String,
     rows: usize,
+}
+
+impl Given {
+    fn of(e: &Experiment, rows: usize) -> Given {
+        let data = serde_json::to_string(&e.data).unwrap_or_default();
+        Given { batches: format!("{}|{}|{data}", e.seed, e.batch_size), rows }
+    }
 }
 
 /// The training worker's end: the loader workers and what is asked of them.
@@ -85,12 +94,13 @@ impl PageLoaders {
         table: &Table,
         position: &DataPosition,
     ) -> Result<PageLoaders, String> {
-        let given = Given { experiment: serde_json::to_string(e).map_err(|err| err.to_string())?, rows: table.rows() };
+        let given = Given::of(e, table.rows());
+        let experiment = serde_json::to_string(e).map_err(|err| err.to_string())?;
         let mut clients = Vec::with_capacity(count);
         for i in 0..count {
             let client =
                 Client::spawn_at(base).await.map_err(|why| format!("loader worker {} did not start: {why}", i + 1))?;
-            let init = init_message(&given, table, position, 0)?;
+            let init = init_message(&experiment, table, position, 0)?;
             client
                 .answer(&init)
                 .await
@@ -117,8 +127,7 @@ impl PageLoaders {
     /// Whether these loaders serve `e` over `rows` training rows as they
     /// are (else they are started again).
     pub fn serve(&self, e: &Experiment, rows: usize) -> bool {
-        let experiment = serde_json::to_string(e).unwrap_or_default();
-        self.given == Given { experiment, rows } && self.clients.len() == e.data.num_workers()
+        self.given == Given::of(e, rows) && self.clients.len() == e.data.num_workers()
     }
 
     /// Starts a new generation at `position` (the run jumped: a restore, a
@@ -141,9 +150,10 @@ impl PageLoaders {
         (((start - self.base) / self.batch) % self.clients.len() as u64) as usize
     }
 
-    /// Asks for every micro-batch up to W·P ahead of `k`.
-    fn request_ahead(&mut self, k: u64) -> Result<(), String> {
-        let end = k + self.clients.len() as u64 * self.prefetch * self.batch;
+    /// Asks for every micro-batch up to W·P ahead of `k`, and at least the
+    /// step's `micro`.
+    fn request_ahead(&mut self, k: u64, micro: u64) -> Result<(), String> {
+        let end = k + (self.clients.len() as u64 * self.prefetch).max(micro) * self.batch;
         while self.next_request < end {
             let start = self.next_request;
             let m = Object::new();
@@ -196,7 +206,7 @@ impl PageLoaders {
                 self.take(&m, trainer)?;
             }
         }
-        self.request_ahead(k)?;
+        self.request_ahead(k, micro as u64)?;
         let started = crate::model::runner::now_ms();
         for m in 0..micro as u64 {
             let start = k + m * self.batch;
@@ -239,9 +249,9 @@ impl Future for Timed {
     }
 }
 
-fn init_message(given: &Given, table: &Table, position: &DataPosition, generation: u32) -> Result<JsValue, String> {
+fn init_message(experiment: &str, table: &Table, position: &DataPosition, generation: u32) -> Result<JsValue, String> {
     let part = Object::new();
-    set(&part, "experiment", &given.experiment.as_str().into())?;
+    set(&part, "experiment", &experiment.into())?;
     set(&part, "position", &serde_json::to_string(position).map_err(|e| e.to_string())?.into())?;
     set(&part, "inputs", &Float32Array::from(table.inputs.as_slice()))?;
     set(&part, "targets", &Float32Array::from(table.targets.as_slice()))?;

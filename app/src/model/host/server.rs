@@ -30,9 +30,9 @@ pub struct Server {
     ranks: RankStatus,
     /// Why a rank worker was dropped, until ranks are set up again.
     rank_dropped: Option<String>,
-    /// The loader workers last set up (or tried) for which experiment,
-    /// and why none or fewer than asked.
-    loaders_tried: Option<stepscope_core::Experiment>,
+    /// The loader workers last set up (or tried): for which run and which
+    /// batches (`loaders_key`), and why none or fewer than asked.
+    loaders_tried: Option<String>,
     loaders: LoaderStatus,
 }
 
@@ -190,11 +190,15 @@ impl Server {
             reason = Some("a transformer's windows are read, not made: the loop serves them".into());
         }
         let wanted = if reason.is_some() { 0 } else { asked };
-        if self.loaders_tried.as_ref() == Some(&e) && (wanted == 0 || runner.loaders_serve()) {
+        // Once per run and way of making its batches: loaders that failed
+        // to start, or were dropped, are not tried again every frame.
+        let key = format!("{}|{}|{}|{wanted}", runner.run_id(), e.seed, e.batch_size)
+            + &serde_json::to_string(&e.data).unwrap_or_default();
+        if self.loaders_tried.as_ref() == Some(&key) {
             self.loaders.asked = asked;
             return;
         }
-        self.loaders_tried = Some(e.clone());
+        self.loaders_tried = Some(key);
         runner.set_loaders(None);
         if wanted > 0 {
             match (runner.data_position(), super::loaders::worker_base()) {
