@@ -119,3 +119,14 @@ export async function continueInPyTorch(page, name) {
   assert.ok(line, out);
   return { dir, checkpoint, script, data, out, torchNorm: Number(line.match(/grad_norm ([\d.eE+-]+)/)[1]) };
 }
+
+// The page's metrics download: each recorded step's batch loss (as written,
+// full precision), by step.
+export async function downloadLosses(page) {
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-metrics').click()]);
+  const lines = fs.readFileSync(await download.path(), 'utf8').split('\n').filter((l) => l && !l.startsWith('#'));
+  const header = lines[0].split(',');
+  return new Map(lines.slice(1).map((l) => l.split(','))
+    .filter((r) => r[header.indexOf('batch_loss')] !== '')
+    .map((r) => [Number(r[header.indexOf('step')]), r[header.indexOf('batch_loss')]]));
+}

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { setup, artifacts, text, stepCount, patience, setField, continueInPyTorch } from './harness.mjs';
+import { setup, artifacts, text, stepCount, patience, setField, continueInPyTorch, downloadLosses } from './harness.mjs';
 
 const ctx = setup();
 const experiment = (page) => page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
@@ -100,12 +100,7 @@ async function losses(workers, steps) {
   await stepsAtLeast(page, steps);
   await page.getByTestId('train-toggle').click();
   const status = await text(page, 'loader-status');
-  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-metrics').click()]);
-  const lines = fs.readFileSync(await download.path(), 'utf8').split('\n').filter((l) => l && !l.startsWith('#'));
-  const header = lines[0].split(',');
-  const byStep = new Map(lines.slice(1).map((l) => l.split(','))
-    .filter((r) => r[header.indexOf('batch_loss')] !== '')
-    .map((r) => [Number(r[header.indexOf('step')]), r[header.indexOf('batch_loss')]]));
+  const byStep = await downloadLosses(page);
   assert.deepEqual(errors, []);
   return { page, byStep, status };
 }

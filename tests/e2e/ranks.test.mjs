@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { setup, patience, text, number, stepCount } from './harness.mjs';
+import { setup, patience, text, number, stepCount, downloadLosses } from './harness.mjs';
 import { serve } from './bench/browser.mjs';
 
 const ctx = setup();
@@ -55,12 +55,7 @@ async function train(url, steps, during) {
   await page.waitForFunction((n) => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= n,
     steps, { timeout: patience(180_000) });
   await page.getByTestId('train-toggle').click();
-  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-metrics').click()]);
-  const lines = fs.readFileSync(await download.path(), 'utf8').split('\n').filter((l) => l && !l.startsWith('#'));
-  const header = lines[0].split(',');
-  const losses = new Map(lines.slice(1).map((l) => l.split(','))
-    .filter((r) => r[header.indexOf('batch_loss')] !== '')
-    .map((r) => [Number(r[header.indexOf('step')]), r[header.indexOf('batch_loss')]]));
+  const losses = await downloadLosses(page);
   return { page, errors, losses };
 }
 

@@ -1,8 +1,8 @@
 //! The page's shared state in four small typed contexts (the run, the
 //! charts, checkpoints, lessons), and the training loop that feeds them.
 
-use stepscope_core::engine::anatomy::{LayerAnatomy, LayerTable};
 use std::sync::{Arc, Mutex};
+use stepscope_core::engine::anatomy::{LayerAnatomy, LayerTable};
 
 use leptos::prelude::*;
 use stepscope_core::engine::profile::PhaseProfile;

@@ -167,12 +167,14 @@ impl AppState {
             }
             if let Some((metrics, times)) = report.layer_step.take().filter(|_| !stale) {
                 self.charts.layer_anatomy.update_value(|a| a.add(&metrics, Some(&(metrics.step, times))));
-                if !running || layers_drawn.is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= super::TIMELINE_REDRAW_MS) {
+                if !running || layers_drawn.is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= super::TIMELINE_REDRAW_MS)
+                {
                     layers_drawn = Some(Instant::now());
                     let checkpointing = self.lessons.activation_checkpointing.get_untracked();
-                    let table = self.run.experiment.with_untracked(|e| {
-                        self.charts.layer_anatomy.with_value(|a| a.table(e, checkpointing))
-                    });
+                    let table = self
+                        .run
+                        .experiment
+                        .with_untracked(|e| self.charts.layer_anatomy.with_value(|a| a.table(e, checkpointing)));
                     self.charts.layer_table.set(table);
                 }
             }

@@ -20,7 +20,15 @@ pub fn lines(table: Option<LayerTable>) -> Vec<String> {
         ),
         format!(
             "  {:<28} {:>10} {:>11} {:>12} {:>7} {:>11} {:>12} {:>11} {:>10}",
-            "layer", "output", "forward ms", "backward ms", "share", "fwd MFLOP", "bwd MFLOP", "activations", "workspace"
+            "layer",
+            "output",
+            "forward ms",
+            "backward ms",
+            "share",
+            "fwd MFLOP",
+            "bwd MFLOP",
+            "activations",
+            "workspace"
         ),
     ];
     let mflop = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));

@@ -132,29 +132,26 @@ pub fn gaussian_kernel(sigma: f64) -> Vec<f32> {
 
 /// Smooths an H × W field in place: rows, then columns, zero outside.
 fn blur(field: &mut [f32], half: &mut [f32], kernel: &[f32], h: usize, w: usize) {
+    // Along x: h lines of w, steps of 1; along y: w lines of h, steps of w.
+    blur_lines(field, half, kernel, (h, w), (w, 1));
+    blur_lines(half, field, kernel, (w, h), (1, w));
+}
+
+/// Each of `lines` lines of `len` values (line i starts at i·stride.0,
+/// its values stride.1 apart) convolved with `kernel`, zero outside, the
+/// taps summed in order.
+fn blur_lines(src: &[f32], dst: &mut [f32], kernel: &[f32], (lines, len): (usize, usize), stride: (usize, usize)) {
     let r = (kernel.len() / 2) as i64;
-    for y in 0..h {
-        for x in 0..w {
+    for i in 0..lines {
+        for x in 0..len {
             let mut sum = 0.0f32;
             for (t, &k) in kernel.iter().enumerate() {
                 let xx = x as i64 + t as i64 - r;
-                if (0..w as i64).contains(&xx) {
-                    sum += k * field[y * w + xx as usize];
+                if (0..len as i64).contains(&xx) {
+                    sum += k * src[i * stride.0 + xx as usize * stride.1];
                 }
             }
-            half[y * w + x] = sum;
-        }
-    }
-    for y in 0..h {
-        for x in 0..w {
-            let mut sum = 0.0f32;
-            for (t, &k) in kernel.iter().enumerate() {
-                let yy = y as i64 + t as i64 - r;
-                if (0..h as i64).contains(&yy) {
-                    sum += k * half[yy as usize * w + x];
-                }
-            }
-            field[y * w + x] = sum;
+            dst[i * stride.0 + x * stride.1] = sum;
         }
     }
 }
