@@ -9,7 +9,7 @@ use wasm_bindgen::{Clamped, JsCast};
 use web_sys::ImageData;
 
 use super::draw::{context, resize};
-use crate::model::views::{color, ImageViews};
+use crate::model::views::{color, ConvLayerView, ImageViews};
 use crate::state::Charts;
 
 /// Paints a (side, side) image: grey levels for pixels in [0, 1]
@@ -35,16 +35,23 @@ fn paint_image(canvas: &web_sys::HtmlCanvasElement, values: &[f32], [w, h]: [usi
     }
 }
 
-/// One small square image, painted once mounted and again when it changes.
-#[component]
-fn Image(values: Vec<f32>, side: usize, signed: bool, #[prop(into)] label: String) -> impl IntoView {
-    view! { <Picture values=values size=[side, side] signed=signed label=label class="digit"/> }
+/// The image views of the newest snapshot, computed once per snapshot and
+/// read piece by piece by the panel's parts.
+type Views = Memo<Option<ImageViews>>;
+
+/// A part of the views as a signal (its default while there are none).
+fn part<T: Default + Clone + Send + Sync + 'static>(
+    views: Views,
+    f: impl Fn(&ImageViews) -> Option<T> + Send + Sync + 'static,
+) -> Signal<T> {
+    Signal::derive(move || views.with(|v| v.as_ref().and_then(&f)).unwrap_or_default())
 }
 
-/// One small (width, height) image.
+/// One small (width, height) image, painted when mounted and again, in
+/// place, whenever its values change: the canvas stays.
 #[component]
 fn Picture(
-    values: Vec<f32>,
+    values: Signal<Vec<f32>>,
     size: [usize; 2],
     signed: bool,
     #[prop(into)] label: String,
@@ -52,6 +59,7 @@ fn Picture(
 ) -> impl IntoView {
     let canvas: NodeRef<Canvas> = NodeRef::new();
     Effect::new(move |_| {
+        let values = values.get();
         if let Some(c) = canvas.get() {
             paint_image(&c, &values, size, signed);
         }
@@ -59,22 +67,94 @@ fn Picture(
     view! { <canvas node_ref=canvas class=class width=size[0] height=size[1] role="img" aria-label=label></canvas> }
 }
 
+/// What the panel's elements depend on: they are made again only when it
+/// changes (another model or data, a different number of misclassified
+/// images shown), and otherwise updated in place at every snapshot, so a
+/// live run does not rebuild hundreds of elements and canvases per frame.
+#[derive(Clone, Debug, PartialEq)]
+struct Layout {
+    classes: usize,
+    side: usize,
+    misclassified: usize,
+    first_layer: usize,
+    conv: Option<(usize, [usize; 3], Vec<ConvLayout>)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct ConvLayout {
+    view: ConvLayerView,
+    gradients: bool,
+}
+
+impl Layout {
+    fn of(v: &ImageViews) -> Layout {
+        Layout {
+            classes: v.classes,
+            side: v.side,
+            misclassified: v.misclassified.len(),
+            first_layer: v.first_layer.len(),
+            conv: v.conv.as_ref().map(|c| {
+                let layers = c
+                    .layers
+                    .iter()
+                    .map(|l| ConvLayout {
+                        // The layer's structure, without its values.
+                        view: ConvLayerView {
+                            maps: vec![Vec::new(); l.maps.len()],
+                            filters: vec![Vec::new(); l.filters.len()],
+                            gradients: Vec::new(),
+                            ..l.clone()
+                        },
+                        gradients: l.gradients.len() == l.filters.len() && !l.filters.is_empty(),
+                    })
+                    .collect();
+                (c.layers.len(), c.input_shape, layers)
+            }),
+        }
+    }
+}
+
 #[component]
 pub fn ImagePanel() -> impl IntoView {
     let charts = expect_context::<Charts>();
-    let views = move || charts.snapshot.get().and_then(|s| s.images.clone());
+    let views: Views = Memo::new(move |_| charts.snapshot.with(|s| s.as_ref().and_then(|s| s.images.clone())));
+    let layout = Memo::new(move |_| views.with(|v| v.as_ref().map(Layout::of)));
     // The feature-map position clicked (layer, row, column): kept across
     // snapshots, so the receptive field stays while the maps change.
     let field = RwSignal::new(None::<(usize, usize, usize)>);
+    // Made in three parts, an animation frame apart (the class views, the
+    // feature maps, the filters): making a conv net's hundred-odd canvases
+    // at once blocked the page for about 90 ms.
+    let stage = RwSignal::new(0u8);
+    Effect::new(move |_| {
+        layout.track();
+        stage.set(0);
+        request_animation_frame(move || {
+            stage.set(1);
+            request_animation_frame(move || stage.set(2));
+        });
+    });
+    let maps_shown = Memo::new(move |_| stage.get() >= 1);
+    let filters_shown = Memo::new(move |_| stage.get() >= 2);
     view! {
-        <Show when=move || views().is_some()
+        <Show when=move || layout.with(Option::is_some)
             fallback=|| view! { <p class="note">"Press Train: the confusion matrix and the misclassified digits appear here."</p> }>
-            {move || views().map(|v| view! {
-                <PerClass views=v.clone()/>
-                <Confusion views=v.clone()/>
-                <Wrong views=v.clone()/>
-                <ConvLayers views=v.clone() field=field/>
-                <Filters views=v/>
+            {move || layout.get().map(|l| {
+                let conv = l.conv.map(|(_, shape, layers)| (shape, layers));
+                let for_filters = conv.clone();
+                let (units, side) = (l.first_layer, l.side);
+                view! {
+                    <PerClass views=views classes=l.classes/>
+                    <Confusion views=views classes=l.classes/>
+                    <Wrong views=views shown=l.misclassified side=l.side/>
+                    {move || maps_shown.get().then(|| conv.clone().map(|(shape, layers)| view! {
+                        <ConvLayers views=views input_shape=shape layers=layers field=field/>
+                    }))}
+                    {move || filters_shown.get().then(|| view! {
+                        {for_filters.clone().map(|(_, layers)| view! { <ConvFilters views=views layers=layers/> })}
+                        <Filters views=views units=units side=side/>
+                    })}
+                }
             })}
         </Show>
     }
@@ -82,17 +162,20 @@ pub fn ImagePanel() -> impl IntoView {
 
 /// A bar per class: its test accuracy.
 #[component]
-fn PerClass(views: ImageViews) -> impl IntoView {
-    let rows = (0..views.classes)
+fn PerClass(views: Views, classes: usize) -> impl IntoView {
+    let rows = (0..classes)
         .map(|k| {
-            let (total, right) = views.class_counts(k);
-            let share = if total > 0 { right as f64 / total as f64 } else { 0.0 };
+            let counts = part(views, move |v| Some(v.class_counts(k)));
+            let share = move || {
+                let (total, right) = counts.get();
+                if total > 0 { right as f64 / total as f64 } else { 0.0 }
+            };
             view! {
                 <div class="class-bar" data-testid=format!("class-accuracy-{k}")>
                     <span class="label">{k}</span>
-                    <span class="bar"><span style=format!("width:{:.1}%", share * 100.0)></span></span>
-                    <span class="value">{format!("{:.1} %", share * 100.0)}</span>
-                    <span class="count">{format!("{right}/{total}")}</span>
+                    <span class="bar"><span style=move || format!("width:{:.1}%", share() * 100.0)></span></span>
+                    <span class="value">{move || format!("{:.1} %", share() * 100.0)}</span>
+                    <span class="count">{move || { let (total, right) = counts.get(); format!("{right}/{total}") }}</span>
                 </div>
             }
         })
@@ -106,20 +189,37 @@ fn PerClass(views: ImageViews) -> impl IntoView {
 /// Rows: the true class; columns: the predicted one. A cell's shade is
 /// its share of the row.
 #[component]
-fn Confusion(views: ImageViews) -> impl IntoView {
-    let n = views.classes;
+fn Confusion(views: Views, classes: usize) -> impl IntoView {
+    let n = classes;
     let head = (0..n).map(|k| view! { <th scope="col">{k}</th> }).collect_view();
     let body = (0..n)
         .map(|t| {
-            let (total, _) = views.class_counts(t);
             let cells = (0..n)
                 .map(|p| {
-                    let count = views.confusion[t * n + p];
-                    let share = if total > 0 { count as f64 / total as f64 } else { 0.0 };
-                    let class = if t == p { "hit" } else if count > 0 { "miss" } else { "" };
+                    // (count, the row's total)
+                    let cell = part(views, move |v| Some((v.confusion[t * n + p], v.class_counts(t).0)));
+                    let share = move || {
+                        let (count, total) = cell.get();
+                        if total > 0 {
+                            count as f64 / total as f64
+                        } else {
+                            0.0
+                        }
+                    };
+                    let class = move || {
+                        let count = cell.get().0;
+                        if t == p {
+                            "hit"
+                        } else if count > 0 {
+                            "miss"
+                        } else {
+                            ""
+                        }
+                    };
                     view! {
-                        <td class=class style=format!("--share:{share:.3}") title=format!("true {t}, predicted {p}: {count}")>
-                            {if count > 0 { count.to_string() } else { String::new() }}
+                        <td class=class style=move || format!("--share:{:.3}", share())
+                            title=move || format!("true {t}, predicted {p}: {}", cell.get().0)>
+                            {move || match cell.get().0 { 0 => String::new(), count => count.to_string() }}
                         </td>
                     }
                 })
@@ -138,31 +238,37 @@ fn Confusion(views: ImageViews) -> impl IntoView {
 }
 
 #[component]
-fn Wrong(views: ImageViews) -> impl IntoView {
+fn Wrong(views: Views, shown: usize, side: usize) -> impl IntoView {
     let state = expect_context::<crate::state::AppState>();
-    let side = views.side;
-    let shown = views.misclassified.len();
-    let items = views
-        .misclassified
-        .into_iter()
-        .map(|m| {
-            let label = format!("test image {}: a {} taken for a {}", m.row, m.truth, m.predicted);
-            let row = m.row;
+    let items = (0..shown)
+        .map(|i| {
+            let m = part(views, move |v| v.misclassified.get(i).map(|m| (m.row, m.truth, m.predicted)));
+            let pixels = part(views, move |v| v.misclassified.get(i).map(|m| m.pixels.clone()));
             // A conv net draws the feature maps of a clicked one.
-            let pick = move |_| state.command(crate::model::runner::Command::MapsImage(row));
+            let pick = move |_| state.command(crate::model::runner::Command::MapsImage(m.get_untracked().0));
+            let label = format!("misclassified test image {}", i + 1);
             view! {
-                <figure class="wrong" data-truth=m.truth data-predicted=m.predicted data-row=m.row on:click=pick
-                    title="Its feature maps (a conv net)">
-                    <Image values=m.pixels side=side signed=false label=label/>
-                    <figcaption><b>{m.truth}</b>" → "{m.predicted}</figcaption>
+                <figure class="wrong" data-truth=move || m.get().1 data-predicted=move || m.get().2
+                    data-row=move || m.get().0 on:click=pick title="Its feature maps (a conv net)"
+                    aria-label=move || { let (row, t, p) = m.get(); format!("test image {row}: a {t} taken for a {p}") }>
+                    <Picture values=pixels size=[side, side] signed=false label=label class="digit"/>
+                    <figcaption><b>{move || m.get().1}</b>" → "{move || m.get().2}</figcaption>
                 </figure>
             }
         })
         .collect_view();
+    let words = move || {
+        views.with(|v| {
+            v.as_ref().map_or_else(String::new, |v| {
+                let more =
+                    if (v.wrong as usize) > shown { format!(", the first {shown} shown") } else { String::new() };
+                format!("{} wrong in the test set{more}; each shows the true label → the model's.", v.wrong)
+            })
+        })
+    };
     view! {
         <h3>"Misclassified test images"</h3>
-        <p class="note">{format!("{} wrong in the test set{}; each shows the true label → the model's.", views.wrong,
-            if (views.wrong as usize) > shown { format!(", the first {shown} shown") } else { String::new() })}</p>
+        <p class="note">{words}</p>
         <div class="digits" data-testid="misclassified">{items}</div>
     }
 }
@@ -172,10 +278,19 @@ fn Wrong(views: ImageViews) -> impl IntoView {
 /// (input channels side by side); blue positive, orange negative, each
 /// scaled by its largest magnitude.
 #[component]
-fn ConvLayers(views: ImageViews, field: RwSignal<Option<(usize, usize, usize)>>) -> impl IntoView {
-    let Some(conv) = views.conv else { return ().into_any() };
+fn ConvLayers(
+    views: Views,
+    input_shape: [usize; 3],
+    layers: Vec<ConvLayout>,
+    field: RwSignal<Option<(usize, usize, usize)>>,
+) -> impl IntoView {
     let e = expect_context::<crate::state::AppState>().run.experiment;
-    let [c, h, w] = conv.input_shape;
+    let [c, h, w] = input_shape;
+    let conv = move |f: fn(&crate::model::views::ConvViews) -> usize| {
+        views.with(|v| v.as_ref().and_then(|v| v.conv.as_ref()).map_or(0, f))
+    };
+    let row = move || conv(|c| c.row);
+    let image = part(views, |v| v.conv.as_ref().map(|c| c.image.clone()));
     // The clicked position's receptive field on the input, from the
     // experiment's layers (`Experiment::receptive_field`).
     let rect = move || field.get().and_then(|(l, y, x)| e.with(|e| e.receptive_field(l, y, x)).map(|r| (l, y, x, r)));
@@ -209,28 +324,25 @@ fn ConvLayers(views: ImageViews, field: RwSignal<Option<(usize, usize, usize)>>)
     };
     let input = view! {
         <label class="field"><span>"Test image"</span>
-            <input type="number" min="0" data-testid="maps-image" prop:value=conv.row.to_string() on:change=on_image/></label>
+            <input type="number" min="0" data-testid="maps-image" prop:value=move || row().to_string() on:change=on_image/></label>
         <figure class="conv-input">
             <span class="field-frame">
-                <Picture values=conv.image.clone() size=[w, h] signed=false class="map"
-                    label=format!("test image {}", conv.row)/>
+                <Picture values=image size=[w, h] signed=false class="map" label="the test image of the feature maps"/>
                 {overlay}
             </span>
-            <figcaption>{format!("test image {} ({c}×{h}×{w})", conv.row)}</figcaption>
+            <figcaption>{move || format!("test image {} ({c}×{h}×{w})", row())}</figcaption>
         </figure>
         <p class="note" data-testid="receptive-field">{words}</p>
     };
-    let maps = conv
-        .layers
+    let maps = layers
         .iter()
-        .map(|layer| {
+        .enumerate()
+        .map(|(i, ConvLayout { view: layer, .. })| {
             let [channels, h, w] = layer.shape;
             let l = layer.layer;
-            let items = layer
-                .maps
-                .iter()
-                .enumerate()
-                .map(|(ch, map)| {
+            let items = (0..layer.maps.len())
+                .map(|ch| {
+                    let values = part(views, move |v| Some(v.conv.as_ref()?.layers.get(i)?.maps.get(ch)?.clone()));
                     // A click picks the map's position under the pointer.
                     let on_click = move |ev: leptos::ev::MouseEvent| {
                         let Some(target) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok()) else {
@@ -244,7 +356,7 @@ fn ConvLayers(views: ImageViews, field: RwSignal<Option<(usize, usize, usize)>>)
                     };
                     view! {
                         <figure class="map" data-layer=l data-channel=ch on:click=on_click>
-                            <Picture values=map.clone() size=[w, h] signed=true class="map"
+                            <Picture values=values size=[w, h] signed=true class="map"
                                 label=format!("layer {l}, channel {ch}: its output for the test image")/>
                         </figure>
                     }
@@ -259,19 +371,30 @@ fn ConvLayers(views: ImageViews, field: RwSignal<Option<(usize, usize, usize)>>)
             }
         })
         .collect_view();
-    let filters = conv
-        .layers
+    view! {
+        <h3>"Feature maps"</h3>
+        <p class="note">"What each conv and pool layer makes of one test image, a map per channel: blue where the output is positive, orange where negative, each map scaled by its largest value."</p>
+        {input}
+        <div class="feature-maps" data-testid="feature-maps">{maps}</div>
+    }
+}
+
+/// Each conv layer's filters, input channels side by side, with the last
+/// step's gradient of each under it.
+#[component]
+fn ConvFilters(views: Views, layers: Vec<ConvLayout>) -> impl IntoView {
+    let filters = layers
         .iter()
-        .filter(|layer| !layer.filters.is_empty())
-        .map(|layer| {
+        .enumerate()
+        .filter(|(_, layer)| !layer.view.filters.is_empty())
+        .map(|(i, ConvLayout { view: layer, gradients })| {
             let (l, k) = (layer.layer, layer.kernel);
-            let items = layer
-                .filters
-                .iter()
-                .enumerate()
-                .map(|(f, values)| {
+            let items = (0..layer.filters.len())
+                .map(|f| {
                     let size = [k * layer.filter_channels, k];
-                    let gradient = layer.gradients.get(f).cloned().map(|g| {
+                    let values = part(views, move |v| Some(v.conv.as_ref()?.layers.get(i)?.filters.get(f)?.clone()));
+                    let gradient = gradients.then(|| {
+                        let g = part(views, move |v| Some(v.conv.as_ref()?.layers.get(i)?.gradients.get(f)?.clone()));
                         view! {
                             <Picture values=g size=size signed=true class="filter gradient"
                                 label=format!("layer {l}, filter {f}: the last step's gradient of its weights")/>
@@ -279,7 +402,7 @@ fn ConvLayers(views: ImageViews, field: RwSignal<Option<(usize, usize, usize)>>)
                     });
                     view! {
                         <figure class="filter" data-layer=l data-filter=f>
-                            <Picture values=values.clone() size=size signed=true class="filter"
+                            <Picture values=values size=size signed=true class="filter"
                                 label=format!("layer {l}, filter {f}: its weights, input channels side by side")/>
                             {gradient}
                         </figure>
@@ -295,15 +418,10 @@ fn ConvLayers(views: ImageViews, field: RwSignal<Option<(usize, usize, usize)>>)
         })
         .collect_view();
     view! {
-        <h3>"Feature maps"</h3>
-        <p class="note">"What each conv and pool layer makes of one test image, a map per channel: blue where the output is positive, orange where negative, each map scaled by its largest value."</p>
-        {input}
-        <div class="feature-maps" data-testid="feature-maps">{maps}</div>
         <h3>"Filters"</h3>
         <p class="note">"Each conv filter's weights, its input channels side by side: what it looks for; under it, the last step's gradient of those weights (each scaled by its own largest value)."</p>
         <div class="conv-filters" data-testid="filters">{filters}</div>
     }
-    .into_any()
 }
 
 /// `Layer 2: 16 filters of 3×3 over 12 input channels (the first 8 shown)`.
@@ -322,16 +440,15 @@ fn filter_heading(layer: &crate::model::views::ConvLayerView) -> String {
 }
 
 #[component]
-fn Filters(views: ImageViews) -> impl IntoView {
-    if views.first_layer.is_empty() {
+fn Filters(views: Views, units: usize, side: usize) -> impl IntoView {
+    if units == 0 {
         return ().into_any();
     }
-    let side = views.side;
-    let items = views
-        .first_layer
-        .into_iter()
-        .enumerate()
-        .map(|(u, w)| view! { <Image values=w side=side signed=true label=format!("first-layer unit {u}'s weights")/> })
+    let items = (0..units)
+        .map(|u| {
+            let w = part(views, move |v| v.first_layer.get(u).cloned());
+            view! { <Picture values=w size=[side, side] signed=true label=format!("first-layer unit {u}'s weights") class="digit"/> }
+        })
         .collect_view();
     view! {
         <h3>"First layer's weights as images"</h3>

@@ -150,7 +150,8 @@ impl AppState {
                 checkpoint_ms: report.checkpoint_ms,
                 logging_ms: report.logging_ms,
                 profiling_ms: report.profiling_ms,
-                engine_frame_ms: report.frame_ms,
+                // With the steps the worker trained while the page drew.
+                engine_frame_ms: report.frame_ms + report.ahead_ms,
                 messaging_ms: report.messaging_ms,
                 page_ms: 0.0,
             };

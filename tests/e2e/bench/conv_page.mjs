@@ -7,8 +7,11 @@
 // training the same net at batch 20 in a page of the same browser,
 // interleaved, reported as ratios. Optionally with the slow-loader lesson's
 // augmentation and loader workers (`--augment elastic --workers N`).
+// `--trace` also records a Chromium trace of the page's first run and
+// prints what the main thread's tasks over 50 ms spent their time on
+// (self time by trace event: script, style, layout, paint, GC).
 //
-//   node bench/conv_page.mjs [--seconds S] [--reps N] [--augment none|shift|elastic] [--workers N]
+//   node bench/conv_page.mjs [--seconds S] [--reps N] [--augment none|shift|elastic] [--workers N] [--trace]
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -23,6 +26,7 @@ const seconds = Number(opt('--seconds', 10));
 const reps = Number(opt('--reps', 3));
 const augment = opt('--augment', 'none');
 const workers = Number(opt('--workers', 0));
+const tracing = args.includes('--trace');
 
 await esbuild.build({ entryPoints: [path.join(here, 'convnetjs-conv-bench.mjs')], bundle: true, format: 'iife', outfile: convnetjsBundle, logLevel: 'warning' });
 const { server, root } = await serve((p) => (p === '/tfjs/convnetjs-conv-bench.js' ? convnetjsBundle : null));
@@ -30,7 +34,44 @@ const browser = await launch();
 const steps = (page) => page.evaluate(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')));
 const settled = (page) => page.waitForFunction(() => document.querySelector('[data-testid=backend-name]')?.dataset.settled === 'true', null, { timeout: 120_000 });
 
-async function pageRun() {
+// Self time (ms) by event name inside the main thread's tasks over 50 ms
+// of a Chromium trace (`devtools.timeline` events), and how many there were.
+function longTaskBreakdown(trace) {
+  const events = (trace.traceEvents ?? trace).filter((e) => e.ph === 'X' && typeof e.dur === 'number');
+  const main = new Set((trace.traceEvents ?? trace).filter((e) => e.ph === 'M' && e.name === 'thread_name' && e.args?.name === 'CrRendererMain').map((e) => `${e.pid}:${e.tid}`));
+  const byThread = new Map();
+  for (const e of events) {
+    const key = `${e.pid}:${e.tid}`;
+    if (!main.has(key)) continue;
+    if (!byThread.has(key)) byThread.set(key, []);
+    byThread.get(key).push(e);
+  }
+  const self = new Map();
+  let tasks = 0;
+  for (const list of byThread.values()) {
+    list.sort((a, b) => a.ts - b.ts || b.dur - a.dur);
+    for (let i = 0; i < list.length; i++) {
+      const task = list[i];
+      if (task.name !== 'RunTask' || task.dur < 50_000) continue;
+      tasks += 1;
+      // The task's events as a tree by containment: each one's self time
+      // is its duration less its direct children's.
+      const inside = [];
+      for (let j = i + 1; j < list.length && list[j].ts < task.ts + task.dur; j++) inside.push(list[j]);
+      const stack = [{ e: task, child: 0 }];
+      const close = (frame) => self.set(frame.e.name, (self.get(frame.e.name) ?? 0) + (frame.e.dur - frame.child) / 1000);
+      for (const e of inside) {
+        while (stack.length > 1 && e.ts >= stack[stack.length - 1].e.ts + stack[stack.length - 1].e.dur) close(stack.pop());
+        stack[stack.length - 1].child += e.dur;
+        stack.push({ e, child: 0 });
+      }
+      while (stack.length) close(stack.pop());
+    }
+  }
+  return { tasks, self: [...self.entries()].sort((a, b) => b[1] - a[1]) };
+}
+
+async function pageRun(trace = false) {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   page.on('pageerror', (e) => console.error(`page error: ${e}`));
   await page.goto(`${root}?engine=cpu`);
@@ -55,19 +96,33 @@ async function pageRun() {
   }
   await page.evaluate(() => {
     window.stepscopeLongTasks = [];
+    const t0 = performance.now();
     new PerformanceObserver((list) => {
-      for (const entry of list.getEntries()) window.stepscopeLongTasks.push(entry.duration);
+      for (const entry of list.getEntries()) window.stepscopeLongTasks.push([entry.startTime - t0, entry.duration]);
     }).observe({ type: 'longtask' });
   });
   const [s0, t0] = [await steps(page), Date.now()];
+  if (trace) await browser.startTracing(page, { categories: ['devtools.timeline', 'disabled-by-default-devtools.timeline'] });
   await page.waitForTimeout(seconds * 1000);
   const [s1, t1] = [await steps(page), Date.now()];
+  const breakdown = trace ? longTaskBreakdown(JSON.parse((await browser.stopTracing()).toString())) : null;
   const longTasks = await page.evaluate(() => window.stepscopeLongTasks);
   const share = await page.locator('[data-testid=gpu-busy-share]').textContent();
   const batch = await page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).batch_size);
   await page.getByTestId('train-toggle').click();
   await page.close();
-  return { imagesPerSecond: ((s1 - s0) * batch * 1000) / (t1 - t0), longest: Math.max(0, ...longTasks), longTasks: longTasks.length, share };
+  // The views' elements are made with the first snapshot, in the first
+  // second or two of training: the steady state is what follows.
+  const steady = longTasks.filter(([at]) => at >= 3000).map(([, d]) => d);
+  return {
+    imagesPerSecond: ((s1 - s0) * batch * 1000) / (t1 - t0),
+    longest: Math.max(0, ...longTasks.map(([, d]) => d)),
+    longTasks: longTasks.length,
+    steadyLongest: Math.max(0, ...steady),
+    steadyLongTasks: steady.length,
+    share,
+    breakdown,
+  };
 }
 
 async function convnetjsRun() {
@@ -83,16 +138,21 @@ async function convnetjsRun() {
 try {
   const runs = [];
   for (let rep = 0; rep < reps; rep++) {
-    const p = await pageRun();
+    const p = await pageRun(tracing && rep === 0);
     const c = await convnetjsRun();
     runs.push({ ...p, convnetjs: c });
     console.log(`run ${rep + 1}: page ${p.imagesPerSecond.toFixed(0)} images/s, ConvNetJS ${c.toFixed(1)} images/s (${(p.imagesPerSecond / c).toFixed(1)}×); `
-      + `main thread: ${p.longTasks} tasks over 50 ms, longest ${p.longest.toFixed(0)} ms; ${p.share}`);
+      + `main thread: ${p.longTasks} tasks over 50 ms, longest ${p.longest.toFixed(0)} ms (after the first 3 s: ${p.steadyLongTasks}, longest ${p.steadyLongest.toFixed(0)} ms); ${p.share}`);
+    if (p.breakdown) {
+      console.log(`  traced: ${p.breakdown.tasks} tasks over 50 ms; their self time by event (ms):`);
+      for (const [name, ms] of p.breakdown.self.slice(0, 12)) console.log(`    ${name.padEnd(28)} ${ms.toFixed(1)}`);
+    }
   }
   const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.length >> 1]; };
   console.log(`\nmachine: ${os.cpus()[0]?.model ?? 'unknown'}, ${os.cpus().length} cores; Chromium ${browser.version()}; augmentation ${augment}, ${workers} loader workers`);
   console.log(`median: page ${median(runs.map((r) => r.imagesPerSecond)).toFixed(0)} images/s, ConvNetJS ${median(runs.map((r) => r.convnetjs)).toFixed(1)} images/s, `
-    + `ratio ${median(runs.map((r) => r.imagesPerSecond / r.convnetjs)).toFixed(1)}×; longest main-thread task ${Math.max(...runs.map((r) => r.longest)).toFixed(0)} ms`);
+    + `ratio ${median(runs.map((r) => r.imagesPerSecond / r.convnetjs)).toFixed(1)}×; longest main-thread task ${Math.max(...runs.map((r) => r.longest)).toFixed(0)} ms, `
+    + `after the first 3 s ${Math.max(...runs.map((r) => r.steadyLongest)).toFixed(0)} ms`);
 } finally {
   await browser.close();
   server.close();

@@ -35,6 +35,24 @@ pub(super) fn deliver(inbox: &SharedInbox, message: JsValue) {
     }
 }
 
+/// The next message of `inbox`, if one is here.
+pub(super) fn take_message(inbox: &SharedInbox) -> Option<JsValue> {
+    inbox.borrow_mut().messages.pop_front()
+}
+
+/// Resolves after the event loop's pending tasks (messages among them)
+/// ran: a message to itself through a `MessageChannel`, which, unlike a
+/// zero timeout, is never held back to 4 ms.
+pub(super) async fn next_task() {
+    let Ok(channel) = web_sys::MessageChannel::new() else { return };
+    let port = channel.port1();
+    let promise = js_sys::Promise::new(&mut |resolve, _| port.set_onmessage(Some(&resolve)));
+    if channel.port2().post_message(&JsValue::NULL).is_ok() {
+        let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+    }
+    port.set_onmessage(None);
+}
+
 /// Resolves with the next message of `inbox`.
 pub(super) struct Next(pub(super) SharedInbox);
 

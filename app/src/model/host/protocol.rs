@@ -279,6 +279,7 @@ mod tests {
             phase_clock: Some((stepscope_core::trainer::PhaseClock::Clock, 0.005)),
             frame_ms: 12.0,
             train_ms: 9.0,
+            ahead_ms: 7.5,
             gpu_passes: vec![stepscope_core::gpu::StepPass {
                 step: 3,
                 kind: stepscope_core::gpu::PassKind::Backward,

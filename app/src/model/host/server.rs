@@ -86,6 +86,9 @@ impl Server {
         let Some(runner) = self.runner.as_mut() else {
             return Answer::Failed("the training loop was asked for work before it started".into());
         };
+        if !matches!(request, Request::Frame(_) | Request::Status) {
+            runner.stop_ahead();
+        }
         match request {
             Request::Start(_) | Request::StartGpu => unreachable!("answered above"),
             Request::Calibrate => Answer::Done(runner.calibrate().await),
@@ -104,6 +107,15 @@ impl Server {
             }
             Request::RecoverDevice => Answer::Recovered(runner.recover_device().await),
             Request::Status => Answer::Done(Ok(())),
+        }
+    }
+
+    /// Trains one step ahead of the page's next request, where the last
+    /// frame allows it (`runner::ahead`): false when there is nothing to do.
+    pub async fn train_ahead(&mut self) -> bool {
+        match self.runner.as_mut() {
+            Some(runner) => runner.train_ahead().await,
+            None => false,
         }
     }
 

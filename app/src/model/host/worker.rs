@@ -9,7 +9,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
 
-use super::client::{bytes_message, deliver, Next, SharedInbox};
+use super::client::{bytes_message, deliver, next_task, take_message, Next, SharedInbox};
 use super::protocol::{decode, encode, Answer, Reply, Request, Status};
 use super::server::Server;
 
@@ -34,7 +34,18 @@ pub fn run() {
     spawn_local(async move {
         let mut server = Server::default();
         loop {
-            let message = Next(inbox.clone()).await;
+            // Between requests the server may train on while the page
+            // draws (`runner::ahead`), a step at a time, looking for the
+            // next request after each.
+            let message = loop {
+                if let Some(message) = take_message(&inbox) {
+                    break message;
+                }
+                if !server.train_ahead().await {
+                    break Next(inbox.clone()).await;
+                }
+                next_task().await;
+            };
             if let Some(part) = super::ranks::rank_part(&message) {
                 // A rank worker (`ranks`): its shards until told to stop.
                 let scope = replies.clone();

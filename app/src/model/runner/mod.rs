@@ -23,6 +23,7 @@ use super::spikes::Detector;
 use super::views::ViewJob;
 
 mod accumulation;
+mod ahead;
 mod autosave;
 mod commands;
 mod csv_job;
@@ -117,6 +118,9 @@ pub struct Runner {
     /// last frame's plan gave it: a CPU frame ends at the step boundary
     /// where one falls due.
     checkpoint_every: u64,
+    /// Steps trained since the last frame's report, while allowed
+    /// (`ahead`: in the worker, between requests).
+    ahead: Option<ahead::Ahead>,
 }
 
 /// A CPU step taking longer than this is taken in parts over several
@@ -198,6 +202,7 @@ impl Runner {
             in_flight: Rc::default(),
             fused_allowed: true,
             loader_wait_ms: 0.0,
+            ahead: None,
             yield_after_ms: YIELD_AFTER_MS,
             run_id: 0,
             race: None,

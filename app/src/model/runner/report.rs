@@ -112,6 +112,14 @@ pub struct FrameReport {
     /// (set by `Host::frame`; 0 when the engine runs on the page).
     #[serde(skip)]
     pub messaging_ms: f64,
+    /// The worker's training between the last request and this one
+    /// (`ahead`), whose steps lead `trained`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ahead_ms: f64,
+}
+
+fn is_zero(ms: &f64) -> bool {
+    *ms == 0.0
 }
 
 impl Runner {
@@ -122,6 +130,8 @@ impl Runner {
         let single = plan.commands.iter().any(|c| matches!(c, Command::StepOnce));
         self.checkpoint_every = plan.checkpoint_every;
         let had_commands = !plan.commands.is_empty();
+        // Steps trained since the last report (`ahead`) come first.
+        let ahead = self.take_ahead(&plan.commands);
         // A restored or rolled-back run waits for the page's next word.
         let mut replaced = false;
         for command in plan.commands {
@@ -150,38 +160,61 @@ impl Runner {
             report.calibration = self.calibrate().await.err();
         }
         let replaced = replaced || reading;
-        if (plan.running || single) && !replaced && self.racing() {
+        let mut ahead_steps = Vec::new();
+        if let Some(taken) = ahead {
+            report.ahead_ms = taken.ms;
+            match taken.result {
+                Ok(steps) => ahead_steps = steps,
+                // A step ahead failed (a NaN): the frame reports it and
+                // trains no further.
+                Err(err) => report.trained = Some(Err(err)),
+            }
+        }
+        let trains = (plan.running || single) && !replaced && report.trained.is_none();
+        if trains && self.racing() {
             // A race trains instead of the run (Train and Pause act on it).
             self.race_frame(single && !plan.running, plan.budget_ms, &mut report).await;
-        } else if (plan.running || single) && !replaced {
+        } else if trains {
             let train_started = Instant::now();
             let (result, waited) = self.train_frame(single && !plan.running, plan.budget_ms).await;
             report.train_ms = ms_since(train_started);
             report.gpu_wait_ms += waited;
             self.views_dirty = true;
-            if let Ok(metrics) = &result {
-                for m in metrics {
-                    let verdict = self.detector.observe(m.loss, m.grad_norm);
-                    let spike = matches!(verdict, Verdict::LossSpike(..));
-                    if verdict != Verdict::Normal {
-                        report.verdicts.push((m.step, verdict));
-                    }
-                    if spike {
-                        break;
-                    }
+            report.trained = Some(result.map(|steps| {
+                let mut all = std::mem::take(&mut ahead_steps);
+                all.extend(steps);
+                all
+            }));
+        }
+        if !ahead_steps.is_empty() && report.trained.is_none() {
+            report.trained = Some(Ok(ahead_steps));
+        }
+        let mut spiked = false;
+        if let Some(Ok(metrics)) = &report.trained {
+            for m in metrics {
+                let verdict = self.detector.observe(m.loss, m.grad_norm);
+                spiked |= matches!(verdict, Verdict::LossSpike(..));
+                if verdict != Verdict::Normal {
+                    report.verdicts.push((m.step, verdict));
                 }
-                let spiked = report.verdicts.iter().any(|(_, v)| matches!(v, Verdict::LossSpike(..)));
-                if !spiked && self.checkpoint_due(plan.checkpoint_every) {
-                    let started = Instant::now();
-                    let awaited = self.auto_checkpoint(plan.checkpoint_background).await;
-                    report.checkpoint_ms = ms_since(started);
-                    report.gpu_wait_ms += report.checkpoint_ms;
-                    let loop_ms = report.checkpoint_ms;
-                    report.checkpoint = awaited.map(|r| r.map(|r| CheckpointReport { loop_ms, ..r }));
+                if spiked {
+                    break;
                 }
             }
-            report.trained = Some(result);
+            if !spiked && self.checkpoint_due(plan.checkpoint_every) {
+                let started = Instant::now();
+                let awaited = self.auto_checkpoint(plan.checkpoint_background).await;
+                report.checkpoint_ms = ms_since(started);
+                report.gpu_wait_ms += report.checkpoint_ms;
+                let loop_ms = report.checkpoint_ms;
+                report.checkpoint = awaited.map(|r| r.map(|r| CheckpointReport { loop_ms, ..r }));
+            }
         }
+        // The worker goes on training while the page draws this report
+        // (`ahead`), after a frame that trained the run and went well.
+        self.allow_ahead(
+            plan.running && !single && trains && !spiked && matches!(&report.trained, Some(Ok(m)) if !m.is_empty()),
+        );
         // Logging: as the views' cost allows, or (lesson) after every frame
         // of exactly N steps, whole, at that step.
         let log_now = self.steps_per_log.is_some() && matches!(&report.trained, Some(Ok(m)) if !m.is_empty());
