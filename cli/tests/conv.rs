@@ -171,3 +171,54 @@ fn loader_threads_make_the_loops_augmented_batches() {
     assert_eq!(run(3, 4).0, inline);
     assert_eq!(inline.len(), 12);
 }
+
+/// A CSV whose experiment gives its rows a shape is images as the built-in
+/// ones are: augmentation changes what trains (and the same seed makes the
+/// same images again); without the shape, augmentation is refused by name.
+#[test]
+fn a_csv_of_images_is_augmented_as_the_built_in_images_are() {
+    let dir = temp_dir("csv-augment");
+    std::fs::write(dir.join("bars.csv"), bars_csv()).unwrap();
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/mnist_convnet.json");
+    let base: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(example).unwrap()).unwrap();
+    let run = |name: &str, config: &serde_json::Value| {
+        std::fs::write(dir.join(format!("{name}.json")), config.to_string()).unwrap();
+        let metrics = format!("{name}.jsonl");
+        let out = stepscope(
+            &dir,
+            &[
+                "train",
+                "--config",
+                &format!("{name}.json"),
+                "--data",
+                "bars.csv",
+                "--steps",
+                "4",
+                "--metrics",
+                &metrics,
+            ],
+        );
+        let losses: Vec<String> = std::fs::read_to_string(dir.join(&metrics))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].to_string())
+            .collect();
+        (out, losses)
+    };
+    let (out, plain) = run("plain", &base);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut augmented = base.clone();
+    augmented["data"]["augment"] = serde_json::json!({"shift": 3});
+    let (out, shifted) = run("shifted", &augmented);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(shifted.len(), 4);
+    assert_ne!(shifted[1..], plain[1..], "the shifted bars train otherwise");
+    assert_eq!(run("again", &augmented).1, shifted, "the seed makes the same images");
+
+    let mut flat = augmented.clone();
+    flat["model"] = serde_json::json!({"inputs": 784, "layers": [{"units": 10, "activation": "linear"}]});
+    let (out, _) = run("flat", &flat);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("data.augment applies to images") && err.contains("model.input_shape"), "{err}");
+}

@@ -14,11 +14,13 @@ use serde::{Deserialize, Serialize};
 
 mod augment_spec;
 mod data_spec;
+mod image_shape;
 mod layer_spec;
 mod optimizer_spec;
 
 pub use augment_spec::*;
 pub use data_spec::*;
+pub use image_shape::*;
 pub use layer_spec::*;
 pub use optimizer_spec::*;
 

@@ -298,13 +298,13 @@ fn data(e: &Experiment) -> Result<()> {
         return bad(format!("data.train_fraction must be in (0, 1], got {fraction}"));
     }
     if let Some(augment) = &d.augment {
-        let Some(side) = d.source.image_side() else {
+        let Some([_, h, w]) = e.image_shape() else {
             return bad(format!(
-                "data.augment applies to images (\"digits\", \"mnist\"); \"{}\" rows are not images",
+                "data.augment applies to images (\"digits\", \"mnist\", or a \"csv\" given model.input_shape); \"{}\" rows are not images",
                 d.source.name()
             ));
         };
-        augment.check(side).map_err(crate::Error::Experiment)?;
+        augment.check(h.min(w)).map_err(crate::Error::Experiment)?;
     }
     if d.num_workers() > MAX_LOADER_WORKERS {
         return bad(format!("data.num_workers must be in 0..={MAX_LOADER_WORKERS}, got {}", d.num_workers()));

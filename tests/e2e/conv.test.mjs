@@ -6,6 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { setup, artifacts, text, number, stepCount, patience, setField, continueInPyTorch } from './harness.mjs';
 
@@ -169,6 +170,63 @@ test('MNIST: fetched on first use, the conv preset is ConvNetJS\'s demo, and it 
   await page.screenshot({ path: path.join(artifacts, 'mnist-conv.png'), fullPage: true });
   await page.emulateMedia({ colorScheme: 'dark' });
   await page.screenshot({ path: path.join(artifacts, 'mnist-conv-dark.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a CSV of images: its shape is read from its columns and can be changed, the conv preset and augmentation apply, and it trains with its maps', async () => {
+  const { page, errors } = await ctx.open(`${ctx.root}?engine=cpu`);
+  // 8 × 8 images of three classes: a vertical bar, a horizontal bar, a
+  // diagonal, each at a random place, with faint noise.
+  let seed = 11;
+  const rand = () => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648; };
+  const rows = [Array.from({ length: 64 }, (_, i) => `x${i + 1}`).join(',') + ',y'];
+  for (let r = 0; r < 300; r++) {
+    const label = r % 3;
+    const at = 1 + Math.floor(rand() * 6);
+    const pixels = Array.from({ length: 64 }, (_, i) => {
+      const [y, x] = [Math.floor(i / 8), i % 8];
+      const on = label === 0 ? x === at : label === 1 ? y === at : x === y;
+      return (on ? 0.8 + 0.2 * rand() : 0.1 * rand()).toFixed(3);
+    });
+    rows.push(`${pixels.join(',')},${label}`);
+  }
+  const file = path.join(os.tmpdir(), `stepscope-bars-${process.pid}.csv`);
+  fs.writeFileSync(file, rows.join('\n'));
+  await page.getByTestId('csv-upload').setInputFiles(file);
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.source === 'csv');
+  let e = await experiment(page);
+  assert.deepEqual(e.model.input_shape, [1, 8, 8], '64 columns are taken as an 8 × 8 image');
+  assert.equal(await page.getByTestId('csv-image-shape').inputValue(), '1×8×8');
+  await page.getByTestId('conv-preset').click();
+  await page.waitForFunction(() => (JSON.parse(decodeURIComponent(location.hash.slice(3))).model.layers[0].kind ?? 'dense') === 'conv2d');
+  e = await experiment(page);
+  assert.equal(e.data.source, 'csv', 'the preset builds on the CSV\'s images');
+  assert.match(await text(page, 'architecture'), /^1×8×8 → conv2d 8×3×3 pad 1 → 8×8×8 → .* → dense → 3$/);
+  await page.getByTestId('augmentation').selectOption('shift');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.augment?.shift > 0);
+  await page.getByTestId('train-toggle').click();
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 30, null, { timeout: patience(60_000) });
+  await page.waitForSelector('[data-testid=feature-maps] figure', { timeout: patience(30_000) });
+  await page.getByTestId('train-toggle').click();
+  assert.equal(await page.locator('[data-testid=feature-maps] figure[data-layer="0"]').count(), 8);
+  assert.deepEqual(await page.locator('.conv-input canvas').evaluate((c) => [c.width, c.height]), [8, 8]);
+  assert.ok(Number.isFinite(await number(page, 'train-loss')), 'a finite loss');
+
+  // A shape that does not hold the columns is refused with the core's
+  // words; nothing changes.
+  await setField(page, 'csv-image-shape', '1×8×9');
+  await alert(page, /Image shape: an image of 1 × 8 × 9 holds 72 values, and the CSV's rows have 64 inputs/);
+  assert.deepEqual((await experiment(page)).model.input_shape, [1, 8, 8]);
+  // Rows that are not images: the conv and pool layers and the
+  // augmentation go, the dense output stays.
+  await setField(page, 'csv-image-shape', '');
+  await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.input_shape === undefined);
+  e = await experiment(page);
+  assert.deepEqual(e.model.layers.map((l) => l.kind ?? 'dense'), ['dense']);
+  assert.equal(e.data.augment, undefined);
+  await page.getByTestId('step-once').click();
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 1);
   assert.deepEqual(errors, []);
   await page.close();
 });

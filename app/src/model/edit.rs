@@ -262,6 +262,15 @@ pub fn experiment_for_csv(base: &Experiment, csv: &CsvTable) -> Result<Experimen
         ..base.data.clone()
     };
     e.model.inputs = inputs;
+    // Rows that look like images are taken as images (the shape the run
+    // had, where it holds the columns, else n × n or 3 × n × n from 8 × 8
+    // up); the Image shape control changes or clears it.
+    e.model.input_shape = base
+        .model
+        .input_shape
+        .filter(|s| s.iter().product::<usize>() == inputs)
+        .or_else(|| stepscope_core::experiment::image_shape_for(inputs).filter(|s| s[1] >= 8));
+    e.fit_image_shape();
     let (loss, outputs) = match csv.classes() {
         Some(c) if c <= 2 => (Loss::BceWithLogits, 1),
         Some(c) => (Loss::CrossEntropy, c),

@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use stepscope_core::experiment::{DataSource, Feature};
 use wasm_bindgen_futures::JsFuture;
 
-use crate::model::edit::{fit_new_data, fit_output, parse_number};
+use crate::model::edit::{fit_new_data, fit_output, image_shape_text, parse_number, set_image_shape};
 use crate::model::runner::Command;
 use crate::model::runner::CsvProgress;
 use crate::state::AppState;
@@ -62,6 +62,10 @@ pub fn DataPanel() -> impl IntoView {
     let is_csv = move || e.get().data.source == DataSource::Csv;
     // The 2-D datasets have features and noise; digits and a CSV do not.
     let is_plane = move || e.get().data.source.is_plane();
+    let on_image_shape = move |ev| {
+        let text = event_target_value(&ev);
+        state.edit(|x| set_image_shape(x, &text));
+    };
     let on_source = move |ev| {
         let name = event_target_value(&ev);
         let Some(source) = source_from(&name) else {
@@ -241,6 +245,13 @@ pub fn DataPanel() -> impl IntoView {
                 <span>"Your data (CSV: x1,x2,…,y)"</span>
                 <input type="file" accept=".csv,text/csv" data-testid="csv-upload" aria-label="Upload a CSV file" on:change=on_upload/>
             </label>
+            <Show when=move || is_csv() && !is_gpt()>
+                <label class="field">
+                    <span>"Image shape (C×H×W)"</span>
+                    <input type="text" data-testid="csv-image-shape" placeholder="not images" aria-label="Image shape of the CSV's rows"
+                        prop:value=move || image_shape_text(&e.get()) on:change=on_image_shape/>
+                </label>
+            </Show>
             {move || state.run.csv_reading.get().map(|r| {
                 let p = r.progress;
                 view! {

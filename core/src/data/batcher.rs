@@ -51,7 +51,7 @@ impl Batcher {
     /// `position`, augmenting as its data says.
     pub fn for_run(e: &Experiment, rows: usize, position: DataPosition) -> Batcher {
         let mut b = Batcher::new(rows, e.data.shuffle, position);
-        b.augmenter = match (e.data.active_augment(), e.data.source.image_shape()) {
+        b.augmenter = match (e.data.active_augment(), e.image_shape()) {
             (Some(a), Some(shape)) => Augmenter::new(a, e.seed, shape).map(Box::new),
             _ => None,
         };

@@ -297,10 +297,10 @@ impl Experiment {
         }
         self.fit_image_shape();
         // Augmentation is for images, and a shift for the image's side.
-        match self.data.source.image_side() {
-            Some(side) => {
+        match self.image_shape() {
+            Some([_, h, w]) => {
                 if let Some(a) = self.data.augment.as_mut() {
-                    a.shift = a.shift.min(side / 2);
+                    a.shift = a.shift.min(h.min(w) / 2);
                 }
             }
             None => self.data.augment = None,
@@ -308,32 +308,6 @@ impl Experiment {
         let units = self.output_units_for(self.loss).expect("a fitting loss has an output width");
         if let Some(out) = self.model.layers.last_mut() {
             *out = LayerSpec::dense(units, Activation::Linear);
-        }
-    }
-
-    /// Fits the input image to built-in data: a net over images reads the
-    /// data's image (`input_shape`); on data whose rows are not images its
-    /// conv and pool layers cannot read them and go, the dense ones stay.
-    /// A CSV keeps the shape it was given.
-    pub fn fit_image_shape(&mut self) {
-        if self.data.source == DataSource::Csv || self.gpt().is_some() {
-            return;
-        }
-        match self.data.source.image_shape() {
-            Some(shape) if self.model.layers.iter().any(|l| l.kind.is_spatial()) => {
-                self.model.input_shape = Some(shape)
-            }
-            Some(shape) if self.model.input_shape.is_some() => self.model.input_shape = Some(shape),
-            Some(_) => {}
-            None => {
-                let last = self.model.layers.len().saturating_sub(1);
-                let mut i = 0;
-                self.model.layers.retain(|l| {
-                    i += 1;
-                    i - 1 == last || !l.kind.is_spatial()
-                });
-                self.model.input_shape = None;
-            }
         }
     }
 }

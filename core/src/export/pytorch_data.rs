@@ -209,7 +209,7 @@ pub(super) fn augmentation(e: &Experiment) -> String {
         e.data.num_workers(),
         e.data.prefetch_factor()
     );
-    let (Some(a), Some(shape)) = (e.data.active_augment(), e.data.source.image_shape()) else {
+    let (Some(a), Some(shape)) = (e.data.active_augment(), e.image_shape()) else {
         s += "AUGMENTER = None  # the experiment changes no image\n\n";
         return s;
     };

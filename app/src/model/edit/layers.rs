@@ -15,11 +15,14 @@ pub const LAYER_KINDS: [(&str, &str); 4] =
 /// What a conv or pool layer reads: the data's image ([C, H, W]), or the
 /// shape a CSV's experiment was given.
 fn image_of(e: &Experiment) -> Result<[usize; 3], String> {
-    e.data.source.image_shape().or(e.model.input_shape).ok_or_else(|| {
-        format!(
+    e.image_shape().ok_or_else(|| match e.data.source {
+        DataSource::Csv => {
+            "Conv and pool layers read images: give the CSV's rows an image shape (C×H×W) first.".to_string()
+        }
+        source => format!(
             "Conv and pool layers read images, and the {} data's rows are not images: choose the digits first.",
-            e.data.source.name()
-        )
+            source.name()
+        ),
     })
 }
 
@@ -101,7 +104,7 @@ pub fn set_layer_field(e: &mut Experiment, l: usize, field: &str, value: usize) 
 /// AdamW at 0.02 overfits at about 94 % (bench/conv-page.md); on the 8 × 8
 /// digits, 3 × 3 filters and the optimizer as it is.
 pub fn conv_preset(e: &mut Experiment) -> Result<(), String> {
-    if e.data.source.image_shape().is_none() && e.data.source != DataSource::Csv {
+    if e.image_shape().is_none() && e.data.source != DataSource::Csv {
         e.data.source = DataSource::Digits;
         e.fit_to_data(None);
     }
@@ -145,6 +148,35 @@ pub fn layer_shapes(e: &Experiment) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// A CSV's image shape as the control shows it: `1×28×28`, or empty.
+pub fn image_shape_text(e: &Experiment) -> String {
+    e.model.input_shape.map_or_else(String::new, |[c, h, w]| format!("{c}×{h}×{w}"))
+}
+
+/// The Image shape control of a CSV: `C×H×W` (× or x between), or empty
+/// (or `none`) for rows that are not images; the core checks that the
+/// shape holds the CSV's columns.
+pub fn set_image_shape(e: &mut Experiment, text: &str) -> Result<(), String> {
+    let text = text.trim();
+    let shape = if text.is_empty() || text.eq_ignore_ascii_case("none") {
+        None
+    } else {
+        let parts: Vec<usize> = text
+            .split(|c: char| matches!(c, '×' | 'x' | 'X' | '*' | ',') || c.is_whitespace())
+            .filter(|p| !p.is_empty())
+            .map(|p| p.parse::<usize>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| {
+                format!("Image shape: `{text}` is not C×H×W (1×28×28, say), or empty for rows that are not images.")
+            })?;
+        match parts[..] {
+            [c, h, w] => Some([c, h, w]),
+            _ => return Err(format!("Image shape: `{text}` is not C×H×W (three numbers: 1×28×28, say).")),
+        }
+    };
+    e.set_csv_image_shape(shape).map_err(|why| format!("Image shape: {why}."))
 }
 
 #[cfg(test)]

@@ -27,9 +27,14 @@ pub fn augment_preset(name: &str, side: usize) -> Option<Augment> {
     }
 }
 
+/// The shorter side of the run's images (where its rows are images).
+fn image_side(e: &Experiment) -> Option<usize> {
+    e.image_shape().map(|[_, h, w]| h.min(w))
+}
+
 /// Which preset the run's augmentation is ("custom" where none is).
 pub fn augment_name(e: &Experiment) -> &'static str {
-    let side = e.data.source.image_side().unwrap_or(28);
+    let side = image_side(e).unwrap_or(28);
     let current = e.data.active_augment().cloned();
     AUGMENT_PRESETS.into_iter().find(|name| augment_preset(name, side) == current).unwrap_or("custom")
 }
@@ -39,8 +44,10 @@ pub fn set_augmentation(e: &mut Experiment, name: &str) -> Result<(), String> {
     if !AUGMENT_PRESETS.contains(&name) {
         return Err(format!("Augmentation: `{name}` is not one of {}.", AUGMENT_PRESETS.join(", ")));
     }
-    let Some(side) = e.data.source.image_side() else {
-        return Err("Augmentation changes images: pick the digits or MNIST first.".into());
+    let Some(side) = image_side(e) else {
+        return Err(
+            "Augmentation changes images: pick the digits or MNIST first, or give a CSV's rows an image shape.".into(),
+        );
     };
     e.data.augment = augment_preset(name, side);
     Ok(())
@@ -72,7 +79,7 @@ pub fn set_prefetch_factor(e: &mut Experiment, text: &str) -> Result<(), String>
 /// training loop itself (no loader workers), on MNIST with the conv preset
 /// where the run's data are not images.
 pub fn augmentation_lesson(e: &mut Experiment) -> Result<(), String> {
-    if e.data.source.image_side().is_none() {
+    if image_side(e).is_none() {
         e.data.source = DataSource::Mnist;
         e.data.train_fraction = None;
         super::fit_new_data(e);

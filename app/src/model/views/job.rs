@@ -343,7 +343,7 @@ impl ViewJob {
     /// layer's weights (image data only).
     fn image_views(&self, data: &Dataset) -> Option<ImageViews> {
         let metrics = self.classes.as_ref()?.result()?;
-        let side = self.experiment.data.source.image_side()?;
+        let side = super::image_side(&self.experiment)?;
         let pixels = side * side;
         let table = &data.test;
         let misclassified = metrics

@@ -96,10 +96,21 @@ pub struct Snapshot {
     pub gpt: Option<gpt::GptViews>,
 }
 
-/// Whether the data are images (digits): the output is drawn as per-class
-/// results and images, not over a plane.
+/// Whether the data are images (digits, MNIST, a CSV given a shape): the
+/// output is drawn as per-class results and images, not over a plane.
 pub fn is_image_data(e: &Experiment) -> bool {
-    e.data.source.image_side().is_some()
+    // A CSV's images are drawn by class where its targets are classes.
+    image_side(e).is_some()
+        && (e.data.source != DataSource::Csv || e.loss == stepscope_core::experiment::Loss::CrossEntropy)
+}
+
+/// The side of the run's images where they are square and of one channel,
+/// as the image views draw them (a conv net's views draw any shape).
+pub fn image_side(e: &Experiment) -> Option<usize> {
+    match e.image_shape() {
+        Some([1, h, w]) if h == w => Some(h),
+        _ => None,
+    }
 }
 
 pub fn plane_extent(e: &Experiment, data: &Dataset) -> Option<[f32; 4]> {
