@@ -82,7 +82,7 @@ impl CpuEngine {
             }
             times.resize(all, RankTimes::default());
             let t0 = Instant::now();
-            super::super::serve_batch(
+            super::super::batches::serve_batch(
                 &mut self.fed,
                 &mut self.batcher,
                 &self.data.train,
