@@ -2,9 +2,9 @@
 //! its report and waits for the next animation frame; a worker that only
 //! trained inside requests would sit idle for that part of every frame
 //! (about 40 % of it on MNIST's conv net, measured). So, in the worker
-//! only, a frame that trained lets the runner go on stepping, one step (or
-//! one part of a long step) at a time, until the next request arrives or
-//! `AHEAD_MS` have passed (a hidden tab, whose animation frames stop,
+//! only, a frame that trained short steps lets the runner go on stepping,
+//! one whole step at a time, until the next request arrives or `AHEAD_MS`
+//! have passed (a hidden tab, whose animation frames stop,
 //! does not train on unseen). The next frame reports those steps first,
 //! before its own: the page sees every step, in order, with its own
 //! phases. Steps trained ahead of a command that replaces the run (a
@@ -13,8 +13,11 @@
 //!
 //! Not ahead: on the GPU (its submits are awaited anyway), in an engine
 //! race, in the lessons that log every N steps, while an upload is read,
-//! after a loss spike, and where an automatic checkpoint is due (the next
-//! frame takes it first).
+//! after a loss spike, where an automatic checkpoint is due (the next
+//! frame takes it first), and where steps are long (over `AHEAD_STEP_MS`:
+//! a transformer's, taken in parts by the frames; a step ahead is always
+//! whole, so the run is never left part-way through one by a pause, and a
+//! long one would hold up the page's next request).
 
 use stepscope_core::trainer::Backend;
 use stepscope_core::{Error, StepMetrics};
@@ -25,6 +28,8 @@ use crate::model::clock::ms_since;
 
 /// The longest the worker trains past the page's last request.
 pub const AHEAD_MS: f64 = 60.0;
+/// The longest mean step of a frame after which steps are trained ahead.
+pub const AHEAD_STEP_MS: f64 = 30.0;
 
 /// Steps trained since the last frame's report.
 #[derive(Default)]
@@ -59,9 +64,12 @@ impl Command {
 
 impl Runner {
     /// Lets the runner train between requests after this frame (`frame`
-    /// calls it at its end with whether the frame may be followed so).
-    pub(super) fn allow_ahead(&mut self, allowed: bool) {
+    /// calls it at its end with whether the frame may be followed so, and
+    /// its steps' mean wall time).
+    pub(super) fn allow_ahead(&mut self, allowed: bool, mean_step_ms: f64) {
         let allowed = allowed
+            && mean_step_ms <= AHEAD_STEP_MS
+            && !self.trainer.mid_step()
             && self.trainer.backend() == Backend::Cpu
             && !self.racing()
             && self.steps_per_log.is_none()
@@ -80,11 +88,16 @@ impl Runner {
             _ => return false,
         }
         let started = Instant::now();
-        // A zero budget: one whole step, or a long step's part.
-        let (result, _) = self.train_frame(false, 0.0).await;
+        // One whole step (`single`).
+        let (result, _) = self.train_frame(true, 0.0).await;
         self.views_dirty = true;
         let Some(ahead) = self.ahead.as_mut() else { return false };
-        ahead.spent_ms += ms_since(started);
+        let took = ms_since(started);
+        ahead.spent_ms += took;
+        if took > 2.0 * AHEAD_STEP_MS {
+            // Steps grew long (a checkpoint, a loaded machine): no more.
+            ahead.stopped = true;
+        }
         match result {
             Ok(mut steps) => ahead.steps.append(&mut steps),
             Err(err) => ahead.error = Some(err),

@@ -161,6 +161,7 @@ impl Runner {
         }
         let replaced = replaced || reading;
         let mut ahead_steps = Vec::new();
+        let ahead_count = ahead.as_ref().map_or(0, |a| a.result.as_ref().map_or(0, Vec::len));
         if let Some(taken) = ahead {
             report.ahead_ms = taken.ms;
             match taken.result {
@@ -212,8 +213,14 @@ impl Runner {
         }
         // The worker goes on training while the page draws this report
         // (`ahead`), after a frame that trained the run and went well.
+        let whole_steps = match &report.trained {
+            Some(Ok(m)) if !m.is_empty() => m.len() - ahead_count,
+            _ => 0,
+        };
+        let mean_step_ms = if whole_steps > 0 { report.train_ms / whole_steps as f64 } else { f64::INFINITY };
         self.allow_ahead(
             plan.running && !single && trains && !spiked && matches!(&report.trained, Some(Ok(m)) if !m.is_empty()),
+            mean_step_ms,
         );
         // Logging: as the views' cost allows, or (lesson) after every frame
         // of exactly N steps, whole, at that step.
