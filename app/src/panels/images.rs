@@ -77,7 +77,7 @@ struct Layout {
     side: usize,
     misclassified: usize,
     first_layer: usize,
-    conv: Option<(usize, [usize; 3], Vec<ConvLayout>)>,
+    conv: Option<([usize; 3], Vec<ConvLayout>)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -108,7 +108,7 @@ impl Layout {
                         gradients: l.gradients.len() == l.filters.len() && !l.filters.is_empty(),
                     })
                     .collect();
-                (c.layers.len(), c.input_shape, layers)
+                (c.input_shape, layers)
             }),
         }
     }
@@ -140,7 +140,7 @@ pub fn ImagePanel() -> impl IntoView {
         <Show when=move || layout.with(Option::is_some)
             fallback=|| view! { <p class="note">"Press Train: the confusion matrix and the misclassified digits appear here."</p> }>
             {move || layout.get().map(|l| {
-                let conv = l.conv.map(|(_, shape, layers)| (shape, layers));
+                let conv = l.conv;
                 let for_filters = conv.clone();
                 let (units, side) = (l.first_layer, l.side);
                 view! {
