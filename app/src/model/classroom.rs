@@ -40,7 +40,7 @@ pub const PAGE_IDS: &[&str] = &[
     "lr-chart", "step-phase", "current-phase", "phase-tensors", "phase-summary", "grad-norm-per-layer-chart",
     "checkpoint-every", "checkpoint-background", "checkpoint-status", "export-pytorch", "export-data",
     "lesson-no-zero-grad", "augmentation", "num-workers", "prefetch-factor", "lesson-augmentation",
-    "loader-status", "gpu-busy-share", "lesson-high-lr",
+    "loader-status", "loader-cores", "gpu-busy-share", "lesson-high-lr",
     "lesson-high-lr-clip", "lesson-high-lr-warmup", "lesson-lr-readout", "accumulation-k",
     "accumulation-check", "accumulation-result", "log-every", "logging-share", "copy-link",
     "download-metrics", "download-tensorboard", "download-trace", "model-kind", "gpt-blocks", "gpt-heads",

@@ -9,6 +9,23 @@ pub fn context(canvas: &HtmlCanvasElement) -> Option<CanvasRenderingContext2d> {
     canvas.get_context("2d").ok().flatten().and_then(|c| c.dyn_into::<CanvasRenderingContext2d>().ok())
 }
 
+/// The context of a small image repainted whole with `putImageData`
+/// (feature maps, filters, digits): a canvas kept in memory
+/// (`willReadFrequently`) and opaque. The browser then paints it into the
+/// page's own layer rather than giving each of a conv net's hundred-odd
+/// canvases a GPU texture and a layer of its own, which made every frame's
+/// layer update and commit cost tens of milliseconds on the page's thread.
+pub fn image_context(canvas: &HtmlCanvasElement) -> Option<CanvasRenderingContext2d> {
+    let options = web_sys::ContextAttributes2d::new();
+    options.set_will_read_frequently(true);
+    options.set_alpha(false);
+    canvas
+        .get_context_with_context_options("2d", &options)
+        .ok()
+        .flatten()
+        .and_then(|c| c.dyn_into::<CanvasRenderingContext2d>().ok())
+}
+
 /// Sizes a canvas's backing store, only when it changes: setting a
 /// canvas's width, even to the same value, reallocates and clears it, and
 /// the browser lays out and rasterizes it anew (the largest main-thread

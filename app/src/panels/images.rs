@@ -5,17 +5,20 @@
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use wasm_bindgen::{Clamped, JsCast};
+use wasm_bindgen::Clamped;
 use web_sys::ImageData;
 
-use super::draw::{context, resize};
+use super::draw::{image_context, resize};
 use crate::model::views::{color, ConvLayerView, ImageViews};
 use crate::state::Charts;
+
+mod conv;
+use conv::{ConvFilters, ConvLayers};
 
 /// Paints a (side, side) image: grey levels for pixels in [0, 1]
 /// (`signed` false: ink is dark), or orange/blue for weights in [-1, 1].
 fn paint_image(canvas: &web_sys::HtmlCanvasElement, values: &[f32], [w, h]: [usize; 2], signed: bool) {
-    let Some(ctx) = context(canvas) else { return };
+    let Some(ctx) = image_context(canvas) else { return };
     resize(canvas, w as u32, h as u32);
     let mut rgba = Vec::with_capacity(w * h * 4);
     for &v in values.iter().take(w * h) {
@@ -68,44 +71,55 @@ fn Picture(
 }
 
 /// What the panel's elements depend on: they are made again only when it
-/// changes (another model or data, a different number of misclassified
-/// images shown), and otherwise updated in place at every snapshot, so a
-/// live run does not rebuild hundreds of elements and canvases per frame.
+/// changes (another model or data), and otherwise updated in place at
+/// every snapshot, so a live run does not rebuild hundreds of elements and
+/// canvases per frame. What changes as the run trains (how many test
+/// images are misclassified, whether the filters' gradients are there yet)
+/// is kept by the part it concerns.
 #[derive(Clone, Debug, PartialEq)]
 struct Layout {
     classes: usize,
     side: usize,
-    misclassified: usize,
     first_layer: usize,
-    conv: Option<([usize; 3], Vec<ConvLayout>)>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-struct ConvLayout {
-    view: ConvLayerView,
-    gradients: bool,
+    /// Each conv layer's structure, without its values (whether the
+    /// filters' gradients are there is not part of it: they come with the
+    /// first step, and adding them must not make the panel again).
+    conv: Option<([usize; 3], Vec<ConvLayerView>)>,
 }
 
 impl Layout {
+    /// The parts are made in this order, one an animation frame: the
+    /// per-class bars and the confusion matrix (stage 0), the
+    /// misclassified images (1), each conv layer's maps (from 2), each
+    /// conv layer's filters, then the first layer's weights.
+    const MAPS_STAGE: usize = 2;
+
+    fn map_layers(&self) -> usize {
+        self.conv.as_ref().map_or(0, |(_, layers)| layers.len())
+    }
+
+    fn filter_layers(&self) -> usize {
+        self.conv.as_ref().map_or(0, |(_, layers)| layers.iter().filter(|l| !l.filters.is_empty()).count())
+    }
+
+    fn last_stage(&self) -> usize {
+        Self::MAPS_STAGE + self.map_layers() + self.filter_layers()
+    }
+
     fn of(v: &ImageViews) -> Layout {
         Layout {
             classes: v.classes,
             side: v.side,
-            misclassified: v.misclassified.len(),
             first_layer: v.first_layer.len(),
             conv: v.conv.as_ref().map(|c| {
                 let layers = c
                     .layers
                     .iter()
-                    .map(|l| ConvLayout {
-                        // The layer's structure, without its values.
-                        view: ConvLayerView {
-                            maps: vec![Vec::new(); l.maps.len()],
-                            filters: vec![Vec::new(); l.filters.len()],
-                            gradients: Vec::new(),
-                            ..l.clone()
-                        },
-                        gradients: l.gradients.len() == l.filters.len() && !l.filters.is_empty(),
+                    .map(|l| ConvLayerView {
+                        maps: vec![Vec::new(); l.maps.len()],
+                        filters: vec![Vec::new(); l.filters.len()],
+                        gradients: Vec::new(),
+                        ..l.clone()
                     })
                     .collect();
                 (c.input_shape, layers)
@@ -122,42 +136,62 @@ pub fn ImagePanel() -> impl IntoView {
     // The feature-map position clicked (layer, row, column): kept across
     // snapshots, so the receptive field stays while the maps change.
     let field = RwSignal::new(None::<(usize, usize, usize)>);
-    // Made in three parts, an animation frame apart (the class views, the
-    // feature maps, the filters): making a conv net's hundred-odd canvases
-    // at once blocked the page for about 90 ms.
-    let stage = RwSignal::new(0u8);
+    // Made in parts, an animation frame apart (`Layout::stages`): making a
+    // conv net's hundred-odd canvases at once blocked the page for about
+    // 90 ms, and three parts still took up to 120 ms each.
+    let stage = RwSignal::new(0usize);
+    let generation = RwSignal::new(0u32);
     Effect::new(move |_| {
-        layout.track();
+        let Some(last) = layout.with(|l| l.as_ref().map(Layout::last_stage)) else { return };
+        let g = generation.get_untracked().wrapping_add(1);
+        generation.set(g);
         stage.set(0);
-        request_animation_frame(move || {
-            stage.set(1);
-            request_animation_frame(move || stage.set(2));
-        });
+        advance(stage, generation, g, last);
     });
-    let maps_shown = Memo::new(move |_| stage.get() >= 1);
-    let filters_shown = Memo::new(move |_| stage.get() >= 2);
+    let from = move |k: usize| Memo::new(move |_| stage.get() >= k);
     view! {
         <Show when=move || layout.with(Option::is_some)
             fallback=|| view! { <p class="note">"Press Train: the confusion matrix and the misclassified digits appear here."</p> }>
             {move || layout.get().map(|l| {
-                let conv = l.conv;
-                let for_filters = conv.clone();
+                let maps_from = Layout::MAPS_STAGE;
+                let filters_from = maps_from + l.map_layers();
+                let first_layer = from(filters_from + l.filter_layers());
                 let (units, side) = (l.first_layer, l.side);
+                let wrong = from(1);
                 view! {
                     <PerClass views=views classes=l.classes/>
                     <Confusion views=views classes=l.classes/>
-                    <Wrong views=views shown=l.misclassified side=l.side/>
-                    {move || maps_shown.get().then(|| conv.clone().map(|(shape, layers)| view! {
-                        <ConvLayers views=views input_shape=shape layers=layers field=field/>
-                    }))}
-                    {move || filters_shown.get().then(|| view! {
-                        {for_filters.clone().map(|(_, layers)| view! { <ConvFilters views=views layers=layers/> })}
-                        <Filters views=views units=units side=side/>
+                    {move || wrong.get().then(|| view! { <Wrong views=views side=side/> })}
+                    {l.conv.map(|(shape, layers)| {
+                        let (maps, filters) = (from(maps_from), from(filters_from));
+                        let for_filters = layers.clone();
+                        view! {
+                            {move || maps.get().then(|| view! {
+                                <ConvLayers views=views input_shape=shape layers=layers.clone() field=field
+                                    stage=stage from=maps_from/>
+                            })}
+                            {move || filters.get().then(|| view! {
+                                <ConvFilters views=views layers=for_filters.clone() stage=stage from=filters_from/>
+                            })}
+                        }
                     })}
+                    {move || first_layer.get().then(|| view! { <Filters views=views units=units side=side/> })}
                 }
             })}
         </Show>
     }
+}
+
+/// Shows the panel's next part at the next animation frame, and so on to
+/// the last, unless the layout changed meanwhile (`generation`).
+fn advance(stage: RwSignal<usize>, generation: RwSignal<u32>, g: u32, last: usize) {
+    request_animation_frame(move || {
+        if generation.get_untracked() != g || stage.get_untracked() >= last {
+            return;
+        }
+        stage.update(|s| *s += 1);
+        advance(stage, generation, g, last);
+    });
 }
 
 /// A bar per class: its test accuracy.
@@ -238,10 +272,13 @@ fn Confusion(views: Views, classes: usize) -> impl IntoView {
 }
 
 #[component]
-fn Wrong(views: Views, shown: usize, side: usize) -> impl IntoView {
+fn Wrong(views: Views, side: usize) -> impl IntoView {
     let state = expect_context::<crate::state::AppState>();
-    let items = (0..shown)
-        .map(|i| {
+    // Fewer are shown as the model learns: only this list is made again.
+    let shown = Memo::new(move |_| views.with(|v| v.as_ref().map_or(0, |v| v.misclassified.len())));
+    let items = move || {
+        (0..shown.get())
+            .map(|i| {
             let m = part(views, move |v| v.misclassified.get(i).map(|m| (m.row, m.truth, m.predicted)));
             let pixels = part(views, move |v| v.misclassified.get(i).map(|m| m.pixels.clone()));
             // A conv net draws the feature maps of a clicked one.
@@ -256,10 +293,12 @@ fn Wrong(views: Views, shown: usize, side: usize) -> impl IntoView {
                 </figure>
             }
         })
-        .collect_view();
+        .collect_view()
+    };
     let words = move || {
         views.with(|v| {
             v.as_ref().map_or_else(String::new, |v| {
+                let shown = v.misclassified.len();
                 let more =
                     if (v.wrong as usize) > shown { format!(", the first {shown} shown") } else { String::new() };
                 format!("{} wrong in the test set{more}; each shows the true label → the model's.", v.wrong)
@@ -271,172 +310,6 @@ fn Wrong(views: Views, shown: usize, side: usize) -> impl IntoView {
         <p class="note">{words}</p>
         <div class="digits" data-testid="misclassified">{items}</div>
     }
-}
-
-/// A conv net, ConvNetJS's way: for one test image, each conv and pool
-/// layer's output as a map per channel, and each conv layer's filters
-/// (input channels side by side); blue positive, orange negative, each
-/// scaled by its largest magnitude.
-#[component]
-fn ConvLayers(
-    views: Views,
-    input_shape: [usize; 3],
-    layers: Vec<ConvLayout>,
-    field: RwSignal<Option<(usize, usize, usize)>>,
-) -> impl IntoView {
-    let e = expect_context::<crate::state::AppState>().run.experiment;
-    let [c, h, w] = input_shape;
-    let conv = move |f: fn(&crate::model::views::ConvViews) -> usize| {
-        views.with(|v| v.as_ref().and_then(|v| v.conv.as_ref()).map_or(0, f))
-    };
-    let row = move || conv(|c| c.row);
-    let image = part(views, |v| v.conv.as_ref().map(|c| c.image.clone()));
-    // The clicked position's receptive field on the input, from the
-    // experiment's layers (`Experiment::receptive_field`).
-    let rect = move || field.get().and_then(|(l, y, x)| e.with(|e| e.receptive_field(l, y, x)).map(|r| (l, y, x, r)));
-    let pct = move |v: usize, of: usize| format!("{:.3}%", 100.0 * v as f64 / of.max(1) as f64);
-    let overlay = move || {
-        rect().map(|(_, _, _, [y0, x0, y1, x1])| {
-            let style =
-                format!("top:{};left:{};height:{};width:{}", pct(y0, h), pct(x0, w), pct(y1 - y0, h), pct(x1 - x0, w));
-            view! { <span class="field-box" style=style></span> }
-        })
-    };
-    let words = move || {
-        match rect() {
-        Some((l, y, x, [y0, x0, y1, x1])) => format!(
-            "Layer {l} at row {y}, column {x} sees input rows {y0}–{}, columns {x0}–{}: {} × {} of the {h} × {w} pixels (the box on the image).",
-            y1 - 1,
-            x1 - 1,
-            y1 - y0,
-            x1 - x0
-        ),
-        None => "Click a point of a feature map to see the part of the input it sees: its receptive field.".into(),
-    }
-    };
-    let state = expect_context::<crate::state::AppState>();
-    let on_image = move |ev| {
-        let text = leptos::prelude::event_target_value(&ev);
-        match text.trim().parse::<usize>() {
-            Ok(row) => state.command(crate::model::runner::Command::MapsImage(row)),
-            Err(_) => state.run.alert.set(Some(format!("Test image: `{text}` is not a row number (0, 1, …)."))),
-        }
-    };
-    let input = view! {
-        <label class="field"><span>"Test image"</span>
-            <input type="number" min="0" data-testid="maps-image" prop:value=move || row().to_string() on:change=on_image/></label>
-        <figure class="conv-input">
-            <span class="field-frame">
-                <Picture values=image size=[w, h] signed=false class="map" label="the test image of the feature maps"/>
-                {overlay}
-            </span>
-            <figcaption>{move || format!("test image {} ({c}×{h}×{w})", row())}</figcaption>
-        </figure>
-        <p class="note" data-testid="receptive-field">{words}</p>
-    };
-    let maps = layers
-        .iter()
-        .enumerate()
-        .map(|(i, ConvLayout { view: layer, .. })| {
-            let [channels, h, w] = layer.shape;
-            let l = layer.layer;
-            let items = (0..layer.maps.len())
-                .map(|ch| {
-                    let values = part(views, move |v| Some(v.conv.as_ref()?.layers.get(i)?.maps.get(ch)?.clone()));
-                    // A click picks the map's position under the pointer.
-                    let on_click = move |ev: leptos::ev::MouseEvent| {
-                        let Some(target) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok()) else {
-                            return;
-                        };
-                        let (cw, chh) =
-                            (f64::from(target.client_width().max(1)), f64::from(target.client_height().max(1)));
-                        let x = ((f64::from(ev.offset_x()) / cw * w as f64) as usize).min(w.saturating_sub(1));
-                        let y = ((f64::from(ev.offset_y()) / chh * h as f64) as usize).min(h.saturating_sub(1));
-                        field.set(Some((l, y, x)));
-                    };
-                    view! {
-                        <figure class="map" data-layer=l data-channel=ch on:click=on_click>
-                            <Picture values=values size=[w, h] signed=true class="map"
-                                label=format!("layer {l}, channel {ch}: its output for the test image")/>
-                        </figure>
-                    }
-                })
-                .collect_view();
-            let more = (channels > layer.maps.len()).then(|| format!(" (the first {} shown)", layer.maps.len()));
-            view! {
-                <div class="conv-layer">
-                    <h4>{format!("Layer {l}: {} → {channels}×{h}×{w}{}", layer.words, more.unwrap_or_default())}</h4>
-                    <div class="maps">{items}</div>
-                </div>
-            }
-        })
-        .collect_view();
-    view! {
-        <h3>"Feature maps"</h3>
-        <p class="note">"What each conv and pool layer makes of one test image, a map per channel: blue where the output is positive, orange where negative, each map scaled by its largest value."</p>
-        {input}
-        <div class="feature-maps" data-testid="feature-maps">{maps}</div>
-    }
-}
-
-/// Each conv layer's filters, input channels side by side, with the last
-/// step's gradient of each under it.
-#[component]
-fn ConvFilters(views: Views, layers: Vec<ConvLayout>) -> impl IntoView {
-    let filters = layers
-        .iter()
-        .enumerate()
-        .filter(|(_, layer)| !layer.view.filters.is_empty())
-        .map(|(i, ConvLayout { view: layer, gradients })| {
-            let (l, k) = (layer.layer, layer.kernel);
-            let items = (0..layer.filters.len())
-                .map(|f| {
-                    let size = [k * layer.filter_channels, k];
-                    let values = part(views, move |v| Some(v.conv.as_ref()?.layers.get(i)?.filters.get(f)?.clone()));
-                    let gradient = gradients.then(|| {
-                        let g = part(views, move |v| Some(v.conv.as_ref()?.layers.get(i)?.gradients.get(f)?.clone()));
-                        view! {
-                            <Picture values=g size=size signed=true class="filter gradient"
-                                label=format!("layer {l}, filter {f}: the last step's gradient of its weights")/>
-                        }
-                    });
-                    view! {
-                        <figure class="filter" data-layer=l data-filter=f>
-                            <Picture values=values size=size signed=true class="filter"
-                                label=format!("layer {l}, filter {f}: its weights, input channels side by side")/>
-                            {gradient}
-                        </figure>
-                    }
-                })
-                .collect_view();
-            view! {
-                <div class="conv-layer">
-                    <h4>{filter_heading(layer)}</h4>
-                    <div class="maps">{items}</div>
-                </div>
-            }
-        })
-        .collect_view();
-    view! {
-        <h3>"Filters"</h3>
-        <p class="note">"Each conv filter's weights, its input channels side by side: what it looks for; under it, the last step's gradient of those weights (each scaled by its own largest value)."</p>
-        <div class="conv-filters" data-testid="filters">{filters}</div>
-    }
-}
-
-/// `Layer 2: 16 filters of 3×3 over 12 input channels (the first 8 shown)`.
-fn filter_heading(layer: &crate::model::views::ConvLayerView) -> String {
-    let (l, k, filters) = (layer.layer, layer.kernel, layer.shape[0]);
-    let channels = match layer.in_channels {
-        1 => "1 input channel".to_string(),
-        n if n > layer.filter_channels => format!("{n} input channels (the first {} shown)", layer.filter_channels),
-        n => format!("{n} input channels"),
-    };
-    let shown = match layer.filters.len() {
-        n if n < filters => format!("; the first {n} filters shown"),
-        _ => String::new(),
-    };
-    format!("Layer {l}: {filters} filters of {k}×{k} over {channels}{shown}")
 }
 
 #[component]

@@ -72,6 +72,36 @@ pub fn Lessons() -> impl IntoView {
             100.0 * compute / wall
         )
     };
+    // The arithmetic of hiding it: the cores the loaders need beside the
+    // training's, from the measured making time and the rest of the step
+    // (what a loader has to make the next batches in).
+    let cores_words = move || {
+        let t = state.charts.timeline.get();
+        let start = t.len().saturating_sub(60);
+        let (wall, parts) = means(&t[start..]);
+        let rest = wall - parts[part::DATA];
+        let l = state.run.loaders.get();
+        let micro = state.run.experiment.with(|e| e.grad_accumulation.max(1)) as f64;
+        let making = if l.in_use > 0 && l.make_ms > 0.0 { l.make_ms * micro } else { parts[part::DATA] };
+        if wall <= 0.0 || rest <= 0.0 || making <= 0.0 {
+            return String::new();
+        }
+        let need = making / rest;
+        let training = state.run.ranks.get().in_use.max(1);
+        let cores = crate::state::reported_cores();
+        let spare = cores.saturating_sub(training + 1);
+        let verdict = if (spare as f64) >= need {
+            format!("enough: {} or more workers can hide it", need.ceil().max(1.0))
+        } else {
+            "too few: loader workers and the training compete for them, and part of the data time stays".to_string()
+        };
+        format!(
+            "Making a step's batches takes {making:.2} ms of a core; the rest of the step takes {rest:.2} ms. To hide it, \
+             loaders need about {need:.1} cores of their own beside {training} training worker{} and the page's thread; \
+             this browser reports {cores} cores, {spare} to spare: {verdict}.",
+            if training == 1 { "" } else { "s" }
+        )
+    };
     let loader_words = move || {
         let l = state.run.loaders.get();
         let asked = state.run.experiment.with(|e| e.data.num_workers());
@@ -167,11 +197,12 @@ pub fn Lessons() -> impl IntoView {
                     <label class="field"><span>"Prefetch factor"</span>
                         <input type="number" min="1" max="16" data-testid="prefetch-factor" prop:value=prefetch_value on:change=on_prefetch/></label>
                     <button data-testid="lesson-augmentation" on:click=start_lesson
-                        title="Heavy augmentation made by the training loop itself (on MNIST with the conv net where the data are not images)">"Heavy augmentation, no workers"</button>
+                        title="A small MLP on MNIST (784 → 64 → 10, batch 20) with heavy augmentation made by the training loop itself">"Heavy augmentation, no workers"</button>
                 </div>
                 <p data-testid="gpu-busy-share">{busy}</p>
                 <p data-testid="loader-status">{loader_words}</p>
-                <p class="note">"Each training image is shifted and elastically distorted as it is served (the same changes on every machine: they come from the seed and the row's place in the run). Made by the training loop itself, that work is the step's data time and the engine waits for it. Loader workers make the next batches beside the step, each prefetch-factor batches ahead, and hide it while there are cores to spare; with few cores they compete with the training for them."</p>
+                <p data-testid="loader-cores">{cores_words}</p>
+                <p class="note">"The lesson's model is small (784 → 64 → 10 on MNIST, 20 images a step): it computes a step in less time than its images take to distort. Each training image is shifted and elastically distorted as it is served (the same changes on every machine: they come from the seed and the row's place in the run). Made by the training loop itself, that work is the step's data time and the engine waits for it. Loader workers make the next batches beside the step, each prefetch-factor batches ahead, and hide it while there are cores to spare; with few cores they compete with the training for them."</p>
             </section>
             <section>
                 <h4>"Forgetting to zero the gradients"</h4>

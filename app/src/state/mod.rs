@@ -391,5 +391,11 @@ impl Default for AppState {
 /// rank's share of the page's networks is too small to pay for the
 /// all-reduce); 1 where it reports none.
 pub fn default_ranks() -> usize {
-    web_sys::window().map_or(1, |w| w.navigator().hardware_concurrency() as usize).clamp(1, 8)
+    reported_cores().clamp(1, 8)
+}
+
+/// The logical cores the browser reports (`navigator.hardwareConcurrency`;
+/// 1 where it reports none).
+pub fn reported_cores() -> usize {
+    web_sys::window().map_or(1, |w| w.navigator().hardware_concurrency() as usize).max(1)
 }
