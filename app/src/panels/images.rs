@@ -17,8 +17,13 @@ use conv::{ConvFilters, ConvLayers};
 
 /// Paints a (side, side) image: grey levels for pixels in [0, 1]
 /// (`signed` false: ink is dark), or orange/blue for weights in [-1, 1].
-fn paint_image(canvas: &web_sys::HtmlCanvasElement, values: &[f32], [w, h]: [usize; 2], signed: bool) {
-    let Some(ctx) = image_context(canvas) else { return };
+fn paint_image(
+    canvas: &web_sys::HtmlCanvasElement,
+    ctx: &web_sys::CanvasRenderingContext2d,
+    values: &[f32],
+    [w, h]: [usize; 2],
+    signed: bool,
+) {
     resize(canvas, w as u32, h as u32);
     let mut rgba = Vec::with_capacity(w * h * 4);
     for &v in values.iter().take(w * h) {
@@ -61,10 +66,18 @@ fn Picture(
     #[prop(into)] class: String,
 ) -> impl IntoView {
     let canvas: NodeRef<Canvas> = NodeRef::new();
+    // The context is asked for once: `getContext` with options costs
+    // about as much as the paint itself, a hundred canvases a snapshot.
+    let mut ctx = None;
     Effect::new(move |_| {
         let values = values.get();
         if let Some(c) = canvas.get() {
-            paint_image(&c, &values, size, signed);
+            if ctx.is_none() {
+                ctx = image_context(&c);
+            }
+            if let Some(ctx) = &ctx {
+                paint_image(&c, ctx, &values, size, signed);
+            }
         }
     });
     view! { <canvas node_ref=canvas class=class width=size[0] height=size[1] role="img" aria-label=label></canvas> }
