@@ -55,22 +55,39 @@ pub fn GptLessons() -> impl IntoView {
         }
     };
 
-    // Context length: the buffers before, kept when the button is pressed.
+    // Context length: the buffers before, kept when the button is pressed,
+    // and after. A report counts only once its buffers are the current
+    // experiment's in the current mode (as the checkpointing trade's do,
+    // `anatomy`): the first frames after an edit may still report the
+    // buffers of the settings before it (a step trained ahead of the edit),
+    // and a readout once paired two context-64 figures as 64 → 128.
+    let current = RwSignal::new(None::<Measured>);
+    Effect::new(move |_| {
+        let (e, memory) = (experiment.get(), state.run.memory.get());
+        let on = state.lessons.activation_checkpointing.get();
+        let Some(g) = e.gpt() else { return };
+        let expected = stepscope_core::engine::MemoryBytes::estimate(&e, on);
+        if memory.attention > 0 && (memory.activations, memory.attention) == (expected.activations, expected.attention)
+        {
+            current.set(Some(Measured { context: g.context, memory }));
+        }
+    });
     let before = RwSignal::new(None::<Measured>);
     let on_double = move |_| {
         let Some(g) = experiment.get_untracked().gpt().cloned() else { return };
-        before.set(Some(Measured { context: g.context, memory: state.run.memory.get_untracked() }));
+        before.set(current.get_untracked().filter(|m| m.context == g.context));
         // A new context is a new shape: the edit itself starts the run over.
         state.edit(double_context);
     };
     let context = move || {
-        let now = experiment.get().gpt().map(|g| Measured { context: g.context, memory: state.run.memory.get() });
-        match (before.get(), now) {
-            (Some(b), Some(n)) if n.memory.attention != b.memory.attention => context_readout(&b, &n),
-            (Some(_), Some(_)) => Some("Train a step at the doubled context: the buffers are measured then.".into()),
+        match (before.get(), current.get()) {
+            (Some(b), Some(n)) if n.context == 2 * b.context => context_readout(&b, &n),
+            (Some(_), _) => Some("Train a step at the doubled context: the buffers are measured then.".into()),
             _ => None,
         }
-        .unwrap_or_else(|| "Double the context and train a step: the memory panel's buffers, before and after.".into())
+        .unwrap_or_else(|| {
+            "Train a step, double the context and train a step: the memory panel's buffers, before and after.".into()
+        })
     };
 
     // Tied embeddings.
