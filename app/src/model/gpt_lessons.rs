@@ -75,6 +75,15 @@ pub fn double_context(e: &mut Experiment) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the engine's reported buffers are those of `e` with activation
+/// checkpointing `on` (`MemoryBytes::estimate`): the first reports after an
+/// edit may still carry the buffers of the settings before it (a step
+/// trained ahead of the edit), and a readout must not pair them.
+pub fn buffers_are_current(e: &Experiment, on: bool, m: &MemoryBytes) -> bool {
+    let expected = MemoryBytes::estimate(e, on);
+    (m.activations, m.attention) == (expected.activations, expected.attention)
+}
+
 /// The buffers at one context, as the engine reported them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Measured {
@@ -156,6 +165,16 @@ mod tests {
     use super::*;
     use crate::model::edit::{default_gpt_experiment, edited};
     use stepscope_core::TrainState;
+
+    #[test]
+    fn buffers_count_only_under_the_settings_they_were_measured_for() {
+        let e = default_gpt_experiment();
+        let (off, on) = (MemoryBytes::estimate(&e, false), MemoryBytes::estimate(&e, true));
+        assert!(buffers_are_current(&e, false, &off) && buffers_are_current(&e, true, &on));
+        assert!(!buffers_are_current(&e, false, &on), "checkpointing's buffers are not the plain run's");
+        let doubled = edited(&e, double_context).unwrap();
+        assert!(!buffers_are_current(&doubled, false, &off), "context 64's buffers are not context 128's");
+    }
 
     fn point(step: u64, max_logit: f32, entropy: f32) -> GptPoint {
         GptPoint {

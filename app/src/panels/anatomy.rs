@@ -5,7 +5,7 @@
 //! download, restore and verify.
 
 use leptos::prelude::*;
-use stepscope_core::engine::{CheckpointingTrade, MemoryBytes, Timing};
+use stepscope_core::engine::{CheckpointingTrade, Timing};
 use stepscope_core::model::Layout;
 use wasm_bindgen_futures::JsFuture;
 
@@ -161,8 +161,7 @@ pub fn AnatomyPanel() -> impl IntoView {
         let (e, m) = (state.run.experiment.get(), memory.get());
         let on = state.lessons.activation_checkpointing.get();
         let key = format!("{:?} {}", e.model, e.batch_size);
-        let expected = MemoryBytes::estimate(&e, on);
-        let current = (m.activations, m.attention) == (expected.activations, expected.attention);
+        let current = crate::model::gpt_lessons::buffers_are_current(&e, on, &m);
         stored_by_mode.update(|(k, s)| {
             if *k != key {
                 (*k, *s) = (key, [None; 2]);

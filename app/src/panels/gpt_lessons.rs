@@ -6,7 +6,8 @@ use leptos::prelude::*;
 
 use crate::model::edit::{set_gpt_switch, set_optimizer};
 use crate::model::gpt_lessons::{
-    attention_readout, context_readout, double_context, optimizer_readout, tied_readout, too_high, Measured, HIGH_LR,
+    attention_readout, buffers_are_current, context_readout, double_context, optimizer_readout, tied_readout, too_high,
+    Measured, HIGH_LR,
 };
 use crate::model::race::RaceSpec;
 use crate::model::runner::Command;
@@ -66,9 +67,7 @@ pub fn GptLessons() -> impl IntoView {
         let (e, memory) = (experiment.get(), state.run.memory.get());
         let on = state.lessons.activation_checkpointing.get();
         let Some(g) = e.gpt() else { return };
-        let expected = stepscope_core::engine::MemoryBytes::estimate(&e, on);
-        if memory.attention > 0 && (memory.activations, memory.attention) == (expected.activations, expected.attention)
-        {
+        if memory.attention > 0 && buffers_are_current(&e, on, &memory) {
             current.set(Some(Measured { context: g.context, memory }));
         }
     });

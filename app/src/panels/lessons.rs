@@ -55,10 +55,15 @@ pub fn Lessons() -> impl IntoView {
         state.run.csv_name.set(None);
         state.edit(augmentation_lesson);
     };
+    // The last 60 steps' wall time and phases (means), read by both readouts.
+    let recent = Memo::new(move |_| {
+        state.charts.timeline.with(|t| {
+            let start = t.len().saturating_sub(60);
+            means(&t[start..])
+        })
+    });
     let busy = move || {
-        let t = state.charts.timeline.get();
-        let start = t.len().saturating_sub(60);
-        let (wall, parts) = means(&t[start..]);
+        let (wall, parts) = recent.get();
         if wall <= 0.0 {
             return "–".to_string();
         }
@@ -76,9 +81,7 @@ pub fn Lessons() -> impl IntoView {
     // training's, from the measured making time and the rest of the step
     // (what a loader has to make the next batches in).
     let cores_words = move || {
-        let t = state.charts.timeline.get();
-        let start = t.len().saturating_sub(60);
-        let (wall, parts) = means(&t[start..]);
+        let (wall, parts) = recent.get();
         let rest = wall - parts[part::DATA];
         let l = state.run.loaders.get();
         let micro = state.run.experiment.with(|e| e.grad_accumulation.max(1)) as f64;
