@@ -14,6 +14,15 @@ import { wordShare } from './bench/gpt_words.mjs';
 const ctx = setup();
 const field = async (page, id) => Number(await page.getByTestId(id).inputValue());
 const experiment = (page) => page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
+// The CPU engine pinned, where a test is not about the engine race: on the
+// software adapter the race's untuned GPU steps of the default transformer
+// (and the device's shader compiles) take about a minute on two cores, and
+// every page opened at auto runs it again.
+const cpu = (url) => {
+  const pinned = new URL(url);
+  pinned.searchParams.set('engine', 'cpu');
+  return pinned.href;
+};
 
 test('a newcomer switches to the transformer, trains it and reads its sample and its attention', async () => {
   const { page, errors } = await ctx.open(ctx.root);
@@ -185,7 +194,7 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
   // The link brings the transformer back.
   const link = page.url();
   await page.close();
-  const again = await ctx.open(link);
+  const again = await ctx.open(cpu(link));
   assert.equal(await again.page.getByTestId('model-kind').inputValue(), 'gpt');
   assert.equal(await field(again.page, 'gpt-embed'), g.embed);
   await again.page.getByTestId('model-kind').selectOption('mlp');
@@ -196,7 +205,7 @@ test('a newcomer switches to the transformer, trains it and reads its sample and
 });
 
 test('your own text trains the transformer; a bad one is refused by name and the run goes on', async () => {
-  const { page, errors } = await ctx.open(ctx.root);
+  const { page, errors } = await ctx.open(cpu(ctx.root));
   await page.getByTestId('model-kind').selectOption('gpt');
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
   await page.getByTestId('train-toggle').click();
@@ -280,7 +289,7 @@ test('your own text trains the transformer; a bad one is refused by name and the
 // the high rate's attention and loss, and a race of the fix from the
 // same seed.
 test("the transformer's lessons change the real run and say what changed", async (t) => {
-  const { page, errors } = await ctx.open(ctx.root);
+  const { page, errors } = await ctx.open(cpu(ctx.root));
   await page.getByTestId('model-kind').selectOption('gpt');
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
   await trainUntil(page, 2);
@@ -361,7 +370,7 @@ test("the transformer's lessons change the real run and say what changed", async
 // runs list and compared with another, its metrics downloaded as CSV, and
 // shared as a classroom link that hides and locks.
 test('a transformer run is kept, compared, downloaded as metrics and shared as a classroom link', async () => {
-  const { page, errors } = await ctx.open(ctx.root);
+  const { page, errors } = await ctx.open(cpu(ctx.root));
   await page.getByTestId('model-kind').selectOption('gpt');
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).model.kind === 'gpt');
   const liveCaughtUp = () => page.waitForFunction(() => document.querySelector('[data-testid=run-entry].live [data-testid=run-steps]')
@@ -398,7 +407,7 @@ test('a transformer run is kept, compared, downloaded as metrics and shared as a
 
   // A classroom link: the lessons and the z-loss hidden, the model locked.
   const hash = await page.evaluate(() => location.hash);
-  const other = await ctx.open(`${ctx.root}?hide=gpt-lessons,z-loss&lock=1${hash}`);
+  const other = await ctx.open(`${ctx.root}?engine=cpu&hide=gpt-lessons,z-loss&lock=1${hash}`);
   await other.page.waitForSelector('[data-testid=gpt-blocks]');
   assert.equal(await other.page.getByTestId('gpt-lessons').isVisible(), false);
   assert.equal(await other.page.getByTestId('z-loss').isVisible(), false);
