@@ -149,7 +149,7 @@ pub fn ImagePanel() -> impl IntoView {
     // The feature-map position clicked (layer, row, column): kept across
     // snapshots, so the receptive field stays while the maps change.
     let field = RwSignal::new(None::<(usize, usize, usize)>);
-    // Made in parts, an animation frame apart (`Layout::stages`): making a
+    // Made in parts, an animation frame apart (`advance`): making a
     // conv net's hundred-odd canvases at once blocked the page for about
     // 90 ms, and three parts still took up to 120 ms each.
     let stage = RwSignal::new(0usize);
@@ -195,15 +195,22 @@ pub fn ImagePanel() -> impl IntoView {
     }
 }
 
-/// Shows the panel's next part at the next animation frame, and so on to
-/// the last, unless the layout changed meanwhile (`generation`).
+/// Makes the panel's next part in a task of its own after the next
+/// animation frame, and so on to the last, unless the layout changed
+/// meanwhile (`generation`). Not in the frame's callback: there the
+/// making and the frame's layout and paint of it were one long task.
 fn advance(stage: RwSignal<usize>, generation: RwSignal<u32>, g: u32, last: usize) {
     request_animation_frame(move || {
-        if generation.get_untracked() != g || stage.get_untracked() >= last {
-            return;
-        }
-        stage.update(|s| *s += 1);
-        advance(stage, generation, g, last);
+        set_timeout(
+            move || {
+                if generation.get_untracked() != g || stage.get_untracked() >= last {
+                    return;
+                }
+                stage.update(|s| *s += 1);
+                advance(stage, generation, g, last);
+            },
+            std::time::Duration::ZERO,
+        );
     });
 }
 

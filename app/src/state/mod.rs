@@ -23,6 +23,7 @@ use crate::model::views::Snapshot;
 
 mod engine;
 mod records;
+mod report;
 mod runs;
 mod training;
 

@@ -6,23 +6,19 @@
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
-use stepscope_core::{Error, Experiment, StepMetrics};
+use stepscope_core::Experiment;
 use web_time::Instant;
 
 use super::engine::Chooser;
 use super::records::FrameParts;
-use super::{AppState, LayerSample, PROFILE_LIMIT};
-use crate::model::checkpoints::{load_autosave, Autosave, CheckpointReport};
+use super::report::{ms, Spread};
+use super::AppState;
+use crate::model::checkpoints::{load_autosave, Autosave};
 use crate::model::edit::{default_experiment, needs_reset};
 use crate::model::host::protocol::Start;
 use crate::model::host::Host;
-use crate::model::runner::{next_frame, Command, FramePlan, FrameReport};
-use crate::model::spikes::{Verdict, SMOOTH, WINDOW};
+use crate::model::runner::{next_frame, Command, FramePlan};
 use crate::model::url;
-use crate::model::words::{count, value};
-
-/// Device re-creations allowed within a minute before the page stops trying.
-const MAX_RECOVERIES: usize = 2;
 
 impl AppState {
     /// Starts the loop that owns the engine (see `model::host`).
@@ -160,16 +156,20 @@ impl AppState {
             // frame, which carries the reset, reports the fresh run.
             let stale = self.run.clears.get_value() != clears;
             let passes = std::mem::take(&mut report.gpu_passes);
+            // The report's heavy parts are shown a task apiece (`Spread`).
+            let mut spread = Spread::new(clears);
+            let due = |drawn: Option<Instant>| {
+                !running || drawn.is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= super::TIMELINE_REDRAW_MS)
+            };
             if let Some(ops) = report.op_times.take().filter(|_| !stale) {
-                if !running || ops_drawn.is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= super::TIMELINE_REDRAW_MS) {
+                if due(ops_drawn) && spread.turn(&self).await {
                     ops_drawn = Some(Instant::now());
                     self.charts.op_times.set(Some(ops));
                 }
             }
             if let Some((metrics, times)) = report.layer_step.take().filter(|_| !stale) {
                 self.charts.layer_anatomy.update_value(|a| a.add(&metrics, Some(&(metrics.step, times))));
-                if !running || layers_drawn.is_none_or(|t| t.elapsed().as_secs_f64() * 1e3 >= super::TIMELINE_REDRAW_MS)
-                {
+                if due(layers_drawn) && spread.turn(&self).await {
                     layers_drawn = Some(Instant::now());
                     let checkpointing = self.lessons.activation_checkpointing.get_untracked();
                     let table = self
@@ -181,19 +181,24 @@ impl AppState {
             }
             let mid_step = matches!(&report.trained, Some(Ok(m)) if m.is_empty());
             let failed = matches!(&report.trained, Some(Err(_)));
-            let (frame_metrics, recovery_ms) = self.draw_frame(report, stale, &mut host, &mut recoveries).await;
+            let (frame_metrics, recovery_ms) =
+                self.draw_frame(report, stale, &mut host, &mut recoveries, &mut spread).await;
             let idle = !running && !had_commands && frame_metrics.is_empty() && !mid_step && !failed;
             awaited_ms += recovery_ms;
+            // Cleared while the parts were shown: the steps are the old run's.
+            let stale = stale || !spread.current(&self);
             let wall_ms = ms(frame_start);
             let frame = FrameParts { wall_ms, page_ms: wall_ms - call_ms, ..parts };
-            if !frame_metrics.is_empty() {
+            if !frame_metrics.is_empty() && !stale {
                 // A step taken over several frames (a long one yields
                 // part-way) had all of them: its wall time is theirs.
                 let frame = match unfinished.take() {
                     Some(before) => before.plus(frame),
                     None => frame,
                 };
-                self.record_timeline(&frame_metrics, &frame);
+                if spread.turn(&self).await {
+                    self.record_timeline(&frame_metrics, &frame);
+                }
             } else if mid_step && !stale {
                 unfinished = Some(match unfinished.take() {
                     Some(before) => before.plus(frame),
@@ -229,218 +234,14 @@ impl AppState {
                 // Awaited time includes the worker's frame, GPU readbacks
                 // and the device's own work, during which the page is
                 // free; the rest blocked it.
-                let busy = (ms(frame_start) - awaited_ms).max(0.0);
+                // The waits between the report's parts too (`Spread`).
+                let busy = (ms(frame_start) - awaited_ms - spread.waited_ms).max(0.0);
                 self.run.frame_busy_ms.update(|(last, worst)| {
                     *last = busy;
                     *worst = worst.max(busy);
                 });
             }
         }
-    }
-
-    /// Shows what a frame did: the commands' outcomes, the steps (a NaN or
-    /// a GPU error pauses, a lost device is re-created), spikes,
-    /// checkpoints, views and per-layer statistics. Returns the frame's
-    /// steps and the ms spent awaiting a device re-creation. A `stale`
-    /// frame (the page cleared the run while it ran) shows its outcomes
-    /// and checkpoints but none of its steps, views or step count.
-    async fn draw_frame(
-        &self,
-        mut report: FrameReport,
-        stale: bool,
-        host: &mut Host,
-        recoveries: &mut Vec<Instant>,
-    ) -> (Vec<StepMetrics>, f64) {
-        let mut awaited_ms = 0.0;
-        // An upload's reading ends with an outcome (loaded, or why not).
-        if report.csv_progress.is_some() || self.run.csv_reading.get_untracked().is_some() {
-            self.run.csv_reading.set(report.csv_progress.clone());
-        }
-        for outcome in report.outcomes {
-            match outcome {
-                Ok(Some(outcome)) => self.outcome(outcome),
-                Ok(None) => {}
-                Err(err) => self.run.alert.set(Some(err.to_string())),
-            }
-        }
-        if let Some(err) = report.calibration {
-            if self.run.alert.get_untracked().is_none() {
-                self.run.alert.set(Some(err.to_string()));
-            }
-        }
-        if stale {
-            if let Some(Ok(_)) = report.trained {
-                report.trained = None;
-            }
-            report.views = None;
-            report.layers = None;
-            report.profiles.clear();
-        }
-        if report.phase_clock.is_some() && report.phase_clock != self.charts.phase_clock.get_untracked() {
-            self.charts.phase_clock.set(report.phase_clock);
-        }
-        if !report.profiles.is_empty() {
-            self.charts.profiles.update(|p| {
-                p.append(&mut report.profiles);
-                let excess = p.len().saturating_sub(PROFILE_LIMIT);
-                p.drain(..excess);
-            });
-        }
-        let mut frame_metrics = Vec::new();
-        match report.trained {
-            None => {}
-            Some(Ok(metrics)) => {
-                if let Some(last) = metrics.last() {
-                    self.run.last_metrics.set(Some(last.clone()));
-                }
-                self.run.steps_per_frame.set(metrics.len());
-                self.judge(&report.verdicts);
-                frame_metrics = metrics;
-            }
-            Some(Err(Error::NonFinite(message))) => {
-                self.run.running.set(false);
-                self.run.alert.set(Some(format!(
-                    "Training paused: {message}. Go back to the last good checkpoint, or lower the learning rate (or turn on clipping) and press reset."
-                )));
-                self.checkpoints.rollback_offer.set(Some(host.step_count() + 1));
-            }
-            Some(Err(Error::Gpu(message))) => {
-                // Only a lost device is re-created, at most MAX_RECOVERIES
-                // times a minute. Any other GPU error (validation, out of
-                // memory) pauses the run, which stays as it was before the
-                // failed submit.
-                recoveries.retain(|t| t.elapsed().as_secs_f64() < 60.0);
-                // The lost callback may come after the error that the loss
-                // caused; wgpu names the loss in it.
-                let lost = host.gpu_lost() || message.contains("lost");
-                if lost && recoveries.len() < MAX_RECOVERIES {
-                    recoveries.push(Instant::now());
-                    self.run.alert.set(Some(format!("GPU error: {message}")));
-                    let t = Instant::now();
-                    let recovered = host.recover_device().await;
-                    awaited_ms += ms(t);
-                    match recovered {
-                        Ok(notice) => self.run.notice.set(Some(notice)),
-                        Err(message) => {
-                            self.run.running.set(false);
-                            self.run.alert.set(Some(message.to_string()));
-                        }
-                    }
-                } else {
-                    self.run.running.set(false);
-                    let why = if lost {
-                        format!("the GPU device was lost {} times within a minute", MAX_RECOVERIES + 1)
-                    } else {
-                        "the GPU refused the work".to_string()
-                    };
-                    self.run.alert.set(Some(format!(
-                        "GPU error: {message}. Training paused ({why}); choose the CPU engine to go on without the GPU."
-                    )));
-                }
-            }
-            Some(Err(other)) => {
-                self.run.running.set(false);
-                self.run.alert.set(Some(other.to_string()));
-            }
-        }
-        match report.checkpoint {
-            Some(awaited) => self.report_checkpoint(awaited),
-            None if report.checkpoint_ms > 0.0 => self.checkpoints.background_loop_ms.set_value(report.checkpoint_ms),
-            None => {}
-        }
-        self.report_finished_checkpoints(host);
-        if !stale {
-            self.run.step.set(host.step_count());
-        }
-        self.run.memory.set(host.memory());
-        match report.views {
-            Some(Ok(snap)) => {
-                self.record_history(&snap);
-                self.charts.snapshot.set(Some(snap));
-            }
-            // Never over a message already shown: after a GPU error the
-            // views fail too, and the message that says what happened and
-            // what to do must stay.
-            Some(Err(err)) if self.run.alert.get_untracked().is_none() => self.run.alert.set(Some(err.to_string())),
-            Some(Err(_)) | None => {}
-        }
-        match report.layers {
-            Some(Ok((step, layers)))
-                if self.charts.layer_history.with_untracked(|h| h.last().is_none_or(|s| s.step != step)) =>
-            {
-                self.record_layers(LayerSample { step, layers })
-            }
-            Some(Err(err)) => self.run.alert.set(Some(err.to_string())),
-            Some(Ok(_)) | None => {}
-        }
-        self.record_runs(host.status(), report.race);
-        (frame_metrics, awaited_ms)
-    }
-
-    /// Shows the loss spikes and gradient-norm jumps the engine's side
-    /// found in a frame's steps. A spike is a warning that offers the last
-    /// good checkpoint; it pauses training only when the user asked for
-    /// that (ordinary AdamW noise can look like a spike, and a healthy run
-    /// must never stop on its own).
-    fn judge(&self, verdicts: &[(u64, Verdict)]) {
-        for (step, verdict) in verdicts {
-            match *verdict {
-                Verdict::Normal => {}
-                Verdict::GradJump(norm, median) => self.run.notice.set(Some(format!(
-                    "The gradient norm jumped to {} at step {} (median {} over the last {WINDOW} steps): the loss often follows.",
-                    value(norm as f64, 3),
-                    count(step + 1),
-                    value(median as f64, 3)
-                ))),
-                Verdict::LossSpike(loss, median, norm, norm_median) => {
-                    let pause = self.run.pause_on_spike.get_untracked();
-                    let message = format!(
-                        "Loss spike at step {}: the loss averaged over the last {SMOOTH} steps is {}, against a median of {} over the {WINDOW} steps before (gradient norm {}, median {}).",
-                        step + 1,
-                        value(loss as f64, 4),
-                        value(median as f64, 4),
-                        value(norm as f64, 3),
-                        value(norm_median as f64, 3)
-                    );
-                    self.checkpoints.rollback_offer.set(Some(step + 1));
-                    if pause {
-                        self.run.running.set(false);
-                        self.run.alert.set(Some(format!("{message} Training paused.")));
-                    } else {
-                        self.run.spike_warning.set(Some(format!("{message} Training goes on.")));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Reports the background checkpoints that finished.
-    fn report_finished_checkpoints(&self, host: &mut Host) {
-        let loop_ms = self.checkpoints.background_loop_ms.get_value();
-        for report in host.take_finished_checkpoints() {
-            self.report_checkpoint(report.map(|r| CheckpointReport { loop_ms, ..r }));
-        }
-        self.checkpoints.checkpoint_in_flight.set(host.status().checkpoint_in_flight);
-    }
-
-    /// Shows what a checkpoint cost; a failure (or a store that refused
-    /// it) is also a warning in the alert, once until checkpoints succeed
-    /// again.
-    fn report_checkpoint(&self, report: Result<CheckpointReport, Error>) {
-        let report = report.map_err(|err| err.to_string());
-        let problem = match &report {
-            Err(message) => Some(format!("Automatic checkpoint failed: {message}")),
-            Ok(r) => r.stored.as_ref().err().map(|m| format!("Automatic checkpoints stay in memory only: {m}")),
-        };
-        let was_fine = self.checkpoints.last_checkpoint.with_untracked(|l| match l {
-            Some(Ok(r)) => r.stored.is_ok(),
-            Some(Err(_)) => false,
-            None => true,
-        });
-        if let (Some(message), true) = (problem, was_fine) {
-            self.run.alert.set(Some(message));
-        }
-        self.checkpoints.last_checkpoint.set(Some(report));
     }
 
     /// The run autosaved in this browser, when it fits the page's
@@ -481,8 +282,4 @@ impl AppState {
             .notice
             .set(Some(format!("Restored the run autosaved in this browser at step {step}. Reset starts over.")));
     }
-}
-
-fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1e3
 }
