@@ -14,6 +14,10 @@ from safetensors import safe_open
 from safetensors.numpy import load_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The CLI: `STEPSCOPE_BIN` where the caller built it (scripts/test.sh passes the
+# binary its `cargo test` built), else through cargo.
+STEPSCOPE = ([os.environ["STEPSCOPE_BIN"]] if os.environ.get("STEPSCOPE_BIN")
+             else ["cargo", "run", "--quiet", "-p", "stepscope-cli", "--"])
 CONFIG = os.path.join(ROOT, "examples", "spiral.json")
 
 
@@ -21,7 +25,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run.safetensors")
         subprocess.run(
-            ["cargo", "run", "--quiet", "-p", "stepscope-cli", "--", "train",
+            [*STEPSCOPE, "train",
              "--config", CONFIG, "--steps", "50", "--out", out],
             cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         tensors = load_file(out)

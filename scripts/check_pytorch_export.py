@@ -42,7 +42,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The transformer cases' text: the start of Tiny Shakespeare.
 with open(os.path.join(ROOT, "core", "data", "tinyshakespeare.txt"), encoding="utf-8") as _f:
     TEXT = _f.read(3000)
-BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "debug", "stepscope")
+# The CLI: `STEPSCOPE_BIN` where the caller built it (scripts/test.sh passes the
+# binary its `cargo test` built), else built here.
+BIN = os.environ.get("STEPSCOPE_BIN") or os.path.join(
+    os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "debug", "stepscope")
 BEFORE, AFTER = 12, 25  # steps before the checkpoint, steps continued from it
 ATOL = RTOL = 1e-5
 
@@ -461,7 +464,8 @@ def check_plain_loop_profile(tmp):
 
 
 def main():
-    subprocess.run(["cargo", "build", "--quiet", "-p", "stepscope-cli"], cwd=ROOT, check=True)
+    if not os.environ.get("STEPSCOPE_BIN"):
+        subprocess.run(["cargo", "build", "--quiet", "-p", "stepscope-cli"], cwd=ROOT, check=True)
     with tempfile.TemporaryDirectory() as tmp:
         check_plain_loop_profile(tmp)
     torch.set_num_threads(1)

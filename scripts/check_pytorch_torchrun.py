@@ -228,7 +228,8 @@ def check_interrupt(tmp):
 
 
 def main():
-    subprocess.run(["cargo", "build", "--quiet", "-p", "stepscope-cli"], cwd=ROOT, check=True)
+    if not os.environ.get("STEPSCOPE_BIN"):
+        subprocess.run(["cargo", "build", "--quiet", "-p", "stepscope-cli"], cwd=ROOT, check=True)
     print(f"share of the tolerance used: (a) 1 process against {PROCESSES} under torchrun, (b) {PROCESSES} processes "
           f"against Stepscope, (c) back in Stepscope against a run that never left")
     for name, experiment in CASES.items():

@@ -18,6 +18,10 @@ import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The CLI: `STEPSCOPE_BIN` where the caller built it (scripts/test.sh passes the
+# binary its `cargo test` built), else through cargo.
+STEPSCOPE = ([os.environ["STEPSCOPE_BIN"]] if os.environ.get("STEPSCOPE_BIN")
+             else ["cargo", "run", "--quiet", "-p", "stepscope-cli", "--"])
 CONFIG = os.path.join(ROOT, "examples", "spiral.json")
 STEPS, EVERY = 40, 15
 
@@ -26,7 +30,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tb, log = os.path.join(tmp, "tb"), os.path.join(tmp, "metrics.jsonl")
         subprocess.run(
-            ["cargo", "run", "--quiet", "-p", "stepscope-cli", "--", "train", "--config", CONFIG,
+            [*STEPSCOPE, "train", "--config", CONFIG,
              "--steps", str(STEPS), "--metrics", log, "--tensorboard", tb, "--histogram-every", str(EVERY)],
             cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         files = os.listdir(tb)

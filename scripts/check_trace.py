@@ -22,7 +22,10 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "debug", "stepscope")
+# The CLI: `STEPSCOPE_BIN` where the caller built it (scripts/test.sh passes the
+# binary its `cargo test` built), else built here.
+BIN = os.environ.get("STEPSCOPE_BIN") or os.path.join(
+    os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "debug", "stepscope")
 DATA = "enumerate(DataLoader)#Stepscope.__next__"
 
 
@@ -78,7 +81,8 @@ def same_breakdown(what, temporal, opened):
 
 
 def main():
-    subprocess.run(["cargo", "build", "--quiet", "-p", "stepscope-cli"], cwd=ROOT, check=True)
+    if not os.environ.get("STEPSCOPE_BIN"):
+        subprocess.run(["cargo", "build", "--quiet", "-p", "stepscope-cli"], cwd=ROOT, check=True)
     with tempfile.TemporaryDirectory() as tmp:
         config = json.load(open(os.path.join(ROOT, "examples", "spiral.json")))
         config["grad_accumulation"] = 2

@@ -34,6 +34,11 @@ cargo test --workspace
 # Python from the repo's virtual environment (scripts/setup.sh); the e2e
 # runs exported scripts with it too.
 export STEPSCOPE_PYTHON="$PWD/.venv/bin/python"
+# The checks run the CLI that `cargo test` just built (a `cargo build -p
+# stepscope-cli` of its own would compile it again: the workspace's
+# features differ from the CLI's alone).
+export STEPSCOPE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/stepscope"
+test -x "$STEPSCOPE_BIN"
 
 step "checkpoints open in Python (safetensors.numpy)"
 "$STEPSCOPE_PYTHON" scripts/check_checkpoint.py
