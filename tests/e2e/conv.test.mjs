@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { setup, artifacts, text, number, stepCount, patience, setField, continueInPyTorch } from './harness.mjs';
+import { setup, artifacts, text, number, stepCount, patience, setField, continueInPyTorch, imageViewsMade } from './harness.mjs';
 
 const ctx = setup();
 const experiment = (page) => page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
@@ -53,7 +53,7 @@ test('the builder makes a conv net on the digits, shows each layer\'s shape, ref
 
   // Train: the maps and filters of the first views, then at 95 %.
   await page.getByTestId('train-toggle').click();
-  await page.waitForSelector('[data-testid=feature-maps] figure');
+  await imageViewsMade(page);
   const maps = await page.locator('[data-testid=feature-maps] figure').evaluateAll((f) => f.map((x) => `${x.dataset.layer}:${x.dataset.channel}`));
   assert.equal(maps.length, 12 + 12 + 16 + 16, 'a map per channel of every conv and pool layer');
   assert.ok(maps.includes('0:11') && maps.includes('3:15') && !maps.includes('4:0'));
@@ -162,7 +162,7 @@ test('MNIST: fetched on first use, the conv preset is ConvNetJS\'s demo, and it 
   const steps = await stepCount(page);
   console.log(`MNIST, ConvNetJS's net (CPU engine): ${await text(page, 'accuracy')} after ${steps} steps (${steps * 20} images), ${seconds.toFixed(1)} s after Train`);
   assert.ok(fetched.length >= 1, 'the worker fetched mnist_5k.csv.gz');
-  await page.waitForSelector('[data-testid=feature-maps] figure');
+  await imageViewsMade(page);
   assert.equal(await page.locator('[data-testid=feature-maps] figure').count(), 8 + 8 + 16 + 16);
   assert.deepEqual(await page.locator('.conv-input canvas').evaluate((c) => [c.width, c.height]), [28, 28]);
   assert.deepEqual(await page.locator('[data-testid=misclassified] canvas').first().evaluate((c) => [c.width, c.height]), [28, 28]);
@@ -207,7 +207,7 @@ test('a CSV of images: its shape is read from its columns and can be changed, th
   await page.waitForFunction(() => JSON.parse(decodeURIComponent(location.hash.slice(3))).data.augment?.shift > 0);
   await page.getByTestId('train-toggle').click();
   await page.waitForFunction(() => Number(document.querySelector('[data-testid=step-count]').textContent.replace(/,/g, '')) >= 30, null, { timeout: patience(60_000) });
-  await page.waitForSelector('[data-testid=feature-maps] figure', { timeout: patience(30_000) });
+  await imageViewsMade(page);
   await page.getByTestId('train-toggle').click();
   assert.equal(await page.locator('[data-testid=feature-maps] figure[data-layer="0"]').count(), 8);
   assert.deepEqual(await page.locator('.conv-input canvas').evaluate((c) => [c.width, c.height]), [8, 8]);

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { setup, artifacts, text, number, stepCount, trainUntil, patience } from './harness.mjs';
+import { setup, artifacts, text, number, stepCount, trainUntil, patience, imageViewsMade } from './harness.mjs';
 
 const ctx = setup();
 const experiment = (page) => page.evaluate(() => JSON.parse(decodeURIComponent(location.hash.slice(3))));
@@ -79,7 +79,7 @@ test('digits: per-class accuracy, the confusion matrix, misclassified images and
   await page.getByTestId('train-toggle').click();
   const steps = await stepCount(page);
   console.log(`digits: ${await text(page, 'accuracy')} after ${steps} steps, ${seconds.toFixed(1)} s after Train (${await text(page, 'backend-name')})`);
-  await page.waitForSelector('[data-testid=confusion-matrix]');
+  await imageViewsMade(page);
   await page.waitForTimeout(300);
   // The confusion matrix: 10 × 10, its counts add up to the test set, the
   // diagonal holds the most.

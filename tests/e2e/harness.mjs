@@ -92,6 +92,12 @@ export async function lastCheckpointStep(page) {
   return m ? Number(m[1].replace(/,/g, '')) : null;
 }
 
+// The image panel is made in parts, a task apiece; it marks itself made
+// when the last is (data-made), so counts of its maps and filters are final.
+export async function imageViewsMade(page, timeout = 30_000) {
+  await page.waitForSelector('[data-testid=image-views][data-made=true]', { timeout: patience(timeout) });
+}
+
 export async function setField(page, id, value) {
   await page.getByTestId(id).fill(String(value));
   await page.getByTestId(id).press('Enter');

@@ -162,9 +162,13 @@ pub fn ImagePanel() -> impl IntoView {
         advance(stage, generation, g, last);
     });
     let from = move |k: usize| Memo::new(move |_| stage.get() >= k);
+    // Whether every part is made: for tests and tools, which otherwise
+    // count a panel still being made.
+    let made = move || layout.with(|l| l.as_ref().is_some_and(|l| stage.get() >= l.last_stage()));
     view! {
         <Show when=move || layout.with(Option::is_some)
             fallback=|| view! { <p class="note">"Press Train: the confusion matrix and the misclassified digits appear here."</p> }>
+            <div class="image-views" data-testid="image-views" data-made=move || made().to_string()>
             {move || layout.get().map(|l| {
                 let maps_from = Layout::MAPS_STAGE;
                 let filters_from = maps_from + l.map_layers();
@@ -191,6 +195,7 @@ pub fn ImagePanel() -> impl IntoView {
                     {move || first_layer.get().then(|| view! { <Filters views=views units=units side=side/> })}
                 }
             })}
+            </div>
         </Show>
     }
 }
