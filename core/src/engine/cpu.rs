@@ -3,17 +3,19 @@
 
 mod batches;
 mod gpt;
+mod partial;
 mod profile;
 mod ranks;
 mod step;
 
 use gpt::GptNet;
 pub use gpt::{sample, SampledToken, Sampler, Sampling};
+use partial::Partial;
 pub use ranks::{RankTimes, RemoteRanks, ShardResult, ShardServer};
 
 use super::phases::{summarise, LayerTimes, PhaseReport, PhaseTensors, StepPhase};
 use super::{evaluate, forward_pass, Activations, Evaluation, MemoryBytes, PhaseTimes, StepMetrics, TrainState};
-use crate::data::{Batcher, DataPosition, Dataset, MadeBatch, Table};
+use crate::data::{Batcher, Dataset, MadeBatch, Table};
 use crate::error::{room, zeros, Error, Result};
 use crate::experiment::Experiment;
 use crate::model::{Layout, TensorInfo};
@@ -63,71 +65,6 @@ struct Work<'a> {
     acts: &'a mut Activations,
     grad: &'a mut Vec<Vec<f32>>,
     gpt: &'a mut Option<Box<GptNet>>,
-}
-
-/// Where a step taken phase by phase stands.
-struct Partial {
-    next: StepPhase,
-    /// Layers of the current forward or backward phase already run (a
-    /// large network's step is taken a layer at a time by `step_part`).
-    layers_done: usize,
-    loss_sum: f32,
-    last_loss: f32,
-    /// A sharded run's shard under way, and its micro-batch's shard losses
-    /// (and z-losses) so far; the z-losses of the step's micro-batches.
-    shard: usize,
-    shard_loss: f32,
-    shard_z: f32,
-    z_sum: f32,
-    /// The shard whose gradient buffer the last backward wrote, until the
-    /// all-reduce (what step-by-phase shows); None: `grads`.
-    shown_shard: Option<usize>,
-    phases: PhaseTimes,
-    /// The MLP's layers' share of `phases` (`LayerTimes`).
-    layer_times: LayerTimes,
-    /// Where the data stood when the step began (`abandon_step`).
-    start: Option<DataPosition>,
-}
-
-impl Default for Partial {
-    fn default() -> Partial {
-        Partial {
-            next: StepPhase::Forward { micro: 0 },
-            layers_done: 0,
-            loss_sum: 0.0,
-            last_loss: 0.0,
-            shard: 0,
-            shard_loss: 0.0,
-            shard_z: 0.0,
-            z_sum: 0.0,
-            shown_shard: None,
-            phases: PhaseTimes::default(),
-            layer_times: LayerTimes::default(),
-            start: None,
-        }
-    }
-}
-
-impl Partial {
-    /// A forward's loss (and z-loss): into the step's sum, or for a
-    /// sharded run into its micro-batch's shard sums.
-    fn add_loss(&mut self, loss: f32, z: f32, sharded: bool) {
-        if sharded {
-            self.shard_loss += loss;
-            self.shard_z += z;
-        } else {
-            self.loss_sum += loss;
-        }
-        self.last_loss = loss;
-    }
-
-    /// A sharded micro-batch's last shard finished: its losses averaged
-    /// over the shards (in order, as `sharded_step`) into the step's.
-    fn end_micro_batch(&mut self, shards: usize) {
-        self.loss_sum += self.shard_loss / shards as f32;
-        self.z_sum += self.shard_z / shards as f32;
-        (self.shard, self.shard_loss, self.shard_z) = (0, 0.0, 0.0);
-    }
 }
 
 impl CpuEngine {
