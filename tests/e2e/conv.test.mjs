@@ -158,6 +158,16 @@ test('MNIST: fetched on first use, the conv preset is ConvNetJS\'s demo, and it 
   await page.getByTestId('train-toggle').click();
   await accuracyAtLeast(page, 95, 120_000);
   const seconds = (Date.now() - started) / 1000;
+  // The views (whole-set evaluations) come every few seconds on MNIST; the
+  // maps and filters of the shown image are made again between them.
+  const states = { maps: new Set(), accuracy: new Set() };
+  for (let i = 0; i < 15; i++) {
+    states.maps.add(await pixels(page, '[data-testid=feature-maps]'));
+    states.accuracy.add(await text(page, 'accuracy'));
+    await page.waitForTimeout(200);
+  }
+  console.log(`MNIST, 15 looks over about 3 s of training: ${states.maps.size} different maps, ${states.accuracy.size} different accuracies`);
+  assert.ok(states.maps.size > states.accuracy.size, 'the maps change between the views');
   await page.getByTestId('train-toggle').click();
   const steps = await stepCount(page);
   console.log(`MNIST, ConvNetJS's net (CPU engine): ${await text(page, 'accuracy')} after ${steps} steps (${steps * 20} images), ${seconds.toFixed(1)} s after Train`);

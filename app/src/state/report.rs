@@ -93,6 +93,7 @@ impl AppState {
                 report.trained = None;
             }
             report.views = None;
+            report.maps = None;
             report.layers = None;
             report.profiles.clear();
         }
@@ -188,6 +189,19 @@ impl AppState {
             // what to do must stay.
             Some(Err(err)) if self.run.alert.get_untracked().is_none() => self.run.alert.set(Some(err.to_string())),
             Some(Err(_)) | None => {}
+        }
+        // A conv net's maps between the views replace those shown (the
+        // views' other parts stay as they were).
+        if let Some((_, conv)) = report.maps {
+            if self.charts.snapshot.with_untracked(|s| s.as_ref().is_some_and(|s| s.images.is_some()))
+                && spread.turn(self).await
+            {
+                self.charts.snapshot.update(|s| {
+                    if let Some(images) = s.as_mut().and_then(|s| std::sync::Arc::make_mut(s).images.as_mut()) {
+                        images.conv = Some(conv);
+                    }
+                });
+            }
         }
         match report.layers {
             Some(Ok((step, layers)))

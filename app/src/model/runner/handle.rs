@@ -19,10 +19,10 @@ impl Runner {
             return self.set_gpt_views(spec).map(|()| None);
         }
         if let Command::MapsImage(row) = command {
-            // The next views show it (a job under way is begun again).
+            // Its maps come in this frame's report (`maps`), and the views
+            // carry them from then on.
             self.maps_row = row;
-            self.view_job = None;
-            self.views_dirty = true;
+            self.maps.force();
             return Ok(None);
         }
         match command {

@@ -32,6 +32,7 @@ mod frame;
 #[cfg(test)]
 mod gpt_tests;
 mod handle;
+mod maps;
 mod profiler;
 mod race;
 mod report;
@@ -110,8 +111,10 @@ pub struct Runner {
     profiler: profiler::Profiler,
     /// What the diagram's links show (the views draw it).
     link_mode: super::views::LinkMode,
-    /// The test image of a conv net's feature maps (`Command::MapsImage`).
+    /// The test image of a conv net's feature maps (`Command::MapsImage`),
+    /// and when they were last made (`maps`).
     maps_row: usize,
+    maps: maps::LiveMaps,
     /// A transformer's sample and attention window (`frame::GptViewState`).
     gpt_views: frame::GptViewState,
     /// The page's automatic checkpoint cadence (steps; 0: off), as the
@@ -189,6 +192,7 @@ impl Runner {
             last_checkpoint,
             loaders: None,
             maps_row: 0,
+            maps: maps::LiveMaps::default(),
             loader_notice: None,
             steps_per_log: None,
             snapshot_cost_ms: 0.0,

@@ -78,6 +78,10 @@ pub struct FrameReport {
     pub views: Option<Result<Arc<Snapshot>, Error>>,
     /// Per-layer statistics at a step, when read in this frame.
     pub layers: Option<Result<(u64, LayerStats), Error>>,
+    /// A conv net's feature maps and filters between the views, with the
+    /// step they are of (`maps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maps: Option<(u64, crate::model::views::ConvViews)>,
     /// Time for views and statistics (the timeline's logging part).
     pub logging_ms: f64,
     /// Time awaiting the GPU (its readbacks and work): the thread was free.
@@ -257,6 +261,14 @@ impl Runner {
             }
             report.logging_ms = ms_since(started);
         }
+        // A conv net's maps: with finished views, of this step; else
+        // between them, when due.
+        let started = Instant::now();
+        match report.views.as_mut() {
+            Some(Ok(snap)) => self.refresh_maps_in(snap).await,
+            _ => report.maps = self.live_maps().await,
+        }
+        report.logging_ms += ms_since(started);
         report.race = self.race_report();
         report.profiles = std::mem::take(&mut self.profiler.found);
         report.profiling_ms = std::mem::take(&mut self.profiler.extra_ms);
