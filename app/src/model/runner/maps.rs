@@ -8,7 +8,8 @@
 //! not of the older step its evaluations began at, so the maps never go
 //! back in time.
 
-use stepscope_core::model::{LayerOp, Layout};
+use stepscope_core::experiment::LayerKind;
+use stepscope_core::model::Layout;
 use web_time::Instant;
 
 use super::Runner;
@@ -59,11 +60,15 @@ impl Runner {
     }
 
     async fn make_maps(&mut self, step: u64) -> Option<(u64, ConvViews)> {
-        let e = self.experiment().clone();
-        let layout = Layout::new(&e);
-        if layout.layers.iter().all(|l| l.op == LayerOp::Dense) {
+        // Asked every frame: a network without conv or pool layers (or a
+        // transformer) answers before anything is cloned or laid out.
+        if self.experiment().gpt().is_some()
+            || self.experiment().model.layers.iter().all(|l| l.kind == LayerKind::Dense)
+        {
             return None;
         }
+        let e = self.experiment().clone();
+        let layout = Layout::new(&e);
         let row = self.maps_row;
         let made = self
             .trainer
