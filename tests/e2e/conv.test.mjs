@@ -170,6 +170,9 @@ test('MNIST: fetched on first use, the conv preset is ConvNetJS\'s demo, and it 
   assert.ok(states.maps.size > states.accuracy.size, 'the maps change between the views');
   await page.getByTestId('train-toggle').click();
   const steps = await stepCount(page);
+  // The accuracies are the views' whole-set evaluations, at a step of the run.
+  const evaluated = Number((await text(page, 'evaluated-step')).match(/^evaluated at step ([\d,]+)$/)[1].replace(/,/g, ''));
+  assert.ok(evaluated > 0 && evaluated <= steps, `evaluated at step ${evaluated} of ${steps}`);
   console.log(`MNIST, ConvNetJS's net (CPU engine): ${await text(page, 'accuracy')} after ${steps} steps (${steps * 20} images), ${seconds.toFixed(1)} s after Train`);
   assert.ok(fetched.length >= 1, 'the worker fetched mnist_5k.csv.gz');
   await imageViewsMade(page);

@@ -68,6 +68,13 @@ pub fn OutputPanel() -> impl IntoView {
                 <div class="metric">"Test loss" <b data-testid="test-loss" data-value=move || raw(snapshot.get().and_then(|s| s.test.map(|t| t.loss)))>{test_loss}</b></div>
                 </Show>
                 <div class="accuracy" data-testid="accuracy">{accuracy}</div>
+                // The losses and accuracies are whole-set evaluations, made
+                // from the parameters of one step (every few seconds on a
+                // large set; the conv maps come more often): which one.
+                <div class="evaluated" data-testid="evaluated-step"
+                    title="The losses and accuracies are evaluated over every train and test row with the parameters of this step; on a large set that takes a while, so they lag the step counter.">
+                    {move || snapshot.get().map(|s| format!("evaluated at step {}", crate::model::words::count(s.step)))}
+                </div>
             </div>
             <Show when=plane_2d fallback=move || view! {
                 <Show when=move || image_data() fallback=move || if is_gpt() {
