@@ -5,6 +5,11 @@
 //! whatever adapter wgpu finds (lavapipe in CI), and in Chromium on
 //! WebGPU (`tests/tests/gpu_kernels.rs`).
 //!
+//! Each convolution kernel runs in both variants (`MatmulVariant`: direct
+//! and blocked, implicit GEMM and tiled), each checked against the twin,
+//! and the two against each other bit for bit (they state the same
+//! operations in the same order).
+//!
 //! Tolerances are derived from the order each kernel states: a sum of n
 //! terms in two orders differs by at most 2·γ_n·Σ|terms| (γ_n ≈ n·2⁻²⁴,
 //! `sum_tolerance`), with Σ|terms| computed by the twin itself on the
@@ -22,6 +27,7 @@ use gpu_common::{flags, flags_at_step, random, run_launch, sum_tolerance};
 use stepscope_core::experiment::Activation;
 use stepscope_core::gpu::conv;
 use stepscope_core::gpu::harness::{f32_bytes, to_f32, to_u32, Arg};
+use stepscope_core::gpu::matmul::MatmulVariant;
 use stepscope_core::gpu::params::{PHASE_BACKWARD, PHASE_FORWARD};
 use stepscope_core::model::conv::{
     avg_pool2d_backward, avg_pool2d_forward, conv2d_backward, conv2d_forward, conv2d_forward_reference,
@@ -44,8 +50,10 @@ fn conv(c_in: usize, h: usize, w: usize, filters: usize, kernel: usize, stride: 
 }
 
 /// One channel and many, every kernel 1–5, stride 1–3, padding 0–2, a
-/// kernel as large as the padded image, ConvNetJS's MNIST layers, and 65
-/// filters (more than a workgroup of 64 outputs holds of one image's).
+/// kernel as large as the padded image, ConvNetJS's MNIST layers, 65
+/// filters (more than a workgroup of 64 outputs holds of one image's, and
+/// five of the tiled ∂x's tiles of 16), and 70 channels (two of the tiled
+/// ∂x's column tiles).
 fn conv_cases() -> Vec<Conv2d> {
     vec![
         conv(1, 7, 6, 3, 3, 1, 1),
@@ -56,6 +64,7 @@ fn conv_cases() -> Vec<Conv2d> {
         conv(4, 6, 10, 65, 3, 3, 0),
         conv(1, 28, 28, 8, 5, 1, 2),
         conv(8, 14, 14, 16, 5, 1, 2),
+        conv(70, 3, 4, 5, 2, 1, 0),
     ]
 }
 
@@ -74,6 +83,14 @@ fn pool_cases() -> Vec<Pool2d> {
         pool(1, 3, 3, 3, 3),
         pool(8, 28, 28, 2, 2),
     ]
+}
+
+/// Asserts that both variants gave the same bits.
+fn same_bits(what: &str, blocked: &[f32], tiled: &[f32]) {
+    assert_eq!(blocked.len(), tiled.len(), "{what}: lengths");
+    for (k, (b, t)) in blocked.iter().zip(tiled).enumerate() {
+        assert_eq!(b.to_bits(), t.to_bits(), "{what} [{k}]: direct {b} vs implicit GEMM {t}");
+    }
 }
 
 /// Asserts |gpu[k] − cpu[k]| ≤ tol(k) for every k.
@@ -109,17 +126,23 @@ async fn conv2d_forward_matches_cpu() {
             conv2d_forward(&mut z_cpu, &x, w, b, batch, &s, &mut Vec::new());
             activation_forward(&mut a_cpu, &z_cpu, act);
             conv2d_forward_reference(&mut mag, &abs(&x), &abs(w), &abs(b), batch, &s);
-            let launch = conv::conv2d_forward(batch, &s, (offset, offset + weights), act, 2);
-            let zeros = vec![0u8; 4 * n];
-            let (xb, pb, fb) = (f32_bytes(&x), f32_bytes(&params), flags());
-            let out =
-                run_launch(&launch, [Arg::Out(&zeros), Arg::Out(&zeros), Arg::In(&xb), Arg::In(&pb), Arg::Out(&fb)])
-                    .await;
+            let mut outs = Vec::new();
+            for v in MatmulVariant::ALL {
+                let launch = conv::conv2d_forward(v, batch, &s, (offset, offset + weights), act, 2);
+                let zeros = vec![0u8; 4 * n];
+                let (xb, pb, fb) = (f32_bytes(&x), f32_bytes(&params), flags());
+                let args = [Arg::Out(&zeros), Arg::Out(&zeros), Arg::In(&xb), Arg::In(&pb), Arg::Out(&fb)];
+                let out = run_launch(&launch, args).await;
+                let what = format!("{s:?} B={batch} {act:?} {}", v.name());
+                let tol = |k: usize| sum_tolerance(s.patch() + 1, mag[k]) + 1e-7;
+                check(&format!("z {what}"), &to_f32(&out[0]), &z_cpu, tol);
+                check(&format!("a {what}"), &to_f32(&out[1]), &a_cpu, |k| 1.2 * tol(k) + 1e-6 * a_cpu[k].abs() + 1e-7);
+                assert_eq!(to_u32(&out[2])[0], u32::MAX, "{what}: no non-finite value");
+                outs.push(out);
+            }
             let what = format!("{s:?} B={batch} {act:?}");
-            let tol = |k: usize| sum_tolerance(s.patch() + 1, mag[k]) + 1e-7;
-            check(&format!("z {what}"), &to_f32(&out[0]), &z_cpu, tol);
-            check(&format!("a {what}"), &to_f32(&out[1]), &a_cpu, |k| 1.2 * tol(k) + 1e-6 * a_cpu[k].abs() + 1e-7);
-            assert_eq!(to_u32(&out[2])[0], u32::MAX, "{what}: no non-finite value");
+            same_bits(&format!("z {what}"), &to_f32(&outs[1][0]), &to_f32(&outs[0][0]));
+            same_bits(&format!("a {what}"), &to_f32(&outs[1][1]), &to_f32(&outs[0][1]));
         }
     }
 }
@@ -145,15 +168,21 @@ async fn conv2d_backward_input_matches_cpu() {
             conv2d_backward(Some(&mut dx_cpu), &mut dw, &mut db, &dz, &a_in, w, batch, &s, &mut Vec::new());
             activation_backward(&mut dx_cpu, &z_in, &a_in, below);
             conv2d_backward(Some(&mut mag), &mut dw, &mut db, &abs(&dz), &a_in, &abs(w), batch, &s, &mut Vec::new());
-            let launch = conv::conv2d_backward_input(batch, &s, 0, below);
-            let (dxb, dzb, pb) = (vec![0u8; 4 * a_in.len()], f32_bytes(&dz), f32_bytes(&params));
-            let (zb, ab) = (f32_bytes(&z_in), f32_bytes(&a_in));
-            let out =
-                run_launch(&launch, [Arg::Out(&dxb), Arg::In(&dzb), Arg::In(&pb), Arg::In(&zb), Arg::In(&ab)]).await;
-            let n = s.filters * s.kernel * s.kernel;
-            check(&format!("dx {s:?} B={batch} {below:?}"), &to_f32(&out[0]), &dx_cpu, |k| {
-                1.2 * sum_tolerance(n, mag[k]) + 1e-6 * dx_cpu[k].abs() + 1e-7
-            });
+            let mut outs = Vec::new();
+            for v in MatmulVariant::ALL {
+                let launch = conv::conv2d_backward_input(v, batch, &s, 0, below);
+                // dx starts as NaN: every value must be written.
+                let (dxb, dzb, pb) = (f32_bytes(&vec![f32::NAN; a_in.len()]), f32_bytes(&dz), f32_bytes(&params));
+                let (zb, ab) = (f32_bytes(&z_in), f32_bytes(&a_in));
+                let args = [Arg::Out(&dxb), Arg::In(&dzb), Arg::In(&pb), Arg::In(&zb), Arg::In(&ab)];
+                let out = to_f32(&run_launch(&launch, args).await[0]);
+                let n = s.filters * s.kernel * s.kernel;
+                check(&format!("dx {s:?} B={batch} {below:?} {}", v.name()), &out, &dx_cpu, |k| {
+                    1.2 * sum_tolerance(n, mag[k]) + 1e-6 * dx_cpu[k].abs() + 1e-7
+                });
+                outs.push(out);
+            }
+            same_bits(&format!("dx {s:?} B={batch} {below:?}"), &outs[1], &outs[0]);
         }
     }
 }
@@ -189,15 +218,20 @@ async fn conv2d_backward_weight_matches_cpu() {
             let mut mag = vec![0.0; cpu.len()];
             mag[offset..offset + weights].copy_from_slice(&dw_mag);
             mag[bias_offset..bias_offset + s.filters].copy_from_slice(&db_mag);
-            let out = weight_gradient(batch, &s, (offset, bias_offset), 1, &grads, &dz, &x, flags()).await;
-            let (segments, len) = conv::weight_segments(batch, &s);
-            let depth = batch * s.positions() + len + segments + 1;
-            let gpu = to_f32(&out[0]);
-            check(&format!("grads {s:?} B={batch}"), &gpu, &cpu, |k| sum_tolerance(depth, mag[k]));
-            for k in (0..offset).chain([offset + weights]).chain(bias_offset + s.filters..cpu.len()) {
-                assert_eq!(gpu[k].to_bits(), before[k].to_bits(), "{s:?}: grads[{k}] is not the layer's");
+            let mut outs = Vec::new();
+            for v in MatmulVariant::ALL {
+                let out = weight_gradient(v, batch, &s, (offset, bias_offset), 1, &grads, &dz, &x, flags()).await;
+                let (segments, len) = conv::weight_segments(batch, &s);
+                let depth = batch * s.positions() + len + segments + 1;
+                let gpu = to_f32(&out[0]);
+                check(&format!("grads {s:?} B={batch} {}", v.name()), &gpu, &cpu, |k| sum_tolerance(depth, mag[k]));
+                for k in (0..offset).chain([offset + weights]).chain(bias_offset + s.filters..cpu.len()) {
+                    assert_eq!(gpu[k].to_bits(), before[k].to_bits(), "{s:?}: grads[{k}] is not the layer's");
+                }
+                assert_eq!(to_u32(&out[1])[0], u32::MAX, "{s:?}: no non-finite value");
+                outs.push(gpu);
             }
-            assert_eq!(to_u32(&out[1])[0], u32::MAX, "{s:?}: no non-finite value");
+            same_bits(&format!("grads {s:?} B={batch}"), &outs[1], &outs[0]);
         }
     }
 }
@@ -206,6 +240,7 @@ gpu_common::twin_test!(conv2d_backward_weight_matches_cpu);
 /// Runs ∂W's two passes as the plan does: [grads, flags] after them.
 #[allow(clippy::too_many_arguments)]
 async fn weight_gradient(
+    v: MatmulVariant,
     batch: usize,
     s: &Conv2d,
     at: (usize, usize),
@@ -215,7 +250,7 @@ async fn weight_gradient(
     x: &[f32],
     flags: Vec<u8>,
 ) -> Vec<Vec<u8>> {
-    let (sums, total) = conv::conv2d_backward_weight(batch, s, at, layer);
+    let (sums, total) = conv::conv2d_backward_weight(v, batch, s, at, layer);
     // Partials start as NaN: every one the sum pass reads must be written.
     let partials = f32_bytes(&vec![f32::NAN; conv::partials_floats(batch, s)]);
     let (dzb, xb) = (f32_bytes(dz), f32_bytes(x));
@@ -235,14 +270,16 @@ async fn conv2d_flags_non_finite_values() {
     x[17] = f32::NAN;
     let zeros = vec![0u8; 4 * batch * s.out_len()];
     let (xb, pb, fb) = (f32_bytes(&x), f32_bytes(&params), flags_at_step(6, 0));
-    let launch = conv::conv2d_forward(batch, &s, (0, weights), Activation::Relu, 4);
-    let out =
-        run_launch(&launch, [Arg::Out(&zeros), Arg::Out(&zeros), Arg::In(&xb), Arg::In(&pb), Arg::Out(&fb)]).await;
-    assert_eq!(to_u32(&out[2])[0], (6 << 16) | (PHASE_FORWARD << 8) | 4);
-    let dz = random(batch * s.out_len(), 3, 1.0);
-    let grads = vec![0.0; weights + s.filters];
-    let out = weight_gradient(batch, &s, (0, weights), 4, &grads, &dz, &x, flags_at_step(6, 0)).await;
-    assert_eq!(to_u32(&out[1])[0], (6 << 16) | (PHASE_BACKWARD << 8) | (255 - 4));
+    for v in MatmulVariant::ALL {
+        let launch = conv::conv2d_forward(v, batch, &s, (0, weights), Activation::Relu, 4);
+        let args = [Arg::Out(&zeros), Arg::Out(&zeros), Arg::In(&xb), Arg::In(&pb), Arg::Out(&fb)];
+        let out = run_launch(&launch, args).await;
+        assert_eq!(to_u32(&out[2])[0], (6 << 16) | (PHASE_FORWARD << 8) | 4, "{}", v.name());
+        let dz = random(batch * s.out_len(), 3, 1.0);
+        let grads = vec![0.0; weights + s.filters];
+        let out = weight_gradient(v, batch, &s, (0, weights), 4, &grads, &dz, &x, flags_at_step(6, 0)).await;
+        assert_eq!(to_u32(&out[1])[0], (6 << 16) | (PHASE_BACKWARD << 8) | (255 - 4), "{}", v.name());
+    }
 }
 gpu_common::twin_test!(conv2d_flags_non_finite_values);
 

@@ -36,6 +36,38 @@ fn k_steps_per_submit_equal_single_steps_exactly() {
     assert_eq!(single.state().unwrap(), batched.state().unwrap());
 }
 
+/// The implicit-GEMM kernels (`*_tiled.wgsl`) in every conv layer train
+/// with the direct kernels' bits, step for step, so the calibration's
+/// pick changes a run's speed and never its numbers; before it has timed
+/// anything, a conv layer runs the direct kernels.
+#[test]
+fn implicit_gemm_trains_with_the_direct_kernels_bits() {
+    use stepscope_core::gpu::matmul::{LayerMatmuls, MatmulVariant};
+    for (name, e) in conformance::conv_training_matrix() {
+        let (mut direct, mut gemm) = (gpu_engine(&e), gpu_engine(&e));
+        for (l, m) in direct.matmuls().iter().enumerate() {
+            if matches!(direct.layout().layers[l].op, LayerOp::Conv(_)) {
+                assert_eq!(*m, LayerMatmuls::all(MatmulVariant::Blocked), "{name}: layer {l} before calibrating");
+            }
+        }
+        let tiled: Vec<_> = direct
+            .layout()
+            .layers
+            .iter()
+            .map(|l| match l.op {
+                LayerOp::Conv(_) => LayerMatmuls::all(MatmulVariant::Tiled),
+                _ => LayerMatmuls::default_for(&l.op),
+            })
+            .collect();
+        gemm.set_matmuls(tiled).unwrap();
+        let (a, b) = (direct.run(4, 2).unwrap(), gemm.run(4, 2).unwrap());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((x.loss.to_bits(), x.grad_norm.to_bits()), (y.loss.to_bits(), y.grad_norm.to_bits()), "{name}");
+        }
+        assert_eq!(direct.state().unwrap(), gemm.state().unwrap(), "{name}");
+    }
+}
+
 /// Checkpointing recomputes each conv's and pool's z in backward with
 /// forward's kernel on forward's inputs: the same bits, less memory, and
 /// the CPU's checkpointed run.
@@ -151,4 +183,35 @@ fn phases_and_profiled_steps_keep_the_run() {
     metrics.extend(gpu.collect().unwrap());
     metrics.extend(gpu.run(1, 1).unwrap());
     common::assert_same_run(&name, &cpu, &cpu_metrics, &mut gpu, &metrics);
+}
+
+/// Calibration times both variants of each conv layer's three kernels (the
+/// first layer has no input gradient; a pool has none of its own) beside
+/// the dense layers' matmuls, runs the faster of each (ties keep the
+/// direct kernels), and caches them: a later engine of the shape starts on
+/// the measured choice.
+#[test]
+fn calibration_picks_a_convolution_variant_per_kernel_and_caches_it() {
+    use stepscope_core::gpu::matmul::{Matmul, MatmulVariant};
+    let (name, e) = conformance::conv_training_matrix().swap_remove(0);
+    let mut gpu = gpu_engine(&e);
+    let calibration = pollster::block_on(gpu.calibrate()).unwrap();
+    let layers = &gpu.layout().layers;
+    let convs: Vec<usize> = (0..layers.len()).filter(|&l| matches!(layers[l].op, LayerOp::Conv(_))).collect();
+    let dense = layers.iter().filter(|l| l.op == LayerOp::Dense).count();
+    let first_is_conv = convs.first() == Some(&0);
+    let expected = 3 * (convs.len() + dense) - 1;
+    assert!(first_is_conv, "{name}: the matrix's first net starts with a conv layer");
+    assert_eq!(calibration.matmuls.len(), expected, "{name}: {:?}", calibration.matmuls);
+    for t in &calibration.matmuls {
+        assert_eq!(t.conv, convs.contains(&t.layer), "{t:?}");
+        assert!(t.seconds.iter().all(|&s| s > 0.0), "{t:?}");
+        assert_eq!(gpu.matmuls()[t.layer].get(t.matmul), t.chosen, "{t:?}");
+        assert!(!(t.layer == 0 && t.matmul == Matmul::BackwardInput));
+        let faster = if t.seconds[0] < t.seconds[1] { MatmulVariant::Tiled } else { MatmulVariant::Blocked };
+        assert!(t.chosen == faster || (t.seconds[1] - t.seconds[0]).abs() <= 0.05 * t.seconds[1], "{t:?}");
+    }
+    let later = gpu_engine(&e);
+    assert_eq!(later.matmuls(), gpu.matmuls(), "{name}: a later engine of this shape starts on the measured choice");
+    assert_eq!(gpu.step_count(), 0);
 }

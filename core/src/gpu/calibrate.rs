@@ -15,9 +15,9 @@ use std::sync::Mutex;
 
 use web_time::Instant;
 
+use super::choose::MatmulTiming;
 use super::cost::SubmitCost;
 use super::fused::FusedWidth;
-use super::matmul::MatmulTiming;
 use super::GpuEngine;
 use crate::engine::{StepMetrics, TrainState};
 use crate::error::{Error, Result};

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use web_time::Instant;
 
 use super::buffers::{Buffers, MAX_STEPS_PER_SUBMIT};
+use super::choose::{self, MatmulTiming};
 use super::dispatch::Dispatch;
 use super::fused::{FusedStep, FusedWidth};
-use super::matmul::{self, LayerMatmuls, MatmulTiming};
+use super::matmul::LayerMatmuls;
 use super::params::*;
 use super::passes::{pollster_free_pop, record_pass, PassKind};
 use super::plan::Plan;
@@ -131,7 +132,7 @@ impl GpuEngine {
         let buffers =
             Buffers::new(&ctx.device, &state, &layout, &tensors, &data.train, max_steps_per_submit * rows_per_step);
         let (rows, shapes) = matmul_layers(&experiment, &layout);
-        let matmuls = matmul::cached_choice(&ctx, rows, &shapes);
+        let matmuls = choose::cached_choice(&ctx, rows, &shapes);
         let plan = Plan::new(&ctx, &buffers, &experiment, &layout, &tensors, data.train.target_width, &matmuls);
         let fused = FusedStep::new(&ctx, &buffers, &experiment, &layout, data.train.target_width);
         let timestamps = ctx.timestamps.then(|| {
@@ -417,7 +418,7 @@ impl GpuEngine {
     /// faster of each.
     pub async fn choose_matmuls(&mut self) -> Result<Vec<MatmulTiming>> {
         let (rows, shapes) = matmul_layers(&self.experiment, &self.layout);
-        let (choice, timings) = matmul::choose(&self.ctx, rows, &shapes).await?;
+        let (choice, timings) = choose::choose(&self.ctx, rows, &shapes).await?;
         self.set_matmuls(choice)?;
         Ok(timings)
     }

@@ -20,8 +20,8 @@
 //! The launch functions here are the only place a matmul's kernel, grid
 //! and `Params` are put together (`gpu::launch::Launch`): the plan binds
 //! them, the twin tests and the calibration and benchmark probes run them.
-
-use std::sync::Mutex;
+//! A conv layer's three kernels come in the same two variants
+//! (`gpu::conv`), and `gpu::choose` picks among both kinds' the same way.
 
 use wgpu::util::DeviceExt;
 
@@ -122,6 +122,15 @@ impl LayerMatmuls {
     pub fn all(v: MatmulVariant) -> LayerMatmuls {
         LayerMatmuls { forward: v, backward_input: v, backward_weight: v }
     }
+    /// What a layer runs before the calibration has timed it: a dense
+    /// layer the tiled matmuls, a conv layer its direct kernels (blocked,
+    /// the variant that wins on software adapters by 2–10×).
+    pub fn default_for(op: &crate::model::LayerOp) -> LayerMatmuls {
+        match op {
+            crate::model::LayerOp::Conv(_) => LayerMatmuls::all(MatmulVariant::Blocked),
+            _ => LayerMatmuls::all(MatmulVariant::Tiled),
+        }
+    }
     pub fn get(&self, m: Matmul) -> MatmulVariant {
         match m {
             Matmul::Forward => self.forward,
@@ -129,7 +138,7 @@ impl LayerMatmuls {
             Matmul::BackwardWeight => self.backward_weight,
         }
     }
-    fn set(&mut self, m: Matmul, v: MatmulVariant) {
+    pub(super) fn set(&mut self, m: Matmul, v: MatmulVariant) {
         match m {
             Matmul::Forward => self.forward = v,
             Matmul::BackwardInput => self.backward_input = v,
@@ -214,19 +223,6 @@ pub fn bias_backward(batch: usize, shape: &LayerShape, layer: usize) -> Launch<B
     Launch::new(Kernel::BiasBackward, p, [shape.units as u32, 1, 1])
 }
 
-/// One matmul of one layer, timed in both variants.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MatmulTiming {
-    pub layer: usize,
-    pub matmul: Matmul,
-    /// (batch, inputs, units) of the layer.
-    pub shape: (usize, usize, usize),
-    /// Seconds per dispatch, tiled then blocked, with the reduction cut
-    /// (`timed_reduction`, see `time_matmul`).
-    pub seconds: [f64; 2],
-    pub chosen: MatmulVariant,
-}
-
 /// Longest reduction a calibration dispatch runs: the cost of both
 /// variants grows linearly with it, so a cut reduction keeps their ratio
 /// and bounds the calibration (a 1024 × 784 → 512 forward takes 0.5 s on
@@ -244,81 +240,6 @@ pub const MIN_TIMED_REDUCTION: usize = 8;
 pub fn timed_reduction(n: usize, outputs: usize) -> usize {
     let by_flops = TIMED_FLOPS / (2 * outputs).max(1);
     n.min(TIMED_REDUCTION).min(by_flops.max(MIN_TIMED_REDUCTION)).max(1)
-}
-
-/// Timings by adapter and (matmul, batch, inputs, units).
-static CACHE: Mutex<Vec<(String, [f64; 2])>> = Mutex::new(Vec::new());
-
-fn key(ctx: &GpuContext, m: Matmul, shape: (usize, usize, usize)) -> String {
-    format!("{}|{:?}|{:?}", ctx.describe(), m, shape)
-}
-
-fn pick(seconds: [f64; 2]) -> MatmulVariant {
-    // Ties (within 5 %) keep the tiled kernel, the one with the longer record.
-    if seconds[1] < 0.95 * seconds[0] {
-        MatmulVariant::Blocked
-    } else {
-        MatmulVariant::Tiled
-    }
-}
-
-/// The variants measured earlier on this adapter for these layers, where
-/// every one of them was; otherwise tiled.
-pub(super) fn cached_choice(ctx: &GpuContext, batch: usize, layers: &[LayerShape]) -> Vec<LayerMatmuls> {
-    let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    layers
-        .iter()
-        .map(|l| {
-            let mut choice = LayerMatmuls::all(MatmulVariant::Tiled);
-            for m in Matmul::ALL {
-                let k = key(ctx, m, (batch, l.inputs, l.units));
-                if let Some((_, s)) = cache.iter().find(|(c, _)| *c == k) {
-                    choice.set(m, pick(*s));
-                }
-            }
-            choice
-        })
-        .collect()
-}
-
-/// Times both variants of every matmul of `layers` (or takes the cached
-/// figures) and picks the faster of each. The first layer has no input
-/// gradient; it is not timed.
-pub(super) async fn choose(
-    ctx: &GpuContext,
-    batch: usize,
-    layers: &[LayerShape],
-) -> Result<(Vec<LayerMatmuls>, Vec<MatmulTiming>)> {
-    let mut choice = Vec::new();
-    let mut timings = Vec::new();
-    for (l, shape) in layers.iter().enumerate() {
-        let mut layer = LayerMatmuls::all(MatmulVariant::Tiled);
-        for m in Matmul::ALL {
-            // A conv or pool layer runs its own kernels (`gpu::conv`).
-            if shape.op != crate::model::LayerOp::Dense || (l == 0 && m == Matmul::BackwardInput) {
-                continue;
-            }
-            let dims = (batch, shape.inputs, shape.units);
-            let k = key(ctx, m, dims);
-            let cached = CACHE.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(c, _)| *c == k).map(|c| c.1);
-            let seconds = match cached {
-                Some(s) => s,
-                None => {
-                    let mut s = [0.0; 2];
-                    for (i, v) in MatmulVariant::ALL.into_iter().enumerate() {
-                        s[i] = time_matmul(ctx, m, v, dims, 2e-3).await?;
-                    }
-                    CACHE.lock().unwrap_or_else(|p| p.into_inner()).push((k, s));
-                    s
-                }
-            };
-            let chosen = pick(seconds);
-            layer.set(m, chosen);
-            timings.push(MatmulTiming { layer: l, matmul: m, shape: dims, seconds, chosen });
-        }
-        choice.push(layer);
-    }
-    Ok((choice, timings))
 }
 
 /// Seconds per dispatch of one matmul variant on seeded data of the

@@ -9,6 +9,7 @@
 mod activation_checkpointing;
 mod buffers;
 mod calibrate;
+pub mod choose;
 mod collect;
 mod context;
 pub mod conv;

@@ -65,7 +65,8 @@ impl Plan {
         let forward_layer = |l: usize, flags: &wgpu::Buffer, label: &str| {
             let x = if l == 0 { &b.batch_inputs } else { &b.a[l - 1] };
             let shape = &layout.layers[l];
-            let buffers = conv::LayerBuffers { z: z(l), a: &b.a[l], x, params: &b.params, flags };
+            let variant = matmuls[l].forward;
+            let buffers = conv::LayerBuffers { variant, z: z(l), a: &b.a[l], x, params: &b.params, flags };
             // A conv or pool layer's own kernel, else the dense matmul.
             conv::forward(ctx, shape, batch, act(l), l, buffers, label).unwrap_or_else(|| {
                 matmul::forward(matmuls[l].forward, batch, shape, act(l), l).bind(
@@ -112,7 +113,7 @@ impl Plan {
                 }
             } else {
                 let buffers = [&b.grads, &b.flags, &b.grad[l], x, &b.conv_partials];
-                backward.extend(conv::backward_weight(ctx, shape, batch, l, buffers));
+                backward.extend(conv::backward_weight(ctx, shape, batch, l, weight, buffers));
             }
             if l > 0 {
                 if b.checkpointing {
@@ -126,13 +127,16 @@ impl Plan {
                 }
                 let buffers = [&b.grad[l - 1], &b.grad[l], &b.params, z(l - 1), &b.a[l - 1]];
                 let below = act(l - 1);
-                backward.push(conv::backward_input(ctx, shape, batch, below, l, buffers).unwrap_or_else(|| {
-                    matmul::backward_input(matmuls[l].backward_input, batch, shape, below).bind(
-                        ctx,
-                        &format!("dense_backward_input layer {l}"),
-                        buffers,
-                    )
-                }));
+                backward.push(
+                    conv::backward_input(ctx, shape, batch, below, l, matmuls[l].backward_input, buffers)
+                        .unwrap_or_else(|| {
+                            matmul::backward_input(matmuls[l].backward_input, batch, shape, below).bind(
+                                ctx,
+                                &format!("dense_backward_input layer {l}"),
+                                buffers,
+                            )
+                        }),
+                );
             }
         }
 

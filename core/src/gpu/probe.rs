@@ -38,39 +38,21 @@ pub async fn matmul_gflops(
     Ok(Matmul::flops(batch, inputs, units) / t / 1e9)
 }
 
-/// GFLOP/s of a convolution's three kernels (each 2·B·F·C·K·K·P FLOPs a
-/// dispatch) on seeded data of its shape, dispatched as the training plan
-/// dispatches them (`gpu::conv`): [forward, input gradient, weight
-/// gradient (its two passes)].
+/// GFLOP/s of a convolution's three kernels in variant `v` (each
+/// 2·B·F·C·K·K·P FLOPs a dispatch) on seeded data of its shape, dispatched
+/// as the training plan dispatches them (`gpu::conv::time_conv_at`):
+/// [forward, input gradient, weight gradient (its two passes)].
 pub async fn conv_gflops(
     ctx: &GpuContext,
+    v: MatmulVariant,
     batch: usize,
     s: &crate::model::conv::Conv2d,
     target_s: f64,
 ) -> Result<[f64; 3]> {
-    use super::conv;
-    use crate::experiment::Activation;
-    let mut seeded = super::timing::Seeded::new(&ctx.device, (batch * 31 + s.macs()) as u64, 11);
-    let weights = s.filters * s.patch();
-    let (z, a) = (seeded.buffer("z", batch * s.out_len()), seeded.buffer("a", batch * s.out_len()));
-    let (x, params) = (seeded.buffer("x", batch * s.in_len()), seeded.buffer("params", weights + s.filters));
-    let (dx, x_pre) = (seeded.buffer("dx", batch * s.in_len()), seeded.buffer("z_in", batch * s.in_len()));
-    let grads = seeded.buffer("grads", weights + s.filters);
-    let partials = seeded.buffer("partials", conv::partials_floats(batch, s));
-    let flags = buffer(ctx, "flags", bytemuck::cast_slice(&super::params::FLAGS_INIT), wgpu::BufferUsages::STORAGE);
-    let at = (0, weights);
-    let (sums, total) = conv::conv2d_backward_weight(batch, s, at, 0);
-    let dispatches = [
-        conv::conv2d_forward(batch, s, at, Activation::Relu, 0).bind(ctx, "timed", [&z, &a, &x, &params, &flags]),
-        conv::conv2d_backward_input(batch, s, 0, Activation::Relu).bind(ctx, "timed", [&dx, &z, &params, &x_pre, &x]),
-        sums.bind(ctx, "timed", [&partials, &z, &x]),
-        total.bind(ctx, "timed", [&grads, &flags, &partials]),
-    ];
-    let mut seconds = [0.0; 4];
-    for (t, d) in seconds.iter_mut().zip(&dispatches) {
-        *t = seconds_per_dispatch(ctx, d.kernel, &d.bind_group, d.grid, target_s).await?;
-    }
-    // ∂W is its two passes together.
     let flops = 2.0 * (batch * s.macs()) as f64 / 1e9;
-    Ok([flops / seconds[0], flops / seconds[1], flops / (seconds[2] + seconds[3])])
+    let mut out = [0.0; 3];
+    for (g, m) in out.iter_mut().zip(Matmul::ALL) {
+        *g = flops / super::conv::time_conv_at(ctx, m, v, batch, s, target_s).await?;
+    }
+    Ok(out)
 }
